@@ -1,0 +1,55 @@
+"""Loading and unloading the IPython extension: magics, configurables, formatters, clean-up."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics
+
+# Each entry is "module:attribute". Magics classes are registered and added to ``shell.configurables`` so that
+# ``%config ClassName.trait = value`` works; hooks are called with the shell on load and on unload.
+MAGICS_CLASSES: tuple[str, ...] = ("gpu_magics.magics:GpuMagics",)
+LOAD_HOOKS: tuple[str, ...] = ()
+UNLOAD_HOOKS: tuple[str, ...] = ()
+
+_STATE_KEY = "_gpu_magics_instances"
+
+
+def _resolve(spec: str) -> Any:
+    module_name, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def load(shell: InteractiveShell) -> None:
+    instances: list[Magics] = []
+    for spec in MAGICS_CLASSES:
+        magics = _resolve(spec)(shell=shell)
+        shell.register_magics(magics)
+        shell.configurables.append(magics)
+        instances.append(magics)
+    setattr(shell, _STATE_KEY, instances)
+    for spec in LOAD_HOOKS:
+        hook: Callable[[InteractiveShell], None] = _resolve(spec)
+        hook(shell)
+
+
+def unload(shell: InteractiveShell) -> None:
+    for spec in UNLOAD_HOOKS:
+        hook: Callable[[InteractiveShell], None] = _resolve(spec)
+        hook(shell)
+    instances: list[Magics] = getattr(shell, _STATE_KEY, [])
+    registry = shell.magics_manager.magics
+    for magics in instances:
+        close = getattr(magics, "close", None)
+        if callable(close):
+            close()
+        for kind, names in magics.magics.items():
+            for name in names:
+                registry[kind].pop(name, None)
+        shell.magics_manager.registry.pop(type(magics).__name__, None)
+        if magics in shell.configurables:
+            shell.configurables.remove(magics)
+    setattr(shell, _STATE_KEY, [])

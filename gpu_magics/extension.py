@@ -28,7 +28,8 @@ def load(shell: InteractiveShell) -> None:
     for spec in MAGICS_CLASSES:
         magics = _resolve(spec)(shell=shell)
         shell.register_magics(magics)
-        shell.configurables.append(magics)
+        if magics not in shell.configurables:
+            shell.configurables.append(magics)
         instances.append(magics)
     setattr(shell, _STATE_KEY, instances)
     for spec in LOAD_HOOKS:
@@ -50,6 +51,5 @@ def unload(shell: InteractiveShell) -> None:
             for name in names:
                 registry[kind].pop(name, None)
         shell.magics_manager.registry.pop(type(magics).__name__, None)
-        if magics in shell.configurables:
-            shell.configurables.remove(magics)
+        shell.configurables[:] = [c for c in shell.configurables if c is not magics]
     setattr(shell, _STATE_KEY, [])

@@ -1,0 +1,175 @@
+"""The seed workload through ``%%gpurun`` and through plain dask, in one process, warm and first call.
+
+    python benchmarks/seed_workload.py                 # the article's size: 100000^2 float64 in 10000^2 chunks (80 GB)
+    python benchmarks/seed_workload.py --n 8000 --chunk 1000 --cpu-only   # small, on a machine without a GPU
+
+Prints (1) the overhead of ``%%gpurun`` on an empty cell, (2) on a GPU: plain dask (threads scheduler,
+``array.backend="cupy"``) against ``%%gpurun gpu`` warm, with their ratio, the first call of each in a fresh
+process, a sweep of the threads feeding the GPU, and the hardware limit (cuRAND normal + a strided sum per chunk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+SEED = """
+x = da.random.normal(10, 1, size=({n}, {n}), chunks={chunk})
+(x + 1)[::2, ::2].mean().compute()
+"""
+
+
+def shell() -> Any:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "gpu_magics")
+    ip.run_cell("import dask, dask.array as da", store_history=False)
+    return ip
+
+
+def timed(function: Callable[[], Any], repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def plain_dask(n: int, chunk: int, threads: int | None = None) -> float:
+    import cupy
+    import dask
+    import dask.array as da
+
+    settings: dict[str, Any] = {"scheduler": "threads", "array.backend": "cupy"}
+    if threads:
+        settings["num_workers"] = threads
+    with dask.config.set(settings):
+        x = da.random.normal(10, 1, size=(n, n), chunks=chunk)
+        value = (x + 1)[::2, ::2].mean().compute()
+    cupy.cuda.Device().synchronize()
+    return float(value)
+
+
+def magic(ip: Any, n: int, chunk: int, line: str = "gpu") -> Any:
+    ip.run_cell_magic("gpurun", f"{line} -q -o _bench", SEED.format(n=n, chunk=chunk))
+    return ip.user_ns["_bench"]
+
+
+def hardware_limit(n: int, chunk: int) -> float:
+    """cuRAND normal into one reused buffer, then a strided sum, chunk after chunk on one stream."""
+    import cupy
+
+    state = cupy.random.RandomState(seed=1)
+    total = cupy.zeros((), dtype=cupy.float64)
+    chunks = (n // chunk) ** 2
+    buffer = state.normal(10, 1, size=(chunk, chunk))
+    cupy.cuda.Device().synchronize()
+    start = time.perf_counter()
+    for _ in range(chunks):
+        buffer = state.normal(10, 1, size=(chunk, chunk))
+        total += buffer[::2, ::2].sum()
+    cupy.cuda.Device().synchronize()
+    return time.perf_counter() - start
+
+
+def first_call(kind: str, n: int, chunk: int) -> float:
+    """The first run in a fresh process (CUDA context, kernel loading and all)."""
+    code = (
+        "import sys, time, json; sys.path.insert(0, '.');"
+        "from benchmarks.seed_workload import shell, plain_dask, magic;"
+        f"n, chunk = {n}, {chunk};"
+        + (
+            "start = time.perf_counter(); plain_dask(n, chunk); t = time.perf_counter() - start"
+            if kind == "plain"
+            else "ip = shell(); start = time.perf_counter(); magic(ip, n, chunk); t = time.perf_counter() - start"
+        )
+        + "; print(json.dumps(t))"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(json.loads(output.stdout.strip().splitlines()[-1]))
+
+
+def empty_cell_overhead(ip: Any, repeat: int = 300) -> tuple[float, float]:
+    """Median seconds of ``%%gpurun cpu-threads -q`` on ``pass`` and of running ``pass`` through the shell."""
+    with_magic = timed(lambda: ip.run_cell_magic("gpurun", "cpu-threads -q", "pass"), repeat)
+    compiled = compile("pass", "<bench>", "exec")
+    bare = timed(lambda: exec(compiled, ip.user_ns), repeat)
+    return statistics.median(with_magic), statistics.median(bare)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--chunk", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", default="4,8,16", help="thread counts to sweep for the gpu backend")
+    parser.add_argument("--cpu-only", action="store_true", help="only the empty-cell overhead")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {"n": args.n, "chunk": args.chunk}
+
+    ip = shell()
+    magic_time, bare_time = empty_cell_overhead(ip)
+    figures["empty_cell_overhead_ms"] = (magic_time - bare_time) * 1e3
+    print(f"%%gpurun overhead on an empty cell: {figures['empty_cell_overhead_ms']:.3f} ms (target < 2 ms)")
+    if args.cpu_only:
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump(figures, handle, indent=2)
+        return
+
+    gb = args.n * args.n * 8 / 1e9
+    print(f"seed workload: {args.n}^2 float64 ({gb:.0f} GB) in {args.chunk}^2 chunks, {args.repeat} warm runs each")
+    figures["first_plain_s"] = first_call("plain", args.n, args.chunk)
+    figures["first_magic_s"] = first_call("magic", args.n, args.chunk)
+
+    plain_dask(args.n, args.chunk)  # warm this process
+    magic(ip, args.n, args.chunk)
+    plain, via_magic = [], []
+    for _ in range(args.repeat):  # interleaved, so drift hits both alike
+        plain.extend(timed(lambda: plain_dask(args.n, args.chunk), 1))
+        via_magic.append(magic(ip, args.n, args.chunk).wall_time)
+    figures["warm_plain_s"] = statistics.median(plain)
+    figures["warm_magic_s"] = statistics.median(via_magic)
+    figures["ratio_magic_over_plain"] = figures["warm_magic_s"] / figures["warm_plain_s"]
+
+    sweep = {}
+    for threads in [int(t) for t in args.threads.split(",") if t]:
+        magic(ip, args.n, args.chunk, f"gpu --workers {threads}")
+        sweep[threads] = statistics.median(
+            magic(ip, args.n, args.chunk, f"gpu --workers {threads}").wall_time for _ in range(args.repeat)
+        )
+    figures["gpu_threads_sweep_s"] = sweep
+    figures["plain_threads"] = os.cpu_count()
+    hardware_limit(args.n, args.chunk)
+    figures["hardware_limit_s"] = min(hardware_limit(args.n, args.chunk) for _ in range(3))
+
+    limit = figures["hardware_limit_s"]
+    print(f"{'run':44} {'seconds':>9} {'vs plain':>9} {'vs limit':>9}")
+    rows = [
+        ("plain dask, first call (fresh process)", figures["first_plain_s"]),
+        ("%%gpurun gpu, first call (fresh process)", figures["first_magic_s"]),
+        (f"plain dask warm ({os.cpu_count()} threads)", figures["warm_plain_s"]),
+        ("%%gpurun gpu warm (default threads)", figures["warm_magic_s"]),
+        *[(f"%%gpurun gpu --workers {t} warm", s) for t, s in sweep.items()],
+        ("hardware limit (cuRAND + strided sum)", limit),
+    ]
+    for label, seconds in rows:
+        print(f"{label:44} {seconds:9.3f} {seconds / figures['warm_plain_s']:8.2f}x {seconds / limit:8.2f}x")
+    print(f"%%gpurun gpu / plain dask, warm: {figures['ratio_magic_over_plain']:.3f} (target <= 1.03)")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(figures, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

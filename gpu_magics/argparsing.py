@@ -1,0 +1,78 @@
+"""Turning a magic's line into arguments: shlex + argparse, every failure a one-line ``UsageError``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import NoReturn
+
+from IPython.core.error import UsageError
+
+
+class MagicArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that raises ``UsageError`` with one line instead of printing and exiting."""
+
+    def __init__(self, prog: str, **kwargs: object) -> None:
+        super().__init__(prog=prog, add_help=False, allow_abbrev=False, exit_on_error=False, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}. See {self.prog}? for the options.")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise UsageError(f"{self.prog}: {(message or 'invalid arguments').strip()}")
+
+    def parse_line(self, line: str) -> argparse.Namespace:
+        """Split ``line`` like a shell would and parse it; unknown options are an error."""
+        try:
+            words = shlex.split(line, posix=True)
+        except ValueError as error:
+            raise UsageError(f"{self.prog}: {error} in {line.strip()!r}: close the quote.") from None
+        try:
+            namespace, extra = self.parse_known_args(words)
+        except argparse.ArgumentError as error:
+            self.error(str(error))
+        if extra:
+            unknown = " ".join(extra)
+            self.error(f"unrecognized arguments: {unknown} (valid options: {', '.join(self.option_names())})")
+        return namespace
+
+    def option_names(self) -> list[str]:
+        """The long form of every option, for error messages."""
+        names = []
+        for action in self._actions:
+            if action.option_strings:
+                names.append(max(action.option_strings, key=len))
+        return names
+
+
+def positive_int(text: str) -> int:
+    """``argparse`` type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """``argparse`` type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """``argparse`` type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text}")
+    return value

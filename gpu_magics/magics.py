@@ -1,0 +1,171 @@
+"""``%%gpurun``: run a cell on cpu-single, cpu-threads, gpu or multi-gpu, timed, and compare backends."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.display import display
+from traitlets import Bool, CaselessStrEnum, Int
+
+from gpu_magics import backends, run
+from gpu_magics.options import BACKENDS, CHOICES, COMPARE_ALL, RunOptions, parse_run_line
+from gpu_magics.results import RunResult
+
+
+@magics_class
+class GpuMagics(Magics):
+    """Run cells on CPU and GPU backends. Configure with ``%config GpuMagics.<trait> = value``."""
+
+    default_backend = CaselessStrEnum(
+        list(CHOICES),
+        default_value="auto",
+        help="Backend for %%gpurun when the line names none.",
+    ).tag(config=True)
+    gpu_threads = Int(
+        backends.DEFAULT_GPU_THREADS,
+        min=1,
+        help="Dask threads feeding the one device of the gpu backend (--workers overrides).",
+    ).tag(config=True)
+    cpu_threads = Int(
+        0,
+        min=0,
+        help="Threads of the cpu-threads backend; 0 means every core (--workers overrides).",
+    ).tag(config=True)
+    monitor = Bool(True, help="Show the live GPU panel while %%gpurun cells run.").tag(config=True)
+
+    @line_cell_magic
+    def gpurun(self, line: str, cell: str | None = None) -> Any:
+        """Run the cell on a backend, time it, and show a one-line summary.
+
+        Usage::
+
+            %%gpurun [BACKEND] [--device N] [--workers N] [--repeat N] [-o NAME] [-q] [--no-monitor]
+            %%gpurun --compare cpu-threads,gpu[,...] [--rtol R] [--repeat N] [-o NAME] [-q]
+            %%gpurun --compare all     (every backend this machine can run)
+
+        BACKEND is one of:
+
+        - ``cpu-single``   dask's synchronous scheduler, NumPy chunks, one CPU thread.
+        - ``cpu-threads``  dask's threaded scheduler on every core (``--workers N`` threads), NumPy chunks.
+        - ``gpu``          one GPU (``--device N``, default 0): ``array.backend="cupy"`` and threads bound to it.
+        - ``multi-gpu``    the cluster from ``%gpucluster``, CuPy chunks on every GPU worker.
+        - ``auto``         (the default) multi-gpu when a GPU cluster is attached, else gpu when a GPU is
+                           visible, else cpu-threads. ``%config GpuMagics.default_backend = "gpu"`` changes it.
+
+        Options:
+
+        - ``--repeat N``   run N times; report the best and median wall time.
+        - ``--compare a,b`` run once per backend (the first is the reference): a table of wall times, speed-ups
+                           and whether the last expression's value agrees (within ``--rtol``, default 1e-3).
+        - ``-o NAME``      store the result object (times, tasks, monitor figures) in the variable NAME.
+        - ``-q``           no summary line.
+        - ``--no-monitor`` no live GPU panel while the cell runs.
+
+        Wall time includes waiting for the GPU work to finish. The cell's last expression is its result,
+        as in a plain cell. Dask arrays made before the cell keep their chunk type: a NumPy-backed array in a
+        ``gpu`` cell still runs on the CPU, and the summary says so.
+        """
+        if cell is None:
+            raise UsageError("%%gpurun is a cell magic: put %%gpurun on the first line of a cell.")
+        options = parse_run_line(line)
+        plans = self._plans(options)
+        compiled = run.compile_cell(self.shell, cell)
+        if compiled is None:
+            return None
+        if len(plans) == 1:
+            return self._run_single(options, plans[0], compiled)
+        return self._run_compare(options, plans, compiled)
+
+    def _plans(self, options: RunOptions) -> list[backends.BackendPlan]:
+        preferences = backends.Preferences(gpu_threads=self.gpu_threads, cpu_threads=self.cpu_threads or None)
+        if options.compare == (COMPARE_ALL,):
+            return self._available_plans(options, preferences)
+        plans = []
+        for name in options.backends:
+            resolved = name or None
+            chosen = resolved or self.default_backend
+            plans.append(
+                backends.plan(
+                    resolved,
+                    device=options.device if chosen in ("gpu", "auto") or not options.compare else None,
+                    workers=options.workers if chosen in ("gpu", "cpu-threads") or not options.compare else None,
+                    default=self.default_backend,
+                    preferences=preferences,
+                )
+            )
+        return plans
+
+    def _available_plans(
+        self, options: RunOptions, preferences: backends.Preferences
+    ) -> list[backends.BackendPlan]:
+        plans: list[backends.BackendPlan] = []
+        skipped: list[str] = []
+        for name in BACKENDS:
+            try:
+                plans.append(
+                    backends.plan(
+                        name,
+                        device=options.device if name == "gpu" else None,
+                        workers=options.workers if name in ("gpu", "cpu-threads") else None,
+                        preferences=preferences,
+                    )
+                )
+            except UsageError as error:
+                skipped.append(f"{name} skipped ({str(error).split(': ', 1)[-1].split(';')[0]})")
+        if skipped:
+            first = plans[0]
+            plans[0] = dataclasses.replace(first, notes=(*first.notes, *skipped))
+        return plans
+
+    def _run_single(self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell) -> Any:
+        result, outcome = run.run_on_backend(
+            self.shell,
+            compiled,
+            plan,
+            repeat=options.repeat,
+            observer=self._observer(options, plan),
+            notes=run.chunk_mismatches(self.shell, compiled, plan),
+        )
+        self._report(options, result)
+        if outcome.failed or compiled.silent:
+            return None
+        return outcome.value
+
+    def _run_compare(
+        self, options: RunOptions, plans: list[backends.BackendPlan], compiled: run.CompiledCell
+    ) -> Any:
+        results: list[tuple[RunResult, run.Outcome]] = []
+        for plan in plans:
+            result, outcome = run.run_on_backend(
+                self.shell,
+                compiled,
+                plan,
+                repeat=options.repeat,
+                observer=self._observer(options, plan),
+                notes=run.chunk_mismatches(self.shell, compiled, plan),
+            )
+            results.append((result, outcome))
+            if outcome.failed:
+                break
+        comparison = run.compare_rows(results, options.rtol)
+        self._report(options, comparison)
+        first = results[0][1]
+        if first.failed or compiled.silent:
+            return None
+        return first.value
+
+    def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> run.CellObserver | None:
+        return None
+
+    def _report(self, options: RunOptions, result: Any) -> None:
+        if options.output:
+            self.shell.user_ns[options.output] = result
+        if not options.quiet:
+            display(result)
+
+    def close(self) -> None:
+        """Release what the magics hold (called on ``%unload_ext``)."""
+        backends.shutdown_pools()

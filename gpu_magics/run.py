@@ -1,0 +1,196 @@
+"""Running a cell on a backend: compile it like IPython does, time it to the end of the GPU work, compare values."""
+
+from __future__ import annotations
+
+import ast
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from IPython.core.interactiveshell import InteractiveShell
+
+from gpu_magics import task_count
+from gpu_magics.backends import BackendPlan
+from gpu_magics.results import CompareResult, CompareRow, RunResult
+
+
+@dataclass(frozen=True)
+class CompiledCell:
+    """A cell ready to run: its statements and, separately, its last expression (whose value is the result)."""
+
+    body: Any  # code object for every statement but a trailing expression
+    last_expression: Any  # code object (eval mode) or None
+    names: frozenset[str]  # names the cell reads
+    silent: bool  # the cell ends with ';'
+
+
+class CellObserver(Protocol):
+    """Watches one backend's run of a cell (the live GPU monitor does)."""
+
+    def start(self, plan: BackendPlan) -> None: ...
+
+    def stop(self) -> Any: ...
+
+
+def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
+    """Transform and compile ``cell`` as IPython would; shows a syntax error and returns ``None`` on one."""
+    source = shell.transform_cell(cell)
+    filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
+    try:
+        module = shell.compile.ast_parse(source, filename=filename)
+        module = shell.transform_ast(module)
+    except SyntaxError:
+        shell.showsyntaxerror(filename)
+        return None
+    assert isinstance(module, ast.Module)
+    statements = list(module.body)
+    last = None
+    if statements and isinstance(statements[-1], ast.Expr):
+        last = ast.Expression(statements.pop().value)
+    names = frozenset(
+        node.id for node in ast.walk(module) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    )
+    body = shell.compile(ast.Module(statements, type_ignores=[]), filename, "exec")
+    expression = shell.compile(last, filename, "eval") if last is not None else None
+    silent = bool(shell.displayhook.semicolon_at_end_of_expression(source))
+    return CompiledCell(body=body, last_expression=expression, names=names, silent=silent)
+
+
+@dataclass
+class Outcome:
+    """What running a cell once gave: its value, or that it raised (the traceback was shown)."""
+
+    value: Any = None
+    failed: bool = False
+
+
+def run_once(shell: InteractiveShell, cell: CompiledCell) -> Outcome:
+    """Run the cell in the user namespace; a user exception shows the user's traceback, not ours."""
+    try:
+        exec(cell.body, shell.user_global_ns, shell.user_ns)
+        value = None
+        if cell.last_expression is not None:
+            value = eval(cell.last_expression, shell.user_global_ns, shell.user_ns)
+    except (Exception, KeyboardInterrupt) as error:
+        # Drop this frame from the traceback: the user sees only the cell's own frames.
+        user_frames = error.__traceback__.tb_next if error.__traceback__ is not None else None
+        shell.showtraceback((type(error), error.with_traceback(user_frames), user_frames), tb_offset=0)
+        return Outcome(failed=True)
+    return Outcome(value=value)
+
+
+def run_on_backend(
+    shell: InteractiveShell,
+    cell: CompiledCell,
+    plan: BackendPlan,
+    *,
+    repeat: int = 1,
+    observer: CellObserver | None = None,
+    notes: Sequence[str] = (),
+) -> tuple[RunResult, Outcome]:
+    """Run the cell ``repeat`` times on ``plan``; each wall time ends after the backend's GPU work is done."""
+    times: list[float] = []
+    outcome = Outcome()
+    tasks: int | None = 0
+    if observer is not None:
+        observer.start(plan)
+    try:
+        with plan.activate():
+            for _ in range(repeat):
+                with task_count.counting(plan.client) as counted:
+                    start = time.perf_counter()
+                    outcome = run_once(shell, cell)
+                    if not outcome.failed:
+                        plan.synchronize()
+                    times.append(time.perf_counter() - start)
+                tasks = None if tasks is None or counted[0] is None else tasks + counted[0]
+                if outcome.failed:
+                    break
+    finally:
+        figures = observer.stop() if observer is not None else None
+    if tasks is not None and len(times) > 1:
+        tasks //= len(times)
+    result = RunResult(
+        backend=plan.name,
+        hardware=plan.hardware,
+        times=tuple(times),
+        tasks=tasks or None,
+        notes=(*plan.notes, *notes),
+        failed=outcome.failed,
+        monitor=figures,
+    )
+    return result, outcome
+
+
+def chunk_mismatches(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan) -> list[str]:
+    """Notes for dask collections the cell reads whose chunk type does not match the backend's."""
+    notes = []
+    for name in sorted(cell.names):
+        value = shell.user_ns.get(name)
+        meta = getattr(value, "_meta", None)
+        if meta is None or not hasattr(value, "__dask_graph__"):
+            continue
+        module = type(meta).__module__.split(".")[0]
+        if plan.chunk_type == "cupy" and module == "numpy":
+            notes.append(
+                f"{name} has numpy chunks, so {plan.name} computes it on the CPU; "
+                f'convert it once with {name} = {name}.to_backend("cupy")'
+            )
+        elif plan.chunk_type == "numpy" and module == "cupy":
+            notes.append(
+                f"{name} has cupy chunks, so {plan.name} computes it on a GPU; "
+                f'convert it with {name}.to_backend("numpy") to use the CPU'
+            )
+    return notes
+
+
+def to_host(value: Any) -> Any:
+    """``value`` with CuPy arrays copied to NumPy, recursively through tuples, lists and dicts."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_host(item) for item in value)
+    if isinstance(value, dict):
+        return {key: to_host(item) for key, item in value.items()}
+    if type(value).__module__.split(".")[0] == "cupy" and hasattr(value, "get"):
+        return value.get()
+    return value
+
+
+def agreement(reference: Any, value: Any, rtol: float) -> str:
+    """How ``value`` compares with ``reference``: ``agrees``, ``differs (...)`` or why it was not compared."""
+    if reference is None and value is None:
+        return "no value to compare"
+    if hasattr(value, "__dask_graph__") or hasattr(reference, "__dask_graph__"):
+        return "not compared (lazy dask collection: end the cell with .compute())"
+    reference, value = to_host(reference), to_host(value)
+    try:
+        left, right = np.asarray(reference), np.asarray(value)
+        if left.dtype.kind in "biufc" and right.dtype.kind in "biufc":
+            if left.shape != right.shape:
+                return f"differs (shape {left.shape} vs {right.shape})"
+            if np.allclose(left, right, rtol=rtol, atol=0, equal_nan=True):
+                return "agrees"
+            scale = np.maximum(np.abs(left), np.finfo(np.float64).tiny)
+            worst = float(np.max(np.abs(left - right) / scale))
+            return f"differs (max relative difference {worst:.2g} > rtol {rtol:g})"
+        equal = reference == value
+        return "agrees" if bool(np.all(equal)) else "differs"
+    except Exception as error:
+        return f"not compared ({type(error).__name__})"
+
+
+def compare_rows(results: Sequence[tuple[RunResult, Outcome]], rtol: float) -> CompareResult:
+    """The comparison table: speed-up against the first backend and agreement with its value."""
+    rows = []
+    reference_result, reference_outcome = results[0]
+    for position, (result, outcome) in enumerate(results):
+        if result.failed:
+            rows.append(CompareRow(result, None, "failed"))
+            continue
+        speedup = reference_result.wall_time / result.wall_time if not reference_result.failed else None
+        if position == 0:
+            rows.append(CompareRow(result, 1.0, "reference"))
+        else:
+            rows.append(CompareRow(result, speedup, agreement(reference_outcome.value, outcome.value, rtol)))
+    return CompareResult(tuple(rows))

@@ -11,9 +11,13 @@ from IPython.core.magic import Magics
 
 # Each entry is "module:attribute". Magics classes are registered and added to ``shell.configurables`` so that
 # ``%config ClassName.trait = value`` works; hooks are called with the shell on load and on unload.
-MAGICS_CLASSES: tuple[str, ...] = ("gpu_magics.magics:GpuMagics",)
-LOAD_HOOKS: tuple[str, ...] = ()
-UNLOAD_HOOKS: tuple[str, ...] = ()
+MAGICS_CLASSES: tuple[str, ...] = (
+    "gpu_magics.magics:GpuMagics",
+    "gpu_magics.cluster_magics:ClusterMagics",
+    "gpu_magics.graph_magics:GraphMagics",
+)
+LOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:register",)
+UNLOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:unregister",)
 
 _STATE_KEY = "_gpu_magics_instances"
 

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Int
@@ -35,6 +36,11 @@ class GpuMagics(Magics):
         help="Threads of the cpu-threads backend; 0 means every core (--workers overrides).",
     ).tag(config=True)
     monitor = Bool(True, help="Show the live GPU panel while %%gpurun cells run.").tag(config=True)
+
+    @property
+    def _shell(self) -> InteractiveShell:
+        assert self.shell is not None, "GpuMagics needs a shell"
+        return self.shell
 
     @line_cell_magic
     def gpurun(self, line: str, cell: str | None = None) -> Any:
@@ -72,7 +78,7 @@ class GpuMagics(Magics):
             raise UsageError("%%gpurun is a cell magic: put %%gpurun on the first line of a cell.")
         options = parse_run_line(line)
         plans = self._plans(options)
-        compiled = run.compile_cell(self.shell, cell)
+        compiled = run.compile_cell(self._shell, cell)
         if compiled is None:
             return None
         if len(plans) == 1:
@@ -98,9 +104,7 @@ class GpuMagics(Magics):
             )
         return plans
 
-    def _available_plans(
-        self, options: RunOptions, preferences: backends.Preferences
-    ) -> list[backends.BackendPlan]:
+    def _available_plans(self, options: RunOptions, preferences: backends.Preferences) -> list[backends.BackendPlan]:
         plans: list[backends.BackendPlan] = []
         skipped: list[str] = []
         for name in BACKENDS:
@@ -122,30 +126,28 @@ class GpuMagics(Magics):
 
     def _run_single(self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell) -> Any:
         result, outcome = run.run_on_backend(
-            self.shell,
+            self._shell,
             compiled,
             plan,
             repeat=options.repeat,
             observer=self._observer(options, plan),
-            notes=run.chunk_mismatches(self.shell, compiled, plan),
+            notes=run.chunk_mismatches(self._shell, compiled, plan),
         )
         self._report(options, result)
         if outcome.failed or compiled.silent:
             return None
         return outcome.value
 
-    def _run_compare(
-        self, options: RunOptions, plans: list[backends.BackendPlan], compiled: run.CompiledCell
-    ) -> Any:
+    def _run_compare(self, options: RunOptions, plans: list[backends.BackendPlan], compiled: run.CompiledCell) -> Any:
         results: list[tuple[RunResult, run.Outcome]] = []
         for plan in plans:
             result, outcome = run.run_on_backend(
-                self.shell,
+                self._shell,
                 compiled,
                 plan,
                 repeat=options.repeat,
                 observer=self._observer(options, plan),
-                notes=run.chunk_mismatches(self.shell, compiled, plan),
+                notes=run.chunk_mismatches(self._shell, compiled, plan),
             )
             results.append((result, outcome))
             if outcome.failed:
@@ -162,7 +164,7 @@ class GpuMagics(Magics):
 
     def _report(self, options: RunOptions, result: Any) -> None:
         if options.output:
-            self.shell.user_ns[options.output] = result
+            self._shell.user_ns[options.output] = result
         if not options.quiet:
             display(result)
 

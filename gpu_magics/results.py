@@ -144,9 +144,7 @@ class CompareResult:
         lines = []
         for row in self.rows:
             speedup = "—" if row.speedup is None else f"{row.speedup:.2f}x"
-            lines.append(
-                (row.result.backend, row.result.hardware, row.result.timing_text(), speedup, row.agreement)
-            )
+            lines.append((row.result.backend, row.result.hardware, row.result.timing_text(), speedup, row.agreement))
         return lines
 
     def __str__(self) -> str:
@@ -187,9 +185,7 @@ class CompareResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "rows": [
-                {**row.result.to_json(), "speedup": row.speedup, "agreement": row.agreement} for row in self.rows
-            ]
+            "rows": [{**row.result.to_json(), "speedup": row.speedup, "agreement": row.agreement} for row in self.rows]
         }
 
 

@@ -48,12 +48,14 @@ def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
     statements = list(module.body)
     last = None
     if statements and isinstance(statements[-1], ast.Expr):
-        last = ast.Expression(statements.pop().value)
+        last = ast.Expression(statements[-1].value)
+        statements.pop()
     names = frozenset(
         node.id for node in ast.walk(module) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
     )
-    body = shell.compile(ast.Module(statements, type_ignores=[]), filename, "exec")
-    expression = shell.compile(last, filename, "eval") if last is not None else None
+    compiler: Any = shell.compile  # CachingCompiler accepts AST nodes too
+    body = compiler(ast.Module(statements, type_ignores=[]), filename, "exec")
+    expression = compiler(last, filename, "eval") if last is not None else None
     silent = bool(shell.displayhook.semicolon_at_end_of_expression(source))
     return CompiledCell(body=body, last_expression=expression, names=names, silent=silent)
 

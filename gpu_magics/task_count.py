@@ -13,6 +13,7 @@ from dask.callbacks import Callback
 if TYPE_CHECKING:
     from distributed import Client
 
+
 class LocalTaskCounter(Callback):
     """Adds up the size of every graph the local schedulers (synchronous, threads) run."""
 

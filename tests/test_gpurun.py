@@ -58,7 +58,9 @@ def test_backend_sets_dask_config_only_for_the_cell(ip: InteractiveShell) -> Non
     before = dask.config.get("scheduler", None)
     seen = run(ip, "cpu-single", "import dask\n(dask.config.get('scheduler'), dask.config.get('array.backend'))")
     assert seen == ("synchronous", "numpy")
-    seen = run(ip, "cpu-threads --workers 2", "import dask\n(dask.config.get('scheduler'), dask.config.get('num_workers'))")
+    seen = run(
+        ip, "cpu-threads --workers 2", "import dask\n(dask.config.get('scheduler'), dask.config.get('num_workers'))"
+    )
     assert seen == ("threads", 2)
     assert dask.config.get("scheduler", None) == before
 
@@ -167,7 +169,8 @@ def test_auto_without_gpu_says_it_picked_cpu_threads(ip: InteractiveShell) -> No
 
 
 def test_numpy_chunks_are_flagged_on_a_cupy_backend(ip: InteractiveShell) -> None:
-    from gpu_magics import backends, run as run_module
+    from gpu_magics import backends
+    from gpu_magics import run as run_module
 
     ip.run_cell("import dask.array as da\nt_n = da.ones((10, 10), chunks=5)")
     compiled = run_module.compile_cell(ip, "t_n.sum()")

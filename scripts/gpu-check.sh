@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; logs go to $OUT (default ./gpu-logs).
+#   bash scripts/gpu-check.sh [STAGE...]     stages: env tests seed cluster display monitor server examples (default: all)
+# Python packages the machine lacks can be brought as wheels in .whl/ (installed into /tmp/site first).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-logs}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster display monitor server examples)
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+status=0
+run() {  # run NAME COMMAND...: log to $OUT/NAME.log, remember failures
+  local name=$1; shift
+  echo "=== $name: $*"
+  local start=$SECONDS
+  "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name: exit $rc in $((SECONDS - start)) s"
+  [ "$rc" -eq 0 ] || status=1
+}
+for stage in "${stages[@]}"; do
+  case $stage in
+    env) run env bash -c 'nvidia-smi -L; python3 --version; python3 -c "import cupy, dask, distributed, dask_cuda; print(cupy.__version__, dask.__version__, distributed.__version__, dask_cuda.__version__)"' ;;
+    tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ;;
+    seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
+    cluster) [ -f benchmarks/cluster_start.py ] && run cluster python3 benchmarks/cluster_start.py --json "$OUT/cluster.json" ;;
+    display) [ -f benchmarks/display_speed.py ] && run display python3 benchmarks/display_speed.py ;;
+    monitor) [ -f benchmarks/sampler_cost.py ] && run monitor python3 benchmarks/sampler_cost.py ;;
+    server) [ -f benchmarks/server_gpu_check.py ] && run server python3 benchmarks/server_gpu_check.py ;;
+    examples) [ -f scripts/run_examples.py ] && run examples python3 scripts/run_examples.py --full --out "$OUT" ;;
+    *) echo "unknown stage $stage"; status=1 ;;
+  esac
+done
+echo "GPUs: $gpus; overall status $status"
+exit $status

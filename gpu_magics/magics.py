@@ -160,7 +160,11 @@ class GpuMagics(Magics):
         return first.value
 
     def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> run.CellObserver | None:
-        return None
+        if not (options.monitor and self.monitor):
+            return None
+        from gpu_magics.cell_monitor import CellMonitor
+
+        return CellMonitor(self._shell, show_live=not options.quiet, keep_static=not options.compare)
 
     def _report(self, options: RunOptions, result: Any) -> None:
         if options.output:

@@ -93,8 +93,8 @@ class RunResult:
         for note in self.notes:
             body += f"<br><span style='opacity:.75'>note: {html.escape(note)}</span>"
         if self.monitor is not None:
-            monitor_html = getattr(self.monitor, "_repr_html_", None)
-            body += monitor_html() if callable(monitor_html) else f"<br>{html.escape(str(self.monitor))}"
+            short_html = getattr(self.monitor, "short_html", None)
+            body += short_html() if callable(short_html) else f"<br>{html.escape(str(self.monitor))}"
         return f"<div class='gpu-magics-run' style='{_STYLE}'>&#9201; {body}</div>"
 
     def to_json(self) -> dict[str, Any]:

@@ -1,0 +1,171 @@
+"""Watching a ``%%gpurun`` cell: the live panel while it runs, then per-GPU (or host) figures for the summary."""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.display import HTML, DisplayHandle, display
+
+from gpu_magics.backends import BackendPlan
+from gpu_magics.display.monitor_view import format_bytes, timeline
+from gpu_magics.monitor.sampler import GpuSummary, Sampler, get_sampler, summarize
+from gpu_magics.monitor.source import Snapshot
+
+_STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
+
+
+@dataclass(frozen=True)
+class MonitorFigures:
+    """What the monitor saw during one backend's run: per GPU, or the host's CPU for CPU backends."""
+
+    kind: str  # "gpu" or "host"
+    duration: float
+    gpus: tuple[GpuSummary, ...] = ()
+    timelines: dict[int, tuple[tuple[float, ...], tuple[float | None, ...]]] = field(default_factory=dict)
+    host_mean_cpu: float | None = None
+    host_peak_cpu: float | None = None
+    host_timeline: tuple[tuple[float, ...], tuple[float | None, ...]] = ((), ())
+    samples: int = 0
+    status: str | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "host" or not self.gpus:
+            text = f"host CPU: mean {_pct(self.host_mean_cpu)}, peak {_pct(self.host_peak_cpu)}"
+            return text + (f" ({self.status})" if self.status and self.kind == "gpu" else "")
+        return "; ".join(
+            f"GPU {g.index}: mean util {_pct(g.mean_gpu_util)}, peak memory {format_bytes(g.peak_memory_used)}"
+            for g in self.gpus
+        )
+
+    def short_html(self) -> str:
+        """One line for the run summary."""
+        return f"<br><span style='opacity:.85'>{html.escape(str(self))}</span>"
+
+    def _repr_html_(self) -> str:
+        if self.kind == "host" or not self.gpus:
+            times, values = self.host_timeline
+            chart = timeline(times, values, "#6b8fb5") if times else ""
+            return (
+                f"<div class='gpu-magics-cell-monitor' style='{_STYLE}'>host CPU {chart} "
+                f"mean {_pct(self.host_mean_cpu)}, peak {_pct(self.host_peak_cpu)} "
+                f"over {self.duration:.2f} s ({self.samples} samples)</div>"
+            )
+        rows = []
+        for gpu in self.gpus:
+            times, values = self.timelines.get(gpu.index, ((), ()))
+            memory = f"{format_bytes(gpu.peak_memory_used)} / {format_bytes(gpu.memory_total)}"
+            rows.append(
+                f"<tr><td style='padding-right:8px'>{html.escape(f'GPU {gpu.index} · {gpu.name}')}</td>"
+                f"<td>{timeline(times, values, '#76b900') if times else ''}</td>"
+                f"<td style='padding:0 8px'>mean util <b>{_pct(gpu.mean_gpu_util)}</b></td>"
+                f"<td>peak memory <b>{html.escape(memory)}</b></td></tr>"
+            )
+        return (
+            f"<div class='gpu-magics-cell-monitor' style='{_STYLE}'>"
+            f"<table style='border-collapse:collapse'>{''.join(rows)}</table>"
+            f"<span style='opacity:.75'>{self.samples} samples over {self.duration:.2f} s</span></div>"
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "duration": self.duration,
+            "samples": self.samples,
+            "gpus": [g.to_json() for g in self.gpus],
+            "timelines": {str(i): {"t": list(t), "util": list(v)} for i, (t, v) in self.timelines.items()},
+            "host_mean_cpu": self.host_mean_cpu,
+            "host_peak_cpu": self.host_peak_cpu,
+            "status": self.status,
+        }
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}%"
+
+
+def figures_from(
+    snapshots: list[Snapshot], kind: str, start: float, gpu_indices: tuple[int, ...] = ()
+) -> MonitorFigures:
+    """Summarize the snapshots of one run; ``gpu_indices`` limits the GPUs shown (empty: all)."""
+    end = snapshots[-1].time if snapshots else start
+    cpu = [s.host.cpu_percent for s in snapshots]
+    present = [c for c in cpu if c is not None]
+    host_times = tuple(s.time - start for s in snapshots)
+    status = next((s.status for s in reversed(snapshots) if s.status), None)
+    base = MonitorFigures(
+        kind=kind,
+        duration=max(0.0, end - start),
+        host_mean_cpu=sum(present) / len(present) if present else None,
+        host_peak_cpu=max(present) if present else None,
+        host_timeline=(host_times, tuple(cpu)),
+        samples=len(snapshots),
+        status=status,
+    )
+    if kind != "gpu":
+        return base
+    summaries = summarize(snapshots)
+    wanted = [summaries[i] for i in sorted(summaries) if not gpu_indices or i in gpu_indices]
+    timelines = {}
+    for gpu in wanted:
+        points = [(s.time - start, r.gpu_util) for s in snapshots for r in s.gpus if r.index == gpu.index]
+        timelines[gpu.index] = (tuple(p[0] for p in points), tuple(p[1] for p in points))
+    return MonitorFigures(**{**base.__dict__, "gpus": tuple(wanted), "timelines": timelines})
+
+
+class CellMonitor:
+    """A ``run.CellObserver``: samples while one backend runs the cell, with a live panel in a notebook."""
+
+    def __init__(
+        self,
+        shell: InteractiveShell,
+        *,
+        show_live: bool = True,
+        keep_static: bool = True,
+        sampler: Sampler | None = None,
+    ) -> None:
+        self.shell = shell
+        self.show_live = show_live
+        self.keep_static = keep_static
+        self._sampler = sampler
+        self._started_here = False
+        self._start = 0.0
+        self._plan: BackendPlan | None = None
+        self._panel: Any = None
+        self._handle: DisplayHandle | None = None
+
+    def start(self, plan: BackendPlan) -> None:
+        sampler = self._sampler = self._sampler or get_sampler()
+        self._plan = plan
+        self._start = time.time()
+        self._started_here = not sampler.running
+        if self._started_here:
+            sampler.start()
+        sampler.tick()
+        from gpu_magics.display.live import LivePanel, can_show_widgets
+
+        if self.show_live and can_show_widgets(self.shell):
+            self._panel = LivePanel(sampler, title=f"{plan.name} · {plan.hardware}")
+            self._panel.start()
+            self._handle = display(self._panel, display_id=True)
+
+    def stop(self) -> MonitorFigures:
+        sampler, plan = self._sampler, self._plan
+        assert sampler is not None and plan is not None, "stop() before start()"
+        sampler.tick()
+        snapshots = sampler.history(since=self._start - 1e-3)
+        if self._started_here:
+            sampler.stop()
+        uses_gpu = plan.chunk_type == "cupy"
+        figures = figures_from(snapshots, "gpu" if uses_gpu else "host", self._start, plan.gpu_indices)
+        if self._panel is not None:
+            self._panel.stop()
+        if self._handle is not None:
+            self._handle.update(figures if self.keep_static else HTML(""))
+        return figures

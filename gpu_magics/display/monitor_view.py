@@ -1,0 +1,157 @@
+"""Pure HTML/SVG for GPU monitoring: the live panel's rows and the static per-cell summary."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from gpu_magics.monitor.source import GpuReading, HostReading, Snapshot
+
+_STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
+_GPU_COLOUR = "#76b900"
+_MEMORY_COLOUR = "#4c8bf5"
+_CPU_COLOUR = "#6b8fb5"
+
+
+def format_bytes(value: float | None) -> str:
+    """``12.3 GB``, ``512 MB``; ``—`` when unknown."""
+    if value is None:
+        return "—"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}%"
+
+
+def bar(percent: float | None, colour: str, width: int = 90) -> str:
+    """A small horizontal bar (inline HTML) filled to ``percent``."""
+    filled = 0.0 if percent is None else max(0.0, min(100.0, percent))
+    return (
+        f"<span style='display:inline-block;width:{width}px;height:8px;border-radius:2px;"
+        f"background:var(--jp-layout-color3,#ddd);vertical-align:middle'>"
+        f"<span style='display:block;width:{filled:.1f}%;height:100%;border-radius:2px;background:{colour}'></span>"
+        f"</span>"
+    )
+
+
+def sparkline(values: Sequence[float | None], colour: str, width: int = 120, height: int = 18) -> str:
+    """An inline SVG polyline of ``values`` on a 0..100 scale; gaps where a value is missing."""
+    points = [(i, v) for i, v in enumerate(values) if v is not None]
+    if len(values) < 2 or not points:
+        return f"<svg width='{width}' height='{height}'></svg>"
+    step = width / (len(values) - 1)
+    coordinates = " ".join(
+        f"{i * step:.1f},{height - 1 - (height - 2) * max(0.0, min(100.0, v)) / 100:.1f}" for i, v in points
+    )
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' style='vertical-align:middle'>"
+        f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{coordinates}'/></svg>"
+    )
+
+
+def timeline(
+    times: Sequence[float], values: Sequence[float | None], colour: str, width: int = 240, height: int = 36
+) -> str:
+    """An inline SVG area chart of ``values`` (0..100) against ``times`` (seconds from the start)."""
+    pairs = [(t, v) for t, v in zip(times, values, strict=False) if v is not None]
+    span = max(times[-1] - times[0], 1e-9) if len(times) >= 2 else 1.0
+    frame = (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' style='vertical-align:middle'>"
+        f"<rect x='0' y='0' width='{width}' height='{height}' fill='none' stroke='currentColor' opacity='.2'/>"
+    )
+    if not pairs:
+        return frame + "</svg>"
+    start = times[0]
+    path = [f"M0,{height}"]
+    for t, v in pairs:
+        x = (t - start) / span * width
+        y = height - (height - 2) * max(0.0, min(100.0, v)) / 100
+        path.append(f"L{x:.1f},{y:.1f}")
+    path.append(f"L{(pairs[-1][0] - start) / span * width:.1f},{height}Z")
+    return frame + f"<path d='{' '.join(path)}' fill='{colour}' fill-opacity='.55' stroke='{colour}'/></svg>"
+
+
+def gpu_row(reading: GpuReading, history: Sequence[float | None]) -> str:
+    """One live row: name, utilization and memory bars, temperature, power, recent utilization."""
+    name = html.escape(f"GPU {reading.index} · {reading.name}")
+    if reading.error is not None:
+        return f"<tr><td>{name}</td><td colspan='5' style='opacity:.75'>{html.escape(reading.error)}</td></tr>"
+    memory_percent = (
+        100 * reading.memory_used / reading.memory_total
+        if reading.memory_used is not None and reading.memory_total
+        else None
+    )
+    temperature = "—" if reading.temperature is None else f"{reading.temperature:.0f} °C"
+    power = "—" if reading.power is None else f"{reading.power:.0f} W"
+    if reading.power is not None and reading.power_limit:
+        power += f" / {reading.power_limit:.0f} W"
+    memory = f"{format_bytes(reading.memory_used)} / {format_bytes(reading.memory_total)}"
+    return (
+        f"<tr><td style='padding-right:8px'>{name}</td>"
+        f"<td>{bar(reading.gpu_util, _GPU_COLOUR)} {_percent(reading.gpu_util)}</td>"
+        f"<td>{bar(memory_percent, _MEMORY_COLOUR)} {html.escape(memory)}</td>"
+        f"<td style='padding:0 6px'>{temperature}</td><td style='padding:0 6px'>{html.escape(power)}</td>"
+        f"<td>{sparkline(history, _GPU_COLOUR)}</td></tr>"
+    )
+
+
+def host_line(host: HostReading) -> str:
+    """CPU and memory of the host, one line."""
+    memory_percent = 100 * host.memory_used / host.memory_total if host.memory_used and host.memory_total else None
+    return (
+        f"<div>host · {host.cpu_count} CPUs {bar(host.cpu_percent, _CPU_COLOUR, 70)} {_percent(host.cpu_percent)}"
+        f" · memory {bar(memory_percent, _MEMORY_COLOUR, 70)} "
+        f"{format_bytes(host.memory_used)} / {format_bytes(host.memory_total)}</div>"
+    )
+
+
+def live_panel(snapshots: Sequence[Snapshot], title: str = "GPUs") -> str:
+    """The live panel for the newest of ``snapshots`` (older ones feed the sparklines)."""
+    if not snapshots:
+        return f"<div style='{_STYLE}'>{html.escape(title)}: waiting for the first sample…</div>"
+    latest = snapshots[-1]
+    rows = []
+    for reading in latest.gpus:
+        history = [_reading_util(s, reading.index) for s in snapshots]
+        rows.append(gpu_row(reading, history))
+    status = f"<div style='opacity:.75'>{html.escape(latest.status)}</div>" if latest.status else ""
+    table = f"<table style='border-collapse:collapse'>{''.join(rows)}</table>" if rows else ""
+    return (
+        f"<div class='gpu-magics-monitor' style='{_STYLE}'><b>{html.escape(title)}</b>"
+        f"{table}{status}{host_line(latest.host)}</div>"
+    )
+
+
+def _reading_util(snapshot: Snapshot, index: int) -> float | None:
+    for reading in snapshot.gpus:
+        if reading.index == index:
+            return reading.gpu_util
+    return None
+
+
+def live_panel_text(snapshot: Snapshot | None) -> str:
+    """A plain-text version of the live panel, for terminals and saved notebooks."""
+    if snapshot is None:
+        return "GPUs: no sample yet"
+    lines = []
+    for r in snapshot.gpus:
+        if r.error:
+            lines.append(f"GPU {r.index} {r.name}: {r.error}")
+            continue
+        lines.append(
+            f"GPU {r.index} {r.name}: util {_percent(r.gpu_util)}, memory {format_bytes(r.memory_used)} / "
+            f"{format_bytes(r.memory_total)}, {'—' if r.temperature is None else f'{r.temperature:.0f} °C'}, "
+            f"{'—' if r.power is None else f'{r.power:.0f} W'}"
+        )
+    if snapshot.status:
+        lines.append(snapshot.status)
+    h = snapshot.host
+    lines.append(
+        f"host: {h.cpu_count} CPUs at {_percent(h.cpu_percent)}, memory {format_bytes(h.memory_used)} / "
+        f"{format_bytes(h.memory_total)}"
+    )
+    return "\n".join(lines)

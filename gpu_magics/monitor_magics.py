@@ -1,0 +1,79 @@
+"""``%gpumonitor``: a live GPU panel in the notebook, fed by the process's shared sampler."""
+
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
+
+from gpu_magics.argparsing import MagicArgumentParser, positive_float
+from gpu_magics.display.monitor_view import live_panel_text
+from gpu_magics.monitor.sampler import MIN_INTERVAL, get_sampler, shutdown_sampler
+
+
+def _parser() -> MagicArgumentParser:
+    parser = MagicArgumentParser("%gpumonitor")
+    parser.add_argument("--interval", "-i", type=positive_float)
+    parser.add_argument("--stop", action="store_true")
+    return parser
+
+
+@magics_class
+class MonitorMagics(Magics):
+    """Live GPU monitoring."""
+
+    def __init__(self, shell: InteractiveShell | None = None, **kwargs: object) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._panels: list[object] = []
+        self._parser = _parser()
+
+    @line_magic
+    def gpumonitor(self, line: str = "") -> None:
+        """Show a live panel of every GPU: utilization, memory, temperature, power and recent history.
+
+        Usage::
+
+            %gpumonitor                  start sampling and show the panel (updates in place)
+            %gpumonitor --interval 0.25  sample every 0.25 s (at least 0.1 s; default 0.5 s)
+            %gpumonitor --stop           stop the panels and the sampler thread
+
+        The host's CPU and memory use are shown beneath the GPUs. In a terminal IPython, which cannot draw
+        widgets, it prints one snapshot instead. GPUs that cannot be read (no driver, no permission, a lost
+        GPU) are listed with the reason; the others keep updating.
+        """
+        args = self._parser.parse_line(line)
+        if args.stop:
+            if args.interval is not None:
+                raise UsageError("%gpumonitor: --stop takes no --interval.")
+            self.close()
+            return
+        sampler = get_sampler()
+        if args.interval is not None:
+            if args.interval < MIN_INTERVAL:
+                raise UsageError(
+                    f"%gpumonitor: --interval must be at least {MIN_INTERVAL} s (got {args.interval:g}); "
+                    "NVML cannot be sampled usefully faster."
+                )
+            sampler.interval = args.interval
+        from gpu_magics.display.live import LivePanel, can_show_widgets
+
+        if not can_show_widgets(self.shell):
+            print(live_panel_text(sampler.tick()))
+            return
+        sampler.start()
+        sampler.tick()
+        panel = LivePanel(sampler, title=f"GPUs (every {sampler.interval:g} s)")
+        panel.start()
+        self._panels.append(panel)
+        display(panel)
+
+    def close(self) -> None:
+        """Stop every panel and the sampler thread (``--stop``, ``%unload_ext``)."""
+        from gpu_magics.display.live import LivePanel
+
+        for panel in self._panels:
+            if isinstance(panel, LivePanel):
+                panel.stop()
+        self._panels.clear()
+        shutdown_sampler()

@@ -1,0 +1,140 @@
+"""``%gpumonitor`` and the monitor inside ``%%gpurun``, in a real IPython shell with the fake GPU source."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from gpu_magics import backends
+from gpu_magics.cell_monitor import CellMonitor, MonitorFigures, figures_from
+from gpu_magics.display.live import LivePanel
+from gpu_magics.monitor.sampler import Sampler, get_sampler, shutdown_sampler
+from gpu_magics.monitor.source import make_source
+
+
+def sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("gpu-magics-sampler")]
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The shared sampler reads two fake GPUs."""
+    shutdown_sampler()
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:2")
+    yield
+    shutdown_sampler()
+
+
+def test_gpumonitor_in_a_terminal_prints_one_snapshot(
+    ip: InteractiveShell, fake_gpus: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.run_line_magic("gpumonitor", "")
+    text = capsys.readouterr().out
+    assert "GPU 0" in text and "GPU 1" in text and "host:" in text
+    assert sampler_threads() == []
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--interval 0.05", "at least 0.1 s"),
+        ("--interval soon", "expected a number"),
+        ("--interval -1", "expected a number above 0"),
+        ("--stop --interval 1", "--stop takes no --interval"),
+        ("--fast", "unrecognized arguments: --fast"),
+    ],
+)
+def test_gpumonitor_bad_input(ip: InteractiveShell, fake_gpus: None, line: str, message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        ip.run_line_magic("gpumonitor", line)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert sampler_threads() == []
+
+
+def test_interval_option_sets_the_sampler(ip: InteractiveShell, fake_gpus: None) -> None:
+    ip.run_line_magic("gpumonitor", "--interval 0.25")
+    assert get_sampler().interval == 0.25
+
+
+def test_live_panel_updates_in_place_and_stops() -> None:
+    sampler = Sampler(make_source("fake", gpus=3), interval=0.1)
+    panel = LivePanel(sampler, title="test <b>panel</b>")
+    panel.start()
+    sampler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(sampler.history()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first = panel.widget.value
+        assert "GPU 2" in first and "&lt;b&gt;panel&lt;/b&gt;" in first and "<polyline" in first
+        count = len(sampler.history())
+        while len(sampler.history()) == count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        bundle = panel._repr_mimebundle_()
+        assert "text/html" in bundle and "GPU 0" in bundle["text/plain"]
+    finally:
+        panel.stop()
+        sampler.close()
+    assert not panel.running
+    assert sampler_threads() == []
+
+
+def test_stop_and_unload_leave_no_sampler_thread(ip: InteractiveShell, fake_gpus: None) -> None:
+    ip.kernel = object()  # a front end that draws widgets
+    try:
+        ip.run_line_magic("gpumonitor", "--interval 0.1")
+        assert len(sampler_threads()) == 2
+        ip.run_line_magic("gpumonitor", "--stop")
+        assert sampler_threads() == []
+        ip.run_line_magic("gpumonitor", "")
+        assert sampler_threads()
+        ip.run_line_magic("unload_ext", "gpu_magics")
+        assert sampler_threads() == []
+    finally:
+        del ip.kernel
+        ip.run_line_magic("load_ext", "gpu_magics")
+
+
+def test_gpurun_on_cpu_reports_host_cpu(ip: InteractiveShell, fake_gpus: None) -> None:
+    ip.run_cell_magic("gpurun", "cpu-threads -q -o t_r", "sum(i * i for i in range(200_000))")
+    result = ip.user_ns["t_r"]
+    assert isinstance(result.monitor, MonitorFigures)
+    assert result.monitor.kind == "host" and result.monitor.samples >= 2
+    assert "host CPU" in str(result)
+    assert result.to_json()["monitor"]["kind"] == "host"
+    assert sampler_threads() == []
+
+
+def test_no_monitor_option(ip: InteractiveShell, fake_gpus: None) -> None:
+    ip.run_cell_magic("gpurun", "cpu-single -q --no-monitor -o t_r", "1")
+    assert ip.user_ns["t_r"].monitor is None
+
+
+def test_cell_monitor_summarizes_the_gpus_a_backend_used(ip: InteractiveShell) -> None:
+    sampler = Sampler(make_source("fake", gpus=4), interval=0.1)
+    plan = backends.BackendPlan(name="gpu", hardware="1x Fake", chunk_type="cupy", gpu_indices=(1,))
+    monitor = CellMonitor(ip, show_live=False, sampler=sampler)
+    monitor.start(plan)
+    time.sleep(0.35)
+    figures = monitor.stop()
+    assert figures.kind == "gpu"
+    assert [g.index for g in figures.gpus] == [1]
+    assert figures.samples >= 2
+    times, values = figures.timelines[1]
+    assert len(times) == figures.samples and times == tuple(sorted(times))
+    html = figures._repr_html_()
+    assert "GPU 1" in html and "<svg" in html and "peak memory" in html
+    assert "mean util" in str(figures)
+    assert not sampler.running and sampler_threads() == []
+
+
+def test_figures_from_without_gpus_falls_back_to_host() -> None:
+    sampler = Sampler(make_source("fake", gpus=0))
+    snapshots = [sampler.tick(), sampler.tick()]
+    figures = figures_from(snapshots, "gpu", snapshots[0].time)
+    assert figures.gpus == () and "host CPU" in str(figures)

@@ -15,6 +15,7 @@ MAGICS_CLASSES: tuple[str, ...] = (
     "gpu_magics.magics:GpuMagics",
     "gpu_magics.cluster_magics:ClusterMagics",
     "gpu_magics.graph_magics:GraphMagics",
+    "gpu_magics.monitor_magics:MonitorMagics",
 )
 LOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:register",)
 UNLOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:unregister",)

@@ -32,6 +32,7 @@ class GraphMagics(Magics):
         expr = line.strip()
         if not expr:
             raise UsageError("%gpugraph needs an expression, e.g. %gpugraph x.sum()")
+        assert self.shell is not None
         try:
             obj = self.shell.ev(expr)
         except NameError as err:

@@ -126,6 +126,7 @@ def test_cell_monitor_summarizes_the_gpus_a_backend_used(ip: InteractiveShell) -
     assert [g.index for g in figures.gpus] == [1]
     assert figures.samples >= 2
     times, values = figures.timelines[1]
+    assert len(values) == len(times)
     assert len(times) == figures.samples and times == tuple(sorted(times))
     html = figures._repr_html_()
     assert "GPU 1" in html and "<svg" in html and "peak memory" in html

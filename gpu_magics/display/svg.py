@@ -1,0 +1,287 @@
+"""Pure SVG and text helpers for the displays: no dask, no IPython, no widgets.
+
+Everything here works on plain numbers and strings, so the output size is bounded by construction: a chunk
+grid draws at most ``max_lines`` boundaries per axis and a DAG at most the nodes it is given.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Fill and stroke per chunk kind: numpy (CPU), cupy (GPU), anything else.
+COLOURS: dict[str, tuple[str, str]] = {
+    "numpy": ("#cfe2f3", "#2f6a9e"),
+    "cupy": ("#d9efc2", "#4b7f1e"),
+    "other": ("#e6e6e6", "#6b6b6b"),
+}
+FONT = "font-family:sans-serif;font-size:11px"
+
+
+def escape(text: object) -> str:
+    """HTML/SVG-escape any value's ``str``, quotes included."""
+    return html.escape(str(text), quote=True)
+
+
+def format_bytes(n: float | None) -> str:
+    """``800000000`` -> ``'800 MB'`` (decimal units); None or NaN -> ``'unknown'``."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "unknown"
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(value) < 1000 or unit == "PB":
+            return f"{value:.0f} {unit}" if unit == "B" or value >= 100 else f"{value:.3g} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def format_count(n: float) -> str:
+    """``1000000`` -> ``'1,000,000'``; NaN -> ``'?'``."""
+    return "?" if isinstance(n, float) and math.isnan(n) else f"{int(n):,}"
+
+
+def format_shape(shape: Sequence[float]) -> str:
+    """``(10, nan)`` -> ``'(10, ?)'``."""
+    inner = ", ".join("?" if isinstance(s, float) and math.isnan(s) else str(int(s)) for s in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+def shorten(text: str, limit: int) -> str:
+    """Cut ``text`` to ``limit`` characters with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class AxisLines:
+    """Where to draw chunk boundaries along one axis, as fractions of its length."""
+
+    positions: tuple[float, ...]
+    total: float  # the axis length (NaN when unknown)
+    chunks: int
+    step: int  # chunks between two drawn lines (1: every boundary)
+    known: bool  # False when chunk sizes are unknown (NaN): lines are evenly spaced
+
+    @property
+    def title(self) -> str:
+        text = f"{self.chunks:,} chunk{'s' if self.chunks != 1 else ''}"
+        if self.step > 1:
+            text += f", a line every {self.step:,} chunks"
+        return text + ("" if self.known else ", sizes unknown")
+
+    @property
+    def length(self) -> float:
+        """Length used for drawing: the total, or the chunk count when sizes are unknown."""
+        return float(self.chunks) if math.isnan(self.total) or self.total <= 0 else self.total
+
+    @property
+    def text(self) -> str:
+        """The axis length as a label."""
+        return "?" if math.isnan(self.total) else f"{int(self.total):,}"
+
+
+def axis_lines(chunks: Sequence[float], max_lines: int = 64) -> AxisLines:
+    """Boundaries of ``chunks`` (one axis), aggregated to at most ``max_lines`` + 1 lines."""
+    n = len(chunks)
+    step = max(1, -(-n // max_lines))
+    total = float(sum(chunks))
+    known = not math.isnan(total) and total > 0
+    if not known:
+        positions = [i / n for i in range(0, n, step)] + [1.0] if n else [0.0, 1.0]
+        return AxisLines(tuple(positions), total, n, step, not math.isnan(total))
+    sums = chunks if step == 1 else [sum(chunks[i : i + step]) for i in range(0, n, step)]
+    acc = 0.0
+    out = [0.0]
+    for s in sums:
+        acc += s
+        out.append(acc / total)
+    return AxisLines(tuple(out), total, n, step, True)
+
+
+def _sides(lengths: Sequence[float], size: float, minimum: float = 14.0) -> list[float]:
+    """Display lengths: proportional down to a quarter of the longest side, compressed below that."""
+    biggest = max(lengths) if lengths else 1.0
+    out = []
+    for n in lengths:
+        r = n / biggest if biggest > 0 else 0.0
+        if r < 0.25:
+            r = 0.25 * (r / 0.25) ** 0.35
+        out.append(max(minimum, size * r))
+    return out
+
+
+def _path(segments: Sequence[tuple[float, float, float, float]]) -> str:
+    return "".join(f"M{a:.1f} {b:.1f}L{c:.1f} {d:.1f}" for a, b, c, d in segments)
+
+
+def chunk_grid(chunks: Sequence[Sequence[float]], kind: str = "numpy", size: float = 170) -> str:
+    """An SVG picture of an array's chunk grid, coloured by chunk ``kind`` (numpy, cupy, other).
+
+    Arrays of more than three dimensions draw their last three; a caption elsewhere names the rest.
+    """
+    fill, stroke = COLOURS.get(kind, COLOURS["other"])
+    dims = list(chunks)[-3:]
+    axes = [axis_lines(c) for c in dims]
+    dash = "" if all(a.known for a in axes) else ' stroke-dasharray="3 2"'
+    inner = f'stroke="{stroke}" stroke-width="0.7" fill="none"{dash}'
+    title = "; ".join(f"axis {len(chunks) - len(dims) + i}: {a.title}" for i, a in enumerate(axes))
+    parts: list[str] = [f"<title>{escape(title or 'a single value')}</title>"]
+    if not dims:
+        w = h = 24.0
+        parts.append(f'<rect x="1" y="1" width="{w}" height="{h}" fill="{fill}" stroke="{stroke}"/>')
+        return _svg(parts, w + 2, h + 2)
+    if len(dims) == 1:
+        (w,) = _sides([axes[0].length], size)
+        h = 24.0
+        x0, y0 = 2.0, 2.0
+        parts.append(f'<rect x="{x0}" y="{y0}" width="{w:.1f}" height="{h}" fill="{fill}"/>')
+        parts.append(f'<path d="{_path([(x0 + w * p, y0, x0 + w * p, y0 + h) for p in axes[0].positions])}" {inner}/>')
+        parts.append(_outline([(x0, y0), (x0 + w, y0), (x0 + w, y0 + h), (x0, y0 + h)], stroke))
+        parts.append(_label(x0 + w / 2, y0 + h + 14, axes[0].text))
+        return _svg(parts, w + 4, h + 22)
+    if len(dims) == 2:
+        h, w = _sides([axes[0].length, axes[1].length], size)
+        x0, y0 = 2.0, 2.0
+        parts.append(f'<rect x="{x0}" y="{y0}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"/>')
+        segs = [(x0 + w * p, y0, x0 + w * p, y0 + h) for p in axes[1].positions]
+        segs += [(x0, y0 + h * q, x0 + w, y0 + h * q) for q in axes[0].positions]
+        parts.append(f'<path d="{_path(segs)}" {inner}/>')
+        parts.append(_outline([(x0, y0), (x0 + w, y0), (x0 + w, y0 + h), (x0, y0 + h)], stroke))
+        parts.append(_label(x0 + w / 2, y0 + h + 14, axes[1].text))
+        parts.append(_label(x0 + w + 6, y0 + h / 2, axes[0].text, rotate=True))
+        return _svg(parts, w + 24, h + 22)
+    d, h, w = _sides([a.length for a in axes], size)
+    ox = oy = d * 0.45
+    x0, y0 = 2.0, 14.0
+    fy = y0 + oy  # top of the front face
+    top = [(x0, fy), (x0 + ox, y0), (x0 + ox + w, y0), (x0 + w, fy)]
+    side = [(x0 + w, fy), (x0 + w + ox, y0), (x0 + w + ox, y0 + h), (x0 + w, fy + h)]
+    for face, shade in ((top, 0.85), (side, 0.7)):
+        points = " ".join(f"{a:.1f},{b:.1f}" for a, b in face)
+        parts.append(f'<polygon points="{points}" fill="{fill}" fill-opacity="{shade}"/>')
+    parts.append(f'<rect x="{x0}" y="{fy:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"/>')
+    depth, rows, cols = axes
+    segs = [(x0 + w * p, fy, x0 + w * p, fy + h) for p in cols.positions]
+    segs += [(x0, fy + h * q, x0 + w, fy + h * q) for q in rows.positions]
+    segs += [(x0 + w * p, fy, x0 + w * p + ox, y0) for p in cols.positions]
+    segs += [(x0 + ox * r, fy - oy * r, x0 + ox * r + w, fy - oy * r) for r in depth.positions]
+    segs += [(x0 + w, fy + h * q, x0 + w + ox, y0 + h * q) for q in rows.positions]
+    segs += [(x0 + w + ox * r, fy - oy * r, x0 + w + ox * r, fy - oy * r + h) for r in depth.positions]
+    parts.append(f'<path d="{_path(segs)}" {inner}/>')
+    parts.append(_outline([*top[:3], side[2], side[3], (x0, fy + h)], stroke))
+    parts.append(_label(x0 + w / 2, fy + h + 14, axes[2].text))
+    parts.append(_label(x0 + w + ox + 6, y0 + h / 2, axes[1].text, rotate=True))
+    parts.append(_label(x0 + ox / 2 - 4, y0 + oy / 2, axes[0].text, anchor="end"))
+    return _svg(parts, w + ox + 24, h + oy + 34, left=max(0.0, 70 - ox / 2))
+
+
+def _outline(points: Sequence[tuple[float, float]], stroke: str) -> str:
+    coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in points)
+    return f'<polygon points="{coords}" fill="none" stroke="{stroke}" stroke-width="1.5"/>'
+
+
+def _label(x: float, y: float, text: str, rotate: bool = False, anchor: str = "middle") -> str:
+    """Text at (x, y); ``rotate``: reading upwards with its baseline on x + 11 (glyphs left of it)."""
+    if rotate:
+        x += 11
+    turn = f' transform="rotate(-90 {x:.1f} {y:.1f})"' if rotate else ""
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn} style="{FONT}" fill="#444">{escape(text)}</text>'
+    )
+
+
+def _svg(parts: Sequence[str], width: float, height: float, left: float = 0.0) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left:.0f}" height="{height:.0f}" '
+        f'viewBox="{-left:.0f} 0 {width + left:.0f} {height:.0f}" role="img">' + "".join(parts) + "</svg>"
+    )
+
+
+@dataclass(frozen=True)
+class DagNode:
+    """One box of a layered DAG: a label, a second line, a tooltip, a colour kind and a weight in [0, 1]."""
+
+    label: str
+    detail: str
+    title: str
+    kind: str = "other"
+    weight: float = 0.0
+
+
+BOX_W, BOX_H, GAP_X, GAP_Y = 150.0, 36.0, 12.0, 26.0
+MAX_WIDTH = 760.0
+
+
+def dag_levels(count: int, edges: Sequence[tuple[int, int]]) -> list[int]:
+    """Longest-path level of each node (sources at 0); ``edges`` go from dependency to dependent."""
+    children: list[list[int]] = [[] for _ in range(count)]
+    indegree = [0] * count
+    for a, b in edges:
+        children[a].append(b)
+        indegree[b] += 1
+    level = [0] * count
+    ready = [i for i in range(count) if indegree[i] == 0]
+    while ready:
+        node = ready.pop()
+        for child in children[node]:
+            level[child] = max(level[child], level[node] + 1)
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                ready.append(child)
+    return level
+
+
+def layered_dag(nodes: Sequence[DagNode], edges: Sequence[tuple[int, int]]) -> str:
+    """A top-to-bottom layered drawing of a small DAG (callers aggregate big graphs first)."""
+    if not nodes:
+        return _svg(["<title>empty graph</title>"], 10, 10)
+    levels = dag_levels(len(nodes), edges)
+    rows: dict[int, list[int]] = {}
+    for i, lv in enumerate(levels):
+        rows.setdefault(lv, []).append(i)
+    parents: dict[int, list[int]] = {}
+    for a, b in edges:
+        parents.setdefault(b, []).append(a)
+    x: dict[int, float] = {}
+    widest = max(len(r) for r in rows.values())
+    for lv in sorted(rows):
+        row = rows[lv]
+        if lv > 0:  # barycentre ordering keeps edges short
+            row.sort(key=lambda i: sum(x[p] for p in parents.get(i, [])) / max(1, len(parents.get(i, []))))
+        offset = (widest - len(row)) * (BOX_W + GAP_X) / 2
+        for k, i in enumerate(row):
+            x[i] = offset + k * (BOX_W + GAP_X) + BOX_W / 2
+    y = {i: levels[i] * (BOX_H + GAP_Y) for i in range(len(nodes))}
+    width = widest * (BOX_W + GAP_X) - GAP_X + 4
+    height = (max(levels) + 1) * (BOX_H + GAP_Y) - GAP_Y + 4
+    parts = [
+        '<defs><marker id="a" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" markerHeight="6" '
+        'orient="auto"><path d="M0 0L6 3L0 6z" fill="#888"/></marker></defs>'
+    ]
+    curves = []
+    for a, b in edges:
+        x1, y1, x2, y2 = x[a] + 2, y[a] + BOX_H + 2, x[b] + 2, y[b] + 2
+        mid = (y1 + y2) / 2
+        curves.append(
+            f'<path d="M{x1:.1f} {y1:.1f}C{x1:.1f} {mid:.1f} {x2:.1f} {mid:.1f} {x2:.1f} {y2:.1f}" '
+            'fill="none" stroke="#999" stroke-width="1" marker-end="url(#a)"/>'
+        )
+    parts += curves
+    for i, node in enumerate(nodes):
+        fill, stroke = COLOURS.get(node.kind, COLOURS["other"])
+        left, top = x[i] - BOX_W / 2 + 2, y[i] + 2
+        opacity = 0.35 + 0.65 * min(1.0, max(0.0, node.weight))
+        parts.append(
+            f'<g><title>{escape(node.title)}</title><rect x="{left:.1f}" y="{top:.1f}" width="{BOX_W}" '
+            f'height="{BOX_H}" rx="4" fill="{fill}" fill-opacity="{opacity:.2f}" stroke="{stroke}"/>'
+            f'<text x="{x[i] + 2:.1f}" y="{top + 15:.1f}" text-anchor="middle" style="{FONT};font-weight:bold" '
+            f'fill="#222">{escape(shorten(node.label, 24))}</text>'
+            f'<text x="{x[i] + 2:.1f}" y="{top + 29:.1f}" text-anchor="middle" style="{FONT}" '
+            f'fill="#444">{escape(shorten(node.detail, 28))}</text></g>'
+        )
+    shown = min(width, MAX_WIDTH)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{shown:.0f}" height="{height * shown / width:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img">' + "".join(parts) + "</svg>"
+    )

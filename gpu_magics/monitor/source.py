@@ -1,0 +1,499 @@
+"""GPU readings and where they come from: the ``GpuSource`` protocol and its NVML implementation.
+
+Only this module imports pynvml, and only inside a function: importing it does no NVML work. ``NvmlSource``
+initializes NVML lazily, once per process, on its first read. A field the device does not support reads as
+``None``; a failure that stops one device (lost, no permission) sets that reading's ``error`` and leaves the
+others alone; a failure that stops NVML as a whole (library missing, driver not loaded) is the read's status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import importlib
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+__all__ = [
+    "FROM_ENV",
+    "GpuProcess",
+    "GpuReading",
+    "GpuSource",
+    "HostReading",
+    "NvmlSource",
+    "Snapshot",
+    "make_source",
+]
+
+KIB = 1024
+_ALL_LINKS = 0xFFFFFFFF  # NVML field scope: the sum over all NVLinks
+# NVML field value types (nvmlValueType_t) -> attribute of the value union
+_VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+# NVML errors that stop a whole device rather than one field
+_DEVICE_FATAL = ("NVMLError_GpuIsLost", "NVMLError_ResetRequired", "NVMLError_Uninitialized")
+_INIT_REASONS = (
+    ("NVMLError_LibraryNotFound", "NVML library not found"),
+    ("NVMLError_DriverNotLoaded", "NVIDIA driver not loaded"),
+    ("NVMLError_NoPermission", "no permission to use NVML"),
+    ("NVMLError_LibRmVersionMismatch", "NVML library and NVIDIA driver versions differ"),
+)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding memory on a GPU."""
+
+    pid: int
+    used_memory: int | None  # bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "used_memory": self.used_memory}
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One device (a whole GPU or a MIG instance) at one moment; ``None`` where a value is unavailable."""
+
+    index: int  # index as the user sees it (after CUDA_VISIBLE_DEVICES)
+    nvml_index: int | None
+    name: str
+    uuid: str
+    memory_total: int | None  # bytes
+    memory_used: int | None  # bytes
+    gpu_util: float | None  # percent
+    memory_util: float | None  # percent
+    temperature: float | None  # Celsius
+    power: float | None  # watts
+    power_limit: float | None  # watts
+    sm_clock: int | None  # MHz
+    pcie_rx: float | None  # bytes/s
+    pcie_tx: float | None  # bytes/s
+    nvlink_rx: float | None  # bytes/s
+    nvlink_tx: float | None  # bytes/s
+    processes: tuple[GpuProcess, ...] | None
+    mig_parent: str | None = None  # UUID of the GPU a MIG instance belongs to
+    error: str | None = None  # why this device could not be read
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["processes"] = None if self.processes is None else [p.to_json() for p in self.processes]
+        return data
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """The host's CPU (percent of all cores) and memory (bytes) at one moment."""
+
+    cpu_percent: float | None
+    memory_used: int | None
+    memory_total: int | None
+    cpu_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every device and the host at one moment."""
+
+    time: float  # time.time()
+    gpus: tuple[GpuReading, ...]
+    host: HostReading
+    status: str | None  # None when GPUs were read fine, else why not
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "gpus": [g.to_json() for g in self.gpus],
+            "host": self.host.to_json(),
+            "status": self.status,
+        }
+
+
+class GpuSource(Protocol):
+    """Something that reads all visible devices; it never raises for a device or library problem."""
+
+    def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
+        """Read every device; ``slow=True`` also reads PCIe, NVLink and processes (tens of ms per GPU)."""
+        ...
+
+    def close(self) -> None:
+        """Release the library; a later read starts again."""
+        ...
+
+
+def make_source(kind: str = "nvml", **options: Any) -> GpuSource:
+    """A source by name: ``"nvml"`` (real GPUs) or ``"fake"`` (options ``gpus=N`` or ``spec=path/dict``)."""
+    if kind == "nvml":
+        return NvmlSource(**options)
+    if kind == "fake":
+        from gpu_magics.monitor.fake import FakeSource
+
+        return FakeSource(**options)
+    raise ValueError(f"unknown GPU source {kind!r}: expected 'nvml' or 'fake'")
+
+
+class _FromEnv(enum.Enum):
+    TOKEN = "CUDA_VISIBLE_DEVICES"
+
+
+FROM_ENV = _FromEnv.TOKEN
+"""``NvmlSource(visible_devices=FROM_ENV)``, the default: select devices by ``$CUDA_VISIBLE_DEVICES``."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Device:
+    """A readable device: a whole GPU or one MIG instance (compared by identity)."""
+
+    nvml_index: int | None
+    handle: Any
+    name: str
+    uuid: str
+    mig_parent: str | None = None
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    error: str | None = None  # set when the device could not be opened
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    """A physical GPU and its MIG instances (none when MIG is off)."""
+
+    device: _Device
+    migs: tuple[_Device, ...] = ()
+
+    @property
+    def visible(self) -> tuple[_Device, ...]:
+        """What CUDA shows for this GPU: its MIG instances when MIG is on, else the GPU itself."""
+        return self.migs or (self.device,)
+
+
+def select_visible(gpus: Sequence[_Gpu], spec: str | None) -> tuple[list[_Device], str | None]:
+    """Apply a ``CUDA_VISIBLE_DEVICES`` value to the GPUs, returning the devices in user order and a note.
+
+    Like CUDA, entries are GPU indices, ``GPU-`` UUIDs or unique prefixes of them, ``MIG-`` UUIDs (or the
+    older ``MIG-GPU-<uuid>/<gi>/<ci>``); the first invalid, unknown, ambiguous or repeated entry hides it and
+    every later entry. Indices are NVML's (PCI bus order, as with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
+    """
+    if spec is None:
+        return [d for g in gpus for d in g.visible], None
+    if not spec.strip():
+        return [], "CUDA_VISIBLE_DEVICES is empty: no GPU is visible"
+    chosen: list[_Device] = []
+    for raw in spec.split(","):
+        entry = raw.strip()
+        found, why = _resolve_entry(gpus, entry)
+        if found and any(d is c for d in found for c in chosen):
+            found, why = None, "repeats an earlier entry"
+        if not found:
+            return chosen, f"CUDA_VISIBLE_DEVICES entry {entry!r} {why}; it and later entries are ignored"
+        chosen.extend(found)
+    return chosen, None
+
+
+def _resolve_entry(gpus: Sequence[_Gpu], entry: str) -> tuple[tuple[_Device, ...] | None, str]:
+    lower = entry.lower()
+    if entry.isdigit():
+        matches = [g.visible for g in gpus if g.device.nvml_index == int(entry)]
+        return (matches[0], "") if matches else (None, "is not the index of a GPU")
+    if lower.startswith("mig-gpu-"):
+        parent, _, rest = lower[4:].partition("/")
+        matches = [
+            (m,)
+            for g in gpus
+            if g.device.uuid.lower() == parent
+            for m in g.migs
+            if f"{m.gpu_instance}/{m.compute_instance}" == rest
+        ]
+    elif lower.startswith("gpu-"):
+        matches = [g.visible for g in gpus if g.device.uuid.lower().startswith(lower)]
+    elif lower.startswith("mig-"):
+        matches = [(m,) for g in gpus for m in g.migs if m.uuid.lower().startswith(lower)]
+    else:
+        return None, "is not an index or a GPU-/MIG- UUID"
+    if len(matches) > 1:
+        return None, "matches more than one device"
+    return (matches[0], "") if matches else (None, "matches no device")
+
+
+class _State(enum.Enum):
+    UNINITIALIZED = "uninitialized"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class NvmlSource:
+    """Reads devices through NVML: pynvml by default, or any object with its functions and error classes.
+
+    NVML starts on the first read, once per process (again after a fork or ``close()``). If it cannot start,
+    every read returns no devices and the reason; the failure is not retried until ``close()``.
+    """
+
+    def __init__(self, binding: Any = None, *, visible_devices: str | _FromEnv | None = FROM_ENV) -> None:
+        self._binding = binding
+        self._visible_spec = visible_devices
+        self._lock = threading.Lock()
+        self._nvlink_lock = threading.Lock()
+        self._state = _State.UNINITIALIZED
+        self._pid: int | None = None
+        self._nv: Any = None
+        self._fatal: tuple[type[BaseException], ...] = ()
+        self._reason: str | None = None
+        self._devices: tuple[_Device, ...] = ()
+        self._legacy_temperature: set[str] = set()
+        # device uuid -> (timestamp s, rx KiB, tx KiB, rx bytes/s, tx bytes/s)
+        self._nvlink: dict[str, tuple[float, int, int, float | None, float | None]] = {}
+
+    def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
+        with self._lock:
+            if self._state is _State.READY and self._pid != os.getpid():
+                self._state = _State.UNINITIALIZED  # forked: NVML must start again in this process
+            if self._state is _State.UNINITIALIZED:
+                self._start()
+            devices, reason = self._devices, self._reason
+        return tuple(self._read_device(i, d, slow) for i, d in enumerate(devices)), reason
+
+    def close(self) -> None:
+        with self._lock:
+            if self._state is _State.READY and self._pid == os.getpid():
+                with contextlib.suppress(Exception):
+                    self._nv.nvmlShutdown()
+            self._state, self._pid, self._reason, self._devices = _State.UNINITIALIZED, None, None, ()
+            self._nvlink.clear()
+
+    # -- start-up -------------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        nv = self._binding
+        if nv is None:
+            try:
+                nv = importlib.import_module("pynvml")
+            except ImportError as exc:
+                self._fail(f"pynvml is not installed (pip install nvidia-ml-py): {exc}")
+                return
+        try:
+            nv.nvmlInit()
+        except Exception as exc:
+            self._fail(_init_reason(nv, exc))
+            return
+        self._nv = nv
+        self._fatal = tuple(cls for name in _DEVICE_FATAL if isinstance(cls := getattr(nv, name, None), type))
+        try:
+            gpus = [self._discover(i) for i in range(nv.nvmlDeviceGetCount())]
+        except Exception as exc:
+            self._fail(f"listing GPUs failed: {_describe(exc)}")
+            with contextlib.suppress(Exception):
+                nv.nvmlShutdown()
+            return
+        spec = self._visible_spec
+        if spec is FROM_ENV:
+            spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+        devices, note = select_visible(gpus, spec if isinstance(spec, str) else None)
+        self._devices = tuple(devices)
+        self._reason = "no NVIDIA GPU found" if not gpus else note
+        self._state, self._pid = _State.READY, os.getpid()
+
+    def _fail(self, reason: str) -> None:
+        self._state, self._reason, self._devices = _State.FAILED, reason, ()
+
+    def _discover(self, index: int) -> _Gpu:
+        name, uuid = "unknown GPU", ""
+        try:
+            handle = self._nv.nvmlDeviceGetHandleByIndex(index)
+            name = _text(self._call("nvmlDeviceGetName", handle)) or name
+            uuid = _text(self._call("nvmlDeviceGetUUID", handle)) or uuid
+            gpu = _Device(index, handle, name, uuid)
+            return _Gpu(gpu, self._discover_migs(gpu))
+        except Exception as exc:  # this GPU cannot be opened; the others still can
+            return _Gpu(_Device(index, None, name, uuid, error=_describe(exc)))
+
+    def _discover_migs(self, gpu: _Device) -> tuple[_Device, ...]:
+        mode = self._call("nvmlDeviceGetMigMode", gpu.handle)
+        if not mode or mode[0] != getattr(self._nv, "NVML_DEVICE_MIG_ENABLE", 1):
+            return ()
+        migs = []
+        for k in range(self._call("nvmlDeviceGetMaxMigDeviceCount", gpu.handle) or 0):
+            handle = self._call("nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle, k)
+            if handle is None:
+                continue  # no MIG instance in this slot
+            migs.append(
+                _Device(
+                    gpu.nvml_index,
+                    handle,
+                    _text(self._call("nvmlDeviceGetName", handle)) or f"{gpu.name} MIG",
+                    _text(self._call("nvmlDeviceGetUUID", handle)) or "",
+                    mig_parent=gpu.uuid,
+                    gpu_instance=self._call("nvmlDeviceGetGpuInstanceId", handle),
+                    compute_instance=self._call("nvmlDeviceGetComputeInstanceId", handle),
+                )
+            )
+        return tuple(migs)
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def _call(self, function: str, *args: Any) -> Any:
+        """One NVML query: its value, or None when unsupported or failing; device-fatal errors propagate."""
+        fn = getattr(self._nv, function, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self._fatal:
+            raise
+        except Exception:
+            return None
+
+    def _read_device(self, index: int, device: _Device, slow: bool) -> GpuReading:
+        if device.handle is None:
+            return _failed(index, device, device.error or "device could not be opened")
+        try:
+            return self._read_fields(index, device, slow)
+        except Exception as exc:
+            return _failed(index, device, _describe(exc))
+
+    def _read_fields(self, index: int, device: _Device, slow: bool) -> GpuReading:
+        nv, handle = self._nv, device.handle
+        memory = self._call("nvmlDeviceGetMemoryInfo", handle)
+        util = self._call("nvmlDeviceGetUtilizationRates", handle)
+        pcie_rx = pcie_tx = nvlink_rx = nvlink_tx = None
+        processes = None
+        if slow:
+            rx_counter, tx_counter = nv.NVML_PCIE_UTIL_RX_BYTES, nv.NVML_PCIE_UTIL_TX_BYTES
+            pcie_rx = _scaled(self._call("nvmlDeviceGetPcieThroughput", handle, rx_counter), KIB)
+            pcie_tx = _scaled(self._call("nvmlDeviceGetPcieThroughput", handle, tx_counter), KIB)
+            nvlink_rx, nvlink_tx = self._nvlink_rates(device)
+            processes = self._processes(handle)
+        return GpuReading(
+            index=index,
+            nvml_index=device.nvml_index,
+            name=device.name,
+            uuid=device.uuid,
+            memory_total=_int(getattr(memory, "total", None)),
+            memory_used=_int(getattr(memory, "used", None)),
+            gpu_util=_scaled(getattr(util, "gpu", None), 1),
+            memory_util=_scaled(getattr(util, "memory", None), 1),
+            temperature=self._temperature(device),
+            power=_scaled(self._call("nvmlDeviceGetPowerUsage", handle), 1e-3),
+            power_limit=_scaled(self._call("nvmlDeviceGetEnforcedPowerLimit", handle), 1e-3),
+            sm_clock=_int(self._call("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_SM)),
+            pcie_rx=pcie_rx,
+            pcie_tx=pcie_tx,
+            nvlink_rx=nvlink_rx,
+            nvlink_tx=nvlink_tx,
+            processes=processes,
+            mig_parent=device.mig_parent,
+        )
+
+    def _temperature(self, device: _Device) -> float | None:
+        sensor = self._nv.NVML_TEMPERATURE_GPU
+        if device.uuid not in self._legacy_temperature:
+            value = self._call("nvmlDeviceGetTemperatureV", device.handle, sensor)
+            if value is not None:
+                return float(value)
+            self._legacy_temperature.add(device.uuid)  # older driver or binding: use the older call
+        return _scaled(self._call("nvmlDeviceGetTemperature", device.handle, sensor), 1)
+
+    def _processes(self, handle: Any) -> tuple[GpuProcess, ...] | None:
+        found: dict[int, GpuProcess] = {}
+        answered = False
+        for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            items = self._call(function, handle)
+            if items is None:
+                continue
+            answered = True
+            for item in items:
+                pid = int(item.pid)
+                if found.get(pid) is None or found[pid].used_memory is None:
+                    found[pid] = GpuProcess(pid, _int(getattr(item, "usedGpuMemory", None)))
+        return tuple(found[pid] for pid in sorted(found)) if answered else None
+
+    def _nvlink_rates(self, device: _Device) -> tuple[float | None, float | None]:
+        """NVLink bytes/s over all links, from NVML's cumulative KiB counters (None on the first read)."""
+        nv = self._nv
+        ids = [
+            nv.NVML_FI_DEV_NVLINK_LINK_COUNT,
+            (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS),
+            (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
+        ]
+        values = self._call("nvmlDeviceGetFieldValues", device.handle, ids)
+        if values is None:
+            return None, None
+        links, rx, tx = (_field_value(v) for v in values)
+        if not links or rx is None or tx is None:
+            return None, None
+        stamp = values[1].timestamp / 1e6 if values[1].timestamp else time.time()
+        with self._nvlink_lock:
+            previous = self._nvlink.get(device.uuid)
+            if previous is not None and stamp <= previous[0]:
+                return previous[3], previous[4]  # no new counter value yet
+            rates: tuple[float | None, float | None] = (None, None)
+            if previous is not None and rx >= previous[1] and tx >= previous[2]:
+                elapsed = stamp - previous[0]
+                rates = ((rx - previous[1]) * KIB / elapsed, (tx - previous[2]) * KIB / elapsed)
+            self._nvlink[device.uuid] = (stamp, int(rx), int(tx), *rates)
+            return rates
+
+
+def _init_reason(nv: Any, exc: Exception) -> str:
+    for name, label in _INIT_REASONS:
+        cls = getattr(nv, name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return f"{label}: {exc}"
+    return f"NVML initialization failed: {_describe(exc)}"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    if type(exc).__name__.startswith("NVMLError"):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _failed(index: int, device: _Device, error: str) -> GpuReading:
+    return GpuReading(
+        index=index,
+        nvml_index=device.nvml_index,
+        name=device.name,
+        uuid=device.uuid,
+        memory_total=None,
+        memory_used=None,
+        gpu_util=None,
+        memory_util=None,
+        temperature=None,
+        power=None,
+        power_limit=None,
+        sm_clock=None,
+        pcie_rx=None,
+        pcie_tx=None,
+        nvlink_rx=None,
+        nvlink_tx=None,
+        processes=None,
+        mig_parent=device.mig_parent,
+        error=error,
+    )
+
+
+def _field_value(value: Any) -> float | int | None:
+    if value.nvmlReturn != 0:
+        return None
+    kind = int(value.valueType)
+    return getattr(value.value, _VALUE_ATTRS[kind], None) if 0 <= kind < len(_VALUE_ATTRS) else None
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _scaled(value: Any, factor: float) -> float | None:
+    return None if value is None else float(value) * factor

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create ./.venv (once) and install gpu-magics into it, editable, with the extras given as $1 (e.g. "test,dev").
+# Building the JupyterLab extension needs Node.js >= 18 and npm; jlpm (Yarn) comes with JupyterLab.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# The build backend and JupyterLab (for jlpm) first, so the editable build can use them from this environment.
+.venv/bin/python -m pip install -q "hatchling>=1.21" "hatch-jupyter-builder>=0.8.3" "jupyterlab>=4.2,<5"
+extras=${1:-}
+target="."
+[ -n "$extras" ] && target=".[$extras]"
+.venv/bin/python -m pip install -q -e "$target"

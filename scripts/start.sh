@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up (once) and open JupyterLab with the gpu-magics extension on examples/quickstart.ipynb.
+# With an NVIDIA driver present, CuPy and dask-cuda are installed to match its CUDA version; without a GPU, the
+# notebooks run on the CPU backends. Extra arguments go to `jupyter lab` (for example --no-browser --port 8890).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
+  if [ "${cuda:-12}" -ge 13 ]; then extras="cuda13"; else extras="cuda12"; fi
+  echo "gpu-magics: NVIDIA GPUs found (CUDA ${cuda:-?}); installing CuPy and dask-cuda ([$extras])."
+fi
+bash scripts/setup-env.sh "$extras"
+.venv/bin/python - <<'PY'
+from gpu_magics import devices
+found = devices.inventory().devices()
+if found:
+    print(f"gpu-magics: {devices.describe(found)} ready: %%gpurun gpu and %gpucluster use them.")
+else:
+    reason = devices.inventory().unavailable_reason()
+    print(f"gpu-magics: no GPU here ({reason}): the notebooks run on the CPU backends (cpu-single, cpu-threads),")
+    print("  %%gpurun auto picks cpu-threads, and %gpucluster --cpu-workers N gives a CPU cluster.")
+PY
+exec .venv/bin/jupyter lab examples/quickstart.ipynb --ServerApp.ip=127.0.0.1 "$@"

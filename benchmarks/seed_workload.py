@@ -151,12 +151,15 @@ def main() -> None:
 
     plain_dask(args.n, args.chunk)  # warm this process
     magic(ip, args.n, args.chunk)
-    plain, via_magic = [], []
-    for _ in range(args.repeat):  # interleaved, so drift hits both alike
+    plain, via_magic, unmonitored = [], [], []
+    for _ in range(args.repeat):  # interleaved, so drift hits all alike
         plain.extend(timed(lambda: plain_dask(args.n, args.chunk), 1))
         via_magic.append(magic(ip, args.n, args.chunk).wall_time)
+        unmonitored.append(magic(ip, args.n, args.chunk, "gpu --no-monitor").wall_time)
     figures["warm_plain_s"] = statistics.median(plain)
     figures["warm_magic_s"] = statistics.median(via_magic)
+    figures["warm_magic_no_monitor_s"] = statistics.median(unmonitored)
+    figures["ratio_monitor_over_no_monitor"] = figures["warm_magic_s"] / figures["warm_magic_no_monitor_s"]
     figures["ratio_magic_over_plain"] = figures["warm_magic_s"] / figures["warm_plain_s"]
 
     sweep = {}
@@ -178,6 +181,7 @@ def main() -> None:
         ("%%gpurun gpu, first call (fresh process)", figures["first_magic_s"]),
         (f"plain dask warm ({os.cpu_count()} threads)", figures["warm_plain_s"]),
         ("%%gpurun gpu warm (default threads)", figures["warm_magic_s"]),
+        ("%%gpurun gpu --no-monitor warm", figures["warm_magic_no_monitor_s"]),
         *[(f"%%gpurun gpu --workers {t} warm", s) for t, s in sweep.items()],
         ("hardware limit (cuRAND + strided sum)", limit),
         ("  of which cuRAND normal", figures["hardware_limit_parts_s"]["generate"]),
@@ -186,6 +190,7 @@ def main() -> None:
     for label, seconds in rows:
         print(f"{label:44} {seconds:9.3f} {seconds / figures['warm_plain_s']:8.2f}x {seconds / limit:8.2f}x")
     print(f"%%gpurun gpu / plain dask, warm: {figures['ratio_magic_over_plain']:.3f} (target <= 1.03)")
+    print(f"monitor on / --no-monitor, warm: {figures['ratio_monitor_over_no_monitor']:.3f}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(figures, handle, indent=2)

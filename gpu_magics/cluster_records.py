@@ -1,0 +1,154 @@
+"""Discovery records: one small JSON file per running ``%gpucluster``, in the Jupyter runtime directory.
+
+The server extension lists them (``list_records``) to show which kernel started which cluster. Files are
+private to the user (mode 0600, written atomically) and named ``gpu-magics-cluster-<pid>-<name>.json``; a
+record whose process has gone is removed when listed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+RUNTIME_DIR_ENV = "GPU_MAGICS_RUNTIME_DIR"
+PREFIX = "gpu-magics-cluster-"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    """What a kernel tells the server about the cluster it started or attached to."""
+
+    name: str
+    scheduler_address: str
+    dashboard_url: str | None
+    kind: str  # "gpu", "cpu" or "attached"
+    workers: int
+    gpus: tuple[str, ...] = ()  # one entry per GPU worker: the device it was given (or its model, attached)
+    pid: int = field(default_factory=os.getpid)
+    kernel_id: str | None = None
+    started_at: float = field(default_factory=time.time)  # seconds since the epoch
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (what the file holds, and what the server sends)."""
+        data = asdict(self)
+        data["gpus"] = list(self.gpus)
+        data["version"] = SCHEMA_VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterRecord:
+        """The inverse of ``to_json``; ``KeyError``, ``TypeError`` or ``ValueError`` when malformed."""
+        return cls(
+            name=str(data["name"]),
+            scheduler_address=str(data["scheduler_address"]),
+            dashboard_url=None if data.get("dashboard_url") is None else str(data["dashboard_url"]),
+            kind=str(data["kind"]),
+            workers=int(data["workers"]),
+            gpus=tuple(str(gpu) for gpu in data.get("gpus", ())),
+            pid=int(data["pid"]),
+            kernel_id=None if data.get("kernel_id") is None else str(data["kernel_id"]),
+            started_at=float(data["started_at"]),
+        )
+
+    @property
+    def filename(self) -> str:
+        """``gpu-magics-cluster-<pid>-<name>.json``."""
+        return f"{PREFIX}{self.pid}-{self.name}.json"
+
+
+def runtime_dir() -> Path:
+    """``$GPU_MAGICS_RUNTIME_DIR``, else Jupyter's runtime directory."""
+    override = os.environ.get(RUNTIME_DIR_ENV)
+    if override:
+        return Path(override)
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir())
+
+
+def current_kernel_id() -> str | None:
+    """The id of the Jupyter kernel this runs in (from its connection file), or ``None`` outside one."""
+    if "ipykernel" not in sys.modules:
+        return None
+    try:
+        from ipykernel.connect import get_connection_file
+        from ipykernel.kernelapp import IPKernelApp
+
+        if not IPKernelApp.initialized():
+            return None
+        stem = Path(get_connection_file()).stem
+    except Exception:
+        return None
+    return stem.removeprefix("kernel-") or None
+
+
+def write_record(record: ClusterRecord) -> Path:
+    """Write (or replace) ``record`` atomically, readable by its owner only; returns its path."""
+    directory = runtime_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / record.filename
+    temporary = directory / f".{record.filename}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            json.dump(record.to_json(), file, indent=1)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    return path
+
+
+def remove_record(path: Path | None) -> None:
+    """Remove a record file; a missing one is fine."""
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def list_records(*, clean: bool = True) -> list[ClusterRecord]:
+    """Every record whose process still runs, oldest first; ``clean`` removes stale or unreadable ones."""
+    directory = runtime_dir()
+    if not directory.is_dir():
+        return []
+    records = []
+    for path in sorted(directory.glob(f"{PREFIX}*.json")):
+        try:
+            record = ClusterRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError):
+            if clean:
+                remove_record(path)
+            continue
+        if _alive(record):
+            records.append(record)
+        elif clean:
+            remove_record(path)
+    return sorted(records, key=lambda record: record.started_at)
+
+
+def _alive(record: ClusterRecord) -> bool:
+    """Whether the process that wrote ``record`` still runs (and is not a later one with the same pid)."""
+    import psutil
+
+    try:
+        process = psutil.Process(record.pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = process.create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # exists, but we may not look at it
+    return created <= record.started_at + 1.0

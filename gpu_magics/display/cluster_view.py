@@ -1,0 +1,186 @@
+"""The ``%gpucluster`` display: one row per worker, the dashboard link; HTML and plain-text forms, so a
+saved notebook still shows it. ``ClusterInfo`` and ``WorkerInfo`` are the plain data it renders (built by
+``cluster.py``)."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+_STATUS_COLOURS = {"running": "#2e7d32", "paused": "#ef6c00", "closing": "#c62828", "closed": "#c62828"}
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as the scheduler sees it."""
+
+    address: str
+    name: str
+    status: str
+    threads: int
+    gpu_name: str | None = None
+    gpu_device: str | None = None  # the CUDA device the worker was given, where known
+    gpu_memory_used: int | None = None
+    gpu_memory_total: int | None = None
+    host_memory_used: int | None = None
+    host_memory_limit: int | None = None
+
+    @property
+    def memory_text(self) -> str:
+        """``"1.2 / 141 GiB GPU"``, ``"0.3 / 4.0 GiB host"`` or ``"-"``."""
+        if self.gpu_memory_total:
+            return f"{_used(self.gpu_memory_used)} / {_bytes(self.gpu_memory_total)} GPU"
+        if self.host_memory_limit:
+            return f"{_used(self.host_memory_used)} / {_bytes(self.host_memory_limit)} host"
+        return "-"
+
+    @property
+    def gpu_text(self) -> str:
+        """``"NVIDIA H200 (GPU 2)"``, or ``"-"`` for a CPU worker."""
+        if self.gpu_name is None:
+            return "-"
+        return self.gpu_name + (f" (GPU {self.gpu_device})" if self.gpu_device is not None else "")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """A cluster's state at one moment."""
+
+    name: str
+    kind: str  # "gpu", "cpu" or "attached"
+    scheduler_address: str
+    dashboard_url: str | None
+    hardware: str
+    workers: tuple[WorkerInfo, ...] = ()
+    ready_s: float | None = None  # start until every worker answered
+    warm_s: float | None = None  # warm-up on every worker
+    notice: str | None = None
+
+
+class ClusterView:
+    """Rich display of a ``ClusterInfo``."""
+
+    def __init__(self, info: ClusterInfo) -> None:
+        self.info = info
+
+    def _headline(self) -> str:
+        info = self.info
+        how = {"gpu": "started here", "cpu": "started here", "attached": "attached, not started here"}
+        return f"Cluster {info.name!r}: {info.hardware}, {how.get(info.kind, info.kind)}"
+
+    def _timing(self) -> str | None:
+        info = self.info
+        parts = []
+        if info.ready_s is not None:
+            parts.append(f"ready in {info.ready_s:.1f} s")
+        if info.warm_s is not None:
+            parts.append(f"warmed up in {info.warm_s:.1f} s")
+        return ", ".join(parts) or None
+
+    def text(self) -> str:
+        """The plain-text form."""
+        info = self.info
+        lines = [] if info.notice is None else [info.notice]
+        lines.append(self._headline())
+        lines.append(f"scheduler: {info.scheduler_address}")
+        lines.append(f"dashboard: {info.dashboard_url or 'off'}")
+        timing = self._timing()
+        if timing:
+            lines.append(timing)
+        header = ("worker", "GPU", "memory", "status", "threads")
+        rows = [(w.name, w.gpu_text, w.memory_text, w.status, str(w.threads)) for w in info.workers]
+        if not rows:
+            lines.append("no workers")
+            return "\n".join(lines)
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        """The HTML form (every string from the cluster escaped)."""
+        info = self.info
+        esc = html.escape
+        parts = ['<div class="gpu-magics-cluster" style="font-family: var(--jp-ui-font-family, sans-serif)">']
+        if info.notice:
+            parts.append(f'<p style="margin:0 0 4px 0"><em>{esc(info.notice)}</em></p>')
+        parts.append(f'<p style="margin:0 0 4px 0"><strong>{esc(self._headline())}</strong><br>')
+        parts.append(f"scheduler <code>{esc(info.scheduler_address)}</code> &middot; dashboard ")
+        parts.append(_link(info.dashboard_url) if info.dashboard_url else "off")
+        timing = self._timing()
+        if timing:
+            parts.append(f" &middot; {esc(timing)}")
+        parts.append("</p>")
+        if not info.workers:
+            parts.append("<p>no workers</p></div>")
+            return "".join(parts)
+        parts.append('<table style="border-collapse:collapse"><thead><tr>')
+        parts.extend(
+            f'<th style="text-align:left;padding:2px 8px">{h}</th>'
+            for h in ("worker", "GPU", "memory", "status", "threads")
+        )
+        parts.append("</tr></thead><tbody>")
+        for worker in info.workers:
+            colour = _STATUS_COLOURS.get(worker.status, "inherit")
+            cells = (
+                f'<td style="padding:2px 8px" title="{esc(worker.address)}">{esc(worker.name)}</td>',
+                f'<td style="padding:2px 8px">{esc(worker.gpu_text)}</td>',
+                f'<td style="padding:2px 8px">{esc(worker.memory_text)}</td>',
+                f'<td style="padding:2px 8px;color:{colour}">{esc(worker.status)}</td>',
+                f'<td style="padding:2px 8px">{worker.threads}</td>',
+            )
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</tbody></table></div>")
+        return "".join(parts)
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": self.text(), "text/html": self.html()}
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.text())
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+class DashboardLink:
+    """A clickable dashboard address (``%gpucluster dashboard``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _repr_html_(self) -> str:
+        return f"Dask dashboard: {_link(self.url)}"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+    def __repr__(self) -> str:
+        return f"Dask dashboard: {self.url}"
+
+
+def _link(url: str) -> str:
+    text = html.escape(url)
+    if not url.startswith(("http://", "https://")):
+        return f"<code>{text}</code>"
+    return f'<a href="{html.escape(url, quote=True)}" target="_blank" rel="noopener">{text}</a>'
+
+
+def _bytes(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _used(count: int | None) -> str:
+    return "?" if count is None else _bytes(count)

@@ -1,0 +1,109 @@
+"""``%gpucluster`` on real GPUs: one worker per GPU, each on its own device, warmed up, the seed workload on
+CuPy chunks through the client."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from gpu_magics import cluster, cluster_records
+from gpu_magics.cluster_magics import ClusterMagics
+from gpu_magics.cluster_options import DEFAULT_GPU_THREADS
+
+
+@pytest.fixture(scope="module")
+def magics(_session_shell: InteractiveShell, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterMagics]:
+    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
+    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(tmp_path_factory.mktemp("runtime"))
+    instance = ClusterMagics(shell=_session_shell)
+    yield instance
+    instance.close()
+    if previous is None:
+        del os.environ[cluster_records.RUNTIME_DIR_ENV]
+    else:
+        os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
+
+
+@pytest.fixture(scope="module")
+def gpu_count() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+def gpucluster(magics: ClusterMagics, line: str) -> str:
+    with capture_output() as captured:
+        magics.gpucluster(line)
+    return captured.stdout + "\n".join(o.data.get("text/plain", "") for o in captured.outputs)
+
+
+def test_one_warm_worker_per_gpu(magics: ClusterMagics, gpu_count: int) -> None:
+    began = time.perf_counter()
+    text = gpucluster(magics, "--replace")
+    elapsed = time.perf_counter() - began
+    client = cluster.require_client()
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    assert len(workers) == gpu_count
+    assert all(w["nthreads"] == DEFAULT_GPU_THREADS for w in workers.values())
+    devices = client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
+    assert sorted(devices.values()) == cluster.visible_gpus()
+    # warmed: CuPy is loaded and its device busy with nothing
+    assert all(client.run(lambda: "cupy" in sys.modules).values())
+    current = cluster.active()
+    assert current is not None and current.warm_s is not None
+    assert cluster.has_gpu_workers()
+    names = {info["gpu_name"] for info in current.devices.values()}
+    assert len(names) == 1
+    (name,) = names
+    assert cluster.describe_hardware() == f"{gpu_count}x {name} ({gpu_count} workers)"
+    assert text.count(name) >= gpu_count and " running " in text
+    assert set(cluster.gpu_worker_devices(client).values()) == {name}
+    print(f"\nstart+warm {elapsed:.2f} s (ready {current.ready_s:.2f} s, warm {current.warm_s:.2f} s)")
+
+
+def test_seed_workload_on_cupy_chunks(magics: ClusterMagics) -> None:
+    import cupy
+    import dask
+    import dask.array as da
+
+    client = cluster.require_client()
+    with dask.config.set({"array.backend": "cupy"}):
+        x = da.random.normal(10, 1, size=(8000, 8000), chunks=2000)
+        assert isinstance(x._meta, cupy.ndarray)
+        began = time.perf_counter()
+        value = float(client.compute((x + 1)[::2, ::2].mean()).result())
+        first = time.perf_counter() - began
+        began = time.perf_counter()
+        float(client.compute((x + 1)[::2, ::2].mean()).result())
+        warm = time.perf_counter() - began
+    assert value == pytest.approx(11.0, abs=0.01)
+    print(f"\nseed 8000^2 first {first:.3f} s, warm {warm:.3f} s")
+
+
+def test_chosen_gpus_and_limits(magics: ClusterMagics, gpu_count: int) -> None:
+    visible = cluster.visible_gpus()
+    with pytest.raises(UsageError, match=f"no GPU {gpu_count} here"):
+        magics.gpucluster(f"--gpus {gpu_count} --replace")
+    gpucluster(magics, "--gpus 0 --replace --threads-per-worker 2")
+    client = cluster.require_client()
+    assert list(client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0]).values()) == [visible[0]]
+    with pytest.raises(UsageError, match="one worker each"):
+        magics.gpucluster("scale 2")
+
+
+def test_stop_ends_the_worker_processes(magics: ClusterMagics) -> None:
+    pids = list(cluster.require_client().run(os.getpid).values())
+    assert "stopped" in gpucluster(magics, "stop")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(psutil.pid_exists(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+    assert cluster.active() is None

@@ -1,0 +1,378 @@
+"""``%gpucluster`` with real worker processes (``--cpu-workers``): binding, records, scale, restart, reuse,
+replace, stop, attach, killed workers, a killed kernel, bad input. Tests share one cluster where they can."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from distributed import Client, LocalCluster
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import gpu_magics
+from gpu_magics import cluster, cluster_records
+from gpu_magics.cluster_magics import ClusterMagics
+
+pytestmark = pytest.mark.slow
+REPO = Path(gpu_magics.__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    directory = tmp_path_factory.mktemp("runtime")
+    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
+    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(directory)
+    yield directory
+    if previous is None:
+        del os.environ[cluster_records.RUNTIME_DIR_ENV]
+    else:
+        os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
+
+
+@pytest.fixture(scope="module")
+def magics(_session_shell: InteractiveShell, runtime_dir: Path) -> Iterator[ClusterMagics]:
+    """A ``ClusterMagics`` on the test shell, not registered, so that a cluster outlives single tests."""
+    instance = ClusterMagics(shell=_session_shell)
+    yield instance
+    instance.close()
+
+
+def gpucluster(magics: ClusterMagics, line: str) -> tuple[str, str]:
+    """Run ``%gpucluster line``; returns (plain text, HTML) of what it displayed or printed."""
+    with capture_output() as captured:
+        magics.gpucluster(line)
+    texts = [output.data.get("text/plain", "") for output in captured.outputs]
+    htmls = [output.data.get("text/html", "") for output in captured.outputs]
+    return captured.stdout + "\n".join(texts), "\n".join(htmls)
+
+
+@pytest.fixture
+def shared(magics: ClusterMagics) -> Client:
+    """The module's 2-worker CPU cluster, started when no test left one running."""
+    current = cluster.active()
+    if current is None or current.name != "shared":
+        gpucluster(magics, "--cpu-workers 2 --name shared --replace --client t_client")
+    client = cluster.require_client()
+    if len(client.scheduler_info(n_workers=-1)["workers"]) != 2:
+        gpucluster(magics, "scale 2")
+    return client
+
+
+def worker_pids(client: Client) -> dict[str, int]:
+    return {address: int(pid) for address, pid in client.run(os.getpid).items()}
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [
+            pid for pid in alive if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        ]
+    return alive
+
+
+def records(runtime_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in sorted(runtime_dir.glob("gpu-magics-cluster-*.json"))]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- one shared cluster ----------------------------------------------------------------------------
+
+
+def test_start_binds_to_localhost_and_shows_workers(
+    shared: Client, magics: ClusterMagics, _session_shell: InteractiveShell
+) -> None:
+    assert cluster.active_client() is shared and gpu_magics.client() is shared
+    assert _session_shell.user_ns["t_client"] is shared
+    info = shared.scheduler_info(n_workers=-1)
+    assert info["address"].startswith("tcp://127.0.0.1:")
+    assert len(info["workers"]) == 2
+    for address, worker in info["workers"].items():
+        assert address.startswith("tcp://127.0.0.1:")
+        assert worker["nanny"].startswith("tcp://127.0.0.1:")
+        assert worker["nthreads"] == 1
+    dashboard = cluster.dashboard_url()
+    assert dashboard is not None and dashboard.startswith("http://127.0.0.1:")
+    assert not cluster.has_gpu_workers()
+    assert cluster.describe_hardware() == "2 CPU workers x 1 thread"
+    assert cluster.gpu_worker_devices(shared) == {}
+    # worker processes are children of this process
+    children = {child.pid for child in psutil.Process().children(recursive=True)}
+    assert set(worker_pids(shared).values()) <= children
+
+    text, html = gpucluster(magics, "status")
+    assert "Cluster 'shared': 2 CPU workers x 1 thread, started here" in text
+    assert text.count(" running ") == 2 and dashboard in text
+    assert f'href="{dashboard}"' in html and "<table" in html
+    text, html = gpucluster(magics, "dashboard")
+    assert dashboard in text and f'href="{dashboard}"' in html
+
+
+def test_record_is_private_and_describes_the_cluster(shared: Client, runtime_dir: Path) -> None:
+    (path,) = runtime_dir.glob("gpu-magics-cluster-*.json")
+    assert path.name == f"gpu-magics-cluster-{os.getpid()}-shared.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    (data,) = records(runtime_dir)
+    assert data["name"] == "shared" and data["kind"] == "cpu" and data["workers"] == 2
+    assert data["scheduler_address"] == shared.scheduler.address
+    assert data["dashboard_url"] == cluster.dashboard_url()
+    assert data["pid"] == os.getpid() and data["kernel_id"] is None and data["gpus"] == []
+    assert [r.name for r in cluster_records.list_records()] == ["shared"]
+
+
+def test_second_start_reuses_with_notice(shared: Client, magics: ClusterMagics) -> None:
+    text, _ = gpucluster(magics, "--cpu-workers 3")
+    assert "already up; using it (add --replace" in text
+    assert cluster.require_client() is shared
+    assert len(shared.scheduler_info(n_workers=-1)["workers"]) == 2
+
+
+def test_scale_up_and_down(shared: Client, magics: ClusterMagics, runtime_dir: Path) -> None:
+    text, _ = gpucluster(magics, "scale 3")
+    assert "scaled 'shared' to 3 worker(s)" in text and text.count(" running ") == 3
+    assert len(shared.scheduler_info(n_workers=-1)["workers"]) == 3
+    assert records(runtime_dir)[0]["workers"] == 3
+    gpucluster(magics, "scale 1")
+    assert len(shared.scheduler_info(n_workers=-1)["workers"]) == 1
+    assert records(runtime_dir)[0]["workers"] == 1
+    assert cluster.describe_hardware() == "1 CPU worker x 1 thread"
+
+
+def test_restart_replaces_worker_processes(shared: Client, magics: ClusterMagics) -> None:
+    before = worker_pids(shared)
+    text, _ = gpucluster(magics, "restart")
+    assert "restarted 'shared'" in text
+    after = worker_pids(shared)
+    assert len(after) == 2 and not set(before.values()) & set(after.values())
+    assert shared.submit(sum, [1, 2]).result() == 3
+
+
+def test_killed_worker_is_restarted_and_work_completes(shared: Client) -> None:
+    import dask.array as da
+
+    pids = worker_pids(shared)
+    x = da.ones((64, 64), chunks=8)
+    future = shared.compute((x.map_blocks(lambda b: (time.sleep(0.05), b)[1]) + 1).sum())
+    time.sleep(0.3)
+    victim = next(iter(pids.values()))
+    os.kill(victim, signal.SIGKILL)
+    assert future.result(timeout=60) == 2 * 64 * 64  # dask re-ran the lost tasks on the other worker
+    shared.wait_for_workers(2, timeout=30)  # the nanny brought a fresh process back
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(worker_pids(shared)) != 2:
+        time.sleep(0.1)
+    fresh = worker_pids(shared)
+    assert len(fresh) == 2 and victim not in fresh.values()
+    assert shared.submit(sum, [2, 3]).result() == 5
+
+
+def test_replace_starts_a_new_cluster(shared: Client, magics: ClusterMagics, runtime_dir: Path) -> None:
+    old_pids = list(worker_pids(shared).values())
+    old_address = shared.scheduler.address
+    text, _ = gpucluster(magics, "--cpu-workers 1 --name other --replace")
+    assert "Cluster 'other': 1 CPU worker x 1 thread" in text
+    client = cluster.require_client()
+    assert client is not shared and client.scheduler.address != old_address
+    assert wait_gone(old_pids, 15) == []
+    assert [r["name"] for r in records(runtime_dir)] == ["other"]
+
+
+def test_stop_closes_everything(
+    shared: Client, magics: ClusterMagics, runtime_dir: Path, _session_shell: InteractiveShell
+) -> None:
+    pids = list(worker_pids(shared).values())
+    text, _ = gpucluster(magics, "stop")
+    assert "stopped cluster 'shared'" in text
+    assert cluster.active_client() is None and "t_client" not in _session_shell.user_ns
+    assert wait_gone(pids, 15) == []
+    assert records(runtime_dir) == []
+    with pytest.raises(UsageError, match="%gpucluster"):
+        gpu_magics.client()
+    text, _ = gpucluster(magics, "stop")
+    assert "no cluster is running" in text
+    text, _ = gpucluster(magics, "status")
+    assert "no cluster is running" in text
+
+
+@pytest.mark.parametrize("line", ["scale 2", "restart", "dashboard"])
+def test_actions_without_a_cluster_are_usage_errors(magics: ClusterMagics, line: str) -> None:
+    cluster.stop()
+    with pytest.raises(UsageError) as caught:
+        magics.gpucluster(line)
+    assert "no cluster is running" in str(caught.value) and "\n" not in str(caught.value)
+
+
+# -- attach ----------------------------------------------------------------------------------------
+
+
+def test_attach_never_stops_what_it_did_not_start(magics: ClusterMagics, runtime_dir: Path) -> None:
+    cluster.stop()
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://", dashboard_address=None
+    ) as external:
+        text, _ = gpucluster(magics, f"--address {external.scheduler_address} --name ext --client t_ext")
+        assert "Cluster 'ext': 1 CPU worker x 1 thread (attached), attached, not started here" in text
+        assert cluster.require_client().submit(sum, [1, 1]).result() == 2
+        (data,) = records(runtime_dir)
+        assert data["kind"] == "attached" and data["scheduler_address"] == external.scheduler_address
+        for line in ("scale 2", "restart"):
+            with pytest.raises(UsageError, match="did not start it"):
+                magics.gpucluster(line)
+        text, _ = gpucluster(magics, "stop")
+        assert "disconnected from" in text and "keep running" in text
+        assert records(runtime_dir) == []
+        with Client(external.scheduler_address, timeout=5) as other:
+            assert len(other.scheduler_info(n_workers=-1)["workers"]) == 1
+            assert other.submit(sum, [2, 2]).result() == 4
+
+
+def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, runtime_dir: Path) -> None:
+    cluster.stop()
+    children = {child.pid for child in psutil.Process().children(recursive=True)}
+    began = time.monotonic()
+    with pytest.raises(UsageError) as caught:
+        magics.gpucluster(f"--address tcp://127.0.0.1:{free_port()} --timeout 1")
+    assert time.monotonic() - began < 10
+    message = str(caught.value)
+    assert "no scheduler answered within 1 s" in message and "\n" not in message
+    assert cluster.active() is None and records(runtime_dir) == []
+    assert {child.pid for child in psutil.Process().children(recursive=True)} <= children
+
+
+# -- GPU checks on a machine without GPUs ----------------------------------------------------------
+
+
+def test_gpus_out_of_range_names_the_visible_ones(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster.stop()
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: ["0", "1", "2", "3"])
+    with pytest.raises(UsageError) as caught:
+        magics.gpucluster("--gpus 7")
+    message = str(caught.value)
+    assert "no GPU 7 here; the 4 visible GPU(s) are 0, 1, 2, 3" in message and "\n" not in message
+    assert cluster.active() is None
+
+
+def test_no_gpu_points_to_cpu_workers(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster.stop()
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: [])
+    with pytest.raises(UsageError, match="no GPU is visible on this machine; use %gpucluster --cpu-workers N"):
+        magics.gpucluster("")
+    assert cluster.active() is None
+
+
+def test_missing_dask_cuda_is_a_usage_error(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster.stop()
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: ["0"])
+    monkeypatch.setitem(sys.modules, "dask_cuda", None)  # import fails even where it is installed
+    with pytest.raises(UsageError, match="dask-cuda is not installed"):
+        magics.gpucluster("--gpus 0")
+    assert cluster.active() is None
+
+
+def test_visible_gpus_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert cluster.visible_gpus() == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,-1,2")
+    assert cluster.visible_gpus() == ["1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert cluster.visible_gpus() == []
+
+
+# -- through the extension -------------------------------------------------------------------------
+
+
+def test_help_is_the_docstring(ip: InteractiveShell) -> None:
+    doc = ip.find_line_magic("gpucluster").__doc__
+    for option in ("--gpus", "--cpu-workers", "--address", "--replace", "scale N", "--threads-per-worker"):
+        assert option in doc
+
+
+def test_gpurun_multi_gpu_runs_on_cpu_workers_and_unload_stops(ip: InteractiveShell, runtime_dir: Path) -> None:
+    cluster.stop()
+    with capture_output():
+        ip.run_line_magic("gpucluster", "--cpu-workers 2 --threads-per-worker 2")
+    client = cluster.require_client()
+    pids = list(worker_pids(client).values())
+    cell = (
+        "import dask.array as da\n"
+        "t_x = da.random.normal(10, 1, size=(400, 400), chunks=100)\n"
+        "(t_x + 1)[::2, ::2].mean().compute()\n"
+    )
+    with capture_output():
+        value = ip.run_cell_magic("gpurun", "multi-gpu -o t_result", cell)
+    assert value == pytest.approx(11.0, rel=0.01)
+    result = ip.user_ns["t_result"]
+    assert result.backend == "multi-gpu"
+    assert "2 CPU workers x 2 threads" in str(result) and any("CPU workers" in note for note in result.notes)
+    ip.run_line_magic("unload_ext", "gpu_magics")
+    try:
+        assert cluster.active() is None
+        assert wait_gone(pids, 15) == []
+        assert records(runtime_dir) == []
+    finally:
+        ip.run_line_magic("load_ext", "gpu_magics")
+
+
+# -- a killed kernel -------------------------------------------------------------------------------
+
+KERNEL = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    from gpu_magics import cluster
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "gpu_magics")
+    with capture_output():
+        shell.run_line_magic("gpucluster", "--cpu-workers 2 --name doomed")
+    pids = list(cluster.require_client().run(os.getpid).values())
+    print(json.dumps(pids), flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_sigkilled_kernel_leaves_no_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        cluster_records.RUNTIME_DIR_ENV: str(tmp_path),
+    }
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert kernel.stdout is not None
+        line = kernel.stdout.readline()
+        pids = json.loads(line)
+        assert len(pids) == 2 and all(psutil.pid_exists(pid) for pid in pids)
+        assert len(list(tmp_path.glob("gpu-magics-cluster-*-doomed.json"))) == 1
+        os.kill(kernel.pid, signal.SIGKILL)
+        kernel.wait(timeout=10)
+        assert wait_gone(pids, 15) == []
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+    monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(tmp_path))
+    assert cluster_records.list_records() == []  # the dead kernel's record is cleaned up
+    assert list(tmp_path.glob("gpu-magics-cluster-*.json")) == []

@@ -1,0 +1,111 @@
+"""Parsing the ``%gpucluster`` line: pure, no cluster started."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+
+from gpu_magics.cluster_options import (
+    DEFAULT_ATTACH_TIMEOUT,
+    DEFAULT_CPU_THREADS,
+    DEFAULT_GPU_THREADS,
+    ClusterOptions,
+    parse_cluster_line,
+)
+
+
+def test_bare_line_starts_gpu_workers_on_localhost() -> None:
+    options = parse_cluster_line("")
+    assert options == ClusterOptions()
+    assert options.action == "start" and options.kind == "gpu"
+    assert options.host == "127.0.0.1" and options.dashboard and options.protocol == "tcp"
+    assert options.gpus is None and options.threads == DEFAULT_GPU_THREADS
+    assert options.cluster_name == "gpu"
+
+
+def test_gpu_options() -> None:
+    options = parse_cluster_line(
+        "start --gpus 0,2,3 --threads-per-worker 2 --device-memory-limit 10GB --rmm-pool-size 0.5 "
+        "--protocol ucx --no-dashboard --name big --client c --replace --host 0.0.0.0"
+    )
+    assert options.gpus == (0, 2, 3)
+    assert options.threads == 2
+    assert options.device_memory_limit == 10 * 10**9
+    assert options.rmm_pool_size == 0.5
+    assert options.protocol == "ucx" and not options.dashboard
+    assert options.cluster_name == "big" and options.client_name == "c" and options.replace
+    assert options.host == "0.0.0.0"
+    assert parse_cluster_line("--gpus all").gpus is None
+    assert parse_cluster_line("--device-memory-limit 512MiB").device_memory_limit == 512 * 2**20
+
+
+def test_cpu_workers_and_attach() -> None:
+    cpu = parse_cluster_line("--cpu-workers 3")
+    assert cpu.kind == "cpu" and cpu.cpu_workers == 3 and cpu.threads == DEFAULT_CPU_THREADS
+    attached = parse_cluster_line("--address 10.0.0.5:8786")
+    assert attached.kind == "attached" and attached.address == "tcp://10.0.0.5:8786"
+    assert attached.start_timeout == DEFAULT_ATTACH_TIMEOUT
+    assert parse_cluster_line("--address tls://sched:8786 --timeout 2.5").start_timeout == 2.5
+
+
+@pytest.mark.parametrize(
+    ("line", "action", "count"),
+    [
+        ("status", "status", None),
+        ("stop", "stop", None),
+        ("restart", "restart", None),
+        ("scale 3", "scale", 3),
+        ("dashboard", "dashboard", None),
+        ("STOP", "stop", None),
+    ],
+)
+def test_actions(line: str, action: str, count: int | None) -> None:
+    options = parse_cluster_line(line)
+    assert options.action == action and options.scale_to == count
+
+
+BAD_LINES = {
+    "--device-memory-limit 12XB": "invalid size '12XB'",
+    "--rmm-pool-size 100": "under 1 MiB",
+    "--cpu-workers -1": "at least 1, got -1",
+    "--cpu-workers 0": "at least 1, got 0",
+    "--threads-per-worker 0": "at least 1, got 0",
+    "--gpus 0,x": "invalid GPU list",
+    "--gpus 1,1": "named twice",
+    "--protocol udp": "invalid choice: 'udp'",
+    "--address nobody": "invalid scheduler address",
+    "--address http://host:1": "invalid scheduler address",
+    "--timeout 0": "above 0",
+    "--name 'a b'": "invalid name",
+    "--client 2fast": "invalid variable name",
+    "--client class": "invalid variable name",
+    "--turbo": "unrecognized arguments: --turbo (valid options: --gpus, --cpu-workers",
+    "--name 'open": "No closing quotation",
+    "launch": "unknown action 'launch'; choose one of start, status, stop, restart, scale N, dashboard",
+    "scale": "give the number of workers",
+    "scale -2": "at least 1 worker, got -2",
+    "scale two": "expected a whole number of workers, got 'two'",
+    "scale 2 3": "give the number of workers",
+    "stop now": "unexpected 'now'",
+    "scale 2 --gpus 1": "--gpus belong to start, not to scale",
+    "--cpu-workers 2 --gpus 0": "--gpus belong to GPU clusters, not to --cpu-workers",
+    "--address tcp://h:1 --rmm-pool-size 1GB": "belong to GPU clusters, not to --address",
+    "--address tcp://h:1 --cpu-workers 2": "choose one of --cpu-workers N",
+    "--address tcp://h:1 --threads-per-worker 2": "takes only --name, --client, --timeout and --replace",
+}
+
+
+@pytest.mark.parametrize("line", list(BAD_LINES))
+def test_bad_lines_are_one_line_usage_errors(line: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_cluster_line(line)
+    message = str(caught.value)
+    assert BAD_LINES[line] in message
+    assert "\n" not in message
+    assert message.startswith("%gpucluster")
+
+
+def test_options_are_frozen() -> None:
+    options = parse_cluster_line("--cpu-workers 2")
+    with pytest.raises(AttributeError):
+        options.cpu_workers = 3  # type: ignore[misc]

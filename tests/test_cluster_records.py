@@ -1,0 +1,96 @@
+"""Discovery records: content, permissions, atomic writes, stale-record clean-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_magics import cluster_records
+from gpu_magics.cluster_records import ClusterRecord
+
+
+@pytest.fixture(autouse=True)
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "runtime"
+    monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(directory))
+    return directory
+
+
+def record(**changes: object) -> ClusterRecord:
+    fields: dict[str, object] = {
+        "name": "gpu",
+        "scheduler_address": "tcp://127.0.0.1:40000",
+        "dashboard_url": "http://127.0.0.1:40001/status",
+        "kind": "gpu",
+        "workers": 4,
+        "gpus": ("0", "1", "2", "3"),
+    }
+    fields.update(changes)
+    return ClusterRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_write_is_private_and_round_trips(runtime_dir: Path) -> None:
+    written = record()
+    path = cluster_records.write_record(written)
+    assert path == runtime_dir / f"gpu-magics-cluster-{os.getpid()}-gpu.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    data = json.loads(path.read_text())
+    assert data == written.to_json()
+    assert data["pid"] == os.getpid() and data["kernel_id"] is None and data["gpus"] == ["0", "1", "2", "3"]
+    assert data["version"] == cluster_records.SCHEMA_VERSION
+    assert cluster_records.list_records() == [written]
+    assert not [p for p in runtime_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_rewrite_replaces_and_remove_deletes(runtime_dir: Path) -> None:
+    path = cluster_records.write_record(record(workers=4))
+    assert cluster_records.write_record(record(workers=2)) == path
+    assert [r.workers for r in cluster_records.list_records()] == [2]
+    cluster_records.remove_record(path)
+    cluster_records.remove_record(path)  # twice is fine
+    assert cluster_records.list_records() == []
+
+
+def test_dead_pid_and_garbage_are_cleaned(runtime_dir: Path) -> None:
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(finished.stdout)
+    stale = cluster_records.write_record(record(pid=dead_pid, name="stale"))
+    live = cluster_records.write_record(record(name="live"))
+    garbage = runtime_dir / "gpu-magics-cluster-1-garbage.json"
+    garbage.write_text("{not json")
+    other = runtime_dir / "kernel-abc.json"
+    other.write_text("{}")
+    assert [r.name for r in cluster_records.list_records(clean=False)] == ["live"]
+    assert stale.exists() and garbage.exists()
+    assert [r.name for r in cluster_records.list_records()] == ["live"]
+    assert not stale.exists() and not garbage.exists()
+    assert live.exists() and other.exists()
+
+
+def test_reused_pid_is_stale() -> None:
+    # a record claiming this process but written before the process existed belongs to an earlier process
+    cluster_records.write_record(record(started_at=time.time() - 10 * 365 * 86400))
+    assert cluster_records.list_records() == []
+
+
+def test_no_directory_means_no_records(runtime_dir: Path) -> None:
+    assert not runtime_dir.exists()
+    assert cluster_records.list_records() == []
+
+
+def test_default_directory_is_jupyters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    monkeypatch.delenv(cluster_records.RUNTIME_DIR_ENV)
+    assert cluster_records.runtime_dir() == Path(jupyter_runtime_dir())
+
+
+def test_kernel_id_outside_a_kernel_is_none() -> None:
+    assert cluster_records.current_kernel_id() is None

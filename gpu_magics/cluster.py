@@ -450,6 +450,9 @@ def _warm_worker(gpu: bool) -> dict[str, Any]:
     return seen
 
 
+WARM_TIMEOUT = 120.0  # seconds; a worker that dies while warming must not hang the magic
+
+
 def _warm_cluster(client: Client, gpu: bool, workers: int) -> None:
     # Like the seed workload, the result comes back to this process: with CuPy chunks that loads CuPy here and
     # creates this process's CUDA context (on its first GPU), which the first real result would otherwise pay.
@@ -460,7 +463,7 @@ def _warm_cluster(client: Client, gpu: bool, workers: int) -> None:
     rows = WARM_CHUNKS[0] * max(workers, 1) * min(threads, 8)
     with dask.config.set({"array.backend": "cupy" if gpu else "numpy"}):
         x = da.random.normal(10, 1, size=(rows, WARM_CHUNKS[1]), chunks=WARM_CHUNKS)
-        float(client.compute((x + 1)[::2, ::2].mean()).result())
+        float(client.compute((x + 1)[::2, ::2].mean()).result(timeout=WARM_TIMEOUT))
 
 
 # ----------------------------------------------------------------------------------------------------------

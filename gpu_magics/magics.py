@@ -81,7 +81,7 @@ class GpuMagics(Magics):
         compiled = run.compile_cell(self._shell, cell)
         if compiled is None:
             return None
-        if len(plans) == 1:
+        if not options.compare:
             return self._run_single(options, plans[0], compiled)
         return self._run_compare(options, plans, compiled)
 

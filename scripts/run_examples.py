@@ -1,13 +1,14 @@
 """Execute the example notebooks top to bottom, save them with their outputs, and print timings and comparisons.
 
     python scripts/run_examples.py                          # every example at its small size (seconds each, CPU)
-    python scripts/run_examples.py --full                   # the full size written next to each size variable
-    python scripts/run_examples.py --full --skip-cpu-single # ... without cpu-single in the --compare cells
+    python scripts/run_examples.py --full                   # the full size, without cpu-single in --compare cells
+    python scripts/run_examples.py --full --keep-cpu-single # ... with it (minutes per comparison at full size)
     python scripts/run_examples.py --only speed-cubing --size-scale 0.5 --out /tmp/executed
 
 Each example has one size line of the form ``N = 4_000  # on GPUs: N = 100_000 (...)``. ``--full`` puts the GPU
 value in place of the small one (in the line itself, so values derived from it in the same cell follow), and
-``--size-scale F`` multiplies whichever size is used. ``--skip-cpu-single`` rewrites ``%%gpurun --compare all``
+``--size-scale F`` multiplies whichever size is used. ``--skip-cpu-single`` (the default with ``--full``: one CPU
+thread needs minutes per comparison at that size) rewrites ``%%gpurun --compare all``
 into an explicit list without cpu-single: the backends this machine runs, multi-gpu only where an earlier
 ``%gpucluster`` started a cluster that is still up. The executed notebooks go to ``--out`` (default
 ``examples/executed/``), with ``summary.json``; the exit status is 1 if any notebook failed.
@@ -109,9 +110,9 @@ def set_size(nb: Any, *, full: bool, scale: float = 1.0) -> tuple[str, int]:
     cell = nb.cells[size.cell]
 
     def replace(match: re.Match[str]) -> str:
-        return f"{match['name']} = {value:_}  # set by run_examples.py ({how}); small: {match['small']}, on GPUs: " + (
-            f"{match['full']}{match['rest']}"
-        )
+        name, full_value = match["name"], match["full"]
+        note = f"  [set by run_examples.py: {how}; small: {match['small']}]"
+        return f"{name} = {value:_}  # on GPUs: {name} = {full_value}{match['rest']}{note}"
 
     cell.source = SIZE_LINE.sub(replace, cell.source, count=1)
     return size.name, value
@@ -194,7 +195,16 @@ def execute(nb: Any, *, timeout: int = 600, kernel_name: str = "python3") -> Non
         kernel_name=kernel_name,
         resources={"metadata": {"path": str(EXAMPLES)}},
     )
-    client.execute(env=kernel_env())
+    try:
+        client.execute(env=kernel_env())
+    finally:
+        # nbclient answers SIGTERM/SIGINT by shutting the kernel down and carrying on: stop here instead.
+        if getattr(client, "_async_cleanup_kernel_future", None) is not None:
+            raise Stopped("stopped by a signal")
+
+
+class Stopped(Exception):
+    """The run was interrupted (SIGTERM or SIGINT) while a notebook ran."""
 
 
 def _text(output: Any) -> str:
@@ -297,8 +307,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--full", action="store_true", help="use the full (GPU) size of each example")
     parser.add_argument("--size-scale", type=float, default=1.0, help="multiply the size used by this factor")
     parser.add_argument("--only", action="append", help="run only these examples (stems, comma-separated or repeated)")
-    parser.add_argument(
-        "--skip-cpu-single", action="store_true", help="leave cpu-single out of the %%%%gpurun --compare cells"
+    skip = parser.add_mutually_exclusive_group()
+    skip.add_argument(
+        "--skip-cpu-single",
+        dest="skip_cpu_single",
+        action="store_true",
+        default=None,
+        help="leave cpu-single out of the %%%%gpurun --compare cells (the default with --full)",
+    )
+    skip.add_argument(
+        "--keep-cpu-single",
+        dest="skip_cpu_single",
+        action="store_false",
+        help="keep cpu-single in the comparisons even with --full (minutes per cell at the full size)",
     )
     parser.add_argument("--out", type=Path, default=EXAMPLES / "executed", help="where the executed notebooks go")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds one cell may run (default 1200)")
@@ -306,6 +327,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.size_scale <= 0:
         parser.error("--size-scale must be positive")
+    if args.skip_cpu_single is None:
+        args.skip_cpu_single = args.full
     return args
 
 
@@ -321,11 +344,15 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     reports = []
+    args.out.mkdir(parents=True, exist_ok=True)
     for path in paths:
         report = run_one(path, args, gpu)
         print_report(report)
         reports.append(report)
-    (args.out / "summary.json").write_text(json.dumps([asdict(r) for r in reports], indent=1) + "\n")
+        (args.out / "summary.json").write_text(json.dumps([asdict(r) for r in reports], indent=1) + "\n")
+        if report.error and report.error.startswith("Stopped"):
+            print("stopped by a signal: the remaining examples were not run", flush=True)
+            return 1
     failed = [r.name for r in reports if r.error]
     total = sum(r.seconds for r in reports)
     print(

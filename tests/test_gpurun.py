@@ -261,3 +261,9 @@ def test_compare_all_runs_what_this_machine_can(ip: InteractiveShell) -> None:
     notes = " ".join(comparison.rows[0].result.notes)
     assert "gpu skipped (CuPy is not installed)" in notes
     assert "multi-gpu skipped" in notes
+
+
+def test_compare_with_one_backend_is_still_a_comparison(ip: InteractiveShell) -> None:
+    run(ip, "--compare cpu-single -q -o t_cmp", "1")
+    comparison = ip.user_ns["t_cmp"]
+    assert isinstance(comparison, CompareResult) and len(comparison.rows) == 1

@@ -134,11 +134,13 @@ def main() -> None:
         code = (
             "%load_ext gpu_magics\n"
             f"%gpucluster {start} --name check\n"
-            "import dask.array as da\n"
-            f"y = da.random.normal(10, 1, size=({args.n}, {args.n}), chunks={args.n // 4})\n"
         )
         print("".join(asyncio.run(execute(base, token, kernel_id, code))))
-        cell = "%%gpurun multi-gpu\nz = (y + 1).persist()\nz[::2, ::2].mean().compute()\n"
+        cell = (
+            "%%gpurun multi-gpu\nimport dask.array as da\n"
+            f"y = da.random.normal(10, 1, size=({args.n}, {args.n}), chunks={args.n // 4})\n"
+            "z = (y + 1).persist()\nz[::2, ::2].mean().compute()\n"
+        )
         print("".join(asyncio.run(execute(base, token, kernel_id, cell))))
         time.sleep(3)  # a slow-field read (processes) after the workers hold memory
         for route in ("devices", "clusters", "processes", "history?limit=2"):

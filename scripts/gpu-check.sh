@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; logs go to $OUT (default ./gpu-logs).
+# Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; the log goes to $OUT/gpu-check.log
+# (default OUT: ./gpu-logs), executed example notebooks to $OUT/executed.
 #   bash scripts/gpu-check.sh [STAGE...]     stages: env tests seed cluster display monitor server examples (default: all)
 # Python packages the machine lacks can be brought as wheels in .whl/ (installed into /tmp/site first).
 set -uo pipefail
@@ -22,7 +23,7 @@ run() {  # run NAME COMMAND...: log to $OUT/NAME.log, remember failures
   local name=$1; shift
   echo "=== $name: $*"
   local start=$SECONDS
-  "$@" 2>&1 | tee "$OUT/$name.log"
+  "$@" 2>&1 | tee -a "$OUT/gpu-check.log"
   local rc=${PIPESTATUS[0]}
   echo "=== $name: exit $rc in $((SECONDS - start)) s"
   [ "$rc" -eq 0 ] || status=1
@@ -30,13 +31,16 @@ run() {  # run NAME COMMAND...: log to $OUT/NAME.log, remember failures
 for stage in "${stages[@]}"; do
   case $stage in
     env) run env bash -c 'nvidia-smi -L; python3 --version; python3 -c "import cupy, dask, distributed, dask_cuda; print(cupy.__version__, dask.__version__, distributed.__version__, dask_cuda.__version__)"' ;;
-    tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ;;
+    tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ${PYTEST_ARGS:-} ;;
     seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
-    cluster) [ -f benchmarks/cluster_start.py ] && run cluster python3 benchmarks/cluster_start.py --json "$OUT/cluster.json" ;;
-    display) [ -f benchmarks/display_speed.py ] && run display python3 benchmarks/display_speed.py ;;
-    monitor) [ -f benchmarks/sampler_cost.py ] && run monitor python3 benchmarks/sampler_cost.py ;;
-    server) [ -f benchmarks/server_gpu_check.py ] && run server python3 benchmarks/server_gpu_check.py ;;
-    examples) [ -f scripts/run_examples.py ] && run examples python3 scripts/run_examples.py --full --out "$OUT" ;;
+    cluster) run cluster python3 benchmarks/cluster_start.py --json "$OUT/cluster.json" ;;
+    cluster-variants)
+      run cluster-tpw8 python3 benchmarks/cluster_start.py --only-ours --repeat 3 --options "--threads-per-worker 8"
+      run cluster-ptds env CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 python3 benchmarks/cluster_start.py --only-ours --repeat 3 ;;
+    display) run display python3 benchmarks/display_speed.py ;;
+    monitor) run monitor python3 -m benchmarks.sampler_cost ;;
+    server) run server python3 benchmarks/server_gpu_check.py ;;
+    examples) run examples python3 scripts/run_examples.py --full --out "$OUT/executed" ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done

@@ -47,7 +47,7 @@ def test_gpurun_summary_sees_the_gpu_busy(ip: InteractiveShell) -> None:
     assert figures.kind == "gpu" and [g.index for g in figures.gpus] == [0]
     gpu = figures.gpus[0]
     print(f"gpu cell: {figures} over {figures.duration:.2f} s, {figures.samples} samples")
-    assert gpu.peak_gpu_util is not None and gpu.peak_gpu_util > 50
+    assert gpu.peak_gpu_util is not None and gpu.peak_gpu_util > 20
     assert gpu.peak_memory_used is not None and gpu.peak_memory_used > 2**30
 
 

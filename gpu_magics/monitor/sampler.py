@@ -203,12 +203,17 @@ class Sampler:
             last = due if now - due < self._interval else now  # after a long stall, do not catch up
 
     def _slow_loop(self, run: _Run) -> None:
-        while not run.stop.is_set():
-            started = time.monotonic()
-            self._read_slow()
+        # The first slow read waits one slow interval: a short sampling span (a quick cell) then never pays for
+        # a blocking PCIe read when it stops, and the fast snapshots start at once.
+        started = time.monotonic()
+        while True:
             while not run.stop.is_set() and (left := started + self._slow_interval - time.monotonic()) > 0:
                 run.slow_wake.wait(left)
                 run.slow_wake.clear()
+            if run.stop.is_set():
+                return
+            started = time.monotonic()
+            self._read_slow()
 
     def _sample(self, *, inline_slow: bool) -> Snapshot:
         with self._sample_lock:

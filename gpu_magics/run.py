@@ -22,7 +22,7 @@ class CompiledCell:
 
     body: Any  # code object for every statement but a trailing expression
     last_expression: Any  # code object (eval mode) or None
-    names: frozenset[str]  # names the cell reads
+    names: frozenset[str]  # names the cell reads and does not assign (collections made before the cell)
     silent: bool  # the cell ends with ';'
 
 
@@ -50,14 +50,26 @@ def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
     if statements and isinstance(statements[-1], ast.Expr):
         last = ast.Expression(statements[-1].value)
         statements.pop()
-    names = frozenset(
-        node.id for node in ast.walk(module) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-    )
+    names = _names_from_outside(module)
     compiler: Any = shell.compile  # CachingCompiler accepts AST nodes too
     body = compiler(ast.Module(statements, type_ignores=[]), filename, "exec")
     expression = compiler(last, filename, "eval") if last is not None else None
     silent = bool(shell.displayhook.semicolon_at_end_of_expression(source))
     return CompiledCell(body=body, last_expression=expression, names=names, silent=silent)
+
+
+def _names_from_outside(module: ast.Module) -> frozenset[str]:
+    """Names the cell reads but never binds itself: what it takes from before the cell."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return frozenset(read - bound)
 
 
 @dataclass

@@ -267,3 +267,15 @@ def test_compare_with_one_backend_is_still_a_comparison(ip: InteractiveShell) ->
     run(ip, "--compare cpu-single -q -o t_cmp", "1")
     comparison = ip.user_ns["t_cmp"]
     assert isinstance(comparison, CompareResult) and len(comparison.rows) == 1
+
+
+def test_arrays_the_cell_makes_itself_are_not_flagged(ip: InteractiveShell) -> None:
+    from gpu_magics import backends
+    from gpu_magics import run as run_module
+
+    ip.run_cell("import dask.array as da\nt_n = da.ones((10, 10), chunks=5)\nt_m = t_n")
+    compiled = run_module.compile_cell(ip, "t_n = da.ones((10, 10), chunks=5)\n(t_n + t_m).sum()")
+    assert compiled is not None
+    plan = backends.BackendPlan(name="gpu", hardware="1x test", chunk_type="cupy")
+    notes = run_module.chunk_mismatches(ip, compiled, plan)
+    assert len(notes) == 1 and notes[0].startswith("t_m has numpy chunks")

@@ -1,0 +1,31 @@
+"""The jupyter-server extension: REST and websocket endpoints for the JupyterLab side panel.
+
+Enabled by ``pip install`` (``etc/jupyter/jupyter_server_config.d/gpu_magics.json``). Loading it does no GPU work:
+the shared sampler starts on the first request that needs it. Configure it with ``c.GpuMagicsServer.*``
+(``interval``, ``history``, ``source``, ``fake_gpus``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["_load_jupyter_server_extension"]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Create the shared monitor service and register the handlers with ``serverapp``'s web application."""
+    from gpu_magics.server.config import GpuMagicsServer
+    from gpu_magics.server.handlers import SERVICE_KEY
+    from gpu_magics.server.routes import setup_handlers
+    from gpu_magics.server.service import MonitorService
+
+    config = GpuMagicsServer(parent=serverapp)
+    service = MonitorService(config)
+    serverapp.web_app.settings[SERVICE_KEY] = service
+    setup_handlers(serverapp.web_app)
+    serverapp.log.info(
+        "gpu_magics: GPU panel endpoints at %sgpu-magics/api/ (source %s, every %.2f s)",
+        serverapp.base_url,
+        config.source,
+        config.interval,
+    )

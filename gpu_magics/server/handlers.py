@@ -1,0 +1,147 @@
+"""REST endpoints under ``/gpu-magics/api/``: devices, history, clusters, processes; each authenticated and
+authorized on the ``gpu_magics`` resource. GETs only read; the one state change (pruning stale cluster records)
+is a POST, so it needs the XSRF token as well as a logged-in user."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from functools import partial
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+
+from gpu_magics import cluster_records
+from gpu_magics.server.config import GpuMagicsServer
+from gpu_magics.server.jsonutil import dumps
+from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
+from gpu_magics.server.owners import map_owners
+from gpu_magics.server.service import MonitorService
+
+AUTH_RESOURCE = "gpu_magics"
+SERVICE_KEY = "gpu_magics_service"
+MAX_HISTORY_LIMIT = 100_000
+
+
+def config_json(config: GpuMagicsServer) -> dict[str, Any]:
+    return {
+        "interval": round(config.interval * 1000),
+        "slow_interval": round(config.slow_interval * 1000),
+        "history": config.history,
+        "source": config.source,
+    }
+
+
+class GpuMagicsHandler(APIHandler):
+    """Base of the REST handlers: the shared service, JSON replies."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def service(self) -> MonitorService:
+        service: MonitorService = self.settings[SERVICE_KEY]
+        return service
+
+    def reply(self, data: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(dumps(data))
+
+
+class DevicesHandler(GpuMagicsHandler):
+    """``GET devices``: the server's settings and the newest snapshot (every GPU, the host, the status)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        snapshot = await self.service.latest()
+        self.reply({"config": config_json(self.service.config), "snapshot": snapshot.to_json()})
+
+
+class HistoryHandler(GpuMagicsHandler):
+    """``GET history?since=T&limit=N``: buffered snapshots after ``T`` (seconds since the epoch), oldest first."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        since = self._number("since")
+        limit = self._number("limit")
+        if limit is not None and (limit != int(limit) or not 0 <= limit <= MAX_HISTORY_LIMIT):
+            raise web.HTTPError(400, f"limit must be a whole number from 0 to {MAX_HISTORY_LIMIT}")
+        snapshots = self.service.history(since, None if limit is None else int(limit))
+        self.reply({"config": config_json(self.service.config), "snapshots": [s.to_json() for s in snapshots]})
+
+    def _number(self, name: str) -> float | None:
+        text = self.get_argument(name, None)
+        if text is None:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise web.HTTPError(400, f"{name} must be a number") from None
+        if not math.isfinite(value):
+            raise web.HTTPError(400, f"{name} must be a finite number")
+        return value
+
+
+class ClustersHandler(GpuMagicsHandler):
+    """``GET clusters``: every cluster a kernel started (its discovery record), with its notebook."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        records = await asyncio.get_running_loop().run_in_executor(
+            None, partial(cluster_records.list_records, clean=False)
+        )
+        self.reply({"clusters": await self._describe(records)})
+
+    async def _describe(self, records: list[cluster_records.ClusterRecord]) -> list[dict[str, Any]]:
+        paths = await kernel_paths(self.session_manager)
+        running = running_kernel_ids(self.kernel_manager)
+        return [
+            {
+                **record.to_json(),
+                "path": paths.get(record.kernel_id or ""),
+                "kernel_running": record.kernel_id in running,
+            }
+            for record in records
+        ]
+
+
+class PruneClustersHandler(ClustersHandler):
+    """``POST clusters/prune``: remove records whose process has gone; replies with the clusters left."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        records = await asyncio.get_running_loop().run_in_executor(
+            None, partial(cluster_records.list_records, clean=True)
+        )
+        self.reply({"clusters": await self._describe(records)})
+
+
+class ProcessesHandler(GpuMagicsHandler):
+    """``GET processes``: GPU memory by process, with the kernel, notebook and cluster that hold it."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        snapshot = self.service.ensure_started().latest()
+        pids = kernel_pids(self.kernel_manager)
+        paths = await kernel_paths(self.session_manager)
+        loop = asyncio.get_running_loop()
+        records = await loop.run_in_executor(None, partial(cluster_records.list_records, clean=False))
+        holders = await loop.run_in_executor(
+            None, partial(map_owners, snapshot, kernel_pids=pids, records=records, paths=paths)
+        )
+        unreadable = [] if snapshot is None else [g.index for g in snapshot.gpus if g.processes is None]
+        self.reply(
+            {
+                "time": None if snapshot is None else snapshot.time,
+                "status": None if snapshot is None else snapshot.status,
+                "processes": [holder.to_json() for holder in holders],
+                "unreadable_gpus": unreadable,
+            }
+        )

@@ -1,0 +1,49 @@
+"""What the server knows about its kernels: their process ids and the notebooks they run for."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+
+
+def kernel_pids(kernel_manager: Any) -> dict[int, str]:
+    """Kernel process id -> kernel id, for kernels this server started locally."""
+    pids: dict[int, str] = {}
+    if kernel_manager is None:
+        return pids
+    for kernel_id in list(kernel_manager.list_kernel_ids()):
+        with contextlib.suppress(Exception):  # a kernel going away while we look
+            pid = _pid(kernel_manager.get_kernel(kernel_id))
+            if pid is not None:
+                pids[pid] = kernel_id
+    return pids
+
+
+def _pid(kernel: Any) -> int | None:
+    provisioner = getattr(kernel, "provisioner", None)
+    for owner in (provisioner, getattr(provisioner, "process", None), getattr(kernel, "kernel", None)):
+        pid = getattr(owner, "pid", None)
+        if isinstance(pid, int) and pid > 0:
+            return pid
+    return None
+
+
+async def kernel_paths(session_manager: Any) -> dict[str, str]:
+    """Kernel id -> the path of the notebook (or console, file) its session is for."""
+    paths: dict[str, str] = {}
+    if session_manager is None:
+        return paths
+    with contextlib.suppress(Exception):
+        for session in await ensure_async(session_manager.list_sessions()):
+            kernel = session.get("kernel") or {}
+            if kernel.get("id") and session.get("path"):
+                paths[str(kernel["id"])] = str(session["path"])
+    return paths
+
+
+def running_kernel_ids(kernel_manager: Any) -> set[str]:
+    if kernel_manager is None:
+        return set()
+    return {str(kernel_id) for kernel_id in kernel_manager.list_kernel_ids()}

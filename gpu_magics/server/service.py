@@ -1,0 +1,217 @@
+"""``MonitorService``: the one sampler the server shares among all its clients.
+
+The sampler's threads make every NVML call, so nothing here blocks the event loop. Snapshots reach listeners on
+the IOLoop (the sampler thread hops over with ``add_callback``). The sampler starts on first use and stops
+after ``idle_timeout`` seconds with no listener and no request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import time
+import weakref
+from collections.abc import Callable
+
+from tornado.ioloop import IOLoop
+
+from gpu_magics.monitor.sampler import Sampler
+from gpu_magics.monitor.source import GpuSource, Snapshot, make_source
+from gpu_magics.server.config import MIN_INTERVAL, GpuMagicsServer
+
+_log = logging.getLogger(__name__)
+_live: weakref.WeakSet[MonitorService] = weakref.WeakSet()
+_atexit_registered = False
+
+Listener = Callable[[Snapshot], None]
+SourceFactory = Callable[[GpuMagicsServer], GpuSource]
+
+
+def default_source_factory(config: GpuMagicsServer) -> GpuSource:
+    """The source ``config.source`` names; making it does no NVML work (that waits for the first read)."""
+    if config.source == "fake":
+        return make_source("fake", gpus=config.fake_gpus)
+    return make_source("nvml")
+
+
+class MonitorService:
+    """Owns the shared ``Sampler``; tells listeners (websockets) of each snapshot on the IOLoop."""
+
+    def __init__(
+        self,
+        config: GpuMagicsServer,
+        *,
+        source_factory: SourceFactory = default_source_factory,
+        idle_timeout: float = 60.0,
+    ) -> None:
+        self.config = config
+        self._source_factory = source_factory
+        self._idle_timeout = idle_timeout
+        self._sampler: Sampler | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._loop: IOLoop | None = None
+        self._listeners: dict[int, tuple[Listener, float | None]] = {}
+        self._next_id = 0
+        self._last_used = time.monotonic()
+        self._idle_handle: object | None = None
+        self._closed = False
+        _track(self)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    @property
+    def sample_interval(self) -> float:
+        """Seconds between the shared sampler's snapshots."""
+        return self._sampler.interval if self._sampler is not None else self._wanted_interval()
+
+    @property
+    def running(self) -> bool:
+        return self._sampler is not None and self._sampler.running
+
+    def ensure_started(self) -> Sampler:
+        """The shared sampler, started (call on the IOLoop)."""
+        if self._closed:
+            raise RuntimeError("the GPU monitor service is closed")
+        self._last_used = time.monotonic()
+        if self._sampler is None:
+            self._sampler = Sampler(
+                self._source_factory(self.config),
+                interval=self._wanted_interval(),
+                slow_interval=max(MIN_INTERVAL, self.config.slow_interval),
+                history=self.config.history,
+            )
+        if not self._sampler.running:
+            self._loop = IOLoop.current()
+            if self._unsubscribe is None:
+                self._unsubscribe = self._sampler.subscribe(self._from_sampler_thread)
+            self._sampler.start()
+            self._schedule_idle_check()
+        return self._sampler
+
+    def close(self) -> None:
+        """Stop sampling and release the source (server shutdown)."""
+        self._closed = True
+        self._listeners.clear()
+        self._cancel_idle_check()
+        sampler, self._sampler = self._sampler, None
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if sampler is not None:
+            sampler.close()
+
+    # -- data ------------------------------------------------------------------------------------------
+
+    async def latest(self) -> Snapshot:
+        """The newest snapshot; the first call waits for one (read on a worker thread)."""
+        sampler = self.ensure_started()
+        snapshot = sampler.latest()
+        if snapshot is None:
+            snapshot = await asyncio.get_running_loop().run_in_executor(None, sampler.tick)
+        return snapshot
+
+    def history(self, since: float | None = None, limit: int | None = None) -> list[Snapshot]:
+        """Buffered snapshots after ``since`` (oldest first), at most the newest ``limit``."""
+        snapshots = self.ensure_started().history(since)
+        if limit is not None:
+            snapshots = snapshots[-limit:] if limit > 0 else []
+        return snapshots
+
+    # -- listeners -------------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener, interval: float | None = None) -> Subscription:
+        """Call ``listener`` on the IOLoop with each snapshot until the returned subscription is removed.
+
+        ``interval`` (seconds) is how often this listener wants data: the sampler runs at the fastest interval
+        any listener asks for, never slower than ``config.interval`` nor faster than 0.1 s.
+        """
+        key = self._next_id
+        self._next_id += 1
+        self._listeners[key] = (listener, interval)
+        self.ensure_started()
+        self._apply_interval()
+        return Subscription(self, key)
+
+    def _set_interval(self, key: int, interval: float | None) -> None:
+        if key in self._listeners:
+            self._listeners[key] = (self._listeners[key][0], interval)
+            self._apply_interval()
+
+    def _remove(self, key: int) -> None:
+        if self._listeners.pop(key, None) is not None:
+            self._last_used = time.monotonic()
+            self._apply_interval()
+
+    def _wanted_interval(self) -> float:
+        wanted = [interval for _, interval in self._listeners.values() if interval is not None]
+        return max(MIN_INTERVAL, min([self.config.interval, *wanted]))
+
+    def _apply_interval(self) -> None:
+        if self._sampler is not None:
+            interval = self._wanted_interval()
+            if abs(self._sampler.interval - interval) > 1e-9:
+                self._sampler.interval = interval
+
+    def _from_sampler_thread(self, snapshot: Snapshot) -> None:
+        loop = self._loop
+        if loop is not None and not self._closed:
+            loop.add_callback(self._dispatch, snapshot)
+
+    def _dispatch(self, snapshot: Snapshot) -> None:
+        for listener, _ in list(self._listeners.values()):
+            try:
+                listener(snapshot)
+            except Exception:
+                _log.exception("GPU snapshot listener failed")
+
+    # -- idle stop -------------------------------------------------------------------------------------
+
+    def _schedule_idle_check(self) -> None:
+        if self._idle_handle is None and self._loop is not None and self._idle_timeout > 0:
+            self._idle_handle = self._loop.call_later(self._idle_timeout, self._idle_check)
+
+    def _cancel_idle_check(self) -> None:
+        if self._idle_handle is not None and self._loop is not None:
+            self._loop.remove_timeout(self._idle_handle)
+        self._idle_handle = None
+
+    def _idle_check(self) -> None:
+        self._idle_handle = None
+        if self._closed or self._sampler is None:
+            return
+        idle_for = time.monotonic() - self._last_used
+        if not self._listeners and idle_for >= self._idle_timeout:
+            _log.debug("GPU sampler idle for %.0f s: stopping it", idle_for)
+            self._sampler.stop()
+            return
+        self._schedule_idle_check()
+
+
+class Subscription:
+    """A listener added with ``MonitorService.add_listener``."""
+
+    def __init__(self, service: MonitorService, key: int) -> None:
+        self._service = service
+        self._key = key
+
+    def set_interval(self, interval: float | None) -> None:
+        """Ask for data every ``interval`` seconds (``None``: the server's interval)."""
+        self._service._set_interval(self._key, interval)
+
+    def remove(self) -> None:
+        self._service._remove(self._key)
+
+
+def _track(service: MonitorService) -> None:
+    global _atexit_registered
+    _live.add(service)
+    if not _atexit_registered:
+        atexit.register(close_all)
+        _atexit_registered = True
+
+
+def close_all() -> None:
+    """Close every service of this process (at exit; tests call it after each server)."""
+    for service in list(_live):
+        service.close()

@@ -1,0 +1,207 @@
+/**
+ * Keeps the model fed: a websocket for samples (reconnecting with backoff after a server restart), and
+ * polls of the clusters and the GPU memory holders while the panel is shown.
+ */
+import { ServerConnection } from '@jupyterlab/services';
+
+import { fetchClusters, fetchHistory, fetchProcesses, socketUrl } from './api';
+import { Backoff } from './backoff';
+import { GpuPanelModel } from './model';
+import type { ServerMessage } from './types';
+
+const POLL_MS = 3000;
+
+export class MonitorConnection {
+  private _socket: WebSocket | null = null;
+  private _retryTimer: number | null = null;
+  private _pollTimer: number | null = null;
+  private _running = false;
+  private _interval: number;
+  private _backoff = new Backoff();
+
+  constructor(
+    private readonly _model: GpuPanelModel,
+    options: { interval?: number; settings?: ServerConnection.ISettings } = {}
+  ) {
+    this._interval = options.interval ?? 1000;
+    this._settings = options.settings ?? ServerConnection.makeSettings();
+  }
+
+  private readonly _settings: ServerConnection.ISettings;
+
+  get running(): boolean {
+    return this._running;
+  }
+
+  start(): void {
+    if (this._running) {
+      return;
+    }
+    this._running = true;
+    this._connect();
+    void this._poll();
+  }
+
+  stop(): void {
+    this._running = false;
+    this._clearTimers();
+    const socket = this._socket;
+    this._socket = null;
+    socket?.close();
+    this._model.setConnection({ phase: 'idle', retryAt: null });
+  }
+
+  /** Ask the server for samples every `ms` milliseconds (it clamps to at least 100). */
+  setInterval(ms: number): void {
+    this._interval = ms;
+    this._send({ type: 'configure', interval: ms });
+  }
+
+  /** Poll clusters and holders now (after a Stop or Scale). */
+  refresh(): Promise<void> {
+    return this._refreshLists();
+  }
+
+  dispose(): void {
+    this.stop();
+  }
+
+  private _connect(): void {
+    if (!this._running) {
+      return;
+    }
+    this._model.setConnection({
+      phase: this._backoff.attempt === 0 ? 'connecting' : 'reconnecting',
+      retryAt: null
+    });
+    let socket: WebSocket;
+    try {
+      socket = new this._settings.WebSocket(socketUrl(this._settings));
+    } catch (error) {
+      this._scheduleRetry(String(error));
+      return;
+    }
+    this._socket = socket;
+    let opened = false;
+    socket.onopen = () => {
+      opened = true;
+      this._backoff.reset();
+      this._model.setConnection({
+        phase: 'open',
+        attempt: 0,
+        retryAt: null,
+        error: null
+      });
+      this._send({ type: 'configure', interval: this._interval });
+      void this._loadHistory();
+    };
+    socket.onmessage = event => this._onMessage(event.data);
+    socket.onclose = event => {
+      if (this._socket !== socket) {
+        return; // stopped, or replaced
+      }
+      this._socket = null;
+      const why = opened
+        ? 'The connection to the server was lost.'
+        : `Could not connect to the server${event.code ? ` (code ${event.code})` : ''}.`;
+      this._scheduleRetry(why);
+    };
+  }
+
+  private _scheduleRetry(error: string): void {
+    if (!this._running) {
+      return;
+    }
+    const delay = this._backoff.next();
+    this._model.setConnection({
+      phase: 'reconnecting',
+      attempt: this._backoff.attempt,
+      retryAt: Date.now() + delay,
+      error
+    });
+    this._retryTimer = window.setTimeout(() => {
+      this._retryTimer = null;
+      this._connect();
+    }, delay);
+  }
+
+  private _onMessage(data: unknown): void {
+    if (typeof data !== 'string') {
+      return;
+    }
+    let message: ServerMessage;
+    try {
+      message = JSON.parse(data) as ServerMessage;
+    } catch {
+      return;
+    }
+    switch (message.type) {
+      case 'hello':
+        this._model.setConfig(message.config, message.interval);
+        this._model.applySnapshot(message.snapshot);
+        break;
+      case 'snapshot':
+        this._model.applySnapshot(message.snapshot);
+        break;
+      case 'configured':
+        this._model.setInterval(message.interval);
+        break;
+      case 'error':
+        console.warn('gpu-magics: the server refused a message:', message.message);
+        break;
+      default:
+        break;
+    }
+  }
+
+  private async _loadHistory(): Promise<void> {
+    try {
+      const reply = await fetchHistory(this._model.maxPoints, this._settings);
+      this._model.applyHistory(reply.snapshots);
+    } catch {
+      // The live feed fills the charts anyway.
+    }
+  }
+
+  private async _poll(): Promise<void> {
+    if (!this._running) {
+      return;
+    }
+    await this._refreshLists();
+    if (this._running) {
+      this._pollTimer = window.setTimeout(() => void this._poll(), POLL_MS);
+    }
+  }
+
+  private async _refreshLists(): Promise<void> {
+    const [clusters, processes] = await Promise.allSettled([
+      fetchClusters(this._settings),
+      fetchProcesses(this._settings)
+    ]);
+    if (clusters.status === 'fulfilled') {
+      this._model.setClusters(clusters.value.clusters);
+    } else {
+      this._model.setClusters(this._model.clusters, String(clusters.reason));
+    }
+    if (processes.status === 'fulfilled') {
+      this._model.setHolders(processes.value);
+    }
+  }
+
+  private _send(message: object): void {
+    if (this._socket?.readyState === WebSocket.OPEN) {
+      this._socket.send(JSON.stringify(message));
+    }
+  }
+
+  private _clearTimers(): void {
+    if (this._retryTimer !== null) {
+      window.clearTimeout(this._retryTimer);
+      this._retryTimer = null;
+    }
+    if (this._pollTimer !== null) {
+      window.clearTimeout(this._pollTimer);
+      this._pollTimer = null;
+    }
+  }
+}

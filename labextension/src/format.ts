@@ -1,0 +1,53 @@
+/** Human-readable values; `null` (not supported or unreadable) reads as an en dash. */
+
+const DASH = '\u2013';
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+export function formatBytes(bytes: number | null): string {
+  if (bytes === null || !Number.isFinite(bytes)) {
+    return DASH;
+  }
+  let value = Math.abs(bytes);
+  let unit = 0;
+  while (value >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const digits = unit === 0 || value >= 100 ? 0 : 1;
+  return `${bytes < 0 ? '-' : ''}${value.toFixed(digits)} ${UNITS[unit]}`;
+}
+
+export function formatPercent(value: number | null): string {
+  return value === null || !Number.isFinite(value)
+    ? DASH
+    : `${Math.round(value)}%`;
+}
+
+export function formatNumber(value: number | null, unit: string): string {
+  return value === null || !Number.isFinite(value)
+    ? DASH
+    : `${Math.round(value)} ${unit}`;
+}
+
+/** Memory in use as a percentage of the total, or `null` when either is unknown. */
+export function memoryPercent(
+  used: number | null,
+  total: number | null
+): number | null {
+  if (used === null || total === null || total <= 0) {
+    return null;
+  }
+  return (100 * used) / total;
+}
+
+/** "3 s", "5 min", "2 h" ago, for a cluster's start time (seconds since the epoch). */
+export function formatAge(startedAt: number, nowSeconds: number): string {
+  const seconds = Math.max(0, Math.round(nowSeconds - startedAt));
+  if (seconds < 60) {
+    return `${seconds} s`;
+  }
+  if (seconds < 3600) {
+    return `${Math.round(seconds / 60)} min`;
+  }
+  return `${(seconds / 3600).toFixed(1)} h`;
+}

@@ -1,0 +1,117 @@
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  Dialog,
+  ICommandPalette,
+  InputDialog,
+  showDialog
+} from '@jupyterlab/apputils';
+import { ILauncher } from '@jupyterlab/launcher';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { clusterCommand, runInKernel } from './clusters';
+import { MonitorConnection } from './connection';
+import { GpuPanelModel } from './model';
+import { GpuPanel } from './panel';
+import gpuSvg from '../style/icons/gpu.svg';
+
+/** The plugin id; also the settings id (`schema/plugin.json`). */
+export const PLUGIN_ID = 'gpu-magics:plugin';
+export const OPEN_COMMAND = 'gpu-magics:open';
+const PANEL_ID = 'gpu-magics-panel';
+const MIN_INTERVAL = 100;
+
+export const gpuIcon = new LabIcon({ name: 'gpu-magics:gpu', svgstr: gpuSvg });
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Live GPU charts, clusters and GPU memory by notebook.',
+  autoStart: true,
+  optional: [ILayoutRestorer, ICommandPalette, ILauncher, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    launcher: ILauncher | null,
+    settings: ISettingRegistry | null
+  ): void => {
+    const model = new GpuPanelModel({ maxPoints: 300 });
+    const connection = new MonitorConnection(model, {
+      settings: app.serviceManager.serverSettings
+    });
+    const panel = new GpuPanel(model, {
+      cluster: async (cluster, request) => {
+        if (!cluster.kernel_id) {
+          throw new Error('This cluster has no kernel to run the command in.');
+        }
+        await runInKernel(
+          app.serviceManager.kernels,
+          cluster.kernel_id,
+          clusterCommand(request)
+        );
+        await connection.refresh();
+      },
+      askWorkers: async cluster => {
+        const result = await InputDialog.getNumber({
+          title: `Scale ${cluster.name}`,
+          label: 'Number of workers',
+          value: cluster.workers
+        });
+        const value = result.value;
+        return result.button.accept && value !== null && value >= 1
+          ? Math.round(value)
+          : null;
+      },
+      confirmStop: async cluster => {
+        const result = await showDialog({
+          title: `Stop ${cluster.name}?`,
+          body: `Its kernel ${cluster.path ? `(${cluster.path}) ` : ''}runs %gpucluster stop; work on the cluster is lost.`,
+          buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop' })]
+        });
+        return result.button.accept;
+      },
+      openPath: path => void app.commands.execute('docmanager:open', { path })
+    });
+    panel.id = PANEL_ID;
+    panel.title.icon = gpuIcon;
+    panel.title.caption = 'GPUs';
+
+    // Sample only while the panel is shown; the model (and its bounded charts) stays.
+    panel.visibilityChanged.connect(visible =>
+      visible ? connection.start() : connection.stop()
+    );
+    panel.disposed.connect(() => connection.dispose());
+
+    app.shell.add(panel, 'left', { rank: 700 });
+    restorer?.add(panel, PANEL_ID);
+
+    app.commands.addCommand(OPEN_COMMAND, {
+      label: 'GPU Panel',
+      caption: 'Live GPU charts, clusters and GPU memory by notebook',
+      icon: args => (args['isPalette'] ? undefined : gpuIcon),
+      execute: () => app.shell.activateById(PANEL_ID)
+    });
+    palette?.addItem({ command: OPEN_COMMAND, category: 'GPU' });
+    launcher?.add({ command: OPEN_COMMAND, category: 'Other', rank: 50 });
+
+    if (settings) {
+      void settings.load(PLUGIN_ID).then(loaded => {
+        const apply = () => {
+          const interval = Number(loaded.get('interval').composite);
+          if (Number.isFinite(interval)) {
+            connection.setInterval(Math.max(MIN_INTERVAL, interval));
+          }
+        };
+        apply();
+        loaded.changed.connect(apply);
+      }).catch(reason => console.warn('gpu-magics: settings not loaded', reason));
+    }
+    console.log('JupyterLab extension gpu-magics is activated!');
+  }
+};
+
+export default plugin;

@@ -1,0 +1,267 @@
+/**
+ * The side panel's state, free of any view or network code: snapshots in, per-GPU series out (bounded),
+ * the clusters kernels started, who holds GPU memory, and the state of the connection.
+ */
+import { Emitter } from './emitter';
+import { memoryPercent } from './format';
+import { Ring } from './ring';
+import type {
+  ICluster,
+  IGpuReading,
+  IHolder,
+  IHostReading,
+  IProcessesReply,
+  IServerConfig,
+  ISnapshot
+} from './types';
+
+export type ConnectionPhase = 'idle' | 'connecting' | 'open' | 'reconnecting';
+
+export interface IConnectionState {
+  phase: ConnectionPhase;
+  /** Failed attempts since the last open connection. */
+  attempt: number;
+  /** When the next attempt is due (ms since the epoch), while reconnecting. */
+  retryAt: number | null;
+  /** Why the last attempt or connection failed. */
+  error: string | null;
+}
+
+export interface IGpuView {
+  reading: IGpuReading;
+  /** Utilization (%) over time, oldest first; NaN where unknown. */
+  util: Ring;
+  /** Memory in use (% of total) over time. */
+  memory: Ring;
+  /** Sample times (seconds since the epoch). */
+  times: Ring;
+}
+
+export interface IOwnerTotal {
+  /** The notebook path, else "kernel <id>", else "pid <n>". */
+  owner: string;
+  kernelId: string | null;
+  bytes: number;
+  holders: IHolder[];
+}
+
+/** How a GPU memory holder is named in the panel. */
+export function ownerLabel(holder: IHolder): string {
+  if (holder.path) {
+    return holder.path;
+  }
+  return holder.kernel_id
+    ? `kernel ${holder.kernel_id.slice(0, 8)}`
+    : `pid ${holder.pid}`;
+}
+
+export type ModelChange =
+  | 'snapshot'
+  | 'clusters'
+  | 'holders'
+  | 'connection'
+  | 'config';
+
+export class GpuPanelModel {
+  readonly changed = new Emitter<ModelChange>();
+  readonly maxPoints: number;
+
+  private _gpus = new Map<string, IGpuView>();
+  private _order: string[] = [];
+  private _host: IHostReading | null = null;
+  private _status: string | null = null;
+  private _lastTime: number | null = null;
+  private _config: IServerConfig | null = null;
+  private _interval: number | null = null;
+  private _clusters: ICluster[] = [];
+  private _clustersError: string | null = null;
+  private _holders: IHolder[] = [];
+  private _unreadable: number[] = [];
+  private _connection: IConnectionState = {
+    phase: 'idle',
+    attempt: 0,
+    retryAt: null,
+    error: null
+  };
+
+  constructor(options: { maxPoints?: number } = {}) {
+    this.maxPoints = options.maxPoints ?? 300;
+  }
+
+  // -- readings -----------------------------------------------------------------------------------
+
+  get gpus(): IGpuView[] {
+    return this._order.map(key => this._gpus.get(key) as IGpuView);
+  }
+
+  get host(): IHostReading | null {
+    return this._host;
+  }
+
+  get lastTime(): number | null {
+    return this._lastTime;
+  }
+
+  get config(): IServerConfig | null {
+    return this._config;
+  }
+
+  /** The push interval the server confirmed for this panel (ms). */
+  get interval(): number | null {
+    return this._interval;
+  }
+
+  /** Why no GPU can be shown, or `null` when there are GPUs to show. */
+  get unavailableReason(): string | null {
+    if (this._status) {
+      return this._status;
+    }
+    if (this._lastTime !== null && this._order.length === 0) {
+      return 'No GPUs found on the server.';
+    }
+    return null;
+  }
+
+  setConfig(config: IServerConfig, interval?: number): void {
+    this._config = config;
+    if (interval !== undefined) {
+      this._interval = interval;
+    }
+    this.changed.emit('config');
+  }
+
+  setInterval(interval: number): void {
+    this._interval = interval;
+    this.changed.emit('config');
+  }
+
+  /** Add many snapshots (history after a (re)connect), oldest first; repeated or older ones are skipped. */
+  applyHistory(snapshots: ISnapshot[]): void {
+    let applied = false;
+    for (const snapshot of snapshots) {
+      applied = this._apply(snapshot) || applied;
+    }
+    if (applied) {
+      this.changed.emit('snapshot');
+    }
+  }
+
+  applySnapshot(snapshot: ISnapshot): void {
+    if (this._apply(snapshot)) {
+      this.changed.emit('snapshot');
+    }
+  }
+
+  private _apply(snapshot: ISnapshot): boolean {
+    if (this._lastTime !== null && snapshot.time <= this._lastTime) {
+      return false;
+    }
+    this._lastTime = snapshot.time;
+    this._host = snapshot.host;
+    this._status = snapshot.status;
+    const order: string[] = [];
+    for (const reading of snapshot.gpus) {
+      const key = reading.uuid || `#${reading.index}`;
+      let view = this._gpus.get(key);
+      if (view === undefined) {
+        view = {
+          reading,
+          util: new Ring(this.maxPoints),
+          memory: new Ring(this.maxPoints),
+          times: new Ring(this.maxPoints)
+        };
+        this._gpus.set(key, view);
+      }
+      view.reading = reading;
+      view.util.push(reading.gpu_util);
+      view.memory.push(
+        memoryPercent(reading.memory_used, reading.memory_total)
+      );
+      view.times.push(snapshot.time);
+      order.push(key);
+    }
+    for (const key of this._order) {
+      if (!order.includes(key)) {
+        this._gpus.delete(key); // a GPU that went away (or a MIG layout change)
+      }
+    }
+    this._order = order;
+    return true;
+  }
+
+  // -- clusters and holders -----------------------------------------------------------------------
+
+  get clusters(): ICluster[] {
+    return this._clusters;
+  }
+
+  get clustersError(): string | null {
+    return this._clustersError;
+  }
+
+  setClusters(clusters: ICluster[], error: string | null = null): void {
+    this._clusters = [...clusters].sort((a, b) => a.started_at - b.started_at);
+    this._clustersError = error;
+    this.changed.emit('clusters');
+  }
+
+  get holders(): IHolder[] {
+    return this._holders;
+  }
+
+  /** GPUs whose processes could not be read (no permission, not supported). */
+  get unreadableGpus(): number[] {
+    return this._unreadable;
+  }
+
+  setHolders(reply: IProcessesReply): void {
+    this._holders = [...reply.processes].sort(
+      (a, b) => a.gpu - b.gpu || (b.used_memory ?? 0) - (a.used_memory ?? 0)
+    );
+    this._unreadable = reply.unreadable_gpus;
+    this.changed.emit('holders');
+  }
+
+  /** GPU memory held per notebook (or kernel, or process), largest first: "who holds what". */
+  memoryByOwner(): IOwnerTotal[] {
+    const totals = new Map<string, IOwnerTotal>();
+    for (const holder of this._holders) {
+      const owner = ownerLabel(holder);
+      const entry = totals.get(owner) ?? {
+        owner,
+        kernelId: holder.kernel_id,
+        bytes: 0,
+        holders: []
+      };
+      entry.bytes += holder.used_memory ?? 0;
+      entry.holders.push(holder);
+      totals.set(owner, entry);
+    }
+    return Array.from(totals.values()).sort((a, b) => b.bytes - a.bytes);
+  }
+
+  // -- connection ---------------------------------------------------------------------------------
+
+  get connection(): IConnectionState {
+    return this._connection;
+  }
+
+  setConnection(state: Partial<IConnectionState>): void {
+    this._connection = { ...this._connection, ...state };
+    this.changed.emit('connection');
+  }
+
+  /** Forget readings (not settings): used when the server that answers is a different one. */
+  reset(): void {
+    this._gpus.clear();
+    this._order = [];
+    this._lastTime = null;
+    this._status = null;
+    this._host = null;
+    this.changed.emit('snapshot');
+  }
+
+  dispose(): void {
+    this.changed.clear();
+  }
+}

@@ -1,0 +1,408 @@
+/** The side panel's view: GPU cards, clusters with their buttons, and GPU memory by notebook. */
+import type { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { sparklinePath } from './chart';
+import type { ClusterAction } from './clusters';
+import { el, svg } from './dom';
+import { Emitter } from './emitter';
+import {
+  formatAge,
+  formatBytes,
+  formatNumber,
+  formatPercent,
+  memoryPercent
+} from './format';
+import { GpuPanelModel, IGpuView, ModelChange } from './model';
+import type { ICluster, IHolder } from './types';
+
+const CHART_W = 240;
+const CHART_H = 40;
+
+export interface IPanelActions {
+  /** Run a cluster action in its kernel; resolves when the kernel has done it. */
+  cluster(cluster: ICluster, request: ClusterAction): Promise<void>;
+  /** Ask for a number of workers (a dialog); `null` when cancelled. */
+  askWorkers(cluster: ICluster): Promise<number | null>;
+  /** Confirm stopping a cluster. */
+  confirmStop(cluster: ICluster): Promise<boolean>;
+  /** Open the notebook at `path`. */
+  openPath(path: string): void;
+}
+
+export class GpuPanel extends Widget {
+  /** `true` when the panel is shown, `false` when hidden: sample only while someone looks. */
+  readonly visibilityChanged = new Emitter<boolean>();
+  private _status = el('div', { class: 'jp-GpuMagics-status' });
+  private _banner = el('div', { class: 'jp-GpuMagics-banner', role: 'status' });
+  private _cards = el('div', { class: 'jp-GpuMagics-cards' });
+  private _clusters = el('div', { class: 'jp-GpuMagics-clusters' });
+  private _holders = el('div', { class: 'jp-GpuMagics-holders' });
+  private _pending = new Set<ModelChange>();
+  private _frame: number | null = null;
+  private _busy = new Map<string, string>(); // cluster key -> what it is doing
+  private _errors = new Map<string, string>(); // cluster key -> last error
+  private _disconnect: () => void;
+
+  constructor(
+    readonly model: GpuPanelModel,
+    private readonly _actions: IPanelActions
+  ) {
+    super();
+    this.addClass('jp-GpuMagics-panel');
+    this.node.append(
+      el('div', { class: 'jp-GpuMagics-header' }, el('h2', {}, 'GPUs'), this._status),
+      this._banner,
+      this._cards,
+      el('h3', {}, 'Clusters'),
+      this._clusters,
+      el('h3', {}, 'GPU memory by notebook'),
+      this._holders
+    );
+    this._disconnect = model.changed.connect(change => this._schedule(change));
+    for (const change of ['connection', 'snapshot', 'clusters', 'holders'] as const) {
+      this._pending.add(change);
+    }
+    this._render();
+  }
+
+  override dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._disconnect();
+    if (this._frame !== null) {
+      cancelAnimationFrame(this._frame);
+    }
+    super.dispose();
+  }
+
+  protected override onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.visibilityChanged.emit(true);
+  }
+
+  protected override onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this.visibilityChanged.emit(false);
+  }
+
+  protected override onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this.visibilityChanged.emit(this.isVisible);
+  }
+
+  private _schedule(change: ModelChange): void {
+    this._pending.add(change);
+    if (this._frame === null) {
+      this._frame = requestAnimationFrame(() => {
+        this._frame = null;
+        this._render();
+      });
+    }
+  }
+
+  private _render(): void {
+    const pending = this._pending;
+    this._pending = new Set();
+    if (pending.has('connection') || pending.has('snapshot') || pending.has('config')) {
+      this._renderStatus();
+    }
+    if (pending.has('snapshot')) {
+      this._renderCards();
+    }
+    if (pending.has('clusters')) {
+      this._renderClusters();
+    }
+    if (pending.has('holders') || pending.has('clusters')) {
+      this._renderHolders();
+    }
+  }
+
+  private _renderStatus(): void {
+    const { connection } = this.model;
+    const interval = this.model.interval;
+    const source = this.model.config?.source;
+    let text: string;
+    switch (connection.phase) {
+      case 'open':
+        text = `Live${interval ? `, every ${interval} ms` : ''}${source === 'fake' ? ' (simulated GPUs)' : ''}`;
+        break;
+      case 'connecting':
+        text = 'Connecting\u2026';
+        break;
+      case 'reconnecting': {
+        const wait = connection.retryAt
+          ? Math.max(0, Math.round((connection.retryAt - Date.now()) / 1000))
+          : 0;
+        text = `Reconnecting${wait ? ` in ${wait} s` : '\u2026'}`;
+        break;
+      }
+      default:
+        text = 'Paused while hidden';
+    }
+    this._status.textContent = text;
+    this._status.dataset.phase = connection.phase;
+
+    const problems: string[] = [];
+    if (connection.phase === 'reconnecting' && connection.error) {
+      problems.push(connection.error);
+    }
+    const reason = this.model.unavailableReason;
+    if (reason) {
+      problems.push(`GPUs unavailable: ${reason}`);
+    }
+    this._banner.textContent = problems.join(' ');
+    this._banner.hidden = problems.length === 0;
+  }
+
+  private _renderCards(): void {
+    this._cards.replaceChildren(...this.model.gpus.map(view => this._card(view)));
+  }
+
+  private _card(view: IGpuView): HTMLElement {
+    const r = view.reading;
+    const memPct = memoryPercent(r.memory_used, r.memory_total);
+    const card = el(
+      'div',
+      { class: 'jp-GpuMagics-card', 'data-gpu': String(r.index) },
+      el(
+        'div',
+        { class: 'jp-GpuMagics-cardTitle' },
+        el('span', { class: 'jp-GpuMagics-gpuIndex' }, `GPU ${r.index}`),
+        el('span', { class: 'jp-GpuMagics-gpuName', title: r.uuid }, r.name)
+      )
+    );
+    if (r.error) {
+      card.append(el('div', { class: 'jp-GpuMagics-error' }, r.error));
+      return card;
+    }
+    card.append(
+      el(
+        'div',
+        { class: 'jp-GpuMagics-metrics' },
+        metric('Util', formatPercent(r.gpu_util), 'util'),
+        metric(
+          'Memory',
+          `${formatBytes(r.memory_used)} / ${formatBytes(r.memory_total)}`,
+          'memory'
+        ),
+        metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature'),
+        metric(
+          'Power',
+          r.power_limit !== null
+            ? `${formatNumber(r.power, 'W')} / ${formatNumber(r.power_limit, 'W')}`
+            : formatNumber(r.power, 'W'),
+          'power'
+        )
+      ),
+      bar(memPct),
+      chart(view)
+    );
+    return card;
+  }
+
+  private _renderClusters(): void {
+    const clusters = this.model.clusters;
+    const children: HTMLElement[] = [];
+    if (this.model.clustersError) {
+      children.push(el('div', { class: 'jp-GpuMagics-error' }, this.model.clustersError));
+    }
+    if (clusters.length === 0) {
+      children.push(
+        el(
+          'div',
+          { class: 'jp-GpuMagics-empty' },
+          'No cluster running. Start one from a notebook with %gpucluster.'
+        )
+      );
+    }
+    const now = Date.now() / 1000;
+    for (const cluster of clusters) {
+      children.push(this._clusterRow(cluster, now));
+    }
+    this._clusters.replaceChildren(...children);
+  }
+
+  private _clusterRow(cluster: ICluster, now: number): HTMLElement {
+    const key = clusterKey(cluster);
+    const busy = this._busy.get(key);
+    const canAct = cluster.kernel_running && cluster.kind !== 'attached' && !busy;
+    const gpus = cluster.gpus.length ? `, GPUs ${cluster.gpus.join(', ')}` : '';
+    const notebook = cluster.path
+      ? link(cluster.path, () => this._actions.openPath(cluster.path as string))
+      : el('span', {}, cluster.kernel_id ? `kernel ${cluster.kernel_id.slice(0, 8)}` : 'no kernel');
+    const row = el(
+      'div',
+      { class: 'jp-GpuMagics-cluster', 'data-cluster': cluster.name },
+      el(
+        'div',
+        { class: 'jp-GpuMagics-clusterTitle' },
+        el('strong', {}, cluster.name),
+        el('span', {}, ` ${cluster.kind}, ${cluster.workers} worker${cluster.workers === 1 ? '' : 's'}${gpus}`)
+      ),
+      el(
+        'div',
+        { class: 'jp-GpuMagics-clusterMeta' },
+        notebook,
+        el('span', {}, ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.started_at, now)}`)
+      )
+    );
+    const buttons = el('div', { class: 'jp-GpuMagics-buttons' });
+    if (cluster.dashboard_url) {
+      buttons.append(
+        el(
+          'a',
+          {
+            class: 'jp-GpuMagics-button',
+            href: cluster.dashboard_url,
+            target: '_blank',
+            rel: 'noopener noreferrer'
+          },
+          'Dashboard'
+        )
+      );
+    }
+    buttons.append(
+      this._button('Stop', canAct, () => this._stop(cluster)),
+      this._button('Restart', canAct, () => this._act(cluster, { action: 'restart' }, 'Restarting')),
+      this._button('Scale', canAct, () => this._scale(cluster))
+    );
+    row.append(buttons);
+    if (busy) {
+      row.append(el('div', { class: 'jp-GpuMagics-busy' }, `${busy}\u2026 (waits for the kernel if it is busy)`));
+    }
+    const error = this._errors.get(key);
+    if (error) {
+      row.append(el('div', { class: 'jp-GpuMagics-error' }, error));
+    }
+    if (!cluster.kernel_running) {
+      row.append(
+        el('div', { class: 'jp-GpuMagics-note' }, 'Its kernel is not one of this server\u2019s: manage it from there.')
+      );
+    }
+    return row;
+  }
+
+  private _button(label: string, enabled: boolean, onClick: () => void): HTMLButtonElement {
+    const button = el('button', { class: 'jp-GpuMagics-button', type: 'button' }, label);
+    button.disabled = !enabled;
+    button.addEventListener('click', onClick);
+    return button;
+  }
+
+  private async _stop(cluster: ICluster): Promise<void> {
+    if (await this._actions.confirmStop(cluster)) {
+      await this._act(cluster, { action: 'stop' }, 'Stopping');
+    }
+  }
+
+  private async _scale(cluster: ICluster): Promise<void> {
+    const workers = await this._actions.askWorkers(cluster);
+    if (workers !== null) {
+      await this._act(cluster, { action: 'scale', workers }, `Scaling to ${workers}`);
+    }
+  }
+
+  private async _act(cluster: ICluster, request: ClusterAction, doing: string): Promise<void> {
+    const key = clusterKey(cluster);
+    this._busy.set(key, doing);
+    this._errors.delete(key);
+    this._schedule('clusters');
+    try {
+      await this._actions.cluster(cluster, request);
+    } catch (error) {
+      this._errors.set(key, error instanceof Error ? error.message : String(error));
+    } finally {
+      this._busy.delete(key);
+      this._schedule('clusters');
+    }
+  }
+
+  private _renderHolders(): void {
+    const owners = this.model.memoryByOwner();
+    const children: HTMLElement[] = [];
+    if (owners.length === 0) {
+      children.push(el('div', { class: 'jp-GpuMagics-empty' }, 'No process holds GPU memory.'));
+    } else {
+      const table = el('table', { class: 'jp-GpuMagics-table' });
+      table.append(
+        el('tr', {}, el('th', {}, 'Held by'), el('th', {}, 'GPU memory'), el('th', {}, 'Where')),
+        ...owners.map(owner => {
+          const where = owner.holders.map(describeHolder).join(', ');
+          return el(
+            'tr',
+            {},
+            el('td', {}, owner.owner),
+            el('td', {}, formatBytes(owner.bytes)),
+            el('td', {}, where)
+          );
+        })
+      );
+      children.push(table);
+    }
+    if (this.model.unreadableGpus.length) {
+      children.push(
+        el(
+          'div',
+          { class: 'jp-GpuMagics-note' },
+          `Processes on GPU ${this.model.unreadableGpus.join(', ')} cannot be read (no permission or not supported).`
+        )
+      );
+    }
+    this._holders.replaceChildren(...children);
+  }
+}
+
+function describeHolder(holder: IHolder): string {
+  const who =
+    holder.role === 'kernel'
+      ? 'kernel'
+      : holder.role === 'worker'
+        ? `${holder.cluster ?? 'cluster'} worker ${holder.pid}`
+        : `pid ${holder.pid}`;
+  return `GPU ${holder.gpu}: ${who}`;
+}
+
+function clusterKey(cluster: ICluster): string {
+  return `${cluster.pid}/${cluster.name}`;
+}
+
+function metric(label: string, value: string, name: string): HTMLElement {
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-metric', 'data-metric': name },
+    el('span', { class: 'jp-GpuMagics-label' }, label),
+    el('span', { class: 'jp-GpuMagics-value' }, value)
+  );
+}
+
+function bar(percent: number | null): HTMLElement {
+  const fill = el('div', { class: 'jp-GpuMagics-barFill' });
+  fill.style.width = `${Math.min(100, Math.max(0, percent ?? 0)).toFixed(1)}%`;
+  return el('div', { class: 'jp-GpuMagics-bar', title: 'memory in use' }, fill);
+}
+
+function chart(view: IGpuView): SVGElement {
+  return svg(
+    'svg',
+    {
+      class: 'jp-GpuMagics-chart',
+      viewBox: `0 0 ${CHART_W} ${CHART_H}`,
+      preserveAspectRatio: 'none',
+      role: 'img',
+      'aria-label': 'utilization and memory over time'
+    },
+    svg('path', { class: 'jp-GpuMagics-lineMemory', d: sparklinePath(view.memory.values(), CHART_W, CHART_H) }),
+    svg('path', { class: 'jp-GpuMagics-lineUtil', d: sparklinePath(view.util.values(), CHART_W, CHART_H) })
+  );
+}
+
+function link(text: string, onClick: () => void): HTMLElement {
+  const a = el('a', { class: 'jp-GpuMagics-link', href: '#' }, text);
+  a.addEventListener('click', event => {
+    event.preventDefault();
+    onClick();
+  });
+  return a;
+}

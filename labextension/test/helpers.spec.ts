@@ -1,0 +1,66 @@
+import { Backoff } from '../src/backoff';
+import { sparklinePath } from '../src/chart';
+import { clusterCommand } from '../src/clusters';
+import { formatAge, formatBytes, formatPercent, memoryPercent } from '../src/format';
+import { Ring } from '../src/ring';
+
+describe('Backoff', () => {
+  it('doubles up to the maximum and resets', () => {
+    const backoff = new Backoff(1000, 8000, () => 1);
+    expect([1, 2, 3, 4, 5].map(() => backoff.next())).toEqual([1000, 2000, 4000, 8000, 8000]);
+    expect(backoff.attempt).toBe(5);
+    backoff.reset();
+    expect(backoff.next()).toBe(1000);
+  });
+
+  it('jitters between 75% and 100%', () => {
+    expect(new Backoff(1000, 8000, () => 0).next()).toBe(750);
+  });
+});
+
+describe('Ring', () => {
+  it('keeps the newest values in order', () => {
+    const ring = new Ring(3);
+    [1, 2, 3, 4].forEach(v => ring.push(v));
+    expect(ring.values()).toEqual([2, 3, 4]);
+    ring.push(null);
+    expect(ring.values()[2]).toBeNaN();
+    ring.clear();
+    expect(ring.values()).toEqual([]);
+    expect(() => new Ring(0)).toThrow();
+  });
+});
+
+describe('format', () => {
+  it('formats bytes, percentages and ages', () => {
+    expect(formatBytes(null)).toBe('\u2013');
+    expect(formatBytes(512)).toBe('512 B');
+    expect(formatBytes(1536)).toBe('1.5 KiB');
+    expect(formatBytes(150754820096)).toBe('140 GiB');
+    expect(formatPercent(49.6)).toBe('50%');
+    expect(formatPercent(null)).toBe('\u2013');
+    expect(memoryPercent(25, 100)).toBe(25);
+    expect(memoryPercent(25, null)).toBeNull();
+    expect(formatAge(0, 30)).toBe('30 s');
+    expect(formatAge(0, 600)).toBe('10 min');
+    expect(formatAge(0, 5400)).toBe('1.5 h');
+  });
+});
+
+describe('sparklinePath', () => {
+  it('maps values to the box and breaks at gaps', () => {
+    expect(sparklinePath([], 100, 10)).toBe('');
+    expect(sparklinePath([0, 100], 100, 10)).toBe('M0.0,10.0 L100.0,0.0');
+    expect(sparklinePath([50, NaN, 200], 100, 10)).toBe('M0.0,5.0 M100.0,0.0');
+  });
+});
+
+describe('clusterCommand', () => {
+  it('builds the magic line for each action', () => {
+    expect(clusterCommand({ action: 'stop' })).toBe('%gpucluster stop');
+    expect(clusterCommand({ action: 'restart' })).toBe('%gpucluster restart');
+    expect(clusterCommand({ action: 'scale', workers: 3 })).toBe('%gpucluster scale 3');
+    expect(() => clusterCommand({ action: 'scale', workers: 0 })).toThrow();
+    expect(() => clusterCommand({ action: 'scale', workers: 1.5 })).toThrow();
+  });
+});

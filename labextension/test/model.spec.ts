@@ -1,0 +1,124 @@
+import { GpuPanelModel, ModelChange, ownerLabel } from '../src/model';
+import type { IHolder } from '../src/types';
+import { reading, snapshot } from './fixtures';
+
+describe('GpuPanelModel', () => {
+  it('keeps one view per GPU with its latest reading and series', () => {
+    const model = new GpuPanelModel({ maxPoints: 10 });
+    model.applySnapshot(snapshot(1, [reading(0), reading(1, { gpu_util: 80 })]));
+    model.applySnapshot(snapshot(2, [reading(0, { gpu_util: 70 }), reading(1)]));
+    expect(model.gpus.map(g => g.reading.index)).toEqual([0, 1]);
+    expect(model.gpus[0]?.util.values()).toEqual([50, 70]);
+    expect(model.gpus[1]?.util.values()).toEqual([80, 50]);
+    expect(model.gpus[0]?.memory.values()).toEqual([25, 25]);
+    expect(model.lastTime).toBe(2);
+  });
+
+  it('stays bounded however many snapshots arrive', () => {
+    const model = new GpuPanelModel({ maxPoints: 5 });
+    for (let t = 1; t <= 10000; t++) {
+      model.applySnapshot(snapshot(t, [reading(0, { gpu_util: t % 100 })]));
+    }
+    const view = model.gpus[0];
+    expect(view?.util.size).toBe(5);
+    expect(view?.times.values()).toEqual([9996, 9997, 9998, 9999, 10000]);
+  });
+
+  it('skips snapshots it already has (history after a reconnect)', () => {
+    const model = new GpuPanelModel();
+    const changes: ModelChange[] = [];
+    model.changed.connect(change => changes.push(change));
+    model.applySnapshot(snapshot(5, [reading(0)]));
+    model.applyHistory([snapshot(3, [reading(0)]), snapshot(5, [reading(0)]), snapshot(6, [reading(0)])]);
+    expect(model.gpus[0]?.times.values()).toEqual([5, 6]);
+    model.applyHistory([snapshot(4, [reading(0)])]);
+    expect(changes).toEqual(['snapshot', 'snapshot']);
+  });
+
+  it('drops GPUs that went away and keeps null values as gaps', () => {
+    const model = new GpuPanelModel();
+    model.applySnapshot(snapshot(1, [reading(0), reading(1)]));
+    model.applySnapshot(snapshot(2, [reading(1, { gpu_util: null, memory_total: null })]));
+    expect(model.gpus.map(g => g.reading.index)).toEqual([1]);
+    const values = model.gpus[0]?.util.values() ?? [];
+    expect(values[1]).toBeNaN();
+    expect(model.gpus[0]?.memory.values()[1]).toBeNaN();
+  });
+
+  it('says why GPUs are unavailable', () => {
+    const model = new GpuPanelModel();
+    expect(model.unavailableReason).toBeNull();
+    model.applySnapshot(snapshot(1, [], 'NVIDIA driver not loaded'));
+    expect(model.unavailableReason).toBe('NVIDIA driver not loaded');
+    model.applySnapshot(snapshot(2, []));
+    expect(model.unavailableReason).toBe('No GPUs found on the server.');
+    model.applySnapshot(snapshot(3, [reading(0)]));
+    expect(model.unavailableReason).toBeNull();
+  });
+
+  it('tracks the connection state and the confirmed interval', () => {
+    const model = new GpuPanelModel();
+    expect(model.connection.phase).toBe('idle');
+    model.setConnection({ phase: 'reconnecting', attempt: 2, retryAt: 10, error: 'lost' });
+    model.setConnection({ phase: 'open', attempt: 0, retryAt: null, error: null });
+    expect(model.connection).toEqual({ phase: 'open', attempt: 0, retryAt: null, error: null });
+    model.setConfig({ interval: 1000, slow_interval: 2000, history: 600, source: 'fake' }, 1000);
+    model.setInterval(250);
+    expect(model.interval).toBe(250);
+    expect(model.config?.source).toBe('fake');
+  });
+
+  it('sorts clusters by start time and keeps the last list on error', () => {
+    const model = new GpuPanelModel();
+    const cluster = (name: string, started_at: number) => ({
+      name,
+      scheduler_address: 'tcp://127.0.0.1:1',
+      dashboard_url: null,
+      kind: 'cpu',
+      workers: 2,
+      gpus: [],
+      pid: 1,
+      kernel_id: 'k',
+      started_at,
+      path: 'a.ipynb',
+      kernel_running: true
+    });
+    model.setClusters([cluster('b', 2), cluster('a', 1)]);
+    expect(model.clusters.map(c => c.name)).toEqual(['a', 'b']);
+    model.setClusters(model.clusters, 'server unreachable');
+    expect(model.clusters).toHaveLength(2);
+    expect(model.clustersError).toBe('server unreachable');
+  });
+
+  it('totals GPU memory by notebook, largest first', () => {
+    const model = new GpuPanelModel();
+    const holder = (pid: number, gpu: number, used: number, path: string | null, kernel: string | null): IHolder => ({
+      pid,
+      gpu,
+      gpu_uuid: `GPU-${gpu}`,
+      used_memory: used,
+      kernel_id: kernel,
+      path,
+      cluster: null,
+      role: 'kernel'
+    });
+    model.setHolders({
+      time: 1,
+      status: null,
+      unreadable_gpus: [3],
+      processes: [
+        holder(10, 0, 5, 'a.ipynb', 'k1'),
+        holder(11, 1, 7, 'a.ipynb', 'k1'),
+        holder(20, 1, 20, null, 'abcdef123456'),
+        holder(30, 2, 1, null, null)
+      ]
+    });
+    expect(model.memoryByOwner().map(o => [o.owner, o.bytes])).toEqual([
+      ['kernel abcdef12', 20],
+      ['a.ipynb', 12],
+      ['pid 30', 1]
+    ]);
+    expect(model.unreadableGpus).toEqual([3]);
+    expect(ownerLabel(holder(1, 0, 0, 'x.ipynb', 'k'))).toBe('x.ipynb');
+  });
+});

@@ -1,0 +1,60 @@
+"""Mapping GPU processes to kernels, clusters and notebooks (pure; no server)."""
+
+from __future__ import annotations
+
+from gpu_magics.cluster_records import ClusterRecord
+from gpu_magics.monitor.source import GpuProcess, GpuReading, HostReading, Snapshot
+from gpu_magics.server.owners import map_owners
+
+
+def _gpu(index: int, *pids: int) -> GpuReading:
+    return GpuReading(
+        index=index, nvml_index=index, name="GPU", uuid=f"GPU-{index}", memory_total=100, memory_used=10,
+        gpu_util=None, memory_util=None, temperature=None, power=None, power_limit=None, sm_clock=None,
+        pcie_rx=None, pcie_tx=None, nvlink_rx=None, nvlink_tx=None,
+        processes=tuple(GpuProcess(pid=pid, used_memory=pid) for pid in pids),
+    )  # fmt: skip
+
+
+def _snapshot(*gpus: GpuReading) -> Snapshot:
+    host = HostReading(cpu_percent=None, memory_used=None, memory_total=None, cpu_count=1)
+    return Snapshot(time=1.0, gpus=gpus, host=host, status=None)
+
+
+PARENTS = {100: 1, 200: 100, 300: 200, 400: 1, 500: 450, 450: 1, 900: 1}
+
+
+def ancestry(pid: int) -> list[int]:
+    chain = [pid]
+    while chain[-1] in PARENTS:
+        chain.append(PARENTS[chain[-1]])
+    return chain
+
+
+def test_kernel_workers_children_and_strangers() -> None:
+    record = ClusterRecord(name="gpu", scheduler_address="tcp://x:1", dashboard_url=None, kind="gpu", workers=2,
+                           pid=100, kernel_id="k1", started_at=0.0)  # fmt: skip
+    remote = ClusterRecord(name="far", scheduler_address="tcp://x:2", dashboard_url=None, kind="gpu", workers=1,
+                           pid=450, kernel_id="k9", started_at=0.0)  # fmt: skip
+    holders = map_owners(
+        _snapshot(_gpu(0, 100, 300), _gpu(1, 400, 500, 900)),
+        kernel_pids={100: "k1", 400: "k2"},
+        records=[record, remote],
+        paths={"k1": "a.ipynb", "k2": "b.ipynb"},
+        ancestry=ancestry,
+    )
+    got = {(h.pid, h.gpu): (h.kernel_id, h.path, h.cluster, h.role) for h in holders}
+    assert got == {
+        (100, 0): ("k1", "a.ipynb", None, "kernel"),
+        (300, 0): ("k1", "a.ipynb", "gpu", "worker"),
+        (400, 1): ("k2", "b.ipynb", None, "kernel"),
+        (500, 1): ("k9", None, "far", "worker"),
+        (900, 1): (None, None, None, "other"),
+    }
+
+
+def test_no_snapshot_or_unreadable_processes() -> None:
+    assert map_owners(None, kernel_pids={}, records=[], paths={}) == []
+    unreadable = _gpu(0)
+    unreadable = GpuReading(**{**unreadable.__dict__, "processes": None})
+    assert map_owners(_snapshot(unreadable), kernel_pids={}, records=[], paths={}) == []

@@ -107,7 +107,8 @@ def main() -> None:
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=os.path.join(workdir, "runtime"), GPU_MAGICS_SOURCE="nvml")
     server = subprocess.Popen(
         [
-            sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+            sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
+            f"--port={port}", "--ServerApp.ip=127.0.0.1",
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={workdir}",
             "--ServerApp.jpserver_extensions={'gpu_magics': True}", "--GpuMagicsServer.interval=0.5",
         ],
@@ -131,10 +132,7 @@ def main() -> None:
         kernel_id = session["kernel"]["id"]
         print(f"notebook gpu-check.ipynb, kernel {kernel_id}")
         start = f"--cpu-workers {args.cpu_workers}" if args.cpu_workers else "--no-dashboard"
-        code = (
-            "%load_ext gpu_magics\n"
-            f"%gpucluster {start} --name check\n"
-        )
+        code = f"%load_ext gpu_magics\n%gpucluster {start} --name check\n"
         print("".join(asyncio.run(execute(base, token, kernel_id, code))))
         cell = (
             "%%gpurun multi-gpu\nimport dask.array as da\n"

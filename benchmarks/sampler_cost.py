@@ -48,8 +48,8 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(source: GpuSource, *, seconds: float, hz: float) -> dict[str, Any]:
-    sampler = Sampler(source, interval=1.0 / hz, slow_interval=2.0, history=100_000)
+def measure(source: GpuSource, *, seconds: float, hz: float, slow_interval: float) -> dict[str, Any]:
+    sampler = Sampler(source, interval=1.0 / hz, slow_interval=slow_interval, history=100_000)
     sampler.tick()  # NVML start-up is not part of the steady cost
     wall0, cpu0, process0 = time.perf_counter(), cpu_seconds(), time.process_time()
     sampler.start()
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--hz", type=float, default=4.0, help="fast sampling rate (at most 10)")
     parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--slow-interval", type=float, default=5.0, help="seconds between slow reads (PCIe, processes)")
     parser.add_argument("--source", choices=["auto", "nvml", "fake"], default="auto")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -84,7 +85,7 @@ def main() -> None:
         result: dict[str, Any] = {"source": label, "hz": args.hz}
         result["fast_read"] = read_latency(source, slow=False, repeats=50)
         result["slow_read"] = read_latency(source, slow=True, repeats=5)
-        result.update(measure(source, seconds=args.seconds, hz=args.hz))
+        result.update(measure(source, seconds=args.seconds, hz=args.hz, slow_interval=args.slow_interval))
     finally:
         source.close()
     if args.json:

@@ -38,7 +38,9 @@ for stage in "${stages[@]}"; do
       run cluster-tpw8 python3 benchmarks/cluster_start.py --only-ours --repeat 3 --options "--threads-per-worker 8"
       run cluster-ptds env CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 python3 benchmarks/cluster_start.py --only-ours --repeat 3 ;;
     display) run display python3 benchmarks/display_speed.py ;;
-    monitor) run monitor python3 -m benchmarks.sampler_cost ;;
+    monitor)
+      run monitor-slow5 python3 -m benchmarks.sampler_cost --seconds 20 --slow-interval 5
+      run monitor-slow2 python3 -m benchmarks.sampler_cost --seconds 20 --slow-interval 2 ;;
     server) run server python3 benchmarks/server_gpu_check.py ;;
     examples) run examples python3 scripts/run_examples.py --full --out "$OUT/executed" ;;
     *) echo "unknown stage $stage"; status=1 ;;

@@ -2,7 +2,7 @@
 
 Fast fields (memory, utilization, temperature, power, clock) are read every ``interval``. Slow fields (PCIe,
 NVLink, processes: NVML blocks ~20 ms per PCIe query) are read by a second thread every ``slow_interval`` and
-their latest values are merged into the fast snapshots, so a slow read never delays a fast one.
+(default 5 s); their latest values are merged into the fast snapshots, so a slow read never delays a fast one.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Sampler:
         source: GpuSource | None = None,
         *,
         interval: float = 0.5,
-        slow_interval: float = 2.0,
+        slow_interval: float = 5.0,
         history: int = 1200,
     ) -> None:
         if not isinstance(history, int) or history < 1:

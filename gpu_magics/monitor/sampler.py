@@ -1,7 +1,7 @@
 """The GPU sampler: background threads filling a bounded ring buffer of ``Snapshot``s; one per process.
 
 Fast fields (memory, utilization, temperature, power, clock) are read every ``interval``. Slow fields (PCIe,
-NVLink, processes: NVML blocks ~20 ms per PCIe query) are read by a second thread every ``slow_interval`` and
+NVLink, processes: NVML blocks ~20 ms per PCIe query) are read by a second thread every ``slow_interval``
 (default 5 s); their latest values are merged into the fast snapshots, so a slow read never delays a fast one.
 """
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.display import HTML, DisplayHandle, display
+from IPython.display import DisplayHandle, display
 
 from gpu_magics.backends import BackendPlan
 from gpu_magics.display.monitor_view import format_bytes, timeline
@@ -167,5 +167,8 @@ class CellMonitor:
         if self._panel is not None:
             self._panel.stop()
         if self._handle is not None:
-            self._handle.update(figures if self.keep_static else HTML(""))
+            if self.keep_static:
+                self._handle.update(figures)
+            else:  # the comparison table is the summary: leave nothing behind, in HTML or in text
+                self._handle.update({"text/plain": "", "text/html": ""}, raw=True)
         return figures

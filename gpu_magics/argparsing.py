@@ -45,26 +45,24 @@ class MagicArgumentParser(argparse.ArgumentParser):
         return names
 
 
-def positive_int(text: str) -> int:
-    """``argparse`` type: an integer of at least 1."""
+def _int_at_least(minimum: int, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a number of at least {minimum}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """``argparse`` type: an integer of at least 1."""
+    return _int_at_least(1, text)
 
 
 def non_negative_int(text: str) -> int:
     """``argparse`` type: an integer of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
-    return value
+    return _int_at_least(0, text)
 
 
 def positive_float(text: str) -> float:

@@ -125,7 +125,24 @@ class GpuMagics(Magics):
         return plans
 
     def _run_single(self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell) -> Any:
-        result, outcome = run.run_on_backend(
+        result, outcome = self._run_plan(options, plan, compiled)
+        self._report(options, result)
+        return None if outcome.failed or compiled.silent else outcome.value
+
+    def _run_compare(self, options: RunOptions, plans: list[backends.BackendPlan], compiled: run.CompiledCell) -> Any:
+        results: list[tuple[RunResult, run.Outcome]] = []
+        for plan in plans:
+            results.append(self._run_plan(options, plan, compiled))
+            if results[-1][1].failed:
+                break
+        self._report(options, run.compare_rows(results, options.rtol))
+        first = results[0][1]
+        return None if first.failed or compiled.silent else first.value
+
+    def _run_plan(
+        self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell
+    ) -> tuple[RunResult, run.Outcome]:
+        return run.run_on_backend(
             self._shell,
             compiled,
             plan,
@@ -133,31 +150,6 @@ class GpuMagics(Magics):
             observer=self._observer(options, plan),
             notes=run.chunk_mismatches(self._shell, compiled, plan),
         )
-        self._report(options, result)
-        if outcome.failed or compiled.silent:
-            return None
-        return outcome.value
-
-    def _run_compare(self, options: RunOptions, plans: list[backends.BackendPlan], compiled: run.CompiledCell) -> Any:
-        results: list[tuple[RunResult, run.Outcome]] = []
-        for plan in plans:
-            result, outcome = run.run_on_backend(
-                self._shell,
-                compiled,
-                plan,
-                repeat=options.repeat,
-                observer=self._observer(options, plan),
-                notes=run.chunk_mismatches(self._shell, compiled, plan),
-            )
-            results.append((result, outcome))
-            if outcome.failed:
-                break
-        comparison = run.compare_rows(results, options.rtol)
-        self._report(options, comparison)
-        first = results[0][1]
-        if first.failed or compiled.silent:
-            return None
-        return first.value
 
     def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> run.CellObserver | None:
         if not (options.monitor and self.monitor):

@@ -3,9 +3,14 @@
     python benchmarks/seed_workload.py                 # the article's size: 100000^2 float64 in 10000^2 chunks (80 GB)
     python benchmarks/seed_workload.py --n 8000 --chunk 1000 --cpu-only   # small, on a machine without a GPU
 
+    python benchmarks/seed_workload.py --multi-gpu 1,2,4 --only-multi-gpu     # the multi-GPU rows alone
+
 Prints (1) the overhead of ``%%gpurun`` on an empty cell, (2) on a GPU: plain dask (threads scheduler,
 ``array.backend="cupy"``) against ``%%gpurun gpu`` warm, with their ratio, the first call of each in a fresh
-process, a sweep of the threads feeding the GPU, and the hardware limit (cuRAND normal + a strided sum per chunk).
+process, a sweep of the threads feeding the GPU, and the hardware limit (cuRAND normal + a strided sum per chunk),
+(3) with ``--multi-gpu``, per GPU count: ``%gpucluster`` + ``%%gpurun multi-gpu``'s client against plain
+``LocalCUDACluster`` defaults (start, first run, warm run; each setup in a fresh process, see
+``cluster_start.py``), and the scaling table: speed-up over one GPU and efficiency.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 SEED = """
@@ -144,6 +150,49 @@ def empty_cell_overhead(ip: Any, repeat: int = 300) -> tuple[float, float]:
     return statistics.median(with_magic), statistics.median(bare)
 
 
+def multi_gpu_rows(args: argparse.Namespace) -> dict[str, Any]:
+    """Plain LocalCUDACluster and %gpucluster rows for each count in ``args.multi_gpu``, and the scaling table."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks import cluster_start
+
+    counts = [int(count) for count in args.multi_gpu.split(",") if count]
+    settings = argparse.Namespace(
+        n=args.n,
+        chunk=args.chunk,
+        repeat=args.repeat,
+        cpu_workers=0,
+        options="",
+        only_ours=False,
+        pause=3.0,
+        child_timeout=300,
+    )
+    rows = cluster_start.compare(settings, counts)
+    print(f"multi-GPU rows: seed workload {args.n}^2 float64 in {args.chunk}^2 chunks, each setup in a fresh process")
+    cluster_start.print_rows(rows)
+    by = {(row["setup"], row["gpus"]): row for row in rows}
+    base = {setup: by.get((setup, counts[0])) for setup in ("plain", "gpu-magics")}
+    print(f"{'GPUs':>4} {'plain s':>8} {'ours s':>8} {'ours/plain':>10} {'speed-up':>8} {'efficiency':>10}")
+    table = []
+    for count in counts:
+        plain, ours = by[("plain", count)], by[("gpu-magics", count)]
+        reference = base["gpu-magics"]
+        speedup = reference["warm_s"] / ours["warm_s"] * counts[0] if reference else float("nan")
+        line = {
+            "gpus": count,
+            "plain_warm_s": plain["warm_s"],
+            "ours_warm_s": ours["warm_s"],
+            "ours_over_plain": round(ours["warm_s"] / plain["warm_s"], 3),
+            "speedup_over_one_gpu": round(speedup, 2),
+            "efficiency": round(speedup / count, 2),
+        }
+        table.append(line)
+        print(
+            f"{count:>4} {line['plain_warm_s']:>8.3f} {line['ours_warm_s']:>8.3f} {line['ours_over_plain']:>10.3f} "
+            f"{line['speedup_over_one_gpu']:>7.2f}x {line['efficiency']:>10.2f}"
+        )
+    return {"rows": rows, "scaling": table}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=100_000)
@@ -152,8 +201,16 @@ def main() -> None:
     parser.add_argument("--threads", default="4,8,16", help="thread counts to sweep for the gpu backend")
     parser.add_argument("--cpu-only", action="store_true", help="only the empty-cell overhead")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--multi-gpu", default="", help="GPU counts for the multi-GPU rows, like 1,2,4")
+    parser.add_argument("--only-multi-gpu", action="store_true", help="only the multi-GPU rows")
     args = parser.parse_args()
     figures: dict[str, Any] = {"n": args.n, "chunk": args.chunk}
+    if args.only_multi_gpu:
+        figures["multi_gpu"] = multi_gpu_rows(args)
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump(figures, handle, indent=2)
+        return
 
     ip = shell()
     magic_time, bare_time = empty_cell_overhead(ip)
@@ -211,6 +268,8 @@ def main() -> None:
         print(f"{label:48} {seconds:9.3f} {seconds / figures['warm_plain_s']:8.2f}x {seconds / limit:8.2f}x")
     print(f"%%gpurun gpu / plain dask, warm: {figures['ratio_magic_over_plain']:.3f} (target <= 1.03)")
     print(f"monitor on / --no-monitor, warm: {figures['ratio_monitor_over_no_monitor']:.3f}")
+    if args.multi_gpu:
+        figures["multi_gpu"] = multi_gpu_rows(args)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(figures, handle, indent=2)

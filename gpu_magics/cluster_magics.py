@@ -6,6 +6,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
+from traitlets import Bool
 
 from gpu_magics import cluster
 from gpu_magics.cluster_options import PROG, parse_cluster_line
@@ -16,9 +17,20 @@ from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 class ClusterMagics(Magics):
     """The ``%gpucluster`` line magic."""
 
+    prestart_workers = Bool(
+        True,
+        help=(
+            "At %load_ext, launch the process that %gpucluster's workers fork from, so that its imports "
+            "(dask, distributed, dask-cuda, CuPy) are done before the first %gpucluster. It is idle, holds no "
+            "GPU memory and exits with the kernel."
+        ),
+    ).tag(config=True)
+
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self._client_names: set[str] = set()
+        if self.prestart_workers:
+            cluster.prestart_worker_server()
 
     @line_magic
     def gpucluster(self, line: str = "") -> None:

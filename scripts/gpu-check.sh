@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; the log goes to $OUT/gpu-check.log
 # (default OUT: ./gpu-logs), executed example notebooks to $OUT/executed.
-#   bash scripts/gpu-check.sh [STAGE...]     stages: env tests seed cluster display monitor server examples (default: all)
+#   bash scripts/gpu-check.sh [STAGE...]
+#     stages: env tests seed cluster scaling display monitor server examples (default: all)
+#     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
+#     scaling: the speed-cubing example at full size on 1, 2, 4... GPUs (CUDA_VISIBLE_DEVICES)
 # Python packages the machine lacks can be brought as wheels in .whl/ (installed into /tmp/site first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +19,12 @@ else
   export PYTHONPATH=$PWD
 fi
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster display monitor server examples)
+[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster scaling display monitor server examples)
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+counts=""  # 1, 2, 4, ... up to the GPU count, and the count itself
+for k in 1 2 4 8 16; do [ "$k" -le "$gpus" ] && counts="$counts,$k"; done
+case ",$counts," in *",$gpus,"*) ;; *) counts="$counts,$gpus" ;; esac
+counts=${counts#,}
 status=0
 run() {  # run NAME COMMAND...: log to $OUT/NAME.log, remember failures
   local name=$1; shift
@@ -33,10 +40,12 @@ for stage in "${stages[@]}"; do
     env) run env bash -c 'nvidia-smi -L; python3 --version; python3 -c "import cupy, dask, distributed, dask_cuda; print(cupy.__version__, dask.__version__, distributed.__version__, dask_cuda.__version__)"' ;;
     tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ${PYTEST_ARGS:-} ;;
     seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
-    cluster) run cluster python3 benchmarks/cluster_start.py --json "$OUT/cluster.json" ;;
-    cluster-variants)
-      run cluster-tpw8 python3 benchmarks/cluster_start.py --only-ours --repeat 3 --options "--threads-per-worker 8"
-      run cluster-ptds env CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 python3 benchmarks/cluster_start.py --only-ours --repeat 3 ;;
+    cluster) run multi-gpu python3 benchmarks/seed_workload.py --multi-gpu "$counts" --only-multi-gpu --json "$OUT/multi-gpu.json" ;;
+    scaling)
+      for k in ${counts//,/ }; do
+        run "speed-cubing-${k}gpu" env CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((k - 1)))" \
+          python3 scripts/run_examples.py --full --only speed-cubing --out "$OUT/executed-${k}gpu"
+      done ;;
     display) run display python3 benchmarks/display_speed.py ;;
     monitor)
       run monitor-slow5 python3 -m benchmarks.sampler_cost --seconds 20 --slow-interval 5

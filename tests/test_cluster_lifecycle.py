@@ -159,12 +159,40 @@ def test_scale_up_and_down(shared: Client, magics: ClusterMagics, runtime_dir: P
     assert cluster.describe_hardware() == "1 CPU worker x 1 thread"
 
 
+def test_workers_fork_from_the_prepared_server_and_warm_while_starting(shared: Client) -> None:
+    def origin() -> dict[str, Any]:
+        import os
+        import sys
+
+        import psutil
+
+        return {
+            "parent": " ".join(psutil.Process(os.getppid()).cmdline()),
+            "preloaded": "gpu_magics.forkserver_preload" in sys.modules,
+            "threads_env": os.environ.get("OMP_NUM_THREADS"),
+            "hash_seed": os.environ.get("PYTHONHASHSEED"),
+        }
+
+    for seen in shared.run(origin).values():
+        assert "multiprocessing.forkserver" in seen["parent"] and seen["preloaded"]
+        assert seen["threads_env"] == "1" and seen["hash_seed"] == "6640"  # distributed's pre-spawn environment
+    current = cluster.active()
+    assert current is not None and current.warm_s is not None
+    pids = set(worker_pids(shared).values())
+    assert {info["pid"] for info in current.devices.values()} == pids
+    for info in current.devices.values():
+        assert info["process_started_at"] <= info["setup_at"] <= info["warmed_at"]
+        assert info["warm_s"] > 0
+
+
 def test_restart_replaces_worker_processes(shared: Client, magics: ClusterMagics) -> None:
     before = worker_pids(shared)
     text, _ = gpucluster(magics, "restart")
     assert "restarted 'shared'" in text
     after = worker_pids(shared)
     assert len(after) == 2 and not set(before.values()) & set(after.values())
+    current = cluster.active()
+    assert current is not None and {info["pid"] for info in current.devices.values()} == set(after.values())
     assert shared.submit(sum, [1, 2]).result() == 3
 
 

@@ -1,0 +1,90 @@
+"""How ``%gpucluster`` makes worker processes: forked from a server that has already imported what they need.
+
+By default distributed spawns each worker: a fresh interpreter that imports distributed, dask-cuda, dask.array
+and CuPy before it can do anything, a second or more per worker. Here the workers fork from multiprocessing's
+forkserver instead. ``start_server`` launches it at the very beginning of ``%gpucluster``, so its imports run
+in another process while this one imports dask-cuda and starts the scheduler; each worker then starts from a
+fork with those modules loaded. Importing CuPy creates no CUDA context, so every worker still creates its own,
+on its own GPU, after the fork. The server stays up (idle, no GPU memory) for restarts and later clusters and
+exits with this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import multiprocessing
+import multiprocessing.forkserver
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+METHOD_KEY = "distributed.worker.multiprocessing-method"
+PRELOAD_MODULE = "gpu_magics.forkserver_preload"  # imported by the server only
+
+
+def start_server() -> None:
+    """Launch the forkserver (unless it runs already) to import ``PRELOAD_MODULE``; returns at once."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([PRELOAD_MODULE])
+    with _environment(_pre_spawn_environment()):
+        multiprocessing.forkserver.ensure_running()
+
+
+def config() -> dict[str, Any]:
+    """The dask config under which Nanny processes fork from the server started by ``start_server``."""
+    return {METHOD_KEY: "forkserver"}
+
+
+def mark_preload_set() -> None:
+    """Tell distributed (once it is imported) that the forkserver's preload is taken care of: its own set-up
+    would first import every optional package in this process, for a server that is already running."""
+    import distributed.utils
+
+    distributed.utils._forkserver_preload_set = True
+
+
+def _pre_spawn_environment() -> dict[str, str]:
+    """What distributed sets before it spawns a worker (one thread per math library, malloc trimming, a
+    fixed hash seed); a forked worker inherits the server's environment, so the server gets them. Read from
+    distributed's defaults file and the user's dask config, without importing distributed (that takes a while)."""
+    import dask
+
+    wanted = dict(_distributed_default("nanny", "pre-spawn-environ"))
+    wanted.update(dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {})
+    environment = {key: os.environ.get(key, str(value)) for key, value in wanted.items() if value is not None}
+    if environment.get("PYTHONHASHSEED") in (None, "0"):
+        environment["PYTHONHASHSEED"] = "6640"  # distributed's own choice, for consistent hashing
+    return environment
+
+
+def _distributed_default(*path: str) -> Any:
+    """A value from distributed's ``distributed.yaml`` (``{}`` when it cannot be read)."""
+    spec = importlib.util.find_spec("distributed")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    try:
+        import yaml
+
+        defaults = yaml.safe_load((Path(next(iter(spec.submodule_search_locations))) / "distributed.yaml").read_text())
+        value: Any = defaults["distributed"]
+        for key in path:
+            value = value[key]
+    except Exception:
+        return {}
+    return value if value is not None else {}
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -41,7 +41,7 @@ def test_text_has_one_row_per_worker() -> None:
     text = ClusterView(gpu_info()).text()
     assert "Cluster 'gpu': 4x NVIDIA H200 (4 workers), started here" in text
     assert "dashboard: http://127.0.0.1:39001/status" in text
-    assert "ready in 1.8 s, warmed up in 0.4 s" in text
+    assert "up in 2.3 s (workers ready 1.8 s, warm-up 0.4 s)" in text
     rows = [line for line in text.splitlines() if "NVIDIA H200 (GPU" in line]
     assert len(rows) == 4
     assert "1.0 GiB / 141.0 GiB GPU" in rows[0] and "running" in rows[0] and rows[0].rstrip().endswith("4")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,10 +17,20 @@ import pytest
 
 from gpu_magics import cluster, worker_processes, worker_warmup
 
+PRE_SPAWN_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
+
 
 def run_python(code: str) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter without the variables distributed may have set here (an existing
+    variable wins over dask's config, as in distributed); returns the JSON it printed last."""
+    environment = {key: value for key, value in os.environ.items() if key not in PRE_SPAWN_KEYS}
     output = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=environment,
     )
     result: dict[str, Any] = json.loads(output.stdout.strip().splitlines()[-1])
     return result

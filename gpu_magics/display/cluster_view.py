@@ -71,12 +71,12 @@ class ClusterView:
 
     def _timing(self) -> str | None:
         info = self.info
-        parts = []
-        if info.ready_s is not None:
-            parts.append(f"ready in {info.ready_s:.1f} s")
-        if info.warm_s is not None:
-            parts.append(f"warmed up in {info.warm_s:.1f} s")
-        return ", ".join(parts) or None
+        if info.ready_s is None:
+            return None
+        if info.warm_s is None:
+            return f"workers ready in {info.ready_s:.1f} s"
+        total = info.ready_s + info.warm_s
+        return f"up in {total:.1f} s (workers ready {info.ready_s:.1f} s, warm-up {info.warm_s:.1f} s)"
 
     def text(self) -> str:
         """The plain-text form."""

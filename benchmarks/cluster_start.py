@@ -18,6 +18,7 @@ median of ``--repeat`` warm runs. Targets on 4x H200: start <= 2.5 s, first <= 1
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -102,15 +103,19 @@ def measure(setup: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         hardware, breakdown, start_s = start_ours(args, used_kernel=setup == USED_KERNEL)
     backend = "numpy" if args.cpu_workers else "cupy"
+    full_collections = gc.get_stats()[2]["collections"]  # full collections pause this process (and its scheduler)
     began = time.perf_counter()
     value = seed(args.n, args.chunk, backend)
     first_s = time.perf_counter() - began
+    first_full_collections = gc.get_stats()[2]["collections"] - full_collections
     warm = []
     for _ in range(args.repeat):
         began = time.perf_counter()
         seed(args.n, args.chunk, backend)
         warm.append(time.perf_counter() - began)
     warm_s = statistics.median(warm)
+    breakdown["full_gc_first"] = first_full_collections
+    breakdown["full_gc_all"] = gc.get_stats()[2]["collections"] - full_collections
     return {
         "setup": setup,
         "gpus": args.gpu_count,

@@ -288,8 +288,9 @@ def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float
     answered, ``warm_s`` from then until the warm-up is done: together, the magic's wall time."""
     cluster: LocalCluster | None = None
     client: Client | None = None
+    made = threading.Event()
     helper = threading.Thread(
-        target=_prepare_here, args=(options.kind == "gpu",), name="gpu-magics-prepare", daemon=True
+        target=_prepare_here, args=(options.kind == "gpu", made), name="gpu-magics-prepare", daemon=True
     )
     try:
         if FORK_WORKERS:
@@ -300,14 +301,15 @@ def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float
         helper.start()  # after this thread's imports: two threads importing one package can see it half-made
         with _worker_start_config(options.kind):
             cluster = make()
+        made.set()
         client = Client(cluster, set_as_default=True)
         expected = len(gpu_ids) if options.kind == "gpu" else int(options.cpu_workers or 1)
         client.wait_for_workers(expected, timeout=options.start_timeout)
         ready_s = time.perf_counter() - began
-        helper.join()
-        devices, _ = _warm(client, options.kind)
+        devices, _ = _warm(client, options.kind, before_cluster_round=helper.join)
         warm_s = time.perf_counter() - began - ready_s
     except BaseException as error:
+        made.set()
         if helper.is_alive():
             helper.join()
         if client is not None:
@@ -470,12 +472,13 @@ def _attach(options: ClusterOptions) -> ActiveCluster:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _prepare_here(gpu: bool) -> None:
+def _prepare_here(gpu: bool, made: threading.Event) -> None:
     """While the worker processes start, load here what the first result needs: dask.array, and for GPU workers
-    CuPy and this process's CUDA context (results come back as CuPy arrays). Then collect garbage fully once:
-    starting a cluster leaves this process (which also hosts the scheduler) with many new long-lived objects,
-    which would otherwise set off a full collection, 0.1-0.2 s on a GPU host, during the first cells that use
-    the cluster. Costs nothing on the critical path: this process mostly waits for its workers meanwhile."""
+    CuPy and this process's CUDA context (results come back as CuPy arrays). Once the cluster is made, collect
+    garbage fully: starting a cluster leaves this process (which also hosts the scheduler) with many new
+    long-lived objects, which would otherwise set off a full collection, 0.1-0.2 s on a GPU host, during the
+    first cells that use the cluster. Off the critical path: this process mostly waits for its workers (their
+    CUDA contexts, then their warm-up) meanwhile."""
     with contextlib.suppress(Exception):
         import dask.array  # noqa: F401
 
@@ -484,18 +487,27 @@ def _prepare_here(gpu: bool) -> None:
 
             cupy.zeros(1).sum()
             cupy.cuda.runtime.deviceSynchronize()
+    made.wait(timeout=WARM_TIMEOUT)
     gc.collect()
 
 
-def _warm(client: Client, kind: Kind, workers: list[str] | None = None) -> tuple[dict[str, dict[str, Any]], float]:
+def _warm(
+    client: Client,
+    kind: Kind,
+    workers: list[str] | None = None,
+    before_cluster_round: Callable[[], None] | None = None,
+) -> tuple[dict[str, dict[str, Any]], float]:
     """Wait for each worker's warm-up (CUDA context and the seed workload's kernels, started with the worker by
-    ``worker_warmup.WarmUp``), then run the workload once across the cluster (moves a few small chunks between
-    workers). Returns what each worker saw, by worker name, and the seconds it took."""
+    ``worker_warmup.WarmUp``), call ``before_cluster_round``, then run the workload once across the cluster
+    (moves a few small chunks between workers). Returns what each worker saw, by worker name, and the seconds
+    it took."""
     from gpu_magics import worker_warmup
 
     began = time.perf_counter()
     gpu = kind == "gpu"
     seen = client.run(worker_warmup.collect, gpu, WARM_TIMEOUT, workers=workers)
+    if before_cluster_round is not None:
+        before_cluster_round()
     if workers is None:
         _warm_cluster(client, gpu, len(seen))
     names = {address: str(info.get("name", address)) for address, info in _scheduler_workers(client).items()}

@@ -56,6 +56,8 @@ class ClusterMagics(Magics):
           --replace                 stop the running cluster and start a new one (default: reuse it)
           --client NAME             also put the Client in the namespace as NAME (any action)
 
+        Workers fork from a process that ``%load_ext`` launched with their imports done
+        (``%config ClusterMagics.prestart_workers = False`` turns it off) and warm their GPU while they register.
         The client is also ``gpu_magics.client()``; ``%%gpurun multi-gpu`` uses it. The cluster closes on
         ``%gpucluster stop``, ``%unload_ext gpu_magics`` and when the kernel exits; a cluster attached to with
         ``--address`` is never stopped from here.

@@ -21,4 +21,6 @@ else:
     print(f"gpu-magics: no GPU here ({reason}): the notebooks run on the CPU backends (cpu-single, cpu-threads),")
     print("  %%gpurun auto picks cpu-threads, and %gpucluster --cpu-workers N gives a CPU cluster.")
 PY
-exec .venv/bin/jupyter lab examples/quickstart.ipynb --ServerApp.ip=127.0.0.1 "$@"
+as_root=()
+[ "$(id -u)" -eq 0 ] && as_root=(--allow-root)  # containers often run as root; JupyterLab refuses it otherwise
+exec .venv/bin/jupyter lab examples/quickstart.ipynb --ServerApp.ip=127.0.0.1 "${as_root[@]}" "$@"

@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 DEATH_TIMEOUT = 30.0
 # Workers fork from a server that has imported what they need (worker_processes), and warm up while they
 # register with the scheduler (worker_warmup).
-FORK_WORKERS = True
-WARM_AT_START = True
 DISTRIBUTED_DEFAULT_SATURATION = 1.1
 _NO_CLUSTER = (
     f"no cluster is running: start one with {PROG} (one worker per GPU), {PROG} --cpu-workers N, "
@@ -195,9 +193,8 @@ def start(options: ClusterOptions) -> ClusterInfo:
 def prestart_worker_server() -> None:
     """Launch the server that worker processes fork from (``worker_processes``) ahead of a first start; a
     failure here only makes that start slower."""
-    if FORK_WORKERS:
-        with contextlib.suppress(Exception):
-            worker_processes.start_server()
+    with contextlib.suppress(Exception):
+        worker_processes.start_server()
 
 
 def status(notice: str | None = None) -> ClusterInfo:
@@ -293,8 +290,7 @@ def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float
         target=_prepare_here, args=(options.kind == "gpu", made), name="gpu-magics-prepare", daemon=True
     )
     try:
-        if FORK_WORKERS:
-            worker_processes.start_server()  # its imports overlap this process's from here on
+        worker_processes.start_server()  # unless %load_ext did: its imports overlap this process's from here on
         from distributed import Client
 
         make = _gpu_cluster_factory(options, gpu_ids) if options.kind == "gpu" else _cpu_cluster_factory(options)
@@ -339,10 +335,8 @@ def _worker_start_config(kind: Kind | None = None) -> contextlib.AbstractContext
     also the config their scheduler starts with (``scheduler_defaults``). Call after importing distributed."""
     import dask
 
-    settings: dict[str, Any] = scheduler_defaults(kind) if kind is not None else {}
-    if FORK_WORKERS:
-        worker_processes.mark_preload_set()
-        settings.update(worker_processes.config())
+    worker_processes.mark_preload_set()
+    settings = {**(scheduler_defaults(kind) if kind is not None else {}), **worker_processes.config()}
     return dask.config.set(settings)
 
 
@@ -363,8 +357,6 @@ def scheduler_defaults(kind: Kind) -> dict[str, Any]:
 
 
 def _worker_plugins(gpu: bool) -> tuple[Any, ...]:
-    if not WARM_AT_START:
-        return ()
     from gpu_magics.worker_warmup import WarmUp
 
     return (WarmUp(gpu),)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import dask
 import pytest
@@ -17,6 +19,19 @@ import dask.array as da
 t_x = da.random.RandomState(42).normal(10, 1, size=(400, 400), chunks=100)
 (t_x + 1)[::2, ::2].mean().compute()
 """
+
+
+@contextlib.contextmanager
+def inventory(found: devices.GpuInventory) -> Iterator[None]:
+    """Pretend the machine's GPUs are ``found`` for the duration."""
+    previous = devices.set_inventory(found)
+    try:
+        yield
+    finally:
+        devices.set_inventory(previous)
+
+
+NO_GPU = devices.StaticInventory(reason="CuPy is not installed")
 
 
 def run(ip: InteractiveShell, line: str, cell: str) -> object:
@@ -157,11 +172,8 @@ def test_config_default_backend(ip: InteractiveShell) -> None:
 
 
 def test_auto_without_gpu_says_it_picked_cpu_threads(ip: InteractiveShell) -> None:
-    previous = devices.set_inventory(devices.StaticInventory(reason="CuPy is not installed"))
-    try:
+    with inventory(NO_GPU):
         run(ip, "-q -o t_r", "1")
-    finally:
-        devices.set_inventory(previous)
     result = ip.user_ns["t_r"]
     assert result.backend == "cpu-threads"
     assert any("auto picked cpu-threads" in note and "CuPy is not installed" in note for note in result.notes)
@@ -213,13 +225,9 @@ BAD_LINES = {
 
 @pytest.mark.parametrize("line", list(BAD_LINES))
 def test_bad_input_is_a_one_line_usage_error(ip: InteractiveShell, line: str) -> None:
-    previous = devices.set_inventory(devices.StaticInventory(reason="CuPy is not installed"))
     threads_before = threading.active_count()
-    try:
-        with pytest.raises(UsageError) as caught:
-            run(ip, line, "t_ran = True")
-    finally:
-        devices.set_inventory(previous)
+    with inventory(NO_GPU), pytest.raises(UsageError) as caught:
+        run(ip, line, "t_ran = True")
     message = str(caught.value)
     assert BAD_LINES[line] in message
     assert "\n" not in message
@@ -229,12 +237,8 @@ def test_bad_input_is_a_one_line_usage_error(ip: InteractiveShell, line: str) ->
 
 def test_device_out_of_range_names_visible_gpus(ip: InteractiveShell) -> None:
     one_gpu = devices.StaticInventory([devices.GpuDevice(0, "NVIDIA H200", 141 * 2**30)])
-    previous = devices.set_inventory(one_gpu)
-    try:
-        with pytest.raises(UsageError, match=r"there is no GPU 9; visible GPUs: 0 \(NVIDIA H200\)"):
-            run(ip, "gpu --device 9", "t_ran = True")
-    finally:
-        devices.set_inventory(previous)
+    with inventory(one_gpu), pytest.raises(UsageError, match=r"there is no GPU 9; visible GPUs: 0 \(NVIDIA H200\)"):
+        run(ip, "gpu --device 9", "t_ran = True")
     assert "t_ran" not in ip.user_ns
 
 
@@ -251,11 +255,8 @@ def test_line_form_says_it_is_a_cell_magic(ip: InteractiveShell) -> None:
 
 
 def test_compare_all_runs_what_this_machine_can(ip: InteractiveShell) -> None:
-    previous = devices.set_inventory(devices.StaticInventory(reason="CuPy is not installed"))
-    try:
+    with inventory(NO_GPU):
         run(ip, "--compare all -q -o t_cmp", "21 * 2")
-    finally:
-        devices.set_inventory(previous)
     comparison = ip.user_ns["t_cmp"]
     assert [row.result.backend for row in comparison.rows] == ["cpu-single", "cpu-threads"]
     notes = " ".join(comparison.rows[0].result.notes)

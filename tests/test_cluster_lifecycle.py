@@ -3,6 +3,7 @@ replace, stop, attach, killed workers, a killed kernel, bad input. Tests share o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -286,6 +287,24 @@ def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, ru
     assert "no scheduler answered within 1 s" in message and "\n" not in message
     assert cluster.active() is None and records(runtime_dir) == []
     assert {child.pid for child in psutil.Process().children(recursive=True)} <= children
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="needs a machine without CuPy")
+def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
+    magics: ClusterMagics, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu_magics.worker_warmup import WarmUp
+
+    cluster.stop()
+    children = {child.pid for child in psutil.Process().children(recursive=True)}
+    monkeypatch.setattr(cluster, "_worker_plugins", lambda gpu: (WarmUp(gpu=True),))  # a GPU warm-up, no CuPy
+    with pytest.raises(UsageError) as caught:
+        magics.gpucluster("--cpu-workers 1 --name broken")
+    message = str(caught.value)
+    assert "the cluster did not start" in message and "cupy" in message and "\n" not in message
+    assert cluster.active() is None and records(runtime_dir) == []
+    started = [child.pid for child in psutil.Process().children(recursive=True) if child.pid not in children]
+    assert wait_gone(started, 15) == []
 
 
 # -- GPU checks on a machine without GPUs ----------------------------------------------------------

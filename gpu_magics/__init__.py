@@ -33,7 +33,7 @@ def unload_ipython_extension(shell: InteractiveShell) -> None:
 
 def client() -> Client:
     """The distributed ``Client`` of the cluster that ``%gpucluster`` started or attached to."""
-    from gpu_magics import cluster
+    from gpu_magics.cluster import lifecycle as cluster
 
     return cluster.require_client()
 

@@ -12,10 +12,10 @@ from IPython.core.magic import Magics
 # Each entry is "module:attribute". Magics classes are registered and added to ``shell.configurables`` so that
 # ``%config ClassName.trait = value`` works; hooks are called with the shell on load and on unload.
 MAGICS_CLASSES: tuple[str, ...] = (
-    "gpu_magics.magics:GpuMagics",
-    "gpu_magics.cluster_magics:ClusterMagics",
-    "gpu_magics.graph_magics:GraphMagics",
-    "gpu_magics.monitor_magics:MonitorMagics",
+    "gpu_magics.magics.gpurun:GpuMagics",
+    "gpu_magics.magics.gpucluster:ClusterMagics",
+    "gpu_magics.magics.gpugraph:GraphMagics",
+    "gpu_magics.magics.gpumonitor:MonitorMagics",
 )
 LOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:register",)
 UNLOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:unregister",)

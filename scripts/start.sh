@@ -12,12 +12,15 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 fi
 bash scripts/setup-env.sh "$extras"
 .venv/bin/python - <<'PY'
-from gpu_magics import devices
-found = devices.inventory().devices()
-if found:
-    print(f"gpu-magics: {devices.describe(found)} ready: %%gpurun gpu and %gpucluster use them.")
+from gpu_magics import gpus
+inventory = gpus.inventory()
+found, reason = inventory.devices(), inventory.unavailable_reason()
+if found and reason is None:
+    print(f"gpu-magics: {gpus.describe(found)} ready: %%gpurun gpu and %gpucluster use them.")
+elif found:
+    print(f"gpu-magics: {gpus.describe(found, inventory.simulated)} shown in the panels; {reason}:")
+    print("  the notebooks run on the CPU backends (%%gpurun auto picks cpu-threads; %gpucluster --cpu-workers N).")
 else:
-    reason = devices.inventory().unavailable_reason()
     print(f"gpu-magics: no GPU here ({reason}): the notebooks run on the CPU backends (cpu-single, cpu-threads),")
     print("  %%gpurun auto picks cpu-threads, and %gpucluster --cpu-workers N gives a CPU cluster.")
 PY

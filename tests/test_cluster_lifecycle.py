@@ -25,8 +25,11 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import gpu_magics
-from gpu_magics import cluster, cluster_records
-from gpu_magics.cluster_magics import ClusterMagics
+from gpu_magics import gpus
+from gpu_magics.cluster import factories
+from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster import records as cluster_records
+from gpu_magics.magics.gpucluster import ClusterMagics
 
 pytestmark = pytest.mark.slow
 REPO = Path(gpu_magics.__file__).resolve().parent.parent
@@ -169,7 +172,7 @@ def test_workers_fork_from_the_prepared_server_and_warm_while_starting(shared: C
 
         return {
             "parent": " ".join(psutil.Process(os.getppid()).cmdline()),
-            "preloaded": "gpu_magics.forkserver_preload" in sys.modules,
+            "preloaded": "gpu_magics.cluster.forkserver_preload" in sys.modules,
             "threads_env": os.environ.get("OMP_NUM_THREADS"),
             "hash_seed": os.environ.get("PYTHONHASHSEED"),
         }
@@ -293,11 +296,11 @@ def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, ru
 def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
     magics: ClusterMagics, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpu_magics.worker_warmup import WarmUp
+    from gpu_magics.cluster.warmup import WarmUp
 
     cluster.stop()
     children = {child.pid for child in psutil.Process().children(recursive=True)}
-    monkeypatch.setattr(cluster, "_worker_plugins", lambda gpu: (WarmUp(gpu=True),))  # a GPU warm-up, no CuPy
+    monkeypatch.setattr(factories, "worker_plugins", lambda gpu: (WarmUp(gpu=True),))  # a GPU warm-up, no CuPy
     with pytest.raises(UsageError) as caught:
         magics.gpucluster("--cpu-workers 1 --name broken")
     message = str(caught.value)
@@ -312,7 +315,7 @@ def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
 
 def test_gpus_out_of_range_names_the_visible_ones(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
     cluster.stop()
-    monkeypatch.setattr(cluster, "visible_gpus", lambda: ["0", "1", "2", "3"])
+    use_gpus(monkeypatch, ["0", "1", "2", "3"])
     with pytest.raises(UsageError) as caught:
         magics.gpucluster("--gpus 7")
     message = str(caught.value)
@@ -322,7 +325,7 @@ def test_gpus_out_of_range_names_the_visible_ones(magics: ClusterMagics, monkeyp
 
 def test_no_gpu_points_to_cpu_workers(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
     cluster.stop()
-    monkeypatch.setattr(cluster, "visible_gpus", lambda: [])
+    use_gpus(monkeypatch, [])
     with pytest.raises(UsageError, match="no GPU is visible on this machine; use %gpucluster --cpu-workers N"):
         magics.gpucluster("")
     assert cluster.active() is None
@@ -330,20 +333,27 @@ def test_no_gpu_points_to_cpu_workers(magics: ClusterMagics, monkeypatch: pytest
 
 def test_missing_dask_cuda_is_a_usage_error(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
     cluster.stop()
-    monkeypatch.setattr(cluster, "visible_gpus", lambda: ["0"])
+    use_gpus(monkeypatch, ["0"])
     monkeypatch.setitem(sys.modules, "dask_cuda", None)  # import fails even where it is installed
     with pytest.raises(UsageError, match="dask-cuda is not installed"):
         magics.gpucluster("--gpus 0")
     assert cluster.active() is None
 
 
-def test_visible_gpus_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert cluster.visible_gpus() == ["2", "3"]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,-1,2")
-    assert cluster.visible_gpus() == ["1"]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert cluster.visible_gpus() == []
+def use_gpus(monkeypatch: pytest.MonkeyPatch, cuda_ids: list[str]) -> None:
+    """Pretend this machine has real GPUs with these CUDA ids (none: no GPU)."""
+    found = [gpus.GpuDevice(i, "NVIDIA H200", 141 * 2**30, cuda_id=cuda_id) for i, cuda_id in enumerate(cuda_ids)]
+    monkeypatch.setattr(gpus, "_inventory", gpus.StaticInventory(found))
+
+
+def test_simulated_gpus_point_to_cpu_workers(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster.stop()
+    monkeypatch.setattr(gpus, "_inventory", gpus.SourceInventory("fake:4"))
+    with pytest.raises(UsageError) as caught:
+        magics.gpucluster("")
+    message = str(caught.value)
+    assert "4 GPU(s) here are simulated" in message and "--cpu-workers N" in message and "\n" not in message
+    assert cluster.active() is None
 
 
 # -- through the extension -------------------------------------------------------------------------
@@ -388,7 +398,7 @@ KERNEL = textwrap.dedent(
     import json, os, sys, time
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
-    from gpu_magics import cluster
+    from gpu_magics.cluster import lifecycle as cluster
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_magics")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster_options import (
+from gpu_magics.cluster.options import (
     DEFAULT_ATTACH_TIMEOUT,
     DEFAULT_CPU_THREADS,
     DEFAULT_GPU_THREADS,

@@ -80,7 +80,7 @@ def test_auto_mode_without_kernel_is_html(ip: InteractiveShell) -> None:
 
 def test_importing_display_imports_nothing_heavy() -> None:
     code = (
-        "import sys, gpu_magics.display, gpu_magics.graph_magics\n"
+        "import sys, gpu_magics.display, gpu_magics.magics.gpugraph\n"
         "bad = [m for m in ('cupy', 'pynvml', 'ipywidgets', 'dask.array') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

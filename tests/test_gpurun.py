@@ -11,8 +11,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics import devices
-from gpu_magics.results import CompareResult, RunResult
+from gpu_magics import gpus as devices
+from gpu_magics.gpurun.results import CompareResult, RunResult
 
 SEED_CELL = """
 import dask.array as da
@@ -181,8 +181,8 @@ def test_auto_without_gpu_says_it_picked_cpu_threads(ip: InteractiveShell) -> No
 
 
 def test_numpy_chunks_are_flagged_on_a_cupy_backend(ip: InteractiveShell) -> None:
-    from gpu_magics import backends
-    from gpu_magics import run as run_module
+    from gpu_magics.gpurun import backends
+    from gpu_magics.gpurun import execute as run_module
 
     ip.run_cell("import dask.array as da\nt_n = da.ones((10, 10), chunks=5)")
     compiled = run_module.compile_cell(ip, "t_n.sum()")
@@ -271,8 +271,8 @@ def test_compare_with_one_backend_is_still_a_comparison(ip: InteractiveShell) ->
 
 
 def test_arrays_the_cell_makes_itself_are_not_flagged(ip: InteractiveShell) -> None:
-    from gpu_magics import backends
-    from gpu_magics import run as run_module
+    from gpu_magics.gpurun import backends
+    from gpu_magics.gpurun import execute as run_module
 
     ip.run_cell("import dask.array as da\nt_n = da.ones((10, 10), chunks=5)\nt_m = t_n")
     compiled = run_module.compile_cell(ip, "t_n = da.ones((10, 10), chunks=5)\n(t_n + t_m).sum()")

@@ -10,11 +10,11 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics import backends
-from gpu_magics.cell_monitor import CellMonitor, MonitorFigures, figures_from
 from gpu_magics.display.live import LivePanel
+from gpu_magics.gpurun import backends
+from gpu_magics.gpurun.cell_monitor import CellMonitor, MonitorFigures, figures_from
 from gpu_magics.monitor.sampler import Sampler, get_sampler, shutdown_sampler
-from gpu_magics.monitor.source import make_source
+from gpu_magics.monitor.sources import make_source
 
 
 def sampler_threads() -> list[threading.Thread]:

@@ -22,7 +22,7 @@ from gpu_magics.monitor import (
     summarize,
 )
 from gpu_magics.monitor.fake import FakeSource
-from gpu_magics.monitor.sampler import default_source
+from gpu_magics.monitor.sources import default_source
 
 SPEC_PATH = Path(__file__).parent / "data" / "fake_gpus.json"
 PATIENCE = 20.0  # seconds; generous for a loaded machine, only reached when something is wrong

@@ -15,7 +15,8 @@ from typing import Any
 import dask
 import pytest
 
-from gpu_magics import cluster, worker_processes, worker_warmup
+from gpu_magics.cluster import factories, worker_processes
+from gpu_magics.cluster import warmup as worker_warmup
 
 PRE_SPAWN_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
 
@@ -41,7 +42,7 @@ def test_pre_spawn_environment_follows_distributed_and_the_users_config() -> Non
         """
         import json, sys
         import dask
-        from gpu_magics import worker_processes
+        from gpu_magics.cluster import worker_processes
         default = worker_processes._pre_spawn_environment()
         with dask.config.set({"distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS": 3}):
             chosen = worker_processes._pre_spawn_environment()
@@ -80,10 +81,10 @@ def test_scheduler_defaults_queue_nothing_for_gpu_workers_unless_the_user_chose(
     key = "distributed.scheduler.worker-saturation"
     import distributed  # noqa: F401  (its defaults)
 
-    assert cluster.scheduler_defaults("gpu") == {key: math.inf}
-    assert cluster.scheduler_defaults("cpu") == {}
+    assert factories.scheduler_defaults("gpu") == {key: math.inf}
+    assert factories.scheduler_defaults("cpu") == {}
     with dask.config.set({key: 2.0}):
-        assert cluster.scheduler_defaults("gpu") == {}
+        assert factories.scheduler_defaults("gpu") == {}
 
 
 def test_warm_up_errors_and_timeouts_reach_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +122,7 @@ def test_the_plugin_travels_without_its_thread() -> None:
 def test_worker_start_config_forks_workers() -> None:
     import distributed  # noqa: F401
 
-    with cluster._worker_start_config("gpu"):
+    with factories.worker_start_config("gpu"):
         assert dask.config.get(worker_processes.METHOD_KEY) == "forkserver"
         assert dask.config.get("distributed.scheduler.worker-saturation") == math.inf
     assert dask.config.get(worker_processes.METHOD_KEY) == "spawn"

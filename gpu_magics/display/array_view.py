@@ -25,29 +25,21 @@ LARGE_CHUNK_FRACTION = 0.25  # an operation holds several chunks at once: warn a
 GpuMemoryProbe = Callable[[], "tuple[int, ...] | None"]
 
 
-def _nvml_memory() -> tuple[int, ...] | None:
-    """Total memory of each visible GPU, read once through the monitor's NVML source; None if unknown."""
-    from gpu_magics.monitor.source import make_source
+def _inventory_memory() -> tuple[int, ...] | None:
+    """Total memory of each visible GPU, from the GPU inventory; None if unknown."""
+    from gpu_magics import gpus
 
-    source = make_source("nvml")
-    try:
-        readings, _ = source.read(slow=False)
-    finally:
-        source.close()
-    totals = [r.memory_total for r in readings if r.error is None]
-    if not totals or any(t is None for t in totals):
-        return None
-    return tuple(int(t or 0) for t in totals)
+    return gpus.memory_totals()
 
 
-_probe: GpuMemoryProbe = _nvml_memory
+_probe: GpuMemoryProbe = _inventory_memory
 _cache: list[tuple[int, ...] | None] = []
 
 
 def set_gpu_memory_probe(probe: GpuMemoryProbe | None) -> None:
-    """Replace how visible GPU memory is found (None: back to NVML); clears the cached answer."""
+    """Replace how visible GPU memory is found (None: back to the GPU inventory); clears the cached answer."""
     global _probe
-    _probe = probe if probe is not None else _nvml_memory
+    _probe = probe if probe is not None else _inventory_memory
     _cache.clear()
 
 

@@ -1,61 +1,31 @@
 """The ``%gpucluster`` display: one row per worker, the dashboard link; HTML and plain-text forms, so a
-saved notebook still shows it. ``ClusterInfo`` and ``WorkerInfo`` are the plain data it renders (built by
-``cluster.py``)."""
+saved notebook still shows it. It renders ``cluster.info.ClusterInfo``, plain data built by the
+cluster engine."""
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
 from typing import Any
+
+from gpu_magics.cluster.info import ClusterInfo, WorkerInfo
 
 _STATUS_COLOURS = {"running": "#2e7d32", "paused": "#ef6c00", "closing": "#c62828", "closed": "#c62828"}
 
 
-@dataclass(frozen=True)
-class WorkerInfo:
-    """One worker as the scheduler sees it."""
+def worker_memory_text(worker: WorkerInfo) -> str:
+    """``"1.2 / 141 GiB GPU"``, ``"0.3 / 4.0 GiB host"`` or ``"-"``."""
+    if worker.gpu_memory_total:
+        return f"{_used(worker.gpu_memory_used)} / {_bytes(worker.gpu_memory_total)} GPU"
+    if worker.host_memory_limit:
+        return f"{_used(worker.host_memory_used)} / {_bytes(worker.host_memory_limit)} host"
+    return "-"
 
-    address: str
-    name: str
-    status: str
-    threads: int
-    gpu_name: str | None = None
-    gpu_device: str | None = None  # the CUDA device the worker was given, where known
-    gpu_memory_used: int | None = None
-    gpu_memory_total: int | None = None
-    host_memory_used: int | None = None
-    host_memory_limit: int | None = None
 
-    @property
-    def memory_text(self) -> str:
-        """``"1.2 / 141 GiB GPU"``, ``"0.3 / 4.0 GiB host"`` or ``"-"``."""
-        if self.gpu_memory_total:
-            return f"{_used(self.gpu_memory_used)} / {_bytes(self.gpu_memory_total)} GPU"
-        if self.host_memory_limit:
-            return f"{_used(self.host_memory_used)} / {_bytes(self.host_memory_limit)} host"
+def worker_gpu_text(worker: WorkerInfo) -> str:
+    """``"NVIDIA H200 (GPU 2)"``, or ``"-"`` for a CPU worker."""
+    if worker.gpu_name is None:
         return "-"
-
-    @property
-    def gpu_text(self) -> str:
-        """``"NVIDIA H200 (GPU 2)"``, or ``"-"`` for a CPU worker."""
-        if self.gpu_name is None:
-            return "-"
-        return self.gpu_name + (f" (GPU {self.gpu_device})" if self.gpu_device is not None else "")
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    """A cluster's state at one moment."""
-
-    name: str
-    kind: str  # "gpu", "cpu" or "attached"
-    scheduler_address: str
-    dashboard_url: str | None
-    hardware: str
-    workers: tuple[WorkerInfo, ...] = ()
-    ready_s: float | None = None  # start until every worker answered
-    warm_s: float | None = None  # warm-up on every worker
-    notice: str | None = None
+    return worker.gpu_name + (f" (GPU {worker.gpu_device})" if worker.gpu_device is not None else "")
 
 
 class ClusterView:
@@ -89,7 +59,7 @@ class ClusterView:
         if timing:
             lines.append(timing)
         header = ("worker", "GPU", "memory", "status", "threads")
-        rows = [(w.name, w.gpu_text, w.memory_text, w.status, str(w.threads)) for w in info.workers]
+        rows = [(w.name, worker_gpu_text(w), worker_memory_text(w), w.status, str(w.threads)) for w in info.workers]
         if not rows:
             lines.append("no workers")
             return "\n".join(lines)
@@ -125,8 +95,8 @@ class ClusterView:
             colour = _STATUS_COLOURS.get(worker.status, "inherit")
             cells = (
                 f'<td style="padding:2px 8px" title="{esc(worker.address)}">{esc(worker.name)}</td>',
-                f'<td style="padding:2px 8px">{esc(worker.gpu_text)}</td>',
-                f'<td style="padding:2px 8px">{esc(worker.memory_text)}</td>',
+                f'<td style="padding:2px 8px">{esc(worker_gpu_text(worker))}</td>',
+                f'<td style="padding:2px 8px">{esc(worker_memory_text(worker))}</td>',
                 f'<td style="padding:2px 8px;color:{colour}">{esc(worker.status)}</td>',
                 f'<td style="padding:2px 8px">{worker.threads}</td>',
             )

@@ -9,8 +9,8 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.display.monitor_view import live_panel, live_panel_text
+from gpu_magics.monitor.models import Snapshot
 from gpu_magics.monitor.sampler import Sampler
-from gpu_magics.monitor.source import Snapshot
 
 
 def can_show_widgets(shell: InteractiveShell | None) -> bool:

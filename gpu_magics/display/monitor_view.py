@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from gpu_magics.monitor.source import GpuReading, HostReading, Snapshot
+from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 
 _STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
 _GPU_COLOUR = "#76b900"

@@ -5,6 +5,8 @@ Importing this package does no NVML work and does not import pynvml; NVML starts
 
 from __future__ import annotations
 
+from gpu_magics.monitor.models import GpuProcess, GpuReading, GpuSource, HostReading, Snapshot
+from gpu_magics.monitor.nvml import NvmlSource
 from gpu_magics.monitor.sampler import (
     MIN_INTERVAL,
     GpuSummary,
@@ -13,15 +15,7 @@ from gpu_magics.monitor.sampler import (
     shutdown_sampler,
     summarize,
 )
-from gpu_magics.monitor.source import (
-    GpuProcess,
-    GpuReading,
-    GpuSource,
-    HostReading,
-    NvmlSource,
-    Snapshot,
-    make_source,
-)
+from gpu_magics.monitor.sources import make_source
 
 __all__ = [
     "MIN_INTERVAL",

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from gpu_magics.monitor.source import NvmlSource
+from gpu_magics.monitor.nvml import NvmlSource
 
 __all__ = ["ERRORS", "FakeNvml", "FakeSource", "NVMLError", "demo_spec", "load_spec"]
 

@@ -7,7 +7,7 @@ import threading
 
 import psutil
 
-from gpu_magics.monitor.source import HostReading
+from gpu_magics.monitor.models import HostReading
 
 __all__ = ["HostProbe"]
 

@@ -19,33 +19,23 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpu_magics.monitor.host import HostProbe
-from gpu_magics.monitor.source import GpuReading, GpuSource, Snapshot, make_source
+from gpu_magics.monitor.models import GpuReading, GpuSource, Snapshot
+from gpu_magics.monitor.sources import default_source
 
 __all__ = [
     "MIN_INTERVAL",
     "GpuSummary",
     "Sampler",
-    "default_source",
     "get_sampler",
     "shutdown_sampler",
     "summarize",
 ]
 
 MIN_INTERVAL = 0.1
-"""The shortest sampling interval, in seconds."""
-SOURCE_ENV = "GPU_MAGICS_SOURCE"
-"""Names the default source: ``nvml`` (the default), ``fake``, ``fake:8`` or ``fake:spec.json``."""
+"""The shortest sampling interval, in seconds (kernel, workers and server alike)."""
 
 _log = logging.getLogger(__name__)
 _SLOW_FIELDS = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "processes")
-
-
-def default_source() -> GpuSource:
-    """The source ``$GPU_MAGICS_SOURCE`` names: NVML unless it says ``fake``, ``fake:N`` or ``fake:path``."""
-    kind, _, argument = os.environ.get(SOURCE_ENV, "nvml").strip().partition(":")
-    if kind == "fake" and argument:
-        return make_source("fake", **({"gpus": int(argument)} if argument.isdigit() else {"spec": argument}))
-    return make_source(kind or "nvml")
 
 
 def _checked_interval(name: str, value: float) -> float:

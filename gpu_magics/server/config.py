@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 from traitlets import Enum, Float, Int, TraitError, default, validate
 from traitlets.config import Configurable
 
-MIN_INTERVAL = 0.1
-"""The shortest sampling and push interval, in seconds."""
-SOURCE_ENV = "GPU_MAGICS_SOURCE"
-"""``nvml``, ``fake`` or ``fake:N``: the default of ``source`` and ``fake_gpus`` when config sets neither."""
-
-
-def _env_source() -> tuple[str, int | None]:
-    kind, _, count = os.environ.get(SOURCE_ENV, "").strip().partition(":")
-    return kind, int(count) if count.isdigit() else None
+from gpu_magics.monitor.sampler import MIN_INTERVAL
+from gpu_magics.monitor.sources import DEFAULT_FAKE_GPUS, MAX_FAKE_GPUS, source_from_env
 
 
 class GpuMagicsServer(Configurable):
@@ -51,13 +43,12 @@ class GpuMagicsServer(Configurable):
 
     @default("source")
     def _default_source(self) -> str:
-        kind, _ = _env_source()
-        return "fake" if kind == "fake" else "nvml"
+        return source_from_env().kind
 
     @default("fake_gpus")
     def _default_fake_gpus(self) -> int:
-        _, count = _env_source()
-        return 4 if count is None else min(count, 64)
+        count = source_from_env().gpus
+        return DEFAULT_FAKE_GPUS if count is None else count
 
     @validate("interval", "slow_interval")
     def _clamp_interval(self, proposal: dict[str, Any]) -> float:
@@ -76,6 +67,6 @@ class GpuMagicsServer(Configurable):
     @validate("fake_gpus")
     def _check_fake_gpus(self, proposal: dict[str, Any]) -> int:
         value = int(proposal["value"])
-        if not 0 <= value <= 64:
-            raise TraitError(f"fake_gpus must be between 0 and 64, got {value}")
+        if not 0 <= value <= MAX_FAKE_GPUS:
+            raise TraitError(f"fake_gpus must be between 0 and {MAX_FAKE_GPUS}, got {value}")
         return value

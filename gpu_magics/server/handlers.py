@@ -13,7 +13,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from gpu_magics import cluster_records
+from gpu_magics.cluster import records as cluster_records
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.jsonutil import dumps
 from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpu_magics.cluster_records import ClusterRecord
-from gpu_magics.monitor.source import Snapshot
+from gpu_magics.cluster.records import ClusterRecord
+from gpu_magics.monitor.models import Snapshot
 
 MAX_DEPTH = 32  # ancestors looked at per process
 

@@ -16,9 +16,10 @@ from collections.abc import Callable
 
 from tornado.ioloop import IOLoop
 
-from gpu_magics.monitor.sampler import Sampler
-from gpu_magics.monitor.source import GpuSource, Snapshot, make_source
-from gpu_magics.server.config import MIN_INTERVAL, GpuMagicsServer
+from gpu_magics.monitor.models import GpuSource, Snapshot
+from gpu_magics.monitor.sampler import MIN_INTERVAL, Sampler
+from gpu_magics.monitor.sources import make_source, source_from_env
+from gpu_magics.server.config import GpuMagicsServer
 
 _log = logging.getLogger(__name__)
 _live: weakref.WeakSet[MonitorService] = weakref.WeakSet()
@@ -31,6 +32,9 @@ SourceFactory = Callable[[GpuMagicsServer], GpuSource]
 def default_source_factory(config: GpuMagicsServer) -> GpuSource:
     """The source ``config.source`` names; making it does no NVML work (that waits for the first read)."""
     if config.source == "fake":
+        choice = source_from_env()
+        if choice.spec is not None:  # $GPU_MAGICS_SOURCE=fake:spec.json: the same GPUs the kernels see
+            return make_source("fake", spec=choice.spec)
         return make_source("fake", gpus=config.fake_gpus)
     return make_source("nvml")
 

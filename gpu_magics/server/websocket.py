@@ -17,7 +17,7 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from gpu_magics.monitor.source import Snapshot
+from gpu_magics.monitor.models import Snapshot
 from gpu_magics.server.handlers import AUTH_RESOURCE, SERVICE_KEY, config_json
 from gpu_magics.server.jsonutil import dumps
 from gpu_magics.server.service import MonitorService, Subscription

@@ -14,9 +14,11 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics import cluster, cluster_records
-from gpu_magics.cluster_magics import ClusterMagics
-from gpu_magics.cluster_options import DEFAULT_GPU_THREADS
+from gpu_magics import gpus
+from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.options import DEFAULT_GPU_THREADS
+from gpu_magics.magics.gpucluster import ClusterMagics
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def test_one_warm_worker_per_gpu(magics: ClusterMagics, gpu_count: int) -> None:
     assert len(workers) == gpu_count
     assert all(w["nthreads"] == DEFAULT_GPU_THREADS for w in workers.values())
     devices = client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
-    assert sorted(devices.values()) == cluster.visible_gpus()
+    assert sorted(devices.values()) == sorted(device.cuda_id for device in gpus.inventory().devices())
     # warmed: CuPy is loaded and its device busy with nothing
     assert all(client.run(lambda: "cupy" in sys.modules).values())
     current = cluster.active()
@@ -89,7 +91,7 @@ def test_seed_workload_on_cupy_chunks(magics: ClusterMagics) -> None:
 
 
 def test_chosen_gpus_and_limits(magics: ClusterMagics, gpu_count: int) -> None:
-    visible = cluster.visible_gpus()
+    visible = [device.cuda_id for device in gpus.inventory().devices()]
     with pytest.raises(UsageError, match=f"no GPU {gpu_count} here"):
         magics.gpucluster(f"--gpus {gpu_count} --replace")
     gpucluster(magics, "--gpus 0 --replace --threads-per-worker 2")

@@ -7,7 +7,7 @@ import dataclasses
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.monitor.sampler import Sampler, shutdown_sampler
-from gpu_magics.monitor.source import make_source
+from gpu_magics.monitor.sources import make_source
 
 BUSY_CELL = """
 import dask.array as da

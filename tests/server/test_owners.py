@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_magics.cluster_records import ClusterRecord
-from gpu_magics.monitor.source import GpuProcess, GpuReading, HostReading, Snapshot
+from gpu_magics.cluster.records import ClusterRecord
+from gpu_magics.monitor.models import GpuProcess, GpuReading, HostReading, Snapshot
 from gpu_magics.server.owners import map_owners
 
 

@@ -1,4 +1,4 @@
-"""GPU readings and where they come from: the ``GpuSource`` protocol and its NVML implementation.
+"""Reading GPUs through NVML: ``NvmlSource`` and ``select_visible`` (``CUDA_VISIBLE_DEVICES`` semantics).
 
 Only this module imports pynvml, and only inside a function: importing it does no NVML work. ``NvmlSource``
 initializes NVML lazily, once per process, on its first read. A field the device does not support reads as
@@ -15,19 +15,12 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = [
-    "FROM_ENV",
-    "GpuProcess",
-    "GpuReading",
-    "GpuSource",
-    "HostReading",
-    "NvmlSource",
-    "Snapshot",
-    "make_source",
-]
+from gpu_magics.monitor.models import GpuProcess, GpuReading
+
+__all__ = ["FROM_ENV", "NvmlSource", "select_visible"]
 
 KIB = 1024
 _ALL_LINKS = 0xFFFFFFFF  # NVML field scope: the sum over all NVLinks
@@ -41,101 +34,6 @@ _INIT_REASONS = (
     ("NVMLError_NoPermission", "no permission to use NVML"),
     ("NVMLError_LibRmVersionMismatch", "NVML library and NVIDIA driver versions differ"),
 )
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """A process holding memory on a GPU."""
-
-    pid: int
-    used_memory: int | None  # bytes
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "used_memory": self.used_memory}
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    """One device (a whole GPU or a MIG instance) at one moment; ``None`` where a value is unavailable."""
-
-    index: int  # index as the user sees it (after CUDA_VISIBLE_DEVICES)
-    nvml_index: int | None
-    name: str
-    uuid: str
-    memory_total: int | None  # bytes
-    memory_used: int | None  # bytes
-    gpu_util: float | None  # percent
-    memory_util: float | None  # percent
-    temperature: float | None  # Celsius
-    power: float | None  # watts
-    power_limit: float | None  # watts
-    sm_clock: int | None  # MHz
-    pcie_rx: float | None  # bytes/s
-    pcie_tx: float | None  # bytes/s
-    nvlink_rx: float | None  # bytes/s
-    nvlink_tx: float | None  # bytes/s
-    processes: tuple[GpuProcess, ...] | None
-    mig_parent: str | None = None  # UUID of the GPU a MIG instance belongs to
-    error: str | None = None  # why this device could not be read
-
-    def to_json(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["processes"] = None if self.processes is None else [p.to_json() for p in self.processes]
-        return data
-
-
-@dataclass(frozen=True)
-class HostReading:
-    """The host's CPU (percent of all cores) and memory (bytes) at one moment."""
-
-    cpu_percent: float | None
-    memory_used: int | None
-    memory_total: int | None
-    cpu_count: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Every device and the host at one moment."""
-
-    time: float  # time.time()
-    gpus: tuple[GpuReading, ...]
-    host: HostReading
-    status: str | None  # None when GPUs were read fine, else why not
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "time": self.time,
-            "gpus": [g.to_json() for g in self.gpus],
-            "host": self.host.to_json(),
-            "status": self.status,
-        }
-
-
-class GpuSource(Protocol):
-    """Something that reads all visible devices; it never raises for a device or library problem."""
-
-    def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
-        """Read every device; ``slow=True`` also reads PCIe, NVLink and processes (tens of ms per GPU)."""
-        ...
-
-    def close(self) -> None:
-        """Release the library; a later read starts again."""
-        ...
-
-
-def make_source(kind: str = "nvml", **options: Any) -> GpuSource:
-    """A source by name: ``"nvml"`` (real GPUs) or ``"fake"`` (options ``gpus=N`` or ``spec=path/dict``)."""
-    if kind == "nvml":
-        return NvmlSource(**options)
-    if kind == "fake":
-        from gpu_magics.monitor.fake import FakeSource
-
-        return FakeSource(**options)
-    raise ValueError(f"unknown GPU source {kind!r}: expected 'nvml' or 'fake'")
 
 
 class _FromEnv(enum.Enum):

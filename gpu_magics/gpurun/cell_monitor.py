@@ -10,10 +10,10 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.display import DisplayHandle, display
 
-from gpu_magics.backends import BackendPlan
 from gpu_magics.display.monitor_view import format_bytes, timeline
+from gpu_magics.gpurun.backends import BackendPlan
+from gpu_magics.monitor.models import Snapshot
 from gpu_magics.monitor.sampler import GpuSummary, Sampler, get_sampler, summarize
-from gpu_magics.monitor.source import Snapshot
 
 _STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
 

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import dask
 from IPython.core.error import UsageError
 
-from gpu_magics import devices
-from gpu_magics.options import BACKENDS
+from gpu_magics import gpus as devices
+from gpu_magics.gpurun.options import BACKENDS
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -69,6 +69,29 @@ class Preferences:
     cpu_threads: int | None = None
 
 
+# Which backends each option of %%gpurun applies to (the magic parses them; these rules decide).
+OPTION_BACKENDS: dict[str, tuple[str, ...]] = {"device": ("gpu",), "workers": ("cpu-threads", "gpu")}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A backend that ``--compare all`` leaves out here, and why (one line)."""
+
+    backend: str
+    reason: str
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why ``name`` cannot run cells here (``None`` when it can): no GPU, simulated GPUs, no CuPy, no cluster."""
+    if name == "gpu":
+        return devices.inventory().unavailable_reason()
+    if name == "multi-gpu":
+        from gpu_magics.cluster import lifecycle
+
+        return None if lifecycle.active_client() is not None else "no cluster: start one with %gpucluster"
+    return None
+
+
 def plan(
     name: str | None,
     *,
@@ -84,10 +107,11 @@ def plan(
     if chosen == "auto":
         chosen, reason = _auto_choice()
         notes.append(f"auto picked {chosen}: {reason}")
-    if device is not None and chosen != "gpu":
-        raise UsageError(f"%%gpurun: --device applies to the gpu backend only, not {chosen}.")
-    if workers is not None and chosen not in ("cpu-threads", "gpu"):
-        raise UsageError(f"%%gpurun: --workers applies to cpu-threads and gpu only, not {chosen}.")
+    for option, value in (("device", device), ("workers", workers)):
+        if value is not None and chosen not in OPTION_BACKENDS[option]:
+            names = OPTION_BACKENDS[option]
+            allowed = f"the {names[0]} backend" if len(names) == 1 else " and ".join(names)
+            raise UsageError(f"%%gpurun: --{option} applies to {allowed} only, not {chosen}.")
     builder = _BUILDERS.get(chosen)
     if builder is None:
         raise UsageError(f"%%gpurun: unknown backend {chosen!r}; choose one of {', '.join(BACKENDS)}, auto.")
@@ -97,16 +121,65 @@ def plan(
     return result
 
 
-def _auto_choice() -> tuple[str, str]:
-    from gpu_magics import cluster
+def plans_for(
+    names: Sequence[str | None],
+    *,
+    device: int | None = None,
+    workers: int | None = None,
+    default: str = "auto",
+    preferences: Preferences | None = None,
+) -> list[BackendPlan]:
+    """Plans for ``names`` in order (``--compare a,b``): an option goes to the backends it applies to; a
+    single backend (or the default) gets every option, so a mismatch is the user's ``UsageError``."""
+    if len(names) == 1:
+        return [plan(names[0], device=device, workers=workers, default=default, preferences=preferences)]
+    plans = []
+    for name in names:
+        chosen = name or default
+        plans.append(
+            plan(
+                name,
+                device=device if chosen in (*OPTION_BACKENDS["device"], "auto") else None,
+                workers=workers if chosen in OPTION_BACKENDS["workers"] else None,
+                default=default,
+                preferences=preferences,
+            )
+        )
+    return plans
 
-    if cluster.active_client() is not None and cluster.has_gpu_workers():
+
+def available_plans(
+    *, device: int | None = None, workers: int | None = None, preferences: Preferences | None = None
+) -> tuple[list[BackendPlan], list[Skipped]]:
+    """Plans for every backend this machine can run (``--compare all``), and the ones it skips with why."""
+    plans: list[BackendPlan] = []
+    skipped: list[Skipped] = []
+    for name in BACKENDS:
+        reason = unavailable_reason(name)
+        if reason is not None:
+            skipped.append(Skipped(name, reason))
+            continue
+        plans.append(
+            plan(
+                name,
+                device=device if name in OPTION_BACKENDS["device"] else None,
+                workers=workers if name in OPTION_BACKENDS["workers"] else None,
+                preferences=preferences,
+            )
+        )
+    return plans, skipped
+
+
+def _auto_choice() -> tuple[str, str]:
+    from gpu_magics.cluster import lifecycle
+
+    if lifecycle.active_client() is not None and lifecycle.has_gpu_workers():
         return "multi-gpu", "a cluster with GPU workers is attached"
-    found = devices.inventory().devices()
-    if found:
-        return "gpu", f"{devices.describe(found)} visible, no GPU cluster attached"
-    reason = devices.inventory().unavailable_reason() or "no GPU visible"
-    return "cpu-threads", f"{reason}"
+    inventory = devices.inventory()
+    reason = inventory.unavailable_reason()
+    if reason is None:
+        return "gpu", f"{devices.describe(inventory.devices())} visible, no GPU cluster attached"
+    return "cpu-threads", reason
 
 
 def _cpu_single(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
@@ -131,10 +204,9 @@ def _cpu_threads(device: int | None, workers: int | None, preferences: Preferenc
 def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
     inventory = devices.inventory()
     found = inventory.devices()
-    if not found:
-        reason = inventory.unavailable_reason() or "no CUDA device is visible"
-        fix = f"; to use a GPU, {devices.CUPY_INSTALL}" if "CuPy is not installed" in reason else ""
-        raise UsageError(f"%%gpurun gpu: {reason}; use cpu-threads or auto on this machine{fix}.")
+    reason = inventory.unavailable_reason()
+    if reason is not None:
+        raise UsageError(f"%%gpurun gpu: {reason}; use cpu-threads or auto on this machine.")
     index = 0 if device is None else device
     if index >= len(found):
         visible = ", ".join(f"{d.index} ({d.name})" for d in found)
@@ -157,14 +229,14 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
 
 
 def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
-    from gpu_magics import cluster
+    from gpu_magics.cluster import lifecycle
 
-    client = cluster.require_client()
-    on_gpus = cluster.has_gpu_workers()
+    client = lifecycle.require_client()
+    on_gpus = lifecycle.has_gpu_workers()
     notes = () if on_gpus else ("the cluster has CPU workers only: numpy chunks on those workers",)
     return BackendPlan(
         name="multi-gpu",
-        hardware=cluster.describe_hardware(),
+        hardware=lifecycle.describe_hardware(),
         chunk_type="cupy" if on_gpus else "numpy",
         config={"scheduler": client, "array.backend": "cupy" if on_gpus else "numpy"},
         client=client,

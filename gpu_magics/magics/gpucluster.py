@@ -8,8 +8,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 from traitlets import Bool
 
-from gpu_magics import cluster
-from gpu_magics.cluster_options import PROG, parse_cluster_line
+from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.options import PROG, parse_cluster_line
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 
 

@@ -1,8 +1,13 @@
-"""Counting the dask tasks a cell ran: a local-scheduler callback and a distributed scheduler plugin."""
+"""Counting the dask tasks a cell ran: a local-scheduler callback, and a scheduler plugin on a cluster.
+
+The plugin class subclasses distributed's ``SchedulerPlugin``, so it is made on first use (distributed is not
+imported for cells that never use a cluster); ``task_count.TaskCounter`` still names it, for pickling.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Iterator
@@ -27,16 +32,49 @@ class LocalTaskCounter(Callback):
             self.tasks += len(dsk)
 
 
+PLUGIN_NAME = "gpu-magics-task-counter"
 _registered: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@functools.cache
+def _scheduler_counter_class() -> type:
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class TaskCounter(SchedulerPlugin):
+        """Counts tasks that went from processing to memory or erred (runs in the scheduler)."""
+
+        name = PLUGIN_NAME
+        idempotent = True
+
+        def __init__(self) -> None:
+            self.count = 0
+
+        def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+            if start == "processing" and finish in ("memory", "erred"):
+                self.count += 1
+
+    TaskCounter.__module__ = __name__
+    TaskCounter.__qualname__ = "TaskCounter"
+    return TaskCounter
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TaskCounter":
+        return _scheduler_counter_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def read_count(dask_scheduler: Any) -> int | None:
+    """Run on the scheduler: the plugin's count, or ``None`` if it is not installed."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    return None if plugin is None else int(plugin.count)
 
 
 def scheduler_task_count(client: Client) -> int | None:
     """The scheduler's running count of finished tasks, or ``None`` where the plugin cannot be installed."""
     try:
-        from gpu_magics.scheduler_plugin import TaskCounter, read_count
-
         if client not in _registered:
-            client.register_plugin(TaskCounter())
+            client.register_plugin(_scheduler_counter_class()())
             _registered.add(client)
         count = client.run_on_scheduler(read_count)
     except Exception:

@@ -26,7 +26,7 @@ WORKER_MODULES = (
     "dask_cuda",
     "dask_cuda.initialize",
     "dask_cuda.device_host_file",
-    "gpu_magics.worker_warmup",
+    "gpu_magics.cluster.warmup",
 )
 
 for _name in WORKER_MODULES:

@@ -1,4 +1,4 @@
-"""Warm a worker while it starts: a worker plugin that ``%gpucluster`` gives each worker it starts.
+"""Warming a cluster: in each worker while it starts (``WarmUp``), then from the kernel (``warm_workers``).
 
 ``setup`` runs in the worker process before the worker registers with its scheduler (on a dask-cuda worker,
 after dask-cuda created the CUDA context). It starts the warm-up in a thread, so registration is not held up:
@@ -10,12 +10,21 @@ the thread and returns what the warm-up saw. A worker that restarts warms again 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from distributed import WorkerPlugin
+
+from gpu_magics.cluster.inspection import scheduler_workers
+from gpu_magics.cluster.options import Kind
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 PLUGIN_NAME = "gpu-magics-warmup"
 WARM_SHAPE = (512, 512)
@@ -109,3 +118,63 @@ async def collect(gpu: bool, timeout: float, dask_worker: Any) -> dict[str, Any]
     if isinstance(plugin, WarmUp):
         return await asyncio.to_thread(plugin.wait, timeout)
     return await asyncio.to_thread(warm_here, gpu)
+
+
+# -- in the kernel: wait for the workers' warm-up, then one round across the cluster ----------------------
+
+WARM_TIMEOUT = 120.0  # seconds; a worker that dies while warming must not hang the magic
+
+
+def prepare_here(gpu: bool, made: threading.Event) -> None:
+    """While the worker processes start, load here what the first result needs: dask.array, and for GPU workers
+    CuPy and this process's CUDA context (results come back as CuPy arrays). Once the cluster is made, collect
+    garbage fully: starting a cluster leaves this process (which also hosts the scheduler) with many new
+    long-lived objects, which would otherwise set off a full collection, 0.1-0.2 s on a GPU host, during the
+    first cells that use the cluster. Off the critical path: this process mostly waits for its workers (their
+    CUDA contexts, then their warm-up) meanwhile."""
+    with contextlib.suppress(Exception):
+        import dask.array  # noqa: F401
+
+        if gpu:
+            import cupy
+
+            cupy.zeros(1).sum()
+            cupy.cuda.runtime.deviceSynchronize()
+    made.wait(timeout=WARM_TIMEOUT)
+    gc.collect()
+
+
+def warm_workers(
+    client: Client,
+    kind: Kind,
+    workers: list[str] | None = None,
+    before_cluster_round: Callable[[], None] | None = None,
+) -> tuple[dict[str, dict[str, Any]], float]:
+    """Wait for each worker's warm-up (CUDA context and the seed workload's kernels, started with the worker by
+    ``WarmUp``), call ``before_cluster_round``, then run the workload once across the cluster
+    (moves a few small chunks between workers). Returns what each worker saw, by worker name, and the seconds
+    it took."""
+
+    began = time.perf_counter()
+    gpu = kind == "gpu"
+    seen = client.run(collect, gpu, WARM_TIMEOUT, workers=workers)
+    if before_cluster_round is not None:
+        before_cluster_round()
+    if workers is None:
+        _warm_round(client, gpu, len(seen))
+    names = {address: str(info.get("name", address)) for address, info in scheduler_workers(client).items()}
+    devices = {names.get(address, address): info for address, info in seen.items()}
+    return devices, time.perf_counter() - began
+
+
+def _warm_round(client: Client, gpu: bool, workers: int) -> None:
+    # Like the seed workload, the result comes back to this process: with CuPy chunks that loads CuPy here and
+    # creates this process's CUDA context (on its first GPU), which the first real result would otherwise pay.
+    import dask
+    import dask.array as da
+
+    threads = max(1, sum(client.nthreads().values()))
+    rows = WARM_CHUNKS[0] * max(workers, 1) * min(threads, 8)
+    with dask.config.set({"array.backend": "cupy" if gpu else "numpy"}):
+        x = da.random.normal(10, 1, size=(rows, WARM_CHUNKS[1]), chunks=WARM_CHUNKS)
+        float(client.compute((x + 1)[::2, ::2].mean()).result(timeout=WARM_TIMEOUT))

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 import numpy as np
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics import task_count
-from gpu_magics.backends import BackendPlan
-from gpu_magics.results import CompareResult, CompareRow, RunResult
+from gpu_magics.gpurun import task_count
+from gpu_magics.gpurun.backends import BackendPlan
+from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Int
 
-from gpu_magics import backends, run
-from gpu_magics.options import BACKENDS, CHOICES, COMPARE_ALL, RunOptions, parse_run_line
-from gpu_magics.results import RunResult
+from gpu_magics.gpurun import backends
+from gpu_magics.gpurun import execute as run
+from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line
+from gpu_magics.gpurun.results import RunResult
 
 
 @magics_class
@@ -87,41 +88,20 @@ class GpuMagics(Magics):
 
     def _plans(self, options: RunOptions) -> list[backends.BackendPlan]:
         preferences = backends.Preferences(gpu_threads=self.gpu_threads, cpu_threads=self.cpu_threads or None)
-        if options.compare == (COMPARE_ALL,):
-            return self._available_plans(options, preferences)
-        plans = []
-        for name in options.backends:
-            resolved = name or None
-            chosen = resolved or self.default_backend
-            plans.append(
-                backends.plan(
-                    resolved,
-                    device=options.device if chosen in ("gpu", "auto") or not options.compare else None,
-                    workers=options.workers if chosen in ("gpu", "cpu-threads") or not options.compare else None,
-                    default=self.default_backend,
-                    preferences=preferences,
-                )
+        if options.compare != (COMPARE_ALL,):
+            return backends.plans_for(
+                [name or None for name in options.backends],
+                device=options.device,
+                workers=options.workers,
+                default=self.default_backend,
+                preferences=preferences,
             )
-        return plans
-
-    def _available_plans(self, options: RunOptions, preferences: backends.Preferences) -> list[backends.BackendPlan]:
-        plans: list[backends.BackendPlan] = []
-        skipped: list[str] = []
-        for name in BACKENDS:
-            try:
-                plans.append(
-                    backends.plan(
-                        name,
-                        device=options.device if name == "gpu" else None,
-                        workers=options.workers if name in ("gpu", "cpu-threads") else None,
-                        preferences=preferences,
-                    )
-                )
-            except UsageError as error:
-                skipped.append(f"{name} skipped ({str(error).split(': ', 1)[-1].split(';')[0]})")
+        plans, skipped = backends.available_plans(
+            device=options.device, workers=options.workers, preferences=preferences
+        )
         if skipped:
-            first = plans[0]
-            plans[0] = dataclasses.replace(first, notes=(*first.notes, *skipped))
+            notes = tuple(f"{item.backend} skipped ({item.reason})" for item in skipped)
+            plans[0] = dataclasses.replace(plans[0], notes=(*plans[0].notes, *notes))
         return plans
 
     def _run_single(self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell) -> Any:
@@ -154,7 +134,7 @@ class GpuMagics(Magics):
     def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> run.CellObserver | None:
         if not (options.monitor and self.monitor):
             return None
-        from gpu_magics.cell_monitor import CellMonitor
+        from gpu_magics.gpurun.cell_monitor import CellMonitor
 
         return CellMonitor(self._shell, show_live=not options.quiet, keep_static=not options.compare)
 

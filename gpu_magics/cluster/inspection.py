@@ -1,0 +1,99 @@
+"""Reading a cluster's state from its scheduler: workers, their GPUs and memory, addresses; as plain data."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from gpu_magics.cluster.info import WorkerInfo
+from gpu_magics.cluster.options import Kind
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
+    try:
+        info = client.scheduler_info(n_workers=-1)
+    except TypeError:  # distributed before n_workers existed returned every worker
+        info = client.scheduler_info()
+    return dict(info.get("workers", {}))
+
+
+def worker_infos(
+    workers: dict[str, dict[str, Any]], devices: dict[str, dict[str, Any]], *, gpu: bool
+) -> tuple[WorkerInfo, ...]:
+    infos = []
+    for address, worker in workers.items():
+        name = str(worker.get("name", address))
+        seen = devices.get(name, {}) if gpu else {}
+        static = (worker.get("gpu") or {}) if gpu else {}
+        metrics = worker.get("metrics") or {}
+        sampled = (metrics.get("gpu") or {}) if gpu else {}
+        used = sampled.get("memory-used")
+        infos.append(
+            WorkerInfo(
+                address=address,
+                name=name,
+                status=str(worker.get("status", "unknown")),
+                threads=int(worker.get("nthreads", 0)),
+                gpu_name=seen.get("gpu_name") or static.get("name"),
+                gpu_device=seen.get("gpu_device"),
+                gpu_memory_used=used if used is not None else seen.get("gpu_memory_used"),
+                gpu_memory_total=seen.get("gpu_memory_total") or static.get("memory-total"),
+                host_memory_used=metrics.get("memory"),
+                host_memory_limit=worker.get("memory_limit") or None,
+            )
+        )
+    return tuple(sorted(infos, key=lambda info: _natural(info.name)))
+
+
+def _natural(name: str) -> tuple[int, int | str]:
+    return (0, int(name)) if name.isdigit() else (1, name)
+
+
+def hardware(kind: Kind, devices: dict[str, dict[str, Any]], workers: dict[str, dict[str, Any]]) -> str:
+    """``"4x NVIDIA H200 (4 workers)"``, ``"2 CPU workers x 1 thread"``, ``"0 workers"``."""
+    infos = worker_infos(workers, devices, gpu=kind != "cpu")
+    count = len(infos)
+    plural = "s" if count != 1 else ""
+    suffix = ", attached" if kind == "attached" else ""
+    models = Counter(info.gpu_name for info in infos if info.gpu_name)
+    if models and kind != "cpu":
+        gpus = " + ".join(f"{number}x {model}" for model, number in models.items())
+        return f"{gpus} ({count} worker{plural}{suffix})"
+    threads = sorted({info.threads for info in infos})
+    per = f"{threads[0]} thread{'s' if threads[0] != 1 else ''}" if len(threads) == 1 else "mixed threads"
+    text = f"{count} CPU worker{plural} x {per}" if infos else "0 workers"
+    return text + (" (attached)" if suffix else "")
+
+
+def dashboard_link(client: Client) -> str | None:
+    try:
+        link = client.dashboard_link
+    except Exception:
+        return None
+    return str(link) if link else None
+
+
+def scheduler_address(client: Client) -> str:
+    scheduler = client.scheduler
+    assert scheduler is not None, "the client has no scheduler"
+    return str(scheduler.address)
+
+
+def wait_for_count(client: Client, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        now = len(scheduler_workers(client))
+        if now == count:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the cluster has {now} workers after {timeout:g} s, not {count}")
+        time.sleep(0.05)
+
+
+def one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

@@ -1,0 +1,416 @@
+"""The lifecycle of the one cluster a kernel uses: start (GPU or CPU workers) or attach, scale, restart, stop.
+
+``%gpucluster`` drives it; ``%%gpurun multi-gpu`` asks ``require_client()`` and ``has_gpu_workers()``.
+Nothing here touches a GPU at import: dask-cuda is imported when a GPU cluster starts, CuPy only inside the
+workers. Safety: everything binds to 127.0.0.1 unless ``--host`` says otherwise; clusters started here close
+on ``stop``, ``%unload_ext`` and interpreter exit, and their worker processes exit by themselves when this
+process dies (each watches a pipe from its parent: ``distributed.process.AsyncProcess``). A cluster attached
+to is never stopped from here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from gpu_magics import gpus
+from gpu_magics.cluster import factories, inspection, worker_processes
+from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.info import ClusterInfo
+from gpu_magics.cluster.inspection import one_line
+from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+
+if TYPE_CHECKING:
+    from distributed import Client, LocalCluster
+
+_NO_CLUSTER = (
+    f"no cluster is running: start one with {PROG} (one worker per GPU), {PROG} --cpu-workers N, "
+    f"or attach with {PROG} --address tcp://host:port"
+)
+
+
+@dataclass
+class ActiveCluster:
+    """The cluster this kernel uses, and what was learnt about it."""
+
+    name: str
+    kind: Kind
+    options: ClusterOptions
+    client: Client
+    cluster: LocalCluster | None  # None when attached: not ours to stop
+    gpu_ids: tuple[str, ...] = ()  # CUDA devices given to the workers (GPU clusters)
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker name -> what its warm-up saw
+    started_at: float = field(default_factory=time.time)
+    ready_s: float | None = None
+    warm_s: float | None = None
+    record_path: Path | None = None
+
+    @property
+    def owned(self) -> bool:
+        """Whether this kernel started the cluster (and so may scale, restart and stop it)."""
+        return self.cluster is not None
+
+
+_active: ActiveCluster | None = None
+_lock = threading.RLock()
+_atexit_registered = False
+
+
+def active() -> ActiveCluster | None:
+    """The cluster in use, or ``None``."""
+    return _active
+
+
+def active_client() -> Client | None:
+    """The ``Client`` of the cluster in use, or ``None`` when there is none."""
+    current = _active
+    return None if current is None else current.client
+
+
+def require_client() -> Client:
+    """The ``Client`` of the cluster in use; a ``UsageError`` pointing to ``%gpucluster`` without one."""
+    current = _active
+    if current is None:
+        raise UsageError(_NO_CLUSTER)
+    if current.client.status not in ("running", "connecting"):
+        raise UsageError(
+            f"the cluster {current.name!r} no longer answers ({current.client.status}); "
+            f"run {PROG} --replace to start a new one"
+        )
+    return current.client
+
+
+def has_gpu_workers() -> bool:
+    """Whether the cluster in use has workers with a GPU."""
+    current = _active
+    if current is None:
+        return False
+    if current.kind != "attached":
+        return current.kind == "gpu"
+    return any(device.get("gpu_name") for device in current.devices.values())
+
+
+def describe_hardware() -> str:
+    """``"4x NVIDIA H200 (4 workers)"``, ``"2 CPU workers x 1 thread"``, or ``"no cluster"``."""
+    current = _active
+    if current is None:
+        return "no cluster"
+    try:
+        workers = inspection.scheduler_workers(current.client)
+    except Exception:
+        workers = {}
+    return inspection.hardware(current.kind, current.devices, workers)
+
+
+def gpu_worker_devices(client: Client) -> dict[str, str]:
+    """Worker address -> GPU model, for each worker of ``client``'s cluster that has a GPU."""
+    current = _active
+    cached = current.devices if current is not None and current.client is client else {}
+    skip_gpu = current is not None and current.client is client and current.kind == "cpu"
+    found = {}
+    for worker in inspection.worker_infos(inspection.scheduler_workers(client), cached, gpu=not skip_gpu):
+        if worker.gpu_name:
+            found[worker.address] = worker.gpu_name
+    return found
+
+
+def start(options: ClusterOptions) -> ClusterInfo:
+    """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``."""
+    global _active
+    began = time.perf_counter()
+    with _lock:
+        # check the GPU choice first: a bad --gpus must not stop the running cluster
+        gpu_ids = _choose_gpus(options.gpus) if options.kind == "gpu" else ()
+        current = _active
+        if current is not None and current.client.status not in ("running", "connecting"):
+            stop()  # it died under us: clean up, then start afresh
+            current = None
+        if current is not None:
+            if not options.replace:
+                notice = (
+                    f"{PROG}: cluster {current.name!r} is already up; using it "
+                    f"(add --replace to start a new one with these options)"
+                )
+                return status(notice=notice)
+            stop()
+        started = _attach(options) if options.kind == "attached" else _start_local(options, gpu_ids, began)
+        _active = started
+        _write_record(started)
+        _register_atexit()
+        return _info(started)
+
+
+def prestart_worker_server() -> None:
+    """Launch the server that worker processes fork from (``worker_processes``) ahead of a first start; a
+    failure here only makes that start slower."""
+    with contextlib.suppress(Exception):
+        worker_processes.start_server()
+
+
+def status(notice: str | None = None) -> ClusterInfo:
+    """The state of the cluster in use, fetched from its scheduler; ``UsageError`` when there is none."""
+    current = _require_active("status")
+    workers = inspection.scheduler_workers(current.client)
+    if current.kind == "attached":
+        _learn_attached_gpus(current, workers)
+    return _info(current, workers, notice=notice)
+
+
+def stop() -> str:
+    """Close the cluster started here (or only disconnect from one attached to); says what it did."""
+    global _active
+    with _lock:
+        current, _active = _active, None
+        if current is None:
+            return f"{PROG}: no cluster is running"
+        cluster_records.remove_record(current.record_path)
+        with contextlib.suppress(Exception):
+            current.client.close(timeout=5)
+        if current.cluster is None:
+            return (
+                f"{PROG}: disconnected from {current.options.address}; its scheduler and workers keep "
+                "running (this kernel did not start them)"
+            )
+        with contextlib.suppress(Exception):
+            current.cluster.close(timeout=15)
+        return f"{PROG}: stopped cluster {current.name!r}"
+
+
+def restart() -> ClusterInfo:
+    """Restart every worker process of the cluster started here (frees their memory), then warm them again."""
+    from gpu_magics.cluster import warmup
+
+    with _lock:
+        current = _require_owned("restart")
+        began = time.perf_counter()
+        try:
+            with factories.worker_start_config():
+                current.client.restart(timeout=current.options.start_timeout, wait_for_workers=True)
+        except Exception as error:
+            raise UsageError(f"{PROG} restart: {one_line(error)}") from error
+        current.ready_s = time.perf_counter() - began
+        current.devices, current.warm_s = warmup.warm_workers(current.client, current.kind)
+        return status(notice=f"{PROG}: restarted {current.name!r}")
+
+
+def scale(count: int) -> ClusterInfo:
+    """Grow or shrink the cluster started here to ``count`` workers (at most one per chosen GPU)."""
+    from gpu_magics.cluster import warmup
+
+    with _lock:
+        current = _require_owned("scale")
+        if current.kind == "gpu" and count > len(current.gpu_ids):
+            ids = ",".join(current.gpu_ids)
+            raise UsageError(
+                f"{PROG} scale {count}: the cluster may use {len(current.gpu_ids)} GPU(s) ({ids}), one "
+                f"worker each; start it with --gpus all --replace for more"
+            )
+        assert current.cluster is not None
+        before = set(inspection.scheduler_workers(current.client))
+        with factories.worker_start_config():
+            current.cluster.scale(count)
+            try:
+                inspection.wait_for_count(current.client, count, current.options.start_timeout)
+            except TimeoutError as error:
+                raise UsageError(f"{PROG} scale {count}: {error}") from None
+        workers = inspection.scheduler_workers(current.client)
+        names = {str(info.get("name", address)) for address, info in workers.items()}
+        current.devices = {name: seen for name, seen in current.devices.items() if name in names}
+        new = sorted(set(workers) - before)
+        if new:
+            devices, current.warm_s = warmup.warm_workers(current.client, current.kind, workers=new)
+            current.devices.update(devices)
+        _write_record(current)
+        return status(notice=f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+
+
+def dashboard_url() -> str | None:
+    """The dashboard address of the cluster in use (``None`` when it has none); ``UsageError`` without one."""
+    return inspection.dashboard_link(_require_active("dashboard").client)
+
+
+def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float) -> ActiveCluster:
+    """Start the cluster and warm it; ``ready_s`` counts from ``began`` (the magic's start) until every worker
+    answered, ``warm_s`` from then until the warm-up is done: together, the magic's wall time."""
+    from gpu_magics.cluster import warmup
+
+    cluster: LocalCluster | None = None
+    client: Client | None = None
+    made = threading.Event()
+    helper = threading.Thread(
+        target=warmup.prepare_here, args=(options.kind == "gpu", made), name="gpu-magics-prepare", daemon=True
+    )
+    try:
+        worker_processes.start_server()  # unless %load_ext did: its imports overlap this process's from here on
+        from distributed import Client
+
+        if options.kind == "gpu":
+            make = factories.gpu_cluster_factory(options, gpu_ids)
+        else:
+            make = factories.cpu_cluster_factory(options)
+        helper.start()  # after this thread's imports: two threads importing one package can see it half-made
+        with factories.worker_start_config(options.kind):
+            cluster = make()
+        made.set()
+        client = Client(cluster, set_as_default=True)
+        expected = len(gpu_ids) if options.kind == "gpu" else int(options.cpu_workers or 1)
+        client.wait_for_workers(expected, timeout=options.start_timeout)
+        ready_s = time.perf_counter() - began
+        devices, _ = warmup.warm_workers(client, options.kind, before_cluster_round=helper.join)
+        warm_s = time.perf_counter() - began - ready_s
+    except BaseException as error:
+        made.set()
+        if helper.is_alive():
+            helper.join()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=5)
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=15)
+        if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
+            raise
+        raise UsageError(f"{PROG}: the cluster did not start: {one_line(error)}") from error
+    return ActiveCluster(
+        name=options.cluster_name,
+        kind=options.kind,
+        options=options,
+        client=client,
+        cluster=cluster,
+        gpu_ids=gpu_ids,
+        devices=devices,
+        ready_s=ready_s,
+        warm_s=warm_s,
+    )
+
+
+def _choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
+    """The ``CUDA_VISIBLE_DEVICES`` entries of the chosen GPUs (all visible ones by default)."""
+    inventory = gpus.inventory()
+    visible = inventory.devices()
+    if not visible:
+        raise UsageError(
+            f"{PROG}: no GPU is visible on this machine; use {PROG} --cpu-workers N for CPU workers, "
+            f"or {PROG} --address tcp://host:port to attach to a scheduler"
+        )
+    if inventory.simulated:
+        raise UsageError(
+            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {PROG} --cpu-workers N for CPU workers"
+        )
+    if indices is None:
+        return tuple(device.cuda_id for device in visible)
+    missing = [index for index in indices if index >= len(visible)]
+    if missing:
+        names = ", ".join(str(index) for index in range(len(visible)))
+        raise UsageError(
+            f"{PROG} --gpus {','.join(map(str, indices))}: no GPU {','.join(map(str, missing))} here; "
+            f"the {len(visible)} visible GPU(s) are {names}"
+        )
+    return tuple(visible[index].cuda_id for index in indices)
+
+
+def _attach(options: ClusterOptions) -> ActiveCluster:
+    from distributed import Client
+
+    address = options.address
+    assert address is not None
+    timeout = options.start_timeout
+    try:
+        client = Client(address, timeout=timeout, set_as_default=True)
+    except (OSError, TimeoutError) as error:
+        raise UsageError(
+            f"{PROG} --address {address}: no scheduler answered within {timeout:g} s ({one_line(error)})"
+        ) from None
+    attached = ActiveCluster(name=options.cluster_name, kind="attached", options=options, client=client, cluster=None)
+    with contextlib.suppress(Exception):
+        _learn_attached_gpus(attached, inspection.scheduler_workers(client))
+    return attached
+
+
+def _learn_attached_gpus(current: ActiveCluster, workers: dict[str, dict[str, Any]]) -> None:
+    for worker in inspection.worker_infos(workers, {}, gpu=True):
+        if worker.gpu_name:
+            current.devices[worker.name] = {
+                "gpu_name": worker.gpu_name,
+                "gpu_memory_total": worker.gpu_memory_total,
+            }
+
+
+def _info(
+    current: ActiveCluster, workers: dict[str, dict[str, Any]] | None = None, notice: str | None = None
+) -> ClusterInfo:
+    if workers is None:
+        workers = inspection.scheduler_workers(current.client)
+    return ClusterInfo(
+        name=current.name,
+        kind=current.kind,
+        scheduler_address=inspection.scheduler_address(current.client),
+        dashboard_url=inspection.dashboard_link(current.client),
+        hardware=inspection.hardware(current.kind, current.devices, workers),
+        workers=inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu"),
+        ready_s=current.ready_s,
+        warm_s=current.warm_s,
+        notice=notice,
+    )
+
+
+def _require_active(action: str) -> ActiveCluster:
+    current = _active
+    if current is None:
+        raise UsageError(f"{PROG} {action}: {_NO_CLUSTER}")
+    return current
+
+
+def _require_owned(action: str) -> ActiveCluster:
+    current = _require_active(action)
+    if not current.owned:
+        raise UsageError(
+            f"{PROG} {action}: this kernel attached to {current.options.address} and did not start it, so "
+            f"it does not {action} its workers; do that where it was started"
+        )
+    return current
+
+
+def _write_record(current: ActiveCluster) -> None:
+    try:
+        workers = inspection.scheduler_workers(current.client)
+        infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
+        if current.kind == "gpu":
+            gpus = tuple(info.gpu_device or info.name for info in infos)
+        else:
+            gpus = tuple(info.gpu_name for info in infos if info.gpu_name)
+        record = cluster_records.ClusterRecord(
+            name=current.name,
+            scheduler_address=inspection.scheduler_address(current.client),
+            dashboard_url=inspection.dashboard_link(current.client),
+            kind=current.kind,
+            workers=len(infos),
+            gpus=gpus,
+            kernel_id=cluster_records.current_kernel_id(),
+            started_at=current.started_at,
+        )
+        if current.record_path is not None and current.record_path.name != record.filename:
+            cluster_records.remove_record(current.record_path)
+        current.record_path = cluster_records.write_record(record)
+    except Exception as error:  # the cluster works without its record; say so once
+        warnings.warn(f"{PROG}: could not write the discovery record: {one_line(error)}", stacklevel=2)
+
+
+def _register_atexit() -> None:
+    global _atexit_registered
+    if not _atexit_registered:
+        atexit.register(_close_at_exit)
+        _atexit_registered = True
+
+
+def _close_at_exit() -> None:
+    with contextlib.suppress(Exception):
+        stop()

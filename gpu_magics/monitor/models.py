@@ -1,0 +1,96 @@
+"""What the monitor reads: plain frozen records of GPUs, the host and moments, and the ``GpuSource`` protocol.
+
+No I/O here: sources (``nvml``, ``fake``) produce these, the sampler keeps them, the views and the server show
+them. ``to_json()`` is the shape the server sends (``labextension/src/types.ts`` mirrors it; a test checks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+__all__ = ["GpuProcess", "GpuReading", "GpuSource", "HostReading", "Snapshot"]
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding memory on a GPU."""
+
+    pid: int
+    used_memory: int | None  # bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "used_memory": self.used_memory}
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One device (a whole GPU or a MIG instance) at one moment; ``None`` where a value is unavailable."""
+
+    index: int  # index as the user sees it (after CUDA_VISIBLE_DEVICES)
+    nvml_index: int | None
+    name: str
+    uuid: str
+    memory_total: int | None  # bytes
+    memory_used: int | None  # bytes
+    gpu_util: float | None  # percent
+    memory_util: float | None  # percent
+    temperature: float | None  # Celsius
+    power: float | None  # watts
+    power_limit: float | None  # watts
+    sm_clock: int | None  # MHz
+    pcie_rx: float | None  # bytes/s
+    pcie_tx: float | None  # bytes/s
+    nvlink_rx: float | None  # bytes/s
+    nvlink_tx: float | None  # bytes/s
+    processes: tuple[GpuProcess, ...] | None
+    mig_parent: str | None = None  # UUID of the GPU a MIG instance belongs to
+    error: str | None = None  # why this device could not be read
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["processes"] = None if self.processes is None else [p.to_json() for p in self.processes]
+        return data
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """The host's CPU (percent of all cores) and memory (bytes) at one moment."""
+
+    cpu_percent: float | None
+    memory_used: int | None
+    memory_total: int | None
+    cpu_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every device and the host at one moment."""
+
+    time: float  # time.time()
+    gpus: tuple[GpuReading, ...]
+    host: HostReading
+    status: str | None  # None when GPUs were read fine, else why not
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "gpus": [g.to_json() for g in self.gpus],
+            "host": self.host.to_json(),
+            "status": self.status,
+        }
+
+
+class GpuSource(Protocol):
+    """Something that reads all visible devices; it never raises for a device or library problem."""
+
+    def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
+        """Read every device; ``slow=True`` also reads PCIe, NVLink and processes (tens of ms per GPU)."""
+        ...
+
+    def close(self) -> None:
+        """Release the library; a later read starts again."""
+        ...

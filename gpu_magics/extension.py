@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics
 
 # Each entry is "module:attribute". Magics classes are registered and added to ``shell.configurables`` so that
 # ``%config ClassName.trait = value`` works; hooks are called with the shell on load and on unload.
@@ -29,7 +28,7 @@ def _resolve(spec: str) -> Any:
 
 
 def load(shell: InteractiveShell) -> None:
-    instances: list[Magics] = []
+    instances: list[Any] = []  # IPython Magics instances (only gpu_magics.magics imports that API)
     for spec in MAGICS_CLASSES:
         magics = _resolve(spec)(shell=shell)
         shell.register_magics(magics)
@@ -46,7 +45,7 @@ def unload(shell: InteractiveShell) -> None:
     for spec in UNLOAD_HOOKS:
         hook: Callable[[InteractiveShell], None] = _resolve(spec)
         hook(shell)
-    instances: list[Magics] = getattr(shell, _STATE_KEY, [])
+    instances: list[Any] = getattr(shell, _STATE_KEY, [])
     registry = shell.magics_manager.magics
     for magics in instances:
         close = getattr(magics, "close", None)

@@ -7,8 +7,8 @@ from IPython.core.error import UsageError
 
 from gpu_magics.cluster.options import (
     DEFAULT_ATTACH_TIMEOUT,
-    DEFAULT_CPU_THREADS,
-    DEFAULT_GPU_THREADS,
+    CPU_WORKER_THREADS,
+    GPU_WORKER_THREADS,
     ClusterOptions,
     parse_cluster_line,
 )
@@ -19,7 +19,7 @@ def test_bare_line_starts_gpu_workers_on_localhost() -> None:
     assert options == ClusterOptions()
     assert options.action == "start" and options.kind == "gpu"
     assert options.host == "127.0.0.1" and options.dashboard and options.protocol == "tcp"
-    assert options.gpus is None and options.threads == DEFAULT_GPU_THREADS
+    assert options.gpus is None and options.threads == GPU_WORKER_THREADS
     assert options.cluster_name == "gpu"
 
 
@@ -41,7 +41,7 @@ def test_gpu_options() -> None:
 
 def test_cpu_workers_and_attach() -> None:
     cpu = parse_cluster_line("--cpu-workers 3")
-    assert cpu.kind == "cpu" and cpu.cpu_workers == 3 and cpu.threads == DEFAULT_CPU_THREADS
+    assert cpu.kind == "cpu" and cpu.cpu_workers == 3 and cpu.threads == CPU_WORKER_THREADS
     attached = parse_cluster_line("--address 10.0.0.5:8786")
     assert attached.kind == "attached" and attached.address == "tcp://10.0.0.5:8786"
     assert attached.start_timeout == DEFAULT_ATTACH_TIMEOUT

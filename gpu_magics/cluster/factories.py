@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 DEATH_TIMEOUT = 30.0
 
 
-# Workers fork from a server that has imported what they need (worker_processes), and warm up while they
-# register with the scheduler (worker_warmup).
+# distributed's own default for distributed.scheduler.worker-saturation (see scheduler_defaults).
 DISTRIBUTED_DEFAULT_SATURATION = 1.1
 
 

@@ -1,5 +1,5 @@
 """Pure parsing of the ``%gpucluster`` line into a frozen ``ClusterOptions``; every mistake is a one-line
-``UsageError``. Nothing here looks at the machine: checks against the visible GPUs live in ``cluster.py``."""
+``UsageError``. Nothing here looks at the machine: checks against the visible GPUs live in ``lifecycle``."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ Kind = Literal["gpu", "cpu", "attached"]
 # worker ran it in 0.29 s against 0.37 s with dask-cuda's default of 1. A worker with one thread leaves its
 # GPU idle while Python schedules, launches and hands over the next chunk; more threads overlap that host work
 # with the device's.
-DEFAULT_GPU_THREADS = 4
-DEFAULT_CPU_THREADS = 1
+GPU_WORKER_THREADS = 4
+CPU_WORKER_THREADS = 1
 DEFAULT_ATTACH_TIMEOUT = 5.0
 DEFAULT_START_TIMEOUT = 120.0
 
@@ -56,7 +56,7 @@ class ClusterOptions:
     gpus: tuple[int, ...] | None = None  # None: every visible GPU
     cpu_workers: int | None = None
     address: str | None = None
-    threads_per_worker: int | None = None  # None: DEFAULT_GPU_THREADS or DEFAULT_CPU_THREADS
+    threads_per_worker: int | None = None  # None: GPU_WORKER_THREADS or CPU_WORKER_THREADS
     device_memory_limit: int | float | None = None  # bytes, or a fraction of the device's memory
     rmm_pool_size: int | float | None = None
     protocol: Literal["tcp", "ucx"] = "tcp"
@@ -80,7 +80,7 @@ class ClusterOptions:
         """Threads per worker, with the tuned default for the kind."""
         if self.threads_per_worker is not None:
             return self.threads_per_worker
-        return DEFAULT_GPU_THREADS if self.kind == "gpu" else DEFAULT_CPU_THREADS
+        return GPU_WORKER_THREADS if self.kind == "gpu" else CPU_WORKER_THREADS
 
     @property
     def start_timeout(self) -> float:

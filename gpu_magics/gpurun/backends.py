@@ -31,7 +31,7 @@ CPU_COUNT = os.cpu_count() or 1
 
 # Threads feeding one GPU. Every dask task on a GPU only queues kernels, so a few threads keep the device busy;
 # more threads add GIL and allocator contention without more throughput. See benchmarks/seed_workload.py.
-DEFAULT_GPU_THREADS = 8
+GPU_BACKEND_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class BackendPlan:
 class Preferences:
     """User settings that shape backend plans (traits of ``GpuMagics``)."""
 
-    gpu_threads: int = DEFAULT_GPU_THREADS
+    gpu_threads: int = GPU_BACKEND_THREADS
     cpu_threads: int | None = None
 
 

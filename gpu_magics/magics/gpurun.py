@@ -27,7 +27,7 @@ class GpuMagics(Magics):
         help="Backend for %%gpurun when the line names none.",
     ).tag(config=True)
     gpu_threads = Int(
-        backends.DEFAULT_GPU_THREADS,
+        backends.GPU_BACKEND_THREADS,
         min=1,
         help="Dask threads feeding the one device of the gpu backend (--workers overrides).",
     ).tag(config=True)

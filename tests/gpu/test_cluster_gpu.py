@@ -17,7 +17,7 @@ from IPython.utils.capture import capture_output
 from gpu_magics import gpus
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster import records as cluster_records
-from gpu_magics.cluster.options import DEFAULT_GPU_THREADS
+from gpu_magics.cluster.options import GPU_WORKER_THREADS
 from gpu_magics.magics.gpucluster import ClusterMagics
 
 
@@ -54,7 +54,7 @@ def test_one_warm_worker_per_gpu(magics: ClusterMagics, gpu_count: int) -> None:
     client = cluster.require_client()
     workers = client.scheduler_info(n_workers=-1)["workers"]
     assert len(workers) == gpu_count
-    assert all(w["nthreads"] == DEFAULT_GPU_THREADS for w in workers.values())
+    assert all(w["nthreads"] == GPU_WORKER_THREADS for w in workers.values())
     devices = client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
     assert sorted(devices.values()) == sorted(device.cuda_id for device in gpus.inventory().devices())
     # warmed: CuPy is loaded and its device busy with nothing

@@ -1,0 +1,155 @@
+"""The package's layout rules, checked on its source: who may import what, and no import circles.
+
+Read statically (``ast``), so the rules hold for code paths a test run never takes.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "gpu_magics"
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(path: Path, *, top_level_only: bool = False) -> Iterator[str]:
+    """Every module ``path`` imports (``import_module("x")`` too); with ``top_level_only``, only those run at
+    import time (not inside functions, not under ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def walk(node: ast.AST, inside: bool) -> Iterator[str]:
+        for child in ast.iter_child_nodes(node):
+            nested = inside or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                nested = True
+            if top_level_only and nested:
+                continue
+            if isinstance(child, ast.Import):
+                yield from (alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                assert child.level == 0, f"{path}: the package uses absolute imports only"
+                base = child.module or ""
+                yield base
+                yield from (f"{base}.{alias.name}" for alias in child.names if f"{base}.{alias.name}" in MODULES)
+            elif (
+                isinstance(child, ast.Call)
+                and ast.unparse(child.func).endswith("import_module")
+                and child.args
+                and isinstance(child.args[0], ast.Constant)
+            ):
+                yield str(child.args[0].value)
+            yield from walk(child, nested)
+
+    yield from walk(tree, False)
+
+
+def importers_of(prefix: str) -> set[str]:
+    return {
+        name
+        for name, path in MODULES.items()
+        if any(found == prefix or found.startswith(prefix + ".") for found in imports(path))
+    }
+
+
+@pytest.mark.parametrize(
+    ("prefix", "allowed"),
+    [
+        ("IPython.core.magic", "gpu_magics.magics."),
+        ("pynvml", "gpu_magics.monitor.nvml"),
+        ("ipywidgets", "gpu_magics.display."),
+        ("tornado", "gpu_magics.server"),
+        ("jupyter_server", "gpu_magics.server"),
+    ],
+)
+def test_only_one_place_imports(prefix: str, allowed: str) -> None:
+    strays = sorted(name for name in importers_of(prefix) if not name.startswith(allowed))
+    assert strays == [], f"{prefix} may be imported only in {allowed}*, not in {strays}"
+
+
+ENUMERATING = ("getDeviceCount", "nvmlDeviceGetCount", "device_get_count")
+
+
+def test_only_the_inventory_and_the_monitor_source_enumerate_devices() -> None:
+    allowed = {"gpu_magics.gpus", "gpu_magics.monitor.nvml", "gpu_magics.monitor.fake"}
+    strays = sorted(
+        name
+        for name, path in MODULES.items()
+        if name not in allowed and any(call in path.read_text(encoding="utf-8") for call in ENUMERATING)
+    )
+    assert strays == []
+
+
+PURE = ("gpu_magics.gpurun.options", "gpu_magics.cluster.options", "gpu_magics.cluster.info")
+PURE += ("gpu_magics.cluster.records", "gpu_magics.monitor.models", "gpu_magics.argparsing")
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_data_and_option_modules_import_no_io(name: str) -> None:
+    """Records, options and models import only the standard library, IPython's UsageError and each other."""
+    found = set(imports(MODULES[name], top_level_only=True))
+    allowed = STDLIB | {"IPython.core.error", *PURE}
+    strays = sorted(m for m in found if m.split(".")[0] not in STDLIB and m not in allowed)
+    assert strays == []
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle a depth-first walk meets, as ``[a, b, ..., a]``."""
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def test_no_import_circles() -> None:
+    graph = {
+        # a module's own parent packages are imported before it anyway: not an edge
+        name: {m for m in imports(path, top_level_only=True) if m in MODULES and not name.startswith(m + ".")}
+        for name, path in MODULES.items()
+    }
+    assert find_cycles(graph) == []
+
+
+def test_top_level_holds_only_entry_points_and_cross_cutting_modules() -> None:
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "argparsing.py", "extension.py", "gpus.py"]
+
+
+def test_no_module_is_too_long() -> None:
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 460}
+    assert long == {}
+
+
+def test_the_rules_see_a_violation(tmp_path: Path) -> None:
+    """The import reader itself: a stray import and a lazy one are both found."""
+    sample = PACKAGE / "display" / "__init__.py"
+    assert "gpu_magics.display.array_view" in set(imports(sample))
+    fake = tmp_path / "fake.py"
+    fake.write_text("def f():\n    import pynvml\n\nimport importlib\nimportlib.import_module('tornado')\n")
+    assert {"pynvml", "tornado"} <= set(imports(fake))
+    assert "pynvml" not in set(imports(fake, top_level_only=True))
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []

@@ -104,7 +104,20 @@ def test_user_exception_shows_user_traceback(ip: InteractiveShell, capsys: pytes
     assert "t_f()" in text and "return 1 / 0" in text
     assert "gpu_magics" not in text and "run_once" not in text
     assert "failed" in text
-    assert not outcome.success or outcome.result is None
+    assert text.count("Traceback (most recent call last)") == 1  # shown once
+    assert not outcome.success  # the cell failed, as a plain failing cell does: Jupyter's reply is "error"
+    assert isinstance(outcome.error_in_exec, ZeroDivisionError)
+    assert outcome.result is None
+
+
+def test_a_successful_cell_still_succeeds(ip: InteractiveShell) -> None:
+    outcome = ip.run_cell("%%gpurun cpu-single -q\n6 * 7\n")
+    assert outcome.success and outcome.result == 42
+
+
+def test_compare_with_a_failing_backend_fails_the_cell(ip: InteractiveShell) -> None:
+    outcome = ip.run_cell("%%gpurun --compare cpu-single,cpu-threads -q\nraise ValueError('boom')\n")
+    assert not outcome.success and isinstance(outcome.error_in_exec, ValueError)
 
 
 def test_syntax_error_is_shown_without_running(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:

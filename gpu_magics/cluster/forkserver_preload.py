@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+import signal
 
 WORKER_MODULES = (
     "numpy",
@@ -28,6 +30,15 @@ WORKER_MODULES = (
     "dask_cuda.device_host_file",
     "gpu_magics.cluster.warmup",
 )
+
+# Interrupting a notebook cell sends SIGINT to the kernel's whole process group (jupyter_client uses killpg), and
+# a worker that received it would die: the cluster would lose every worker. So this server leaves the kernel's
+# process group (its workers, forked from it, are in its own), and ignores SIGINT; multiprocessing hands the
+# handler found here on to every process it forks. Workers still exit with the kernel: each watches a pipe
+# from its parent.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+with contextlib.suppress(OSError):
+    os.setpgid(0, 0)
 
 for _name in WORKER_MODULES:
     with contextlib.suppress(Exception):

@@ -52,6 +52,7 @@ class ActiveCluster:
     ready_s: float | None = None
     warm_s: float | None = None
     record_path: Path | None = None
+    saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
 
     @property
     def owned(self) -> bool:
@@ -142,6 +143,8 @@ def start(options: ClusterOptions) -> ClusterInfo:
                 return status(notice=notice)
             stop()
         started = _attach(options) if options.kind == "attached" else _start_local(options, gpu_ids, began)
+        if started.owned:
+            started.saved_config = _keep_forking()
         _active = started
         _write_record(started)
         _register_atexit()
@@ -172,6 +175,10 @@ def stop() -> str:
         if current is None:
             return f"{PROG}: no cluster is running"
         cluster_records.remove_record(current.record_path)
+        if current.saved_config is not None:
+            import dask
+
+            dask.config.set(current.saved_config)
         with contextlib.suppress(Exception):
             current.client.close(timeout=5)
         if current.cluster is None:
@@ -290,6 +297,18 @@ def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float
         ready_s=ready_s,
         warm_s=warm_s,
     )
+
+
+def _keep_forking() -> dict[str, Any]:
+    """Keep distributed's multiprocessing method on our worker server while the cluster lives, so that the
+    processes its nannies start later (a worker that died, ran out of memory or was restarted) fork from it
+    too; returns the settings to put back at ``stop``."""
+    import dask
+
+    settings = worker_processes.config()
+    saved = {key: dask.config.get(key, default=None) for key in settings}
+    dask.config.set(settings)
+    return saved
 
 
 def _choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:

@@ -15,7 +15,10 @@ import contextlib
 import importlib.util
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,40 @@ def start_server() -> None:
     context.set_forkserver_preload([PRELOAD_MODULE])
     with _environment(_pre_spawn_environment()):
         multiprocessing.forkserver.ensure_running()
+
+
+def stop_server(timeout: float = 5.0) -> None:
+    """Stop the forkserver and the resource tracker multiprocessing started beside it, within ``timeout``.
+
+    Called when the kernel shuts down, after the cluster has closed: the resource tracker ignores SIGINT and
+    SIGTERM, so ipykernel's clean-up of its child processes would otherwise wait for it until the kernel is
+    killed, and the kernel's own exit handlers would never run.
+    """
+    server: Any = multiprocessing.forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:
+        with contextlib.suppress(Exception):
+            server._stop()
+    tracker: Any = multiprocessing.resource_tracker._resource_tracker
+    fd, pid = getattr(tracker, "_fd", None), getattr(tracker, "_pid", None)
+    if fd is None or pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.close(fd)  # its last writer gone, the tracker cleans up and exits
+    tracker._fd = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if done:
+            break
+        time.sleep(0.02)
+    else:  # someone else still holds its pipe: it is ours to end
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    tracker._pid = None
 
 
 def config() -> dict[str, Any]:

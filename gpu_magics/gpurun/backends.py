@@ -48,9 +48,15 @@ class BackendPlan:
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[None]:
-        """Apply the dask configuration for the duration of the block."""
+        """Apply the dask configuration for the duration of the block (and make the plan's client the current
+        one: the config names the distributed scheduler, never the ``Client`` object, so the config stays
+        picklable for the processes a nanny starts while the cell runs)."""
         with dask.config.set(self.config):
-            yield
+            if self.client is None:
+                yield
+            else:
+                with self.client.as_current():
+                    yield
 
     def synchronize(self) -> None:
         """Wait for the GPU work this backend queued; called before the clock stops."""
@@ -238,7 +244,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
         name="multi-gpu",
         hardware=lifecycle.describe_hardware(),
         chunk_type="cupy" if on_gpus else "numpy",
-        config={"scheduler": client, "array.backend": "cupy" if on_gpus else "numpy"},
+        config={"scheduler": "dask.distributed", "array.backend": "cupy" if on_gpus else "numpy"},
         client=client,
         notes=notes,
     )

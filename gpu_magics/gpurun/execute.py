@@ -74,10 +74,18 @@ def _names_from_outside(module: ast.Module) -> frozenset[str]:
 
 @dataclass
 class Outcome:
-    """What running a cell once gave: its value, or that it raised (the traceback was shown)."""
+    """What running a cell once gave: its value, or the exception it raised (whose traceback was shown)."""
 
     value: Any = None
-    failed: bool = False
+    error: BaseException | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def interrupted(self) -> bool:
+        return isinstance(self.error, KeyboardInterrupt)
 
 
 def run_once(shell: InteractiveShell, cell: CompiledCell) -> Outcome:
@@ -91,8 +99,16 @@ def run_once(shell: InteractiveShell, cell: CompiledCell) -> Outcome:
         # Drop this frame from the traceback: the user sees only the cell's own frames.
         user_frames = error.__traceback__.tb_next if error.__traceback__ is not None else None
         shell.showtraceback((type(error), error.with_traceback(user_frames), user_frames), tb_offset=0)
-        return Outcome(failed=True)
+        return Outcome(error=error)
     return Outcome(value=value)
+
+
+def mark_failed(shell: InteractiveShell, error: BaseException) -> None:
+    """Make the running cell count as failed, as a plain cell that raised does (Jupyter's reply is "error",
+    so Run All, nbclient and papermill stop), without showing a second traceback."""
+    result = getattr(shell.displayhook, "exec_result", None)
+    if result is not None and result.error_in_exec is None:
+        result.error_in_exec = error
 
 
 def run_on_backend(
@@ -117,7 +133,10 @@ def run_on_backend(
                     start = time.perf_counter()
                     outcome = run_once(shell, cell)
                     if not outcome.failed:
-                        plan.synchronize()
+                        try:
+                            plan.synchronize()
+                        except KeyboardInterrupt as error:
+                            outcome = Outcome(error=error)
                     times.append(time.perf_counter() - start)
                 tasks = None if tasks is None or counted[0] is None else tasks + counted[0]
                 if outcome.failed:

@@ -9,6 +9,7 @@ from IPython.display import display
 from traitlets import Bool
 
 from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster import shutdown
 from gpu_magics.cluster.options import PROG, parse_cluster_line
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 
@@ -29,6 +30,7 @@ class ClusterMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self._client_names: set[str] = set()
+        shutdown.install(shell)
         if self.prestart_workers:
             cluster.prestart_worker_server()
 
@@ -108,4 +110,5 @@ class ClusterMagics(Magics):
     def close(self) -> None:
         """Called on ``%unload_ext``: stop the cluster started here (or disconnect from an attached one)."""
         self._forget_client_names()
+        shutdown.uninstall(self.shell)
         cluster.stop()

@@ -37,6 +37,13 @@ class GpuMagics(Magics):
         help="Threads of the cpu-threads backend; 0 means every core (--workers overrides).",
     ).tag(config=True)
     monitor = Bool(True, help="Show the live GPU panel while %%gpurun cells run.").tag(config=True)
+    restart_on_interrupt = Bool(
+        False,
+        help=(
+            "When a %%gpurun multi-gpu cell is interrupted, restart the workers of the cluster started here, "
+            "which stops the tasks still running on them (their memory is freed; persisted data is lost)."
+        ),
+    ).tag(config=True)
 
     @property
     def _shell(self) -> InteractiveShell:
@@ -107,6 +114,7 @@ class GpuMagics(Magics):
     def _run_single(self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell) -> Any:
         result, outcome = self._run_plan(options, plan, compiled)
         self._report(options, result)
+        self._after_failure(plan, outcome)
         return None if outcome.failed or compiled.silent else outcome.value
 
     def _run_compare(self, options: RunOptions, plans: list[backends.BackendPlan], compiled: run.CompiledCell) -> Any:
@@ -116,6 +124,7 @@ class GpuMagics(Magics):
             if results[-1][1].failed:
                 break
         self._report(options, run.compare_rows(results, options.rtol))
+        self._after_failure(plans[len(results) - 1], results[-1][1])
         first = results[0][1]
         return None if first.failed or compiled.silent else first.value
 
@@ -143,6 +152,17 @@ class GpuMagics(Magics):
             self._shell.user_ns[options.output] = result
         if not options.quiet:
             display(result)
+
+    def _after_failure(self, plan: backends.BackendPlan, outcome: run.Outcome) -> None:
+        """A failed run fails the cell (its traceback was shown once); an interrupted cluster run says what
+        still runs there, and restarts the workers when ``restart_on_interrupt`` asks for it."""
+        if outcome.error is None:
+            return
+        if outcome.interrupted and plan.client is not None:
+            from gpu_magics.cluster import interrupts
+
+            print(interrupts.after_interrupt(plan.client, restart=self.restart_on_interrupt))
+        run.mark_failed(self._shell, outcome.error)
 
     def close(self) -> None:
         """Release what the magics hold (called on ``%unload_ext``)."""

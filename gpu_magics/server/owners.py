@@ -2,7 +2,8 @@
 
 A process belongs to a kernel when it is the kernel's process or descends from it (LocalCluster workers are
 the kernel's children); failing that, when it descends from the process that wrote a cluster record, it
-belongs to that record's kernel. The mapping (``map_owners``) is pure; the processes handler gathers its inputs (kernel pids, ancestry, records).
+belongs to that record's kernel. The mapping (``map_owners``) is pure; the processes handler gathers its inputs
+(kernel pids, ancestry, records).
 """
 
 from __future__ import annotations

@@ -1,0 +1,59 @@
+"""What an interrupted ``%%gpurun multi-gpu`` cell leaves on the cluster, and stopping it.
+
+Interrupting a cell releases its futures, so the scheduler drops the tasks that had not started; the tasks
+already running on the workers go on until they finish, keeping the workers busy. This says how many there
+are and how to stop them, and can restart the workers (the way ipyparallel's ``--signal-on-interrupt`` passes
+an interrupt on to its engines).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpu_magics.cluster.options import PROG
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def running_tasks(client: Client) -> int | None:
+    """How many tasks the workers are running now, or ``None`` when the scheduler does not answer."""
+    try:
+        processing = client.processing()
+    except Exception:
+        return None
+    return sum(len(keys) for keys in processing.values())
+
+
+def after_interrupt(client: Client, *, restart: bool) -> str:
+    """One line for the user after an interrupt; with ``restart``, restart the workers of a cluster started
+    here first (tasks still running stop, their memory is freed)."""
+    from gpu_magics.cluster import lifecycle
+
+    count = running_tasks(client)
+    current = lifecycle.active()
+    ours = current is not None and current.client is client and current.owned
+    if restart and count and ours:
+        try:
+            lifecycle.restart()
+        except Exception as error:
+            return f"{PROG}: interrupted; restarting the workers failed ({error}); try {PROG} restart"
+        return f"{PROG}: interrupted; restarted the workers, which stopped {_tasks(count)} still running"
+    if count is None:
+        return f"{PROG}: interrupted; the scheduler did not say what still runs ({PROG} status)"
+    if count == 0:
+        return f"{PROG}: interrupted; nothing is left running on the cluster"
+    if not ours:
+        return (
+            f"{PROG}: interrupted; {_tasks(count)} still running on the cluster keep its workers busy until they "
+            "finish (this kernel attached to it and does not restart its workers)"
+        )
+    return (
+        f"{PROG}: interrupted; {_tasks(count)} still running on the cluster keep its workers busy until they "
+        f"finish: {PROG} restart stops them (%config GpuMagics.restart_on_interrupt = True does it on every "
+        "interrupt)"
+    )
+
+
+def _tasks(count: int) -> str:
+    return f"{count} task{'s' if count != 1 else ''}"

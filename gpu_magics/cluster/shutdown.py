@@ -1,0 +1,53 @@
+"""Closing what ``%gpucluster`` started when the kernel shuts down or restarts, before ipykernel's own clean-up.
+
+On a shutdown (or restart) request ipykernel first calls ``do_shutdown``, then terminates every child process
+left in its process group, escalating from SIGTERM to SIGKILL over about 15 seconds. Multiprocessing's
+resource tracker ignores SIGTERM, so without this the kernel would wait for it until the notebook server
+killed the kernel, and no ``atexit`` handler (ours or the user's) would run. Here the cluster closes (its
+discovery record goes with it), then the worker server and the resource tracker stop, all inside
+``do_shutdown``: the kernel then exits by itself, at once, with status 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+_WRAPPED = "_gpu_magics_original_do_shutdown"
+
+
+def close_everything() -> None:
+    """Stop the cluster (or disconnect from an attached one), then the worker server and resource tracker."""
+    from gpu_magics.cluster import lifecycle, worker_processes
+
+    with contextlib.suppress(Exception):
+        lifecycle.stop()
+    with contextlib.suppress(Exception):
+        worker_processes.stop_server()
+
+
+def install(shell: Any) -> bool:
+    """Run ``close_everything`` at the start of the kernel's ``do_shutdown``; ``False`` outside a kernel."""
+    kernel = getattr(shell, "kernel", None)
+    original: Callable[..., Any] | None = getattr(kernel, "do_shutdown", None)
+    if kernel is None or original is None or hasattr(kernel, _WRAPPED):
+        return False
+
+    @functools.wraps(original)
+    def do_shutdown(*args: Any, **kwargs: Any) -> Any:
+        close_everything()
+        return original(*args, **kwargs)
+
+    setattr(kernel, _WRAPPED, original)
+    kernel.do_shutdown = do_shutdown
+    return True
+
+
+def uninstall(shell: Any) -> None:
+    """Undo ``install`` (on ``%unload_ext``)."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None and hasattr(kernel, _WRAPPED):
+        del kernel.do_shutdown  # the instance attribute: the class's method shows again
+        delattr(kernel, _WRAPPED)

@@ -6,8 +6,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.options import (
-    DEFAULT_ATTACH_TIMEOUT,
     CPU_WORKER_THREADS,
+    DEFAULT_ATTACH_TIMEOUT,
     GPU_WORKER_THREADS,
     ClusterOptions,
     parse_cluster_line,

@@ -3,6 +3,7 @@
  * polls of the clusters and the GPU memory holders while the panel is shown.
  */
 import { ServerConnection } from '@jupyterlab/services';
+import { Poll } from '@lumino/polling';
 
 import { fetchClusters, fetchHistory, fetchProcesses, socketUrl } from './api';
 import { Backoff } from './backoff';
@@ -14,10 +15,17 @@ const POLL_MS = 3000;
 export class MonitorConnection {
   private _socket: WebSocket | null = null;
   private _retryTimer: number | null = null;
-  private _pollTimer: number | null = null;
   private _running = false;
   private _interval: number;
   private _backoff = new Backoff();
+  /** Clusters and holders: now on start, then `POLL_MS` after each reply; stopped while the panel is hidden. */
+  private readonly _lists = new Poll({
+    auto: false,
+    factory: () => this._refreshLists(),
+    frequency: { interval: POLL_MS, backoff: false },
+    name: 'gpu-magics:lists',
+    standby: 'never'
+  });
 
   constructor(
     private readonly _model: GpuPanelModel,
@@ -39,12 +47,13 @@ export class MonitorConnection {
     }
     this._running = true;
     this._connect();
-    void this._poll();
+    void this._lists.start();
   }
 
   stop(): void {
     this._running = false;
-    this._clearTimers();
+    this._clearRetry();
+    void this._lists.stop();
     const socket = this._socket;
     this._socket = null;
     socket?.close();
@@ -64,6 +73,7 @@ export class MonitorConnection {
 
   dispose(): void {
     this.stop();
+    this._lists.dispose();
   }
 
   private _connect(): void {
@@ -163,16 +173,6 @@ export class MonitorConnection {
     }
   }
 
-  private async _poll(): Promise<void> {
-    if (!this._running) {
-      return;
-    }
-    await this._refreshLists();
-    if (this._running) {
-      this._pollTimer = window.setTimeout(() => void this._poll(), POLL_MS);
-    }
-  }
-
   private async _refreshLists(): Promise<void> {
     const [clusters, processes] = await Promise.allSettled([
       fetchClusters(this._settings),
@@ -194,14 +194,10 @@ export class MonitorConnection {
     }
   }
 
-  private _clearTimers(): void {
+  private _clearRetry(): void {
     if (this._retryTimer !== null) {
       window.clearTimeout(this._retryTimer);
       this._retryTimer = null;
-    }
-    if (this._pollTimer !== null) {
-      window.clearTimeout(this._pollTimer);
-      this._pollTimer = null;
     }
   }
 }

@@ -81,7 +81,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.caption = 'GPUs';
 
     // Sample only while the panel is shown; the model (and its bounded charts) stays.
-    panel.visibilityChanged.connect(visible =>
+    panel.visibilityChanged.connect((_, visible) =>
       visible ? connection.start() : connection.stop()
     );
     panel.disposed.connect(() => connection.dispose());
@@ -110,7 +110,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
         loaded.changed.connect(apply);
       }).catch(reason => console.warn('gpu-magics: settings not loaded', reason));
     }
-    console.log('JupyterLab extension gpu-magics is activated!');
   }
 };
 

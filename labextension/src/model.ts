@@ -2,7 +2,8 @@
  * The side panel's state, free of any view or network code: snapshots in, per-GPU series out (bounded),
  * the clusters kernels started, who holds GPU memory, and the state of the connection.
  */
-import { Emitter } from './emitter';
+import { ISignal, Signal } from '@lumino/signaling';
+
 import { memoryPercent } from './format';
 import { Ring } from './ring';
 import type {
@@ -63,9 +64,9 @@ export type ModelChange =
   | 'config';
 
 export class GpuPanelModel {
-  readonly changed = new Emitter<ModelChange>();
   readonly maxPoints: number;
 
+  private _changed = new Signal<this, ModelChange>(this);
   private _gpus = new Map<string, IGpuView>();
   private _order: string[] = [];
   private _host: IHostReading | null = null;
@@ -86,6 +87,11 @@ export class GpuPanelModel {
 
   constructor(options: { maxPoints?: number } = {}) {
     this.maxPoints = options.maxPoints ?? 300;
+  }
+
+  /** Emitted with what changed (a panel batches these into one render per frame). */
+  get changed(): ISignal<this, ModelChange> {
+    return this._changed;
   }
 
   // -- readings -----------------------------------------------------------------------------------
@@ -127,12 +133,12 @@ export class GpuPanelModel {
     if (interval !== undefined) {
       this._interval = interval;
     }
-    this.changed.emit('config');
+    this._changed.emit('config');
   }
 
   setInterval(interval: number): void {
     this._interval = interval;
-    this.changed.emit('config');
+    this._changed.emit('config');
   }
 
   /** Add many snapshots (history after a (re)connect), oldest first; repeated or older ones are skipped. */
@@ -142,13 +148,13 @@ export class GpuPanelModel {
       applied = this._apply(snapshot) || applied;
     }
     if (applied) {
-      this.changed.emit('snapshot');
+      this._changed.emit('snapshot');
     }
   }
 
   applySnapshot(snapshot: ISnapshot): void {
     if (this._apply(snapshot)) {
-      this.changed.emit('snapshot');
+      this._changed.emit('snapshot');
     }
   }
 
@@ -202,7 +208,7 @@ export class GpuPanelModel {
   setClusters(clusters: ICluster[], error: string | null = null): void {
     this._clusters = [...clusters].sort((a, b) => a.started_at - b.started_at);
     this._clustersError = error;
-    this.changed.emit('clusters');
+    this._changed.emit('clusters');
   }
 
   get holders(): IHolder[] {
@@ -219,7 +225,7 @@ export class GpuPanelModel {
       (a, b) => a.gpu - b.gpu || (b.used_memory ?? 0) - (a.used_memory ?? 0)
     );
     this._unreadable = reply.unreadable_gpus;
-    this.changed.emit('holders');
+    this._changed.emit('holders');
   }
 
   /** GPU memory held per notebook (or kernel, or process), largest first: "who holds what". */
@@ -248,7 +254,7 @@ export class GpuPanelModel {
 
   setConnection(state: Partial<IConnectionState>): void {
     this._connection = { ...this._connection, ...state };
-    this.changed.emit('connection');
+    this._changed.emit('connection');
   }
 
   /** Forget readings (not settings): used when the server that answers is a different one. */
@@ -258,10 +264,10 @@ export class GpuPanelModel {
     this._lastTime = null;
     this._status = null;
     this._host = null;
-    this.changed.emit('snapshot');
+    this._changed.emit('snapshot');
   }
 
   dispose(): void {
-    this.changed.clear();
+    Signal.clearData(this);
   }
 }

@@ -1,11 +1,11 @@
 /** The side panel's view: GPU cards, clusters with their buttons, and GPU memory by notebook. */
 import type { Message } from '@lumino/messaging';
+import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { sparklinePath } from './chart';
 import type { ClusterAction } from './clusters';
 import { el, svg } from './dom';
-import { Emitter } from './emitter';
 import {
   formatAge,
   formatBytes,
@@ -31,8 +31,7 @@ export interface IPanelActions {
 }
 
 export class GpuPanel extends Widget {
-  /** `true` when the panel is shown, `false` when hidden: sample only while someone looks. */
-  readonly visibilityChanged = new Emitter<boolean>();
+  private _visibilityChanged = new Signal<this, boolean>(this);
   private _status = el('div', { class: 'jp-GpuMagics-status' });
   private _banner = el('div', { class: 'jp-GpuMagics-banner', role: 'status' });
   private _cards = el('div', { class: 'jp-GpuMagics-cards' });
@@ -42,7 +41,6 @@ export class GpuPanel extends Widget {
   private _frame: number | null = null;
   private _busy = new Map<string, string>(); // cluster key -> what it is doing
   private _errors = new Map<string, string>(); // cluster key -> last error
-  private _disconnect: () => void;
 
   constructor(
     readonly model: GpuPanelModel,
@@ -59,18 +57,23 @@ export class GpuPanel extends Widget {
       el('h3', {}, 'GPU memory by notebook'),
       this._holders
     );
-    this._disconnect = model.changed.connect(change => this._schedule(change));
+    model.changed.connect(this._onModelChanged, this);
     for (const change of ['connection', 'snapshot', 'clusters', 'holders'] as const) {
       this._pending.add(change);
     }
     this._render();
   }
 
+  /** `true` when the panel is shown, `false` when hidden: sample only while someone looks. */
+  get visibilityChanged(): ISignal<this, boolean> {
+    return this._visibilityChanged;
+  }
+
   override dispose(): void {
     if (this.isDisposed) {
       return;
     }
-    this._disconnect();
+    this.model.changed.disconnect(this._onModelChanged, this);
     if (this._frame !== null) {
       cancelAnimationFrame(this._frame);
     }
@@ -79,17 +82,21 @@ export class GpuPanel extends Widget {
 
   protected override onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    this.visibilityChanged.emit(true);
+    this._visibilityChanged.emit(true);
   }
 
   protected override onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
-    this.visibilityChanged.emit(false);
+    this._visibilityChanged.emit(false);
   }
 
   protected override onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
-    this.visibilityChanged.emit(this.isVisible);
+    this._visibilityChanged.emit(this.isVisible);
+  }
+
+  private _onModelChanged(_: GpuPanelModel, change: ModelChange): void {
+    this._schedule(change);
   }
 
   private _schedule(change: ModelChange): void {

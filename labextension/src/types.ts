@@ -58,6 +58,8 @@ export interface ICluster {
   pid: number;
   kernel_id: string | null;
   started_at: number;
+  /** The schema version of the cluster's discovery record. */
+  version: number;
   path: string | null;
   kernel_running: boolean;
 }

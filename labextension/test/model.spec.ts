@@ -27,7 +27,7 @@ describe('GpuPanelModel', () => {
   it('skips snapshots it already has (history after a reconnect)', () => {
     const model = new GpuPanelModel();
     const changes: ModelChange[] = [];
-    model.changed.connect(change => changes.push(change));
+    model.changed.connect((_, change) => changes.push(change));
     model.applySnapshot(snapshot(5, [reading(0)]));
     model.applyHistory([snapshot(3, [reading(0)]), snapshot(5, [reading(0)]), snapshot(6, [reading(0)])]);
     expect(model.gpus[0]?.times.values()).toEqual([5, 6]);
@@ -80,6 +80,7 @@ describe('GpuPanelModel', () => {
       pid: 1,
       kernel_id: 'k',
       started_at,
+      version: 1,
       path: 'a.ipynb',
       kernel_running: true
     });

@@ -41,10 +41,10 @@ def test_text_has_one_row_per_worker() -> None:
     text = ClusterView(gpu_info()).text()
     assert "Cluster 'gpu': 4x NVIDIA H200 (4 workers), started here" in text
     assert "dashboard: http://127.0.0.1:39001/status" in text
-    assert "up in 2.3 s (workers ready 1.8 s, warm-up 0.4 s)" in text
+    assert "up in 2.26 s (workers ready 1.84 s, warm-up 420 ms)" in text
     rows = [line for line in text.splitlines() if "NVIDIA H200 (GPU" in line]
     assert len(rows) == 4
-    assert "1.0 GiB / 141.0 GiB GPU" in rows[0] and "running" in rows[0] and rows[0].rstrip().endswith("4")
+    assert "1.0 GiB / 141 GiB GPU" in rows[0] and "running" in rows[0] and rows[0].rstrip().endswith("4")
 
 
 def test_html_links_dashboard_and_escapes() -> None:
@@ -81,7 +81,7 @@ def test_cpu_workers_and_no_dashboard() -> None:
         warm_s=None,
     )
     text = ClusterView(info).text()
-    assert "dashboard: off" in text and "100.0 MiB / 4.0 GiB host" in text and "ready" not in text
+    assert "dashboard: off" in text and "100 MiB / 4.0 GiB host" in text and "ready" not in text
     assert "dashboard off" in ClusterView(info).html()
     empty = ClusterView(gpu_info(workers=()))
     assert "no workers" in empty.text() and "no workers" in empty.html()

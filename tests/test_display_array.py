@@ -13,7 +13,7 @@ import pytest
 from gpu_magics.display import array_view
 from gpu_magics.display.array_view import ArrayView, array_info
 
-GB = 10**9
+GIB = 2**30  # GPU memory, as NVML reports it
 
 
 @pytest.fixture(autouse=True)
@@ -39,12 +39,12 @@ def test_table_and_text() -> None:
     view = ArrayView(x)
     text, html = view.text(), view.html()
     assert "shape=(20000, 20000)" in text and "chunksize=(2000, 5000)" in text
-    assert "3.2 GB in all, 80 MB per chunk" in text
+    assert "3.0 GiB in all, 76.3 MiB per chunk" in text
     assert "10 × 4 = 40" in text
     assert "numpy.ndarray (CPU)" in text
     assert "40 tasks in 1 graph layer" in text
     assert "GPU memory unknown" in text
-    assert "<svg" in html and "numpy.ndarray" in html and "80 MB" in html
+    assert "<svg" in html and "numpy.ndarray" in html and "76.3 MiB" in html
     assert view._repr_mimebundle_() == {"text/plain": text, "text/html": html}
 
 
@@ -75,14 +75,14 @@ def test_names_are_escaped() -> None:
 
 
 def test_gpu_memory_fit() -> None:
-    x = da.ones((100_000, 100_000), chunks=(10_000, 10_000))  # 80 GB, 800 MB chunks
-    info = array_info(x, gpu_memory=(141 * GB,))
+    x = da.ones((100_000, 100_000), chunks=(10_000, 10_000))  # 80e9 bytes (74.5 GiB), 800e6-byte chunks
+    info = array_info(x, gpu_memory=(141 * GIB,))
     assert info.memory_lines() == [
-        "one chunk (800 MB) fits in one GPU (141 GB)",
-        "whole array (80 GB) fits in 1 visible GPU (141 GB)",
+        "one chunk (763 MiB) fits in one GPU (141 GiB)",
+        "whole array (74.5 GiB) fits in 1 visible GPU (141 GiB)",
     ]
-    small = array_info(x, gpu_memory=(16 * GB, 16 * GB))
-    assert "does NOT fit in 2 visible GPUs (32 GB): 2.5x" in small.memory_lines()[1]
+    small = array_info(x, gpu_memory=(16 * GIB, 16 * GIB))
+    assert "does NOT fit in 2 visible GPUs (32.0 GiB): 2.3x" in small.memory_lines()[1]
 
 
 def test_gpu_memory_probe_is_cached_and_injectable() -> None:
@@ -90,14 +90,14 @@ def test_gpu_memory_probe_is_cached_and_injectable() -> None:
 
     def probe() -> tuple[int, ...]:
         asked.append(1)
-        return (80 * GB,)
+        return (80 * GIB,)
 
     array_view.set_gpu_memory_probe(probe)
-    assert array_view.visible_gpu_memory() == (80 * GB,)
-    assert array_view.visible_gpu_memory() == (80 * GB,)
+    assert array_view.visible_gpu_memory() == (80 * GIB,)
+    assert array_view.visible_gpu_memory() == (80 * GIB,)
     assert asked == [1]
     text = ArrayView(da.ones((10, 10), chunks=5)).text()
-    assert "fits in one GPU (80 GB)" in text
+    assert "fits in one GPU (80.0 GiB)" in text
 
 
 def test_failing_probe_means_unknown() -> None:
@@ -111,24 +111,24 @@ def test_failing_probe_means_unknown() -> None:
 def test_small_cupy_chunks_hint() -> None:
     hints = array_view._hints((100_000, 100_000), (1000, 1000), np.dtype("f8"), "cupy", 8e6, 10_000, None)
     assert len(hints) == 1
-    assert "8 MB are small for a GPU" in hints[0] and "1 ms of scheduling" in hints[0]
+    assert "7.6 MiB are small for a GPU" in hints[0] and "1 ms of scheduling" in hints[0]
     assert "0.04 ms of GPU work" in hints[0] and "x.rechunk((" in hints[0]
     assert array_view._hints((100_000,), (1000,), np.dtype("f8"), "numpy", 8e3, 100, None) == ()
 
 
 def test_large_chunk_hint() -> None:
-    hints = array_view._hints((300_000, 100_000), (100_000, 100_000), np.dtype("f8"), "cupy", 80e9, 3, (80 * GB,))
+    hints = array_view._hints((300_000, 100_000), (100_000, 100_000), np.dtype("f8"), "cupy", 80e9, 3, (80 * GIB,))
     assert len(hints) == 1 and "too large for one GPU" in hints[0]
     x = da.ones((300_000, 100_000), chunks=(100_000, 100_000))
-    assert "too large for one GPU" in ArrayView(x, gpu_memory=(16 * GB,)).text()
+    assert "too large for one GPU" in ArrayView(x, gpu_memory=(16 * GIB,)).text()
 
 
 def test_unknown_chunk_sizes() -> None:
     x = da.ones((10, 10), chunks=5)
     y = x[x[:, 0] > 0]  # unknown number of rows
-    view = ArrayView(y, gpu_memory=(80 * GB,))
+    view = ArrayView(y, gpu_memory=(80 * GIB,))
     assert math.isnan(view.info.nbytes)
-    assert "unknown" in view.text() and "(?, 10)" in view.text()
+    assert "\u2013 in all" in view.text() and "size unknown" in view.text() and "(?, 10)" in view.text()
     assert "stroke-dasharray" in view.html()
 
 

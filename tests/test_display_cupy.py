@@ -82,9 +82,9 @@ def test_view(cupy: tuple[types.ModuleType, list[tuple[int, ...]]]) -> None:
     text, html = view.text(), view.html()
     assert "device=1" in text and "GPU 1" in html
     assert "shape=(1000, 1000)" in text and "float32" in text
-    assert "4 MB" in text  # bytes
-    assert "2 MB used of 8 MB held" in text  # pool of device 1
-    assert "20 GB used of 80 GB" in text
+    assert "3.8 MiB" in text  # bytes: 4e6
+    assert "1.9 MiB used of 7.6 MiB held" in text  # pool of device 1: 2e6 of 8e6
+    assert "18.6 GiB used of 74.5 GiB" in text  # 20e9 of 80e9
     assert "first (4, 6) of (1000, 1000)" in text and "1001" in text
     assert "<pre" in html
 

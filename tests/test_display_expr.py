@@ -16,7 +16,7 @@ import json
 import dask, dask.array as da, numpy as np
 from gpu_magics.display import array_view, graph_summary, ArrayView
 assert da.array_expr_enabled()
-array_view.set_gpu_memory_probe(lambda: (80 * 10**9,))
+array_view.set_gpu_memory_probe(lambda: (80 * 2**30,))
 calls = []
 def record(block):
     calls.append(1)
@@ -49,7 +49,7 @@ def out() -> dict[str, Any]:
 def test_array_expression_display(out: dict[str, Any]) -> None:
     assert out["expression"]
     assert "shape=(2000, 2000)" in out["text"] and "10 × 10 = 100" in out["text"]
-    assert "expression node" in out["text"] and "fits in one GPU (80 GB)" in out["text"]
+    assert "expression node" in out["text"] and "fits in one GPU (80.0 GiB)" in out["text"]
     assert "<svg" in out["html"]
 
 

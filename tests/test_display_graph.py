@@ -31,7 +31,7 @@ def test_small_graph_exact() -> None:
     assert summary.tasks_optimized == len(optimized.__dask_graph__())
     text = summary.text()
     assert f"{summary.tasks:,} tasks in 8 layers" in text and "after optimization" in text
-    assert "random_sample" in text and "32 MB" in summary.html()  # a 2000 x 2000 float64 layer
+    assert "random_sample" in text and "30.5 MiB" in summary.html()  # a 2000 x 2000 float64 layer: 32e6 bytes
     ET.fromstring(summary.to_svg())
 
 

@@ -10,13 +10,7 @@ import pytest
 from gpu_magics.display import svg
 
 
-def test_format_bytes_and_counts() -> None:
-    assert svg.format_bytes(800e6) == "800 MB"
-    assert svg.format_bytes(8) == "8 B"
-    assert svg.format_bytes(3.2e9) == "3.2 GB"
-    assert svg.format_bytes(None) == "unknown"
-    assert svg.format_bytes(math.nan) == "unknown"
-    assert svg.format_count(1_000_000) == "1,000,000"
+def test_format_shape() -> None:  # bytes and counts: test_display_format.py
     assert svg.format_shape((10, math.nan)) == "(10, ?)"
     assert svg.format_shape((5,)) == "(5,)"
 

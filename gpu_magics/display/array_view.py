@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.display import svg
+from gpu_magics.display.format import STYLE, format_bytes
 
-# A distributed task costs about 1 ms of scheduling; one 10000 x 10000 float64 chunk (800 MB) of the seed workload
-# takes about 4 ms of GPU time on an H200. Below SMALL_CHUNK bytes per-task overhead dominates GPU work.
+# A distributed task costs about 1 ms of scheduling; one 10000 x 10000 float64 chunk (800e6 bytes, 763 MiB) of the
+# seed workload takes about 4 ms of GPU time on an H200. Below SMALL_CHUNK bytes per-task overhead dominates GPU work.
 TASK_OVERHEAD_S = 1e-3
 REFERENCE_CHUNK_BYTES = 800e6
 REFERENCE_CHUNK_S = 4e-3
-SMALL_CHUNK = 100e6
-TARGET_CHUNK = 1e9
+SMALL_CHUNK = 100 * 2**20
+TARGET_CHUNK = 2**30
 LARGE_CHUNK_FRACTION = 0.25  # an operation holds several chunks at once: warn above a quarter of a GPU
 
 GpuMemoryProbe = Callable[[], "tuple[int, ...] | None"]
@@ -144,15 +145,15 @@ class ArrayInfo:
             lines.append("one chunk: size unknown")
         else:
             verdict = "fits in" if chunk <= smallest else "does NOT fit in"
-            lines.append(f"one chunk ({svg.format_bytes(chunk)}) {verdict} one GPU ({svg.format_bytes(smallest)})")
-        gpus_text = f"{n} visible GPU{'s' if n > 1 else ''} ({svg.format_bytes(total)})"
+            lines.append(f"one chunk ({format_bytes(chunk)}) {verdict} one GPU ({format_bytes(smallest)})")
+        gpus_text = f"{n} visible GPU{'s' if n > 1 else ''} ({format_bytes(total)})"
         if math.isnan(whole):
             lines.append("whole array: size unknown")
         elif whole <= total:
-            lines.append(f"whole array ({svg.format_bytes(whole)}) fits in {gpus_text}")
+            lines.append(f"whole array ({format_bytes(whole)}) fits in {gpus_text}")
         else:
             lines.append(
-                f"whole array ({svg.format_bytes(whole)}) does NOT fit in {gpus_text}: "
+                f"whole array ({format_bytes(whole)}) does NOT fit in {gpus_text}: "
                 f"{whole / total:.1f}x their memory; reduce it chunk by chunk rather than persist it"
             )
         return lines
@@ -191,17 +192,17 @@ def _hints(
         work = chunk_nbytes / REFERENCE_CHUNK_BYTES * REFERENCE_CHUNK_S
         target = TARGET_CHUNK if smallest is None else min(TARGET_CHUNK, smallest / 16)
         hints.append(
-            f"Chunks of {svg.format_bytes(chunk_nbytes)} are small for a GPU: each task costs about "
+            f"Chunks of {format_bytes(chunk_nbytes)} are small for a GPU: each task costs about "
             f"{TASK_OVERHEAD_S * 1e3:.0f} ms of scheduling but only about {work * 1e3:.2g} ms of GPU work "
-            f"(one {svg.format_bytes(REFERENCE_CHUNK_BYTES)} float64 chunk takes about "
+            f"(one {format_bytes(REFERENCE_CHUNK_BYTES)} float64 chunk takes about "
             f"{REFERENCE_CHUNK_S * 1e3:.0f} ms on an H200), so overhead dominates. Use chunks of at least "
-            f"{svg.format_bytes(SMALL_CHUNK)}, e.g. {_suggest(shape, chunksize, dtype, target)}."
+            f"{format_bytes(SMALL_CHUNK)}, e.g. {_suggest(shape, chunksize, dtype, target)}."
         )
     if smallest is not None and chunk_nbytes > LARGE_CHUNK_FRACTION * smallest:
         how = "does not fit in" if chunk_nbytes > smallest else f"is over {LARGE_CHUNK_FRACTION:.0%} of"
         hints.append(
-            f"Chunks of {svg.format_bytes(chunk_nbytes)} are too large for one GPU: one chunk {how} a GPU's "
-            f"{svg.format_bytes(smallest)}, and an operation holds its inputs, outputs and temporaries at once. "
+            f"Chunks of {format_bytes(chunk_nbytes)} are too large for one GPU: one chunk {how} a GPU's "
+            f"{format_bytes(smallest)}, and an operation holds its inputs, outputs and temporaries at once. "
             f"Use smaller chunks, e.g. {_suggest(shape, chunksize, dtype, smallest / 8)}."
         )
     return tuple(hints)
@@ -251,7 +252,7 @@ class ArrayView:
         layer = "expression node" if i.expression else "graph layer"
         return [
             ("Shape", svg.format_shape(i.shape), svg.format_shape(i.chunksize)),
-            ("Bytes", svg.format_bytes(i.nbytes), svg.format_bytes(i.chunk_nbytes) + " (largest)"),
+            ("Bytes", format_bytes(i.nbytes), format_bytes(i.chunk_nbytes) + " (largest)"),
             ("Chunks", f"{grid}{i.nchunks:,}", ""),
             ("Dtype", i.dtype, ""),
             ("Chunk type", i.chunk_type, i.where),
@@ -268,7 +269,7 @@ class ArrayView:
         rows = {label: (whole, chunk) for label, whole, chunk in self._rows()}
         lines = [
             head,
-            f"  {'Bytes':<11} {rows['Bytes'][0]} in all, {svg.format_bytes(i.chunk_nbytes)} per chunk (largest)",
+            f"  {'Bytes':<11} {rows['Bytes'][0]} in all, {format_bytes(i.chunk_nbytes)} per chunk (largest)",
             f"  {'Chunks':<11} {rows['Chunks'][0]}",
             f"  {'Chunk type':<11} {i.chunk_type} ({i.where})",
             f"  {'Graph':<11} {rows['Graph'][0]}",
@@ -292,14 +293,14 @@ class ArrayView:
         extra = ""
         if len(i.chunks) > 3:
             lead = " × ".join(f"{len(c):,}" for c in i.chunks[:-3])
-            extra = f'<div style="{svg.FONT}">last 3 of {len(i.chunks)} axes; leading axes: {lead} chunks</div>'
+            extra = f'<div style="{svg.LABEL}">last 3 of {len(i.chunks)} axes; leading axes: {lead} chunks</div>'
         hints = "".join(
             f'<div style="margin-top:4px;padding:4px 8px;border-left:3px solid #d9822b;background:#fdf3e7">'
             f"{svg.escape(h)}</div>"
             for h in i.hints
         )
         return (
-            '<div class="gpu-magics-array">'
+            f'<div class="gpu-magics-array" style="{STYLE}">'
             f'<div style="font-family:monospace;margin-bottom:4px">dask.array&lt;{svg.escape(i.name)}&gt;</div>'
             '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">'
             f'<table style="border-collapse:collapse"><thead><tr><th {cell}></th><th {cell}>Array</th>'

@@ -8,23 +8,24 @@ import html
 from typing import Any
 
 from gpu_magics.cluster.info import ClusterInfo, WorkerInfo
+from gpu_magics.display.format import DASH, STYLE, format_bytes, format_seconds
 
 _STATUS_COLOURS = {"running": "#2e7d32", "paused": "#ef6c00", "closing": "#c62828", "closed": "#c62828"}
 
 
 def worker_memory_text(worker: WorkerInfo) -> str:
-    """``"1.2 / 141 GiB GPU"``, ``"0.3 / 4.0 GiB host"`` or ``"-"``."""
+    """``"1.2 GiB / 141 GiB GPU"``, ``"312 MiB / 4.0 GiB host"`` or an en dash."""
     if worker.gpu_memory_total:
-        return f"{_used(worker.gpu_memory_used)} / {_bytes(worker.gpu_memory_total)} GPU"
+        return f"{format_bytes(worker.gpu_memory_used)} / {format_bytes(worker.gpu_memory_total)} GPU"
     if worker.host_memory_limit:
-        return f"{_used(worker.host_memory_used)} / {_bytes(worker.host_memory_limit)} host"
-    return "-"
+        return f"{format_bytes(worker.host_memory_used)} / {format_bytes(worker.host_memory_limit)} host"
+    return DASH
 
 
 def worker_gpu_text(worker: WorkerInfo) -> str:
-    """``"NVIDIA H200 (GPU 2)"``, or ``"-"`` for a CPU worker."""
+    """``"NVIDIA H200 (GPU 2)"``, or an en dash for a CPU worker."""
     if worker.gpu_name is None:
-        return "-"
+        return DASH
     return worker.gpu_name + (f" (GPU {worker.gpu_device})" if worker.gpu_device is not None else "")
 
 
@@ -44,9 +45,9 @@ class ClusterView:
         if info.ready_s is None:
             return None
         if info.warm_s is None:
-            return f"workers ready in {info.ready_s:.1f} s"
-        total = info.ready_s + info.warm_s
-        return f"up in {total:.1f} s (workers ready {info.ready_s:.1f} s, warm-up {info.warm_s:.1f} s)"
+            return f"workers ready in {format_seconds(info.ready_s)}"
+        total = format_seconds(info.ready_s + info.warm_s)
+        return f"up in {total} (workers ready {format_seconds(info.ready_s)}, warm-up {format_seconds(info.warm_s)})"
 
     def text(self) -> str:
         """The plain-text form."""
@@ -72,7 +73,7 @@ class ClusterView:
         """The HTML form (every string from the cluster escaped)."""
         info = self.info
         esc = html.escape
-        parts = ['<div class="gpu-magics-cluster" style="font-family: var(--jp-ui-font-family, sans-serif)">']
+        parts = [f'<div class="gpu-magics-cluster" style="{STYLE}">']
         if info.notice:
             parts.append(f'<p style="margin:0 0 4px 0"><em>{esc(info.notice)}</em></p>')
         parts.append(f'<p style="margin:0 0 4px 0"><strong>{esc(self._headline())}</strong><br>')
@@ -141,16 +142,3 @@ def _link(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         return f"<code>{text}</code>"
     return f'<a href="{html.escape(url, quote=True)}" target="_blank" rel="noopener">{text}</a>'
-
-
-def _bytes(count: int) -> str:
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def _used(count: int | None) -> str:
-    return "?" if count is None else _bytes(count)

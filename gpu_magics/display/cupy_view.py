@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_magics.display import svg
+from gpu_magics.display.format import STYLE, format_bytes
 
 PREVIEW_LAST = 6  # elements along the last axis
 PREVIEW_SECOND = 4  # along the second-to-last
@@ -94,18 +95,18 @@ class CupyView:
         pool = (
             "unknown"
             if i.pool_used is None
-            else f"{svg.format_bytes(i.pool_used)} used of {svg.format_bytes(i.pool_total)} held"
+            else f"{format_bytes(i.pool_used)} used of {format_bytes(i.pool_total)} held"
         )
         device = (
             "unknown"
             if i.device_free is None or i.device_total is None
-            else f"{svg.format_bytes(i.device_total - i.device_free)} used of {svg.format_bytes(i.device_total)}"
+            else f"{format_bytes(i.device_total - i.device_free)} used of {format_bytes(i.device_total)}"
         )
         return [
             ("Device", "unknown" if i.device is None else f"GPU {i.device}"),
             ("Shape", svg.format_shape(i.shape)),
             ("Dtype", i.dtype),
-            ("Bytes", svg.format_bytes(i.nbytes)),
+            ("Bytes", format_bytes(i.nbytes)),
             ("Memory pool", pool),
             ("Device memory", device),
         ]
@@ -133,10 +134,10 @@ class CupyView:
         )
         fill, stroke = svg.COLOURS["cupy"]
         return (
-            f'<div class="gpu-magics-cupy" style="border-left:4px solid {stroke};padding-left:8px">'
+            f'<div class="gpu-magics-cupy" style="{STYLE};border-left:4px solid {stroke};padding-left:8px">'
             '<div style="font-family:monospace">cupy.ndarray</div>'
             f'<table style="border-collapse:collapse"><tbody>{rows}</tbody></table>'
-            f'<div style="{svg.FONT}">{svg.escape(self._preview_note())}</div>'
+            f'<div style="{svg.LABEL}">{svg.escape(self._preview_note())}</div>'
             f'<pre style="background:{fill};padding:4px;margin:2px 0">{svg.escape(self.info.preview)}</pre></div>'
         )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_magics.display import svg
+from gpu_magics.display.format import DASH, STYLE, format_bytes
 
 MAX_NODES = 60
 EXACT_LIMIT = 5_000  # graphs up to this many tasks get the exact optimized count (full optimization is cheap)
@@ -290,7 +291,7 @@ class GraphSummary:
         nodes = [
             svg.DagNode(
                 label=g.label,
-                detail=f"{g.tasks:,} task{'s' if g.tasks != 1 else ''} · {svg.format_bytes(g.nbytes)}",
+                detail=f"{g.tasks:,} task{'s' if g.tasks != 1 else ''} · {format_bytes(g.nbytes)}",
                 title=_title(g),
                 kind=g.kind,
                 weight=math.log1p(g.tasks) / math.log1p(top),
@@ -306,8 +307,8 @@ class GraphSummary:
             (
                 g.label,
                 f"{g.tasks:,}",
-                svg.format_bytes(g.nbytes) if g.nbytes is not None else "–",
-                ", ".join(groups[d].label for d in g.dependencies) or "–",
+                format_bytes(g.nbytes),
+                ", ".join(groups[d].label for d in g.dependencies) or DASH,
                 _title(g),
             )
             for g in groups
@@ -334,7 +335,7 @@ class GraphSummary:
             for label, tasks, nbytes, deps, title in self._rows()
         )
         return (
-            '<div class="gpu-magics-graph">'
+            f'<div class="gpu-magics-graph" style="{STYLE}">'
             f'<div style="font-family:monospace">Task graph of {svg.escape(self.description)}</div>'
             f"<div>{svg.escape(self.headline())}</div>"
             '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">'

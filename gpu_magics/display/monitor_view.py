@@ -5,26 +5,12 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from gpu_magics.display.format import STYLE, format_bytes, format_number, format_percent
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 
-_STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
 _GPU_COLOUR = "#76b900"
 _MEMORY_COLOUR = "#4c8bf5"
 _CPU_COLOUR = "#6b8fb5"
-
-
-def format_bytes(value: float | None) -> str:
-    """``12.3 GB``, ``512 MB``; ``—`` when unknown."""
-    if value is None:
-        return "—"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.0f} B"
-
-
-def _percent(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0f}%"
 
 
 def bar(percent: float | None, colour: str, width: int = 90) -> str:
@@ -85,14 +71,14 @@ def gpu_row(reading: GpuReading, history: Sequence[float | None]) -> str:
         if reading.memory_used is not None and reading.memory_total
         else None
     )
-    temperature = "—" if reading.temperature is None else f"{reading.temperature:.0f} °C"
-    power = "—" if reading.power is None else f"{reading.power:.0f} W"
+    temperature = format_number(reading.temperature, "°C")
+    power = format_number(reading.power, "W")
     if reading.power is not None and reading.power_limit:
-        power += f" / {reading.power_limit:.0f} W"
+        power += f" / {format_number(reading.power_limit, 'W')}"
     memory = f"{format_bytes(reading.memory_used)} / {format_bytes(reading.memory_total)}"
     return (
         f"<tr><td style='padding-right:8px'>{name}</td>"
-        f"<td>{bar(reading.gpu_util, _GPU_COLOUR)} {_percent(reading.gpu_util)}</td>"
+        f"<td>{bar(reading.gpu_util, _GPU_COLOUR)} {format_percent(reading.gpu_util)}</td>"
         f"<td>{bar(memory_percent, _MEMORY_COLOUR)} {html.escape(memory)}</td>"
         f"<td style='padding:0 6px'>{temperature}</td><td style='padding:0 6px'>{html.escape(power)}</td>"
         f"<td>{sparkline(history, _GPU_COLOUR)}</td></tr>"
@@ -103,7 +89,7 @@ def host_line(host: HostReading) -> str:
     """CPU and memory of the host, one line."""
     memory_percent = 100 * host.memory_used / host.memory_total if host.memory_used and host.memory_total else None
     return (
-        f"<div>host · {host.cpu_count} CPUs {bar(host.cpu_percent, _CPU_COLOUR, 70)} {_percent(host.cpu_percent)}"
+        f"<div>host · {host.cpu_count} CPUs {bar(host.cpu_percent, _CPU_COLOUR, 70)} {format_percent(host.cpu_percent)}"
         f" · memory {bar(memory_percent, _MEMORY_COLOUR, 70)} "
         f"{format_bytes(host.memory_used)} / {format_bytes(host.memory_total)}</div>"
     )
@@ -112,7 +98,7 @@ def host_line(host: HostReading) -> str:
 def live_panel(snapshots: Sequence[Snapshot], title: str = "GPUs") -> str:
     """The live panel for the newest of ``snapshots`` (older ones feed the sparklines)."""
     if not snapshots:
-        return f"<div style='{_STYLE}'>{html.escape(title)}: waiting for the first sample…</div>"
+        return f"<div style='{STYLE}'>{html.escape(title)}: waiting for the first sample…</div>"
     latest = snapshots[-1]
     rows = []
     for reading in latest.gpus:
@@ -121,7 +107,7 @@ def live_panel(snapshots: Sequence[Snapshot], title: str = "GPUs") -> str:
     status = f"<div style='opacity:.75'>{html.escape(latest.status)}</div>" if latest.status else ""
     table = f"<table style='border-collapse:collapse'>{''.join(rows)}</table>" if rows else ""
     return (
-        f"<div class='gpu-magics-monitor' style='{_STYLE}'><b>{html.escape(title)}</b>"
+        f"<div class='gpu-magics-monitor' style='{STYLE}'><b>{html.escape(title)}</b>"
         f"{table}{status}{host_line(latest.host)}</div>"
     )
 
@@ -143,15 +129,15 @@ def live_panel_text(snapshot: Snapshot | None) -> str:
             lines.append(f"GPU {r.index} {r.name}: {r.error}")
             continue
         lines.append(
-            f"GPU {r.index} {r.name}: util {_percent(r.gpu_util)}, memory {format_bytes(r.memory_used)} / "
-            f"{format_bytes(r.memory_total)}, {'—' if r.temperature is None else f'{r.temperature:.0f} °C'}, "
-            f"{'—' if r.power is None else f'{r.power:.0f} W'}"
+            f"GPU {r.index} {r.name}: util {format_percent(r.gpu_util)}, memory {format_bytes(r.memory_used)} / "
+            f"{format_bytes(r.memory_total)}, {format_number(r.temperature, '°C')}, "
+            f"{format_number(r.power, 'W')}"
         )
     if snapshot.status:
         lines.append(snapshot.status)
     h = snapshot.host
     lines.append(
-        f"host: {h.cpu_count} CPUs at {_percent(h.cpu_percent)}, memory {format_bytes(h.memory_used)} / "
+        f"host: {h.cpu_count} CPUs at {format_percent(h.cpu_percent)}, memory {format_bytes(h.memory_used)} / "
         f"{format_bytes(h.memory_total)}"
     )
     return "\n".join(lines)

@@ -17,29 +17,13 @@ COLOURS: dict[str, tuple[str, str]] = {
     "cupy": ("#d9efc2", "#4b7f1e"),
     "other": ("#e6e6e6", "#6b6b6b"),
 }
-FONT = "font-family:sans-serif;font-size:11px"
+# Labels of the drawings: the size fits the boxes; the family is inherited from the display's ``format.STYLE``.
+LABEL = "font-size:11px"
 
 
 def escape(text: object) -> str:
     """HTML/SVG-escape any value's ``str``, quotes included."""
     return html.escape(str(text), quote=True)
-
-
-def format_bytes(n: float | None) -> str:
-    """``800000000`` -> ``'800 MB'`` (decimal units); None or NaN -> ``'unknown'``."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "unknown"
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(value) < 1000 or unit == "PB":
-            return f"{value:.0f} {unit}" if unit == "B" or value >= 100 else f"{value:.3g} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
-
-
-def format_count(n: float) -> str:
-    """``1000000`` -> ``'1,000,000'``; NaN -> ``'?'``."""
-    return "?" if isinstance(n, float) and math.isnan(n) else f"{int(n):,}"
 
 
 def format_shape(shape: Sequence[float]) -> str:
@@ -187,7 +171,7 @@ def _label(x: float, y: float, text: str, rotate: bool = False, anchor: str = "m
         x += 11
     turn = f' transform="rotate(-90 {x:.1f} {y:.1f})"' if rotate else ""
     return (
-        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn} style="{FONT}" fill="#444">{escape(text)}</text>'
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn} style="{LABEL}" fill="#444">{escape(text)}</text>'
     )
 
 
@@ -275,9 +259,9 @@ def layered_dag(nodes: Sequence[DagNode], edges: Sequence[tuple[int, int]]) -> s
         parts.append(
             f'<g><title>{escape(node.title)}</title><rect x="{left:.1f}" y="{top:.1f}" width="{BOX_W}" '
             f'height="{BOX_H}" rx="4" fill="{fill}" fill-opacity="{opacity:.2f}" stroke="{stroke}"/>'
-            f'<text x="{x[i] + 2:.1f}" y="{top + 15:.1f}" text-anchor="middle" style="{FONT};font-weight:bold" '
+            f'<text x="{x[i] + 2:.1f}" y="{top + 15:.1f}" text-anchor="middle" style="{LABEL};font-weight:bold" '
             f'fill="#222">{escape(shorten(node.label, 24))}</text>'
-            f'<text x="{x[i] + 2:.1f}" y="{top + 29:.1f}" text-anchor="middle" style="{FONT}" '
+            f'<text x="{x[i] + 2:.1f}" y="{top + 29:.1f}" text-anchor="middle" style="{LABEL}" '
             f'fill="#444">{escape(shorten(node.detail, 28))}</text></g>'
         )
     shown = min(width, MAX_WIDTH)

@@ -10,12 +10,11 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.display import DisplayHandle, display
 
-from gpu_magics.display.monitor_view import format_bytes, timeline
+from gpu_magics.display.format import STYLE, format_bytes, format_percent, format_seconds
+from gpu_magics.display.monitor_view import timeline
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.monitor.sampler import GpuSummary, Sampler, get_sampler, summarize
-
-_STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
 
 
 @dataclass(frozen=True)
@@ -34,10 +33,11 @@ class MonitorFigures:
 
     def __str__(self) -> str:
         if self.kind == "host" or not self.gpus:
-            text = f"host CPU: mean {_pct(self.host_mean_cpu)}, peak {_pct(self.host_peak_cpu)}"
+            text = f"host CPU: mean {format_percent(self.host_mean_cpu)}, peak {format_percent(self.host_peak_cpu)}"
             return text + (f" ({self.status})" if self.status and self.kind == "gpu" else "")
         return "; ".join(
-            f"GPU {g.index}: mean util {_pct(g.mean_gpu_util)}, peak memory {format_bytes(g.peak_memory_used)}"
+            f"GPU {g.index}: mean util {format_percent(g.mean_gpu_util)}, "
+            f"peak memory {format_bytes(g.peak_memory_used)}"
             for g in self.gpus
         )
 
@@ -50,9 +50,9 @@ class MonitorFigures:
             times, values = self.host_timeline
             chart = timeline(times, values, "#6b8fb5") if times else ""
             return (
-                f"<div class='gpu-magics-cell-monitor' style='{_STYLE}'>host CPU {chart} "
-                f"mean {_pct(self.host_mean_cpu)}, peak {_pct(self.host_peak_cpu)} "
-                f"over {self.duration:.2f} s ({self.samples} samples)</div>"
+                f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>host CPU {chart} "
+                f"mean {format_percent(self.host_mean_cpu)}, peak {format_percent(self.host_peak_cpu)} "
+                f"over {format_seconds(self.duration)} ({self.samples} samples)</div>"
             )
         rows = []
         for gpu in self.gpus:
@@ -61,13 +61,13 @@ class MonitorFigures:
             rows.append(
                 f"<tr><td style='padding-right:8px'>{html.escape(f'GPU {gpu.index} · {gpu.name}')}</td>"
                 f"<td>{timeline(times, values, '#76b900') if times else ''}</td>"
-                f"<td style='padding:0 8px'>mean util <b>{_pct(gpu.mean_gpu_util)}</b></td>"
+                f"<td style='padding:0 8px'>mean util <b>{format_percent(gpu.mean_gpu_util)}</b></td>"
                 f"<td>peak memory <b>{html.escape(memory)}</b></td></tr>"
             )
         return (
-            f"<div class='gpu-magics-cell-monitor' style='{_STYLE}'>"
+            f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>"
             f"<table style='border-collapse:collapse'>{''.join(rows)}</table>"
-            f"<span style='opacity:.75'>{self.samples} samples over {self.duration:.2f} s</span></div>"
+            f"<span style='opacity:.75'>{self.samples} samples over {format_seconds(self.duration)}</span></div>"
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -84,10 +84,6 @@ class MonitorFigures:
             "host_peak_cpu": self.host_peak_cpu,
             "status": self.status,
         }
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0f}%"
 
 
 def figures_from(

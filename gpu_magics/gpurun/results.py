@@ -10,21 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-_STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.5"
-
-
-def format_seconds(seconds: float) -> str:
-    """``0.523 s``, ``12.4 ms``, ``87 us``, ``2 min 5 s``."""
-    if seconds >= 120:
-        minutes, rest = divmod(seconds, 60)
-        return f"{int(minutes)} min {rest:.0f} s"
-    if seconds >= 10:
-        return f"{seconds:.1f} s"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
+from gpu_magics.display.format import DASH, STYLE, format_seconds
 
 
 @dataclass(frozen=True)
@@ -95,7 +81,7 @@ class RunResult:
         if self.monitor is not None:
             short_html = getattr(self.monitor, "short_html", None)
             body += short_html() if callable(short_html) else f"<br>{html.escape(str(self.monitor))}"
-        return f"<div class='gpu-magics-run' style='{_STYLE}'>&#9201; {body}</div>"
+        return f"<div class='gpu-magics-run' style='{STYLE}'>&#9201; {body}</div>"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -143,7 +129,7 @@ class CompareResult:
     def _table(self) -> list[tuple[str, str, str, str, str]]:
         lines = []
         for row in self.rows:
-            speedup = "—" if row.speedup is None else f"{row.speedup:.2f}x"
+            speedup = DASH if row.speedup is None else f"{row.speedup:.2f}x"
             lines.append((row.result.backend, row.result.hardware, row.result.timing_text(), speedup, row.agreement))
         return lines
 
@@ -178,7 +164,7 @@ class CompareResult:
             for note in row.result.notes
         )
         return (
-            f"<div class='gpu-magics-compare' style='{_STYLE}'>"
+            f"<div class='gpu-magics-compare' style='{STYLE}'>"
             f"<table style='border-collapse:collapse'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
             f"{bar_chart_svg(self)}{notes}</div>"
         )

@@ -1,4 +1,10 @@
-/** Human-readable values; `null` (not supported or unreadable) reads as an en dash. */
+/**
+ * Human-readable values; `null` (not supported or unreadable) reads as an en dash.
+ *
+ * Bytes are in binary units (B, KiB, MiB, GiB, TiB), as NVML reports them.
+ * The notebook displays follow the same rules (gpu_magics/display/format.py);
+ * tests/data/format_cases.json pins both.
+ */
 
 const DASH = '\u2013';
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];

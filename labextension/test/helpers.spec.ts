@@ -1,7 +1,19 @@
+// fs and path read the cases shared with the Python tests.
+/// <reference types="node" />
+
 import { Backoff } from '../src/backoff';
 import { sparklinePath } from '../src/chart';
 import { clusterCommand } from '../src/clusters';
-import { formatAge, formatBytes, formatPercent, memoryPercent } from '../src/format';
+import { readFileSync } from 'fs';
+import { join } from 'path';
+
+import {
+  formatAge,
+  formatBytes,
+  formatNumber,
+  formatPercent,
+  memoryPercent
+} from '../src/format';
 import { Ring } from '../src/ring';
 
 describe('Backoff', () => {
@@ -45,6 +57,29 @@ describe('format', () => {
     expect(formatAge(0, 600)).toBe('10 min');
     expect(formatAge(0, 5400)).toBe('1.5 h');
   });
+
+  // gpu_magics/display/format.py is tested against the same cases.
+  const file = join(__dirname, '..', '..', 'tests', 'data', 'format_cases.json');
+  const cases = JSON.parse(readFileSync(file, 'utf-8')) as {
+    bytes: [number | null, string][];
+    percent: [number | null, string][];
+    number: [number | null, string, string][];
+  };
+
+  it.each(cases.bytes)('formats %p bytes as in Python', (value, expected) => {
+    expect(formatBytes(value)).toBe(expected);
+  });
+
+  it.each(cases.percent)('formats %p%% as in Python', (value, expected) => {
+    expect(formatPercent(value)).toBe(expected);
+  });
+
+  it.each(cases.number)(
+    'formats %p %s as in Python',
+    (value, unit, expected) => {
+      expect(formatNumber(value, unit)).toBe(expected);
+    }
+  );
 });
 
 describe('sparklinePath', () => {

@@ -1,0 +1,84 @@
+"""How every notebook display writes numbers, and its one inline style.
+
+Bytes are in binary units (B, KiB, MiB, GiB, TiB), as NVML reports them and as the JupyterLab side panel
+writes them: ``format_bytes``, ``format_percent`` and ``format_number`` give the same strings as
+``formatBytes``, ``formatPercent`` and ``formatNumber`` in ``labextension/src/format.ts`` (pinned by
+``tests/data/format_cases.json``). An unknown value reads as an en dash.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_HALF_UP, Decimal
+
+STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
+"""The inline style of every display's outer element."""
+
+DASH = "\u2013"
+"""An unknown value."""
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _to_fixed(value: float, digits: int) -> str:
+    """JavaScript's ``value.toFixed(digits)`` for ``0 <= value < 1e21``: the exact value, halves rounded up."""
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def _round(value: float) -> int:
+    """JavaScript's ``Math.round``: the nearest integer, halves towards +infinity."""
+    whole = math.floor(value)
+    return whole + 1 if value - whole >= 0.5 else whole
+
+
+def format_bytes(n: float | None) -> str:
+    """``'512 B'``, ``'1.5 KiB'``, ``'67.2 GiB'``, ``'140 GiB'``: one decimal below 100, none from 100 or in B."""
+    if n is None or not _known(n):
+        return DASH
+    value, unit = abs(float(n)), 0
+    while value >= 1024 and unit < len(_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    digits = 0 if unit == 0 or value >= 100 else 1
+    return f"{'-' if n < 0 else ''}{_to_fixed(value, digits)} {_UNITS[unit]}"
+
+
+def format_percent(value: float | None) -> str:
+    """``49.6`` -> ``'50%'``."""
+    return DASH if value is None or not _known(value) else f"{_round(value)}%"
+
+
+def format_number(value: float | None, unit: str) -> str:
+    """``(64.6, '°C')`` -> ``'65 °C'``."""
+    return DASH if value is None or not _known(value) else f"{_round(value)} {unit}"
+
+
+def format_count(n: float | None) -> str:
+    """``1000000`` -> ``'1,000,000'``; None or NaN -> ``'?'``."""
+    return "?" if n is None or not _known(n) else f"{int(n):,}"
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A duration: ``'87.1 us'``, ``'12.4 ms'``, ``'2.31 s'``, ``'12.3 s'``, ``'2 min 5 s'``, ``'1 h 4 min'``."""
+    if seconds is None or not _known(seconds):
+        return DASH
+    if seconds >= 120:  # whole units, rounded before they are split: never "2 min 60 s"
+        if round(seconds / 60) >= 60:
+            hours, minutes = divmod(round(seconds / 60), 60)
+            return f"{hours} h {minutes} min"
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min {rest} s"
+    if seconds >= 10:
+        return f"{seconds:.1f} s"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    milliseconds = float(f"{seconds * 1e3:.3g}")  # 0.99996 s is 1.00 s, not 1e+03 ms
+    if milliseconds >= 1000:
+        return "1.00 s"
+    if milliseconds >= 1:
+        return f"{milliseconds:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"

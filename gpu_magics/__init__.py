@@ -6,9 +6,30 @@ CUDA or NVML work; CuPy and dask-cuda are imported only when a GPU path needs th
 
 from __future__ import annotations
 
+import json
+from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """This distribution's version, which its build takes from ``labextension/package.json``.
+
+    Without an installed distribution (a checkout on ``sys.path``): the built extension's ``package.json``, else
+    ``"0.0.0"``.
+    """
+    try:
+        return metadata.version("gpu-magics")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        package = json.loads((Path(__file__).parent / "labextension" / "package.json").read_text(encoding="utf-8"))
+        return str(package["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "0.0.0"
+
+
+__version__ = _version()
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 # The build backend and JupyterLab (for jlpm) first, so the editable build can use them from this environment.
-.venv/bin/python -m pip install -q "hatchling>=1.21" "hatch-jupyter-builder>=0.8.3" "jupyterlab>=4.2,<5"
+.venv/bin/python -m pip install -q "hatchling>=1.21" "hatch-jupyter-builder>=0.8.3" "hatch-nodejs-version>=0.3.2" "jupyterlab>=4.2,<5"
 extras=${1:-}
 target="."
 [ -n "$extras" ] && target=".[$extras]"

@@ -8,7 +8,7 @@ an interrupt on to its engines).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.options import PROG
 
@@ -16,13 +16,23 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+def _running_here(dask_worker: Any) -> int:
+    """Run in a worker: tasks its threads still run, released ones included (the scheduler forgets those,
+    the threads go on)."""
+    running = 0
+    for task in dask_worker.state.tasks.values():
+        state = task.state if task.state != "cancelled" else task.previous
+        running += state in ("executing", "long-running")
+    return running
+
+
 def running_tasks(client: Client) -> int | None:
-    """How many tasks the workers are running now, or ``None`` when the scheduler does not answer."""
+    """How many tasks the workers are running now, or ``None`` when they do not answer."""
     try:
-        processing = client.processing()
+        counts = client.run(_running_here, wait=True)
     except Exception:
         return None
-    return sum(len(keys) for keys in processing.values())
+    return sum(int(count) for count in counts.values())
 
 
 def after_interrupt(client: Client, *, restart: bool) -> str:

@@ -164,7 +164,21 @@ def status(notice: str | None = None) -> ClusterInfo:
     workers = inspection.scheduler_workers(current.client)
     if current.kind == "attached":
         _learn_attached_gpus(current, workers)
+    if not workers and notice is None:
+        fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
+        notice = f"{PROG}: the cluster has no workers: {fix}"
     return _info(current, workers, notice=notice)
+
+
+def worker_count() -> int | None:
+    """How many workers the cluster in use has now (``None`` without a cluster or an answer)."""
+    current = _active
+    if current is None:
+        return None
+    try:
+        return len(inspection.scheduler_workers(current.client))
+    except Exception:
+        return None
 
 
 def stop() -> str:

@@ -238,6 +238,11 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
     from gpu_magics.cluster import lifecycle
 
     client = lifecycle.require_client()
+    if lifecycle.worker_count() == 0:
+        raise UsageError(
+            "%%gpurun multi-gpu: the cluster has no workers; add some with %gpucluster scale N "
+            "(or start a new one with %gpucluster --replace)"
+        )
     on_gpus = lifecycle.has_gpu_workers()
     notes = () if on_gpus else ("the cluster has CPU workers only: numpy chunks on those workers",)
     return BackendPlan(

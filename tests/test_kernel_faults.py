@@ -1,0 +1,209 @@
+"""What users do to a kernel, done through a real kernel as JupyterLab drives it (jupyter_client): interrupts
+(SIGINT to the kernel's whole process group), failing cells, a task that kills its worker, shutdown.
+
+Each kernel gets a CPU cluster (``%gpucluster --cpu-workers 2``) with real worker processes. Every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Kernel:
+    """A real IPython kernel with gpu-magics loaded, and a way to run cells in it."""
+
+    def __init__(self, runtime_dir: Path) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "GPU_MAGICS_RUNTIME_DIR": str(runtime_dir),
+            "GPU_MAGICS_SOURCE": "fake:0",
+        }
+        self.manager = KernelManager(kernel_name="python3")
+        self.manager.start_kernel(env=env, cwd=str(runtime_dir))
+        self.client: BlockingKernelClient = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def start(self, code: str) -> str:
+        """Send a cell; returns its message id at once."""
+        return str(self.client.execute(code))
+
+    def finish(self, msg_id: str, timeout: float) -> tuple[dict[str, Any], str]:
+        """Wait for the cell's reply; returns the reply's content and everything the cell printed or showed."""
+        text: list[str] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no idle status within {timeout} s; output so far: {''.join(text)}"
+            message = self.client.get_iopub_msg(timeout=remaining)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = message["msg_type"], message["content"]
+            if kind == "stream":
+                text.append(content["text"])
+            elif kind in ("execute_result", "display_data"):
+                text.append(content["data"].get("text/plain", ""))
+            elif kind == "error":
+                text.append("\n".join(content["traceback"]))
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        reply = self.client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+        assert reply["parent_header"]["msg_id"] == msg_id
+        return reply["content"], "".join(text)
+
+    def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], str]:
+        return self.finish(self.start(code), timeout)
+
+    def ok(self, code: str, timeout: float = 60) -> str:
+        reply, text = self.run(code, timeout)
+        assert reply["status"] == "ok", text
+        return text
+
+    def worker_pids(self) -> list[int]:
+        text = self.ok(
+            "import gpu_magics, os, json; print(json.dumps(sorted(gpu_magics.client().run(os.getpid).values())))"
+        )
+        return list(json.loads(text.strip().splitlines()[-1]))
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        if self.manager.is_alive():
+            self.manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    started = Kernel(tmp_path)
+    try:
+        started.ok("%load_ext gpu_magics")
+        started.ok("%gpucluster --cpu-workers 2 --name faults", timeout=120)
+        yield started
+    finally:
+        started.close()
+
+
+SLOW_CELL = """%%gpurun multi-gpu --no-monitor
+import time
+import dask.array as da
+import numpy as np
+x = da.ones((4,), chunks=1).map_blocks(lambda block: (time.sleep(4), block)[1], meta=np.empty(0))
+x.sum().compute()
+"""
+
+
+SMALL_CELL = "%%gpurun multi-gpu -q\nimport dask.array as da\nprint(int(da.ones(10, chunks=5).sum().compute()))"
+
+
+def test_interrupting_a_cluster_cell_keeps_the_workers(kernel: Kernel) -> None:
+    before = kernel.worker_pids()
+    msg_id = kernel.start(SLOW_CELL)
+    time.sleep(2.0)  # the tasks are running on the workers
+    kernel.manager.interrupt_kernel()  # SIGINT to the kernel's process group, as JupyterLab does
+    reply, text = kernel.finish(msg_id, timeout=30)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    assert "KeyboardInterrupt" in text
+    assert "still running on the cluster" in text and "%gpucluster restart" in text
+    assert kernel.worker_pids() == before  # nobody died
+    text = kernel.ok(
+        "%%gpurun multi-gpu -q\nimport dask.array as da\nprint(int(da.ones(10, chunks=5).sum().compute()))"
+    )
+    assert text.strip().splitlines()[-1] == "10"
+
+
+def test_interrupting_a_plain_cell_keeps_the_workers(kernel: Kernel) -> None:
+    before = kernel.worker_pids()
+    msg_id = kernel.start("import time\ntime.sleep(30)")
+    time.sleep(1.0)
+    kernel.manager.interrupt_kernel()
+    reply, _ = kernel.finish(msg_id, timeout=15)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    assert kernel.worker_pids() == before
+
+
+def test_restart_on_interrupt_stops_what_still_runs(kernel: Kernel) -> None:
+    before = kernel.worker_pids()
+    kernel.ok("%config GpuMagics.restart_on_interrupt = True")
+    msg_id = kernel.start(SLOW_CELL.replace("time.sleep(4)", "time.sleep(60)"))
+    time.sleep(2.0)
+    kernel.manager.interrupt_kernel()
+    reply, text = kernel.finish(msg_id, timeout=60)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    assert "restarted the workers" in text
+    after = kernel.worker_pids()
+    assert len(after) == 2 and not set(after) & set(before)
+    text = kernel.ok(
+        "%%gpurun multi-gpu -q\nimport dask.array as da\nprint(int(da.ones(10, chunks=5).sum().compute()))"
+    )
+    assert text.strip().splitlines()[-1] == "10"
+
+
+def test_a_failing_cell_fails_like_a_plain_cell(kernel: Kernel) -> None:
+    reply, text = kernel.run("%%gpurun cpu-single\nraise ValueError('bad input')")
+    assert reply["status"] == "error" and reply["ename"] == "ValueError" and reply["evalue"] == "bad input"
+    assert text.count("Traceback (most recent call last)") == 1 and "gpu_magics" not in text
+
+
+def test_a_task_that_kills_its_worker_raises_and_the_worker_comes_back(kernel: Kernel) -> None:
+    cell = (
+        "%%gpurun multi-gpu --no-monitor\n"
+        "import os\nfrom distributed import get_client\n"
+        "get_client().submit(os._exit, 1, pure=False).result()"
+    )
+    reply, _ = kernel.run(cell, timeout=120)
+    assert reply["status"] == "error" and reply["ename"] == "KilledWorker"
+    deadline = time.monotonic() + 60
+    while len(pids := kernel.worker_pids()) < 2:
+        assert time.monotonic() < deadline, "the nannies did not bring the workers back"
+        time.sleep(0.5)
+    forked = kernel.ok(
+        "import sys\nprint(set(gpu_magics.client().run("
+        "lambda: 'gpu_magics.cluster.forkserver_preload' in sys.modules).values()))"
+    )
+    assert forked.strip().splitlines()[-1] == "{True}"  # replacements fork from the prepared server too
+    assert len(pids) == 2
+
+
+def test_shutdown_is_graceful(kernel: Kernel, tmp_path: Path) -> None:
+    marker = tmp_path / "atexit-ran"
+    kernel.ok(f"import atexit, pathlib\natexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')")
+    assert list(tmp_path.glob("gpu-magics-cluster-*.json"))
+    process = kernel.manager.provisioner.process  # type: ignore[union-attr]
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert children
+    kernel.client.stop_channels()
+    kernel.manager.shutdown_kernel(now=False)
+    assert process.wait(timeout=10) == 0  # exited by itself, not killed
+    assert marker.read_text() == "yes"
+    assert list(tmp_path.glob("gpu-magics-cluster-*.json")) == []
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == []
+
+
+def test_a_cluster_without_workers_says_so(kernel: Kernel) -> None:
+    kernel.ok(
+        "import gpu_magics, time\nc = gpu_magics.client()\nc.retire_workers(list(c.scheduler_info()['workers']))\n"
+        "deadline = time.monotonic() + 30\nwhile c.scheduler_info()['workers'] and time.monotonic() < deadline:\n"
+        "    time.sleep(0.1)",
+        timeout=60,
+    )
+    reply, text = kernel.run("%%gpurun multi-gpu\n1 + 1", timeout=30)
+    assert reply["status"] == "error" and reply["ename"] == "UsageError"
+    assert "no workers" in text and "%gpucluster scale" in text
+    status = kernel.ok("%gpucluster status")
+    assert "0 workers" in status and "%gpucluster scale" in status

@@ -27,12 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 class Kernel:
     """A real IPython kernel with gpu-magics loaded, and a way to run cells in it."""
 
-    def __init__(self, runtime_dir: Path) -> None:
+    def __init__(self, runtime_dir: Path, source: str = "fake:0") -> None:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "GPU_MAGICS_RUNTIME_DIR": str(runtime_dir),
-            "GPU_MAGICS_SOURCE": "fake:0",
+            "GPU_MAGICS_SOURCE": source,
         }
         self.manager = KernelManager(kernel_name="python3")
         self.manager.start_kernel(env=env, cwd=str(runtime_dir))

@@ -63,9 +63,10 @@ class Kernel:
                 text.append("\n".join(content["traceback"]))
             elif kind == "status" and content["execution_state"] == "idle":
                 break
-        reply = self.client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
-        assert reply["parent_header"]["msg_id"] == msg_id
-        return reply["content"], "".join(text)
+        while True:  # replies to earlier requests (kernel_info at start-up) may come first
+            reply = self.client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"], "".join(text)
 
     def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], str]:
         return self.finish(self.start(code), timeout)

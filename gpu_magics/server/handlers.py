@@ -51,12 +51,15 @@ class GpuMagicsHandler(APIHandler):
 
 
 class DevicesHandler(GpuMagicsHandler):
-    """``GET devices``: the server's settings and the newest snapshot (every GPU, the host, the status)."""
+    """``GET devices``: the server's settings and the newest snapshot (every GPU, the host, the status).
+
+    Never waits long for a GPU read: when the first one has not finished in ``FIRST_READ_WAIT`` (0.3 s), the
+    snapshot is a placeholder with no GPU and the status ``starting: ...`` (the websocket brings the real one)."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        snapshot = await self.service.latest()
+        snapshot = await self.service.current()
         self.reply({"config": config_json(self.service.config), "snapshot": snapshot.to_json()})
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import time
 import weakref
 from collections.abc import Callable
 
 from tornado.ioloop import IOLoop
 
-from gpu_magics.monitor.models import GpuSource, Snapshot
+from gpu_magics.monitor.models import GpuSource, HostReading, Snapshot
 from gpu_magics.monitor.sampler import MIN_INTERVAL, Sampler
 from gpu_magics.monitor.sources import make_source, source_from_env
 from gpu_magics.server.config import GpuMagicsServer
@@ -24,6 +25,9 @@ from gpu_magics.server.config import GpuMagicsServer
 _log = logging.getLogger(__name__)
 _live: weakref.WeakSet[MonitorService] = weakref.WeakSet()
 _atexit_registered = False
+
+STARTING_STATUS = "starting: the first GPU read is under way"
+FIRST_READ_WAIT = 0.3  # seconds a request waits for the first read before it gets the placeholder
 
 Listener = Callable[[Snapshot], None]
 SourceFactory = Callable[[GpuMagicsServer], GpuSource]
@@ -58,6 +62,7 @@ class MonitorService:
         self._listeners: dict[int, tuple[Listener, float | None]] = {}
         self._next_id = 0
         self._last_used = time.monotonic()
+        self._started_at = time.time()  # when the sampler last started: the time of a placeholder snapshot
         self._idle_handle: object | None = None
         self._closed = False
         _track(self)
@@ -89,6 +94,7 @@ class MonitorService:
             self._loop = IOLoop.current()
             if self._unsubscribe is None:
                 self._unsubscribe = self._sampler.subscribe(self._from_sampler_thread)
+            self._started_at = time.time()
             self._sampler.start()
             self._schedule_idle_check()
         return self._sampler
@@ -114,6 +120,22 @@ class MonitorService:
         if snapshot is None:
             snapshot = await asyncio.get_running_loop().run_in_executor(None, sampler.tick)
         return snapshot
+
+    async def current(self, wait: float = FIRST_READ_WAIT) -> Snapshot:
+        """The newest snapshot, after at most ``wait`` seconds: if the first read has not finished by then (a slow
+        NVML takes seconds), a placeholder with no GPU and ``STARTING_STATUS``; listeners get the first real
+        snapshot when it comes."""
+        sampler = self.ensure_started()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while (snapshot := sampler.latest()) is None and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        return snapshot if snapshot is not None else self.starting_snapshot()
+
+    def starting_snapshot(self) -> Snapshot:
+        """The placeholder: no GPU, no host reading, dated when the sampler started (before any real one)."""
+        host = HostReading(cpu_percent=None, memory_used=None, memory_total=None, cpu_count=os.cpu_count() or 1)
+        return Snapshot(time=self._started_at, gpus=(), host=host, status=STARTING_STATUS)
 
     def history(self, since: float | None = None, limit: int | None = None) -> list[Snapshot]:
         """Buffered snapshots after ``since`` (oldest first), at most the newest ``limit``."""

@@ -7,9 +7,11 @@ messages are small JSON objects, validated: ``{"type": "configure", "interval": 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from jupyter_core.utils import ensure_async
 from jupyter_server.base.handlers import JupyterHandler
@@ -17,10 +19,28 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
+try:  # jupyter_server >= 2.13: the decorator its start-up check recognizes
+    from jupyter_server.auth.decorator import ws_authenticated
+except ImportError:  # pragma: no cover - older servers run no such check
+    _F = TypeVar("_F", bound=Callable[..., Any])
+
+    def ws_authenticated(method: _F) -> _F:
+        """Refuse an anonymous client with 403 (no redirect to the login page: meaningless to a websocket)."""
+
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.current_user is None:
+                self.log.warning("Couldn't authenticate WebSocket connection")
+                raise web.HTTPError(403)
+            return method(self, *args, **kwargs)
+
+        return cast(_F, wrapper)
+
+
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.server.handlers import AUTH_RESOURCE, SERVICE_KEY, config_json
 from gpu_magics.server.jsonutil import dumps
-from gpu_magics.server.service import MonitorService, Subscription
+from gpu_magics.server.service import STARTING_STATUS, MonitorService, Subscription
 
 MIN_CLIENT_INTERVAL_MS = 100
 MAX_CLIENT_INTERVAL_MS = 60_000
@@ -73,12 +93,11 @@ class SamplesWebSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
     def set_default_headers(self) -> None:
         """No JupyterHandler headers (CSP and friends) on a websocket upgrade."""
 
+    @ws_authenticated
     async def get(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse anonymous and unauthorized clients (403) before the upgrade; tornado checks the origin."""
+        """Refuse anonymous (``ws_authenticated``) and unauthorized clients with 403 before the upgrade; tornado
+        checks the origin."""
         user = self.current_user
-        if user is None:
-            self.log.warning("Refused an unauthenticated gpu-magics websocket")
-            raise web.HTTPError(403)
         if not await ensure_async(self.authorizer.is_authorized(self, user, "read", AUTH_RESOURCE)):
             raise web.HTTPError(403, f"not authorized to read {AUTH_RESOURCE}")
         await super().get(*args, **kwargs)
@@ -87,7 +106,7 @@ class SamplesWebSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
         super().open(*args, **kwargs)
         self._interval_ms = self.service.config.interval * 1000
         self._subscription = self.service.add_listener(self._on_snapshot)
-        snapshot = await self.service.latest()
+        snapshot = await self.service.current()  # a placeholder while a slow first read is under way
         self._send(
             {
                 "type": "hello",
@@ -96,7 +115,8 @@ class SamplesWebSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
                 "snapshot": snapshot.to_json(),
             }
         )
-        self._due = snapshot.time + self._interval_ms / 1000
+        # After a placeholder, the first real snapshot goes out as soon as it is read.
+        self._due = 0.0 if snapshot.status == STARTING_STATUS else snapshot.time + self._interval_ms / 1000
 
     def on_message(self, message: str | bytes) -> None:
         try:

@@ -78,3 +78,18 @@ def test_demo_mode_is_coherent(ip: InteractiveShell, monkeypatch: pytest.MonkeyP
     message = str(caught.value)
     assert "4 GPU(s) here are simulated" in message and "\n" not in message
     assert backends.unavailable_reason("gpu") == gpus.inventory().unavailable_reason()
+
+
+def test_gpumonitor_says_the_gpus_are_simulated(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:4")
+    from gpu_magics.monitor.sampler import shutdown_sampler
+
+    shutdown_sampler()  # the next sampler reads the variable
+    try:
+        ip.run_line_magic("gpumonitor", "")
+        text = capsys.readouterr().out
+    finally:
+        ip.run_line_magic("gpumonitor", "--stop")
+    assert "simulated" in text and text.count("NVIDIA H200") == 4

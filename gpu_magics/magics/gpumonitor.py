@@ -10,6 +10,7 @@ from IPython.display import display
 from gpu_magics.argparsing import MagicArgumentParser, positive_float
 from gpu_magics.display.monitor_view import live_panel_text
 from gpu_magics.monitor.sampler import MIN_INTERVAL, get_sampler, shutdown_sampler
+from gpu_magics.monitor.sources import source_from_env
 
 
 def _parser() -> MagicArgumentParser:
@@ -58,12 +59,15 @@ class MonitorMagics(Magics):
             sampler.interval = args.interval
         from gpu_magics.display.live import LivePanel, can_show_widgets
 
+        simulated = " (simulated: $GPU_MAGICS_SOURCE)" if source_from_env().simulated else ""
         if not can_show_widgets(self.shell):
+            if simulated:
+                print(f"GPUs{simulated}")
             print(live_panel_text(sampler.tick()))
             return
         sampler.start()
         sampler.tick()
-        panel = LivePanel(sampler, title=f"GPUs (every {sampler.interval:g} s)")
+        panel = LivePanel(sampler, title=f"GPUs{simulated} (every {sampler.interval:g} s)")
         panel.start()
         self._panels.append(panel)
         display(panel)

@@ -1,16 +1,44 @@
 /**
  * Keeps the model fed: a websocket for samples (reconnecting with backoff after a server restart), and
  * polls of the clusters and the GPU memory holders while the panel is shown.
+ *
+ * A socket that closes before it opens may be a refusal (403: the session expired, or the user may not read
+ * the panel's resource): the browser hides the status, so a REST request to `devices` asks. A 401 or 403 there
+ * stops the reconnecting until `retry()` (the panel's Retry button): retrying a refusal never ends.
  */
 import { ServerConnection } from '@jupyterlab/services';
 import { Poll } from '@lumino/polling';
 
-import { fetchClusters, fetchHistory, fetchProcesses, socketUrl } from './api';
+import {
+  fetchClusters,
+  fetchHistory,
+  fetchProcesses,
+  requestAPI,
+  socketUrl
+} from './api';
 import { Backoff } from './backoff';
-import { GpuPanelModel } from './model';
+import { forbiddenMessage, GpuPanelModel } from './model';
 import type { ServerMessage } from './types';
 
 const POLL_MS = 3000;
+
+/** The HTTP status of a failed request (`ServerConnection.ResponseError`), or `null` for any other error. */
+export function errorStatus(error: unknown): number | null {
+  if (typeof error !== 'object' || error === null || !('response' in error)) {
+    return null;
+  }
+  const response = (error as { response: unknown }).response;
+  if (typeof response !== 'object' || response === null || !('status' in response)) {
+    return null;
+  }
+  const status = (response as { status: unknown }).status;
+  return typeof status === 'number' ? status : null;
+}
+
+/** Whether an HTTP status means the server refused this user (not a server that is down or restarting). */
+export function isAuthFailure(status: number | null): status is 401 | 403 {
+  return status === 401 || status === 403;
+}
 
 export class MonitorConnection {
   private _socket: WebSocket | null = null;
@@ -18,6 +46,8 @@ export class MonitorConnection {
   private _running = false;
   private _interval: number;
   private _backoff = new Backoff();
+  /** Counts starts and stops, so that a probe that answers late is ignored. */
+  private _generation = 0;
   /** Clusters and holders: now on start, then `POLL_MS` after each reply; stopped while the panel is hidden. */
   private readonly _lists = new Poll({
     auto: false,
@@ -46,18 +76,33 @@ export class MonitorConnection {
       return;
     }
     this._running = true;
+    this._generation += 1;
     this._connect();
     void this._lists.start();
   }
 
   stop(): void {
     this._running = false;
+    this._generation += 1;
     this._clearRetry();
     void this._lists.stop();
     const socket = this._socket;
     this._socket = null;
     socket?.close();
     this._model.setConnection({ phase: 'idle', retryAt: null });
+  }
+
+  /** Connect again now, with a fresh backoff (the Retry button after a refusal, or a socket waiting to retry). */
+  retry(): void {
+    this._running = false;
+    this._generation += 1;
+    this._clearRetry();
+    void this._lists.stop();
+    const socket = this._socket;
+    this._socket = null;
+    socket?.close();
+    this._backoff.reset();
+    this.start();
   }
 
   /** Ask the server for samples every `ms` milliseconds (it clamps to at least 100). */
@@ -115,7 +160,40 @@ export class MonitorConnection {
         ? 'The connection to the server was lost.'
         : `Could not connect to the server${event.code ? ` (code ${event.code})` : ''}.`;
       this._scheduleRetry(why);
+      if (!opened) {
+        void this._probe(); // refused (403) or down? the browser does not tell a websocket's status
+      }
     };
+  }
+
+  /** Ask the REST API whether the server refuses this user; if it does, stop retrying. */
+  private async _probe(): Promise<void> {
+    const generation = this._generation;
+    let status: number | null;
+    try {
+      await requestAPI('devices', {}, this._settings);
+      return; // the server answers: the socket failed for another reason, keep retrying
+    } catch (error) {
+      status = errorStatus(error);
+    }
+    if (generation !== this._generation || !this._running || !isAuthFailure(status)) {
+      return;
+    }
+    this._refused(status);
+  }
+
+  private _refused(status: number): void {
+    this._generation += 1;
+    this._clearRetry();
+    void this._lists.stop();
+    const socket = this._socket;
+    this._socket = null;
+    socket?.close();
+    this._model.setConnection({
+      phase: 'forbidden',
+      retryAt: null,
+      error: forbiddenMessage(status)
+    });
   }
 
   private _scheduleRetry(error: string): void {

@@ -85,6 +85,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       visible ? connection.start() : connection.stop()
     );
     panel.disposed.connect(() => connection.dispose());
+    // After the server refused the panel (403), reconnect only when the user asks.
+    panel.retryRequested.connect(() => connection.retry());
 
     app.shell.add(panel, 'left', { rank: 700 });
     restorer?.add(panel, PANEL_ID);

@@ -16,13 +16,24 @@ import type {
   ISnapshot
 } from './types';
 
-export type ConnectionPhase = 'idle' | 'connecting' | 'open' | 'reconnecting';
+/** `forbidden`: the server refused this user (401/403); no retry until the user asks for one. */
+export type ConnectionPhase =
+  | 'idle'
+  | 'connecting'
+  | 'open'
+  | 'reconnecting'
+  | 'forbidden';
+
+/** What the panel says when the server refuses it. */
+export function forbiddenMessage(status: number): string {
+  return `The server refused the GPU panel (${status}): sign in again or reload the page.`;
+}
 
 export interface IConnectionState {
   phase: ConnectionPhase;
   /** Failed attempts since the last open connection. */
   attempt: number;
-  /** When the next attempt is due (ms since the epoch), while reconnecting. */
+  /** When the next attempt is due (ms since the epoch), while reconnecting; `null` when none is (forbidden). */
   retryAt: number | null;
   /** Why the last attempt or connection failed. */
   error: string | null;

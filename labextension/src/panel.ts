@@ -32,6 +32,7 @@ export interface IPanelActions {
 
 export class GpuPanel extends Widget {
   private _visibilityChanged = new Signal<this, boolean>(this);
+  private _retryRequested = new Signal<this, void>(this);
   private _status = el('div', { class: 'jp-GpuMagics-status' });
   private _banner = el('div', { class: 'jp-GpuMagics-banner', role: 'status' });
   private _cards = el('div', { class: 'jp-GpuMagics-cards' });
@@ -67,6 +68,11 @@ export class GpuPanel extends Widget {
   /** `true` when the panel is shown, `false` when hidden: sample only while someone looks. */
   get visibilityChanged(): ISignal<this, boolean> {
     return this._visibilityChanged;
+  }
+
+  /** The user pressed Retry after the server refused the panel: connect again. */
+  get retryRequested(): ISignal<this, void> {
+    return this._retryRequested;
   }
 
   override dispose(): void {
@@ -145,6 +151,9 @@ export class GpuPanel extends Widget {
         text = `Reconnecting${wait ? ` in ${wait} s` : '\u2026'}`;
         break;
       }
+      case 'forbidden':
+        text = 'Refused by the server';
+        break;
       default:
         text = 'Paused while hidden';
     }
@@ -152,14 +161,26 @@ export class GpuPanel extends Widget {
     this._status.dataset.phase = connection.phase;
 
     const problems: string[] = [];
-    if (connection.phase === 'reconnecting' && connection.error) {
+    const forbidden = connection.phase === 'forbidden';
+    if ((connection.phase === 'reconnecting' || forbidden) && connection.error) {
       problems.push(connection.error);
     }
     const reason = this.model.unavailableReason;
-    if (reason) {
+    if (reason && !forbidden) {
       problems.push(`GPUs unavailable: ${reason}`);
     }
-    this._banner.textContent = problems.join(' ');
+    this._banner.replaceChildren(
+      el('span', {}, problems.join(' ')),
+      ...(forbidden
+        ? [
+            this._button('Retry', true, () => this._retryRequested.emit(), {
+              class: 'jp-GpuMagics-button jp-GpuMagics-retry',
+              title: 'Connect to the server again'
+            })
+          ]
+        : [])
+    );
+    this._banner.dataset.phase = connection.phase;
     this._banner.hidden = problems.length === 0;
   }
 
@@ -291,8 +312,13 @@ export class GpuPanel extends Widget {
     return row;
   }
 
-  private _button(label: string, enabled: boolean, onClick: () => void): HTMLButtonElement {
-    const button = el('button', { class: 'jp-GpuMagics-button', type: 'button' }, label);
+  private _button(
+    label: string,
+    enabled: boolean,
+    onClick: () => void,
+    attrs: Record<string, string> = {}
+  ): HTMLButtonElement {
+    const button = el('button', { class: 'jp-GpuMagics-button', type: 'button', ...attrs }, label);
     button.disabled = !enabled;
     button.addEventListener('click', onClick);
     return button;

@@ -1,5 +1,5 @@
-import { MonitorConnection } from '../src/connection';
-import { GpuPanelModel } from '../src/model';
+import { errorStatus, MonitorConnection } from '../src/connection';
+import { forbiddenMessage, GpuPanelModel } from '../src/model';
 import { reading, snapshot } from './fixtures';
 
 jest.mock('@jupyterlab/services', () => ({
@@ -15,13 +15,20 @@ jest.mock('../src/api', () => ({
     processes: [],
     unreadable_gpus: []
   })),
+  requestAPI: jest.fn(async () => ({})),
   socketUrl: () => 'ws://localhost/gpu-magics/api/ws'
 }));
 
 const api = jest.requireMock('../src/api') as {
   fetchClusters: jest.Mock;
   fetchProcesses: jest.Mock;
+  requestAPI: jest.Mock;
 };
+
+/** What `requestAPI` throws for an HTTP error: a `ServerConnection.ResponseError` carries the response. */
+function responseError(status: number): Error {
+  return Object.assign(new Error(`HTTP ${status}`), { response: { status } });
+}
 
 /** Stands in for the browser's WebSocket: records what is sent, lets the test open, message and close it. */
 class FakeSocket {
@@ -87,6 +94,8 @@ describe('MonitorConnection', () => {
     jest.spyOn(Math, 'random').mockReturnValue(1);
     api.fetchClusters.mockClear();
     api.fetchProcesses.mockClear();
+    api.requestAPI.mockReset();
+    api.requestAPI.mockImplementation(async () => ({}));
   });
 
   afterEach(() => {
@@ -166,5 +175,141 @@ describe('MonitorConnection', () => {
     await jest.advanceTimersByTimeAsync(5000);
     expect(FakeSocket.all).toHaveLength(3);
     connection.dispose();
+  });
+
+  it('probes the REST API when a socket closes before opening, and keeps retrying a server that answers', async () => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    connection.start();
+    lastSocket().drop();
+    await jest.advanceTimersByTimeAsync(0);
+    expect(api.requestAPI).toHaveBeenCalledWith('devices', {}, expect.anything());
+    expect(model.connection.phase).toBe('reconnecting');
+    await jest.advanceTimersByTimeAsync(1000);
+    expect(FakeSocket.all).toHaveLength(2);
+    connection.dispose();
+  });
+
+  it('keeps retrying when the probe fails for another reason (server down, 502)', async () => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    api.requestAPI.mockRejectedValue(responseError(502));
+    connection.start();
+    lastSocket().drop();
+    await jest.advanceTimersByTimeAsync(1000);
+    expect(FakeSocket.all).toHaveLength(2);
+    expect(model.connection.phase).toBe('reconnecting');
+    connection.dispose();
+  });
+
+  it.each([403, 401])('stops retrying when the server refuses the user (%i)', async status => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    api.requestAPI.mockRejectedValue(responseError(status));
+    connection.start();
+    await jest.advanceTimersByTimeAsync(0);
+    const polls = api.fetchClusters.mock.calls.length;
+    lastSocket().drop();
+    await jest.advanceTimersByTimeAsync(0);
+    expect(model.connection).toEqual({
+      phase: 'forbidden',
+      attempt: 1,
+      retryAt: null,
+      error: forbiddenMessage(status)
+    });
+    expect(model.connection.error).toBe(
+      `The server refused the GPU panel (${status}): sign in again or reload the page.`
+    );
+    for (let i = 0; i < 10; i++) {
+      await jest.advanceTimersByTimeAsync(60_000); // far beyond the longest backoff
+    }
+    expect(FakeSocket.all).toHaveLength(1); // no further socket
+    expect(api.fetchClusters.mock.calls.length).toBe(polls); // nor polls
+    expect(model.connection.phase).toBe('forbidden');
+    connection.dispose();
+  });
+
+  it('closes a retry socket opened before a slow probe answered 403', async () => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    let refuse: (error: Error) => void = () => undefined;
+    api.requestAPI.mockImplementation(
+      () => new Promise((_, reject) => (refuse = reject))
+    );
+    connection.start();
+    lastSocket().drop();
+    await jest.advanceTimersByTimeAsync(1000); // the retry is due before the probe answers
+    expect(FakeSocket.all).toHaveLength(2);
+    refuse(responseError(403));
+    await jest.advanceTimersByTimeAsync(0);
+    expect(model.connection.phase).toBe('forbidden');
+    expect(lastSocket().readyState).toBe(FakeSocket.CLOSED);
+    await jest.advanceTimersByTimeAsync(120_000);
+    expect(FakeSocket.all).toHaveLength(2);
+    connection.dispose();
+  });
+
+  it('ignores a 403 probe that answers after stop', async () => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    let refuse: (error: Error) => void = () => undefined;
+    api.requestAPI.mockImplementation(
+      () => new Promise((_, reject) => (refuse = reject))
+    );
+    connection.start();
+    lastSocket().drop();
+    connection.stop();
+    refuse(responseError(403));
+    await jest.advanceTimersByTimeAsync(0);
+    expect(model.connection.phase).toBe('idle');
+    connection.dispose();
+  });
+
+  it('Retry connects again after a refusal, with a fresh backoff', async () => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    api.requestAPI.mockRejectedValue(responseError(403));
+    connection.start();
+    lastSocket().drop();
+    await jest.advanceTimersByTimeAsync(0);
+    expect(model.connection.phase).toBe('forbidden');
+    const polls = api.fetchClusters.mock.calls.length;
+
+    api.requestAPI.mockImplementation(async () => ({})); // signed in again
+    connection.retry();
+    expect(FakeSocket.all).toHaveLength(2);
+    expect(model.connection.phase).toBe('connecting');
+    await jest.advanceTimersByTimeAsync(0);
+    expect(api.fetchClusters.mock.calls.length).toBe(polls + 1); // the lists poll again too
+    lastSocket().open();
+    expect(model.connection).toEqual({ phase: 'open', attempt: 0, retryAt: null, error: null });
+    expect(lastSocket().sent).toEqual([{ type: 'configure', interval: 500 }]);
+    connection.dispose();
+  });
+
+  it('Retry while still refused ends forbidden again, without a loop', async () => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    api.requestAPI.mockRejectedValue(responseError(403));
+    connection.start();
+    lastSocket().drop();
+    await jest.advanceTimersByTimeAsync(0);
+    connection.retry();
+    lastSocket().drop();
+    await jest.advanceTimersByTimeAsync(0);
+    expect(model.connection.phase).toBe('forbidden');
+    await jest.advanceTimersByTimeAsync(120_000);
+    expect(FakeSocket.all).toHaveLength(2);
+    connection.dispose();
+  });
+});
+
+describe('errorStatus', () => {
+  it('reads the status of a response error, and nothing else', () => {
+    expect(errorStatus(responseError(403))).toBe(403);
+    expect(errorStatus(new Error('network'))).toBeNull();
+    expect(errorStatus({ response: { status: '403' } })).toBeNull();
+    expect(errorStatus(null)).toBeNull();
+    expect(errorStatus('403')).toBeNull();
   });
 });

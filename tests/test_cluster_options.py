@@ -66,7 +66,9 @@ def test_actions(line: str, action: str, count: int | None) -> None:
 
 BAD_LINES = {
     "--device-memory-limit 12XB": "invalid size '12XB'",
-    "--rmm-pool-size 100": "under 1 MiB",
+    "--rmm-pool-size 100B": "under 1 MiB",
+    "--rmm-pool-size 100": "a share of each GPU's memory, from 0 to 1",
+    "--device-memory-limit 1.5": "a share of each GPU's memory, from 0 to 1",
     "--cpu-workers -1": "at least 1, got -1",
     "--cpu-workers 0": "at least 1, got 0",
     "--threads-per-worker 0": "at least 1, got 0",

@@ -95,18 +95,21 @@ class ClusterOptions:
         return self.name or self.kind
 
 
-def parse_size(text: str, *, fractions: bool = True) -> int | float:
-    """Bytes with a unit (``"10GB"``, ``"512MiB"``) or, with ``fractions``, a device share (``"0.8"``)."""
+def parse_size(text: str) -> int | float:
+    """Bytes with a unit (``"10GB"``, ``"512MiB"``) or a share of each device's memory (``"0.8"``)."""
     from dask.utils import parse_bytes
 
-    if fractions:
-        try:
-            value = float(text)
-        except ValueError:
-            pass
-        else:
-            if 0 < value <= 1:
-                return value
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is not None:
+        if 0 < value <= 1:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: a number without a unit is a share of each GPU's memory, from 0 to 1 "
+            "(like 0.8); or give a size with a unit, like 10GB"
+        )
     try:
         size = int(parse_bytes(text))
     except (ValueError, TypeError):

@@ -128,6 +128,11 @@ export class GpuPanelModel {
     return this._interval;
   }
 
+  /** The server has started sampling and its first GPU read (seconds on a slow NVML) is under way. */
+  get starting(): boolean {
+    return this._order.length === 0 && (this._status?.startsWith('starting:') ?? false);
+  }
+
   /** Why no GPU can be shown, or `null` when there are GPUs to show. */
   get unavailableReason(): string | null {
     if (this._status) {

@@ -167,7 +167,9 @@ export class GpuPanel extends Widget {
     }
     const reason = this.model.unavailableReason;
     if (reason && !forbidden) {
-      problems.push(`GPUs unavailable: ${reason}`);
+      problems.push(
+        this.model.starting ? 'Reading the GPUs for the first time\u2026' : `GPUs unavailable: ${reason}`
+      );
     }
     this._banner.replaceChildren(
       el('span', {}, problems.join(' ')),

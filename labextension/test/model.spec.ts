@@ -123,3 +123,17 @@ describe('GpuPanelModel', () => {
     expect(ownerLabel(holder(1, 0, 0, 'x.ipynb', 'k'))).toBe('x.ipynb');
   });
 });
+
+describe('GpuPanelModel.starting', () => {
+  it('is true for the server placeholder before the first GPU read, false after', () => {
+    const model = new GpuPanelModel();
+    expect(model.starting).toBe(false);
+    model.applySnapshot(snapshot(1, [], 'starting: the first GPU read is under way'));
+    expect(model.starting).toBe(true);
+    expect(model.unavailableReason).toBe('starting: the first GPU read is under way');
+    model.applySnapshot(snapshot(2, [reading(0)]));
+    expect(model.starting).toBe(false);
+    expect(model.unavailableReason).toBeNull();
+    expect(model.gpus).toHaveLength(1);
+  });
+});

@@ -433,3 +433,21 @@ def test_sigkilled_kernel_leaves_no_worker_processes(tmp_path: Path, monkeypatch
     monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(tmp_path))
     assert cluster_records.list_records() == []  # the dead kernel's record is cleaned up
     assert list(tmp_path.glob("gpu-magics-cluster-*.json")) == []
+
+
+def test_an_unwritable_runtime_dir_is_said_once(
+    magics: ClusterMagics, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(blocker / "runtime"))
+    monkeypatch.setattr(cluster, "_record_warned", False)
+    cluster.stop()
+    try:
+        magics.gpucluster("--cpu-workers 1 --name unlisted")
+        magics.gpucluster("scale 2")
+        err = capsys.readouterr().err
+    finally:
+        cluster.stop()
+    assert err.count("side panel will not list this cluster") == 1
+    assert "gpu_magics" not in err and "\n" not in err.strip()

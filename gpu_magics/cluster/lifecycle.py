@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +63,7 @@ class ActiveCluster:
 _active: ActiveCluster | None = None
 _lock = threading.RLock()
 _atexit_registered = False
+_record_warned = False
 
 
 def active() -> ActiveCluster | None:
@@ -433,8 +434,15 @@ def _write_record(current: ActiveCluster) -> None:
         if current.record_path is not None and current.record_path.name != record.filename:
             cluster_records.remove_record(current.record_path)
         current.record_path = cluster_records.write_record(record)
-    except Exception as error:  # the cluster works without its record; say so once
-        warnings.warn(f"{PROG}: could not write the discovery record: {one_line(error)}", stacklevel=2)
+    except Exception as error:  # the cluster works without its record; say so once per kernel
+        global _record_warned
+        if not _record_warned:
+            _record_warned = True
+            print(
+                f"{PROG}: the JupyterLab side panel will not list this cluster: its record could not be "
+                f"written ({one_line(error)})",
+                file=sys.stderr,
+            )
 
 
 def _register_atexit() -> None:

@@ -451,3 +451,22 @@ def test_an_unwritable_runtime_dir_is_said_once(
         cluster.stop()
     assert err.count("side panel will not list this cluster") == 1
     assert "gpu_magics" not in err and "\n" not in err.strip()
+
+
+def test_a_cell_holding_an_unpicklable_object_names_it_in_one_line(
+    shared: Client, _session_shell: InteractiveShell, capfd: pytest.CaptureFixture[str]
+) -> None:
+    ip = _session_shell
+    ip.run_line_magic("load_ext", "gpu_magics")
+    try:
+        cell = "import threading, dask\nt_lock = threading.Lock()\ndask.delayed(lambda: t_lock.locked())().compute()"
+        outcome = ip.run_cell(f"%%gpurun multi-gpu --no-monitor -q\n{cell}")
+        err = capfd.readouterr().err
+    finally:
+        ip.run_line_magic("unload_ext", "gpu_magics")
+    assert not outcome.success and isinstance(outcome.error_in_exec, TypeError)
+    lines = [line for line in err.splitlines() if line.strip() and "INFO" not in line]
+    assert lines == [
+        "TypeError: a task of this cell holds a _thread.lock object, which cannot be sent to the workers; "
+        "make it inside the task, or pass the data it holds instead"
+    ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -55,7 +56,7 @@ class BackendPlan:
             if self.client is None:
                 yield
             else:
-                with self.client.as_current():
+                with self.client.as_current(), _quiet_serialization_log():
                     yield
 
     def synchronize(self) -> None:
@@ -65,6 +66,19 @@ class BackendPlan:
                 self.client.run(_synchronize_worker_device)
         elif self.gpu_indices:
             devices.synchronize(self.gpu_indices)
+
+
+@contextlib.contextmanager
+def _quiet_serialization_log() -> Iterator[None]:
+    """distributed logs a long traceback when the graph does not pickle, then raises; the cell's error already
+    names the object in one line (``execute.unpicklable_reason``)."""
+    logger = logging.getLogger("distributed.protocol.pickle")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import re
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,11 +98,38 @@ def run_once(shell: InteractiveShell, cell: CompiledCell) -> Outcome:
         if cell.last_expression is not None:
             value = eval(cell.last_expression, shell.user_global_ns, shell.user_ns)
     except (Exception, KeyboardInterrupt) as error:
+        unsendable = unpicklable_reason(error)
+        if unsendable is not None:  # one line, not distributed's chain of serialization attempts
+            print(f"{type(error).__name__}: {unsendable}", file=sys.stderr)
+            return Outcome(error=error)
         # Drop this frame from the traceback: the user sees only the cell's own frames.
         user_frames = error.__traceback__.tb_next if error.__traceback__ is not None else None
         shell.showtraceback((type(error), error.with_traceback(user_frames), user_frames), tb_offset=0)
         return Outcome(error=error)
     return Outcome(value=value)
+
+
+_CANNOT_PICKLE = re.compile(r"cannot pickle '([^']+)' object")
+
+
+def unpicklable_reason(error: BaseException) -> str | None:
+    """For an error from sending the cell's tasks to a cluster (distributed could not serialize the graph), one
+    line naming the object that cannot travel; ``None`` for any other error."""
+    if "Could not serialize object" not in str(error):
+        return None
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and len(chain) < 20:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for cause in reversed(chain):
+        found = _CANNOT_PICKLE.search(str(cause))
+        if found:
+            return (
+                f"a task of this cell holds a {found.group(1)} object, which cannot be sent to the workers; "
+                "make it inside the task, or pass the data it holds instead"
+            )
+    return "a task of this cell holds an object that cannot be sent to the workers (it does not pickle)"
 
 
 def mark_failed(shell: InteractiveShell, error: BaseException) -> None:

@@ -82,18 +82,19 @@ export class MonitorConnection {
   }
 
   stop(): void {
-    this._running = false;
-    this._generation += 1;
-    this._clearRetry();
-    void this._lists.stop();
-    const socket = this._socket;
-    this._socket = null;
-    socket?.close();
+    this._halt();
     this._model.setConnection({ phase: 'idle', retryAt: null });
   }
 
   /** Connect again now, with a fresh backoff (the Retry button after a refusal, or a socket waiting to retry). */
   retry(): void {
+    this._halt();
+    this._backoff.reset();
+    this.start();
+  }
+
+  /** Close the socket, cancel a pending retry and the list polling; later answers are ignored. */
+  private _halt(): void {
     this._running = false;
     this._generation += 1;
     this._clearRetry();
@@ -101,8 +102,6 @@ export class MonitorConnection {
     const socket = this._socket;
     this._socket = null;
     socket?.close();
-    this._backoff.reset();
-    this.start();
   }
 
   /** Ask the server for samples every `ms` milliseconds (it clamps to at least 100). */

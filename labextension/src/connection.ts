@@ -93,9 +93,13 @@ export class MonitorConnection {
     this.start();
   }
 
-  /** Close the socket, cancel a pending retry and the list polling; later answers are ignored. */
   private _halt(): void {
     this._running = false;
+    this._quiesce();
+  }
+
+  /** Close the socket, cancel a pending retry and the list polling; later answers are ignored. */
+  private _quiesce(): void {
     this._generation += 1;
     this._clearRetry();
     void this._lists.stop();
@@ -182,12 +186,7 @@ export class MonitorConnection {
   }
 
   private _refused(status: number): void {
-    this._generation += 1;
-    this._clearRetry();
-    void this._lists.stop();
-    const socket = this._socket;
-    this._socket = null;
-    socket?.close();
+    this._quiesce(); // still running: the panel stays refused until Retry
     this._model.setConnection({
       phase: 'forbidden',
       retryAt: null,

@@ -124,7 +124,7 @@ export class GpuPanel extends Widget {
     if (pending.has('snapshot')) {
       this._renderCards();
     }
-    if (pending.has('clusters')) {
+    if (pending.has('clusters') || pending.has('connection')) {
       this._renderClusters();
     }
     if (pending.has('holders') || pending.has('clusters')) {
@@ -235,7 +235,8 @@ export class GpuPanel extends Widget {
   private _renderClusters(): void {
     const clusters = this.model.clusters;
     const children: HTMLElement[] = [];
-    if (this.model.clustersError) {
+    // while the server refuses the panel, the banner says why; the lists' own errors would only repeat it
+    if (this.model.clustersError && this.model.connection.phase !== 'forbidden') {
       children.push(el('div', { class: 'jp-GpuMagics-error' }, this.model.clustersError));
     }
     if (clusters.length === 0) {

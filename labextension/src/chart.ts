@@ -24,3 +24,18 @@ export function sparklinePath(
   });
   return parts.join(' ');
 }
+
+/** The time a chart covers, from its sample times (seconds): "last 45 s", "last 5 min"; "" before two samples. */
+export function chartSpanLabel(times: number[]): string {
+  if (times.length < 2) {
+    return '';
+  }
+  const seconds = Math.max(0, Math.round((times[times.length - 1] ?? 0) - (times[0] ?? 0)));
+  if (seconds < 90) {
+    return `last ${seconds} s`;
+  }
+  if (seconds < 5400) {
+    return `last ${Math.round(seconds / 60)} min`;
+  }
+  return `last ${(seconds / 3600).toFixed(1)} h`;
+}

@@ -4,6 +4,8 @@
  */
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 
+import type { ICluster, IClusterMember, IMemberGpu } from './types';
+
 export type ClusterAction =
   | { action: 'stop' }
   | { action: 'restart' }
@@ -56,4 +58,118 @@ export async function runInKernel(
   } finally {
     kernel.dispose();
   }
+}
+
+// -- naming and grouping (pure: what the panel shows) ---------------------------------------------------
+
+function plural(count: number, noun: string): string {
+  return `${count} ${noun}${count === 1 ? '' : 's'}`;
+}
+
+/** "4× NVIDIA H200", or "2× NVIDIA A100, 1× Tesla T4": GPU models counted in first-seen order. */
+export function countModels(names: string[]): string {
+  const counts = new Map<string, number>();
+  for (const name of names) {
+    counts.set(name, (counts.get(name) ?? 0) + 1);
+  }
+  return Array.from(counts, ([name, count]) => `${count}\u00d7 ${name}`).join(', ');
+}
+
+/** The members of a cluster, [] where the server does not send them (an older kernel's record). */
+export function clusterMembers(cluster: ICluster): IClusterMember[] {
+  return Array.isArray(cluster.members) ? cluster.members : [];
+}
+
+function workerGpuModels(cluster: ICluster): string[] {
+  return clusterMembers(cluster)
+    .filter(member => member.role !== 'kernel')
+    .flatMap(member => member.gpus.map(gpu => gpu.name));
+}
+
+/**
+ * What a cluster row says it is: "CPU cluster · 2 workers", "GPU cluster · 4× NVIDIA H200",
+ * "attached · tcp://10.0.0.5:8786 · 3 workers".
+ */
+export function clusterTitle(cluster: ICluster): string {
+  const workers = plural(cluster.workers, 'worker');
+  const models = workerGpuModels(cluster);
+  switch (cluster.kind) {
+    case 'cpu':
+      return `CPU cluster \u00b7 ${workers}`;
+    case 'gpu':
+      if (models.length) {
+        return `GPU cluster \u00b7 ${countModels(models)}`;
+      }
+      return cluster.gpus.length
+        ? `GPU cluster \u00b7 ${workers} on GPU ${cluster.gpus.join(', ')}`
+        : `GPU cluster \u00b7 ${workers}`;
+    case 'attached': {
+      const gpus = models.length ? models : cluster.gpus;
+      return `attached \u00b7 ${cluster.scheduler_address} \u00b7 ${gpus.length ? countModels(gpus) : workers}`;
+    }
+    default:
+      return `${cluster.kind} cluster \u00b7 ${workers}`;
+  }
+}
+
+export interface IHostGroup {
+  /** The host as shown (hostname where unique, else address). */
+  host: string;
+  members: IClusterMember[];
+}
+
+/** Members grouped by host in first-seen order; the kernel's own process comes first within its host. */
+export function membersByHost(members: IClusterMember[]): IHostGroup[] {
+  const groups = new Map<string, IClusterMember[]>();
+  for (const member of members) {
+    const host = member.host_label || member.host || member.address;
+    const group = groups.get(host) ?? [];
+    group.push(member);
+    groups.set(host, group);
+  }
+  const kernelFirst = (a: IClusterMember, b: IClusterMember) =>
+    Number(b.role === 'kernel') - Number(a.role === 'kernel');
+  return Array.from(groups, ([host, group]) => ({ host, members: [...group].sort(kernelFirst) }));
+}
+
+/** "GPU 1": a member GPU's label without the host, which its host heading already says. */
+export function gpuShortLabel(gpu: IMemberGpu): string {
+  const parts = gpu.label.split(' \u00b7 ');
+  return parts[parts.length - 1] || `GPU ${gpu.nvml_index ?? gpu.index}`;
+}
+
+/** What a member with no GPU line says: before its first report, or a worker without a GPU. */
+export function memberWithoutGpus(member: IClusterMember): string {
+  return member.time === null ? 'waiting for its first report' : 'no GPU';
+}
+
+/** The worker as its lines name it: "kernel" for the kernel's process, else the worker's name. */
+export function memberName(member: IClusterMember): string {
+  return member.role === 'kernel' ? 'kernel' : member.name;
+}
+
+// -- the Scale dialog ----------------------------------------------------------------------------
+
+/** Why `text` is not a number of workers to scale to, or `null` when it is one. */
+export function scaleProblem(text: string): string | null {
+  const trimmed = text.trim();
+  if (trimmed === '') {
+    return 'Enter a number of workers, such as 2.';
+  }
+  const value = Number(trimmed);
+  if (!Number.isFinite(value)) {
+    return `\u201c${trimmed}\u201d is not a number: enter a whole number of workers, such as 2.`;
+  }
+  if (value < 1) {
+    return 'A cluster needs at least 1 worker; to end it, use Stop.';
+  }
+  if (!Number.isInteger(value)) {
+    return `Workers come whole: enter ${Math.floor(value)} or ${Math.ceil(value)}, not ${trimmed}.`;
+  }
+  return null;
+}
+
+/** The number of workers in `text`, or `null` when `scaleProblem` has something to say. */
+export function parseWorkers(text: string): number | null {
+  return scaleProblem(text) === null ? Number(text.trim()) : null;
 }

@@ -57,3 +57,29 @@ export function formatAge(startedAt: number, nowSeconds: number): string {
   }
   return `${(seconds / 3600).toFixed(1)} h`;
 }
+
+// -- compact pairs for the side panel's narrow cards (panel only; the notebook displays do not use them) --
+
+/** "67.2/140 GiB": the used part in the total's unit, so the pair stays short; an en dash where unknown. */
+export function formatBytesPair(used: number | null, total: number | null): string {
+  if (total === null || !Number.isFinite(total) || total <= 0) {
+    return used === null ? DASH : formatBytes(used);
+  }
+  const totalText = formatBytes(total);
+  const unit = UNITS.indexOf(totalText.split(' ')[1] ?? 'B');
+  if (used === null || !Number.isFinite(used)) {
+    return `${DASH}/${totalText}`;
+  }
+  const value = used / 1024 ** unit;
+  const digits = unit === 0 || Math.abs(value) >= 100 ? 0 : 1;
+  return `${value.toFixed(digits)}/${totalText}`;
+}
+
+/** "283/700 W", or "283 W" without a limit. */
+export function formatNumberPair(value: number | null, limit: number | null, unit: string): string {
+  if (limit === null || !Number.isFinite(limit)) {
+    return formatNumber(value, unit);
+  }
+  const valueText = value === null || !Number.isFinite(value) ? DASH : String(Math.round(value));
+  return `${valueText}/${Math.round(limit)} ${unit}`;
+}

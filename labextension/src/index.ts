@@ -3,17 +3,13 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import {
-  Dialog,
-  ICommandPalette,
-  InputDialog,
-  showDialog
-} from '@jupyterlab/apputils';
+import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
 
-import { clusterCommand, runInKernel } from './clusters';
+import { clusterCommand, parseWorkers, runInKernel, scaleProblem } from './clusters';
 import { MonitorConnection } from './connection';
 import { GpuPanelModel } from './model';
 import { GpuPanel } from './panel';
@@ -56,21 +52,29 @@ const plugin: JupyterFrontEndPlugin<void> = {
         await connection.refresh();
       },
       askWorkers: async cluster => {
-        const result = await InputDialog.getNumber({
+        const result = await showDialog({
           title: `Scale ${cluster.name}`,
-          label: 'Number of workers',
-          value: cluster.workers
+          body: new WorkersInput(cluster.workers),
+          focusNodeSelector: 'input',
+          buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Scale' })]
         });
-        const value = result.value;
-        return result.button.accept && value !== null && value >= 1
-          ? Math.round(value)
-          : null;
+        return result.button.accept ? result.value : null;
       },
       confirmStop: async cluster => {
         const result = await showDialog({
           title: `Stop ${cluster.name}?`,
           body: `Its kernel ${cluster.path ? `(${cluster.path}) ` : ''}runs %gpucluster stop; work on the cluster is lost.`,
           buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop' })]
+        });
+        return result.button.accept;
+      },
+      confirmRestart: async cluster => {
+        const result = await showDialog({
+          title: `Restart ${cluster.name}?`,
+          body:
+            `Its kernel ${cluster.path ? `(${cluster.path}) ` : ''}runs %gpucluster restart: every worker ` +
+            'starts afresh, and the data and state they hold (persisted collections, futures, imports) are lost.',
+          buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restart' })]
         });
         return result.button.accept;
       },
@@ -114,5 +118,42 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/**
+ * The Scale dialog's body: a number of workers, with what is wrong with it said under the field. An invalid
+ * field keeps the dialog's Scale button disabled (the dialog checks `:invalid` on every input).
+ */
+class WorkersInput extends Widget implements Dialog.IBodyWidget<number | null> {
+  private readonly _input = document.createElement('input');
+  private readonly _message = document.createElement('div');
+
+  constructor(workers: number) {
+    super();
+    this.addClass('jp-GpuMagics-scaleDialog');
+    const label = document.createElement('label');
+    label.textContent = 'Number of workers';
+    this._input.type = 'text';
+    this._input.inputMode = 'numeric';
+    this._input.className = 'jp-mod-styled';
+    this._input.value = String(workers);
+    this._input.setAttribute('aria-describedby', 'jp-GpuMagics-scaleMessage');
+    this._message.id = 'jp-GpuMagics-scaleMessage';
+    this._message.className = 'jp-GpuMagics-scaleMessage';
+    this._message.setAttribute('role', 'alert');
+    label.appendChild(this._input);
+    this.node.append(label, this._message);
+    this._input.addEventListener('input', () => this._check());
+  }
+
+  getValue(): number | null {
+    return parseWorkers(this._input.value);
+  }
+
+  private _check(): void {
+    const problem = scaleProblem(this._input.value);
+    this._input.setCustomValidity(problem ?? '');
+    this._message.textContent = problem ?? '';
+  }
+}
 
 export default plugin;

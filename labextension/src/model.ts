@@ -67,6 +67,37 @@ export function ownerLabel(holder: IHolder): string {
     : `pid ${holder.pid}`;
 }
 
+/** The tag on a holder row saying where it comes from: NVML's process list, the process's own report, or both. */
+export function holderSourceTag(holder: IHolder): { text: string; title: string } {
+  switch (holder.source) {
+    case 'nvml':
+      return { text: 'NVML', title: 'From NVML\u2019s list of processes on the GPU' };
+    case 'self-report':
+      return { text: 'self-report', title: 'Reported by the process itself (NVML cannot see it from here)' };
+    case 'nvml+self-report':
+      return { text: 'both', title: 'Reported by the process itself and seen by NVML' };
+    default:
+      return { text: '', title: '' };
+  }
+}
+
+/** The GPU a holder uses, as every view names it ("127.0.0.2 \u00b7 GPU 1", or "GPU 0" on this host). */
+export function holderGpuLabel(holder: IHolder): string {
+  return holder.gpu_label || `GPU ${holder.gpu}`;
+}
+
+/** Who holds the memory within its notebook: "kernel", "e2e worker tcp://\u2026", "pid 42". */
+export function holderRole(holder: IHolder): string {
+  switch (holder.role) {
+    case 'kernel':
+      return 'kernel';
+    case 'worker':
+      return `${holder.cluster ?? 'cluster'} worker ${holder.worker ?? holder.pid}`;
+    default:
+      return `pid ${holder.pid}`;
+  }
+}
+
 export type ModelChange =
   | 'snapshot'
   | 'clusters'
@@ -131,6 +162,14 @@ export class GpuPanelModel {
   /** The server has started sampling and its first GPU read (seconds on a slow NVML) is under way. */
   get starting(): boolean {
     return this._order.length === 0 && (this._status?.startsWith('starting:') ?? false);
+  }
+
+  /**
+   * The server samples, and there is no GPU to show (no NVML, no driver, or none found): on a laptop this is
+   * the normal state, not an error. `unavailableReason` says why.
+   */
+  get noGpu(): boolean {
+    return this._lastTime !== null && this._order.length === 0 && !this.starting;
   }
 
   /** Why no GPU can be shown, or `null` when there are GPUs to show. */

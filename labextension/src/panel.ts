@@ -3,18 +3,35 @@ import type { Message } from '@lumino/messaging';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { sparklinePath } from './chart';
-import type { ClusterAction } from './clusters';
+import { chartSpanLabel, sparklinePath } from './chart';
+import {
+  ClusterAction,
+  clusterMembers,
+  clusterTitle,
+  gpuShortLabel,
+  memberName,
+  membersByHost,
+  memberWithoutGpus
+} from './clusters';
 import { el, svg } from './dom';
 import {
   formatAge,
   formatBytes,
+  formatBytesPair,
   formatNumber,
+  formatNumberPair,
   formatPercent,
   memoryPercent
 } from './format';
-import { GpuPanelModel, IGpuView, ModelChange } from './model';
-import type { ICluster, IHolder } from './types';
+import {
+  GpuPanelModel,
+  holderGpuLabel,
+  holderRole,
+  holderSourceTag,
+  IGpuView,
+  ModelChange
+} from './model';
+import type { ICluster, IClusterMember, IHolder, IMemberGpu } from './types';
 
 const CHART_W = 240;
 const CHART_H = 40;
@@ -26,6 +43,8 @@ export interface IPanelActions {
   askWorkers(cluster: ICluster): Promise<number | null>;
   /** Confirm stopping a cluster. */
   confirmStop(cluster: ICluster): Promise<boolean>;
+  /** Confirm restarting a cluster's workers (their data and state are lost). */
+  confirmRestart(cluster: ICluster): Promise<boolean>;
   /** Open the notebook at `path`. */
   openPath(path: string): void;
 }
@@ -139,7 +158,9 @@ export class GpuPanel extends Widget {
     let text: string;
     switch (connection.phase) {
       case 'open':
-        text = `Live${interval ? `, every ${interval} ms` : ''}${source === 'fake' ? ' (simulated GPUs)' : ''}`;
+        text = this.model.noGpu
+          ? 'Connected \u00b7 no GPU to sample'
+          : `Live${interval ? `, every ${interval} ms` : ''}${source === 'fake' ? ' (simulated GPUs)' : ''}`;
         break;
       case 'connecting':
         text = 'Connecting\u2026';
@@ -166,7 +187,8 @@ export class GpuPanel extends Widget {
       problems.push(connection.error);
     }
     const reason = this.model.unavailableReason;
-    if (reason && !forbidden) {
+    // no GPU at all is a normal state (a laptop): the cards' place says so, without an alarm
+    if (reason && !forbidden && !this.model.noGpu) {
       problems.push(
         this.model.starting ? 'Reading the GPUs for the first time\u2026' : `GPUs unavailable: ${reason}`
       );
@@ -187,6 +209,10 @@ export class GpuPanel extends Widget {
   }
 
   private _renderCards(): void {
+    if (this.model.noGpu) {
+      this._cards.replaceChildren(noGpuNotice(this.model.unavailableReason));
+      return;
+    }
     this._cards.replaceChildren(...this.model.gpus.map(view => this._card(view)));
   }
 
@@ -199,7 +225,7 @@ export class GpuPanel extends Widget {
       el(
         'div',
         { class: 'jp-GpuMagics-cardTitle' },
-        el('span', { class: 'jp-GpuMagics-gpuIndex' }, `GPU ${r.index}`),
+        el('span', { class: 'jp-GpuMagics-gpuIndex' }, r.host ? `${r.host} \u00b7 GPU ${r.nvml_index ?? r.index}` : `GPU ${r.index}`),
         el('span', { class: 'jp-GpuMagics-gpuName', title: r.uuid }, r.name)
       )
     );
@@ -211,22 +237,12 @@ export class GpuPanel extends Widget {
       el(
         'div',
         { class: 'jp-GpuMagics-metrics' },
-        metric('Util', formatPercent(r.gpu_util), 'util'),
-        metric(
-          'Memory',
-          `${formatBytes(r.memory_used)} / ${formatBytes(r.memory_total)}`,
-          'memory'
-        ),
-        metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature'),
-        metric(
-          'Power',
-          r.power_limit !== null
-            ? `${formatNumber(r.power, 'W')} / ${formatNumber(r.power_limit, 'W')}`
-            : formatNumber(r.power, 'W'),
-          'power'
-        )
+        metric('Util', formatPercent(r.gpu_util), 'util', 'GPU utilization'),
+        metric('Memory', formatBytesPair(r.memory_used, r.memory_total), 'memory', 'GPU memory used / total'),
+        metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature', 'GPU temperature'),
+        metric('Power', formatNumberPair(r.power, r.power_limit, 'W'), 'power', 'Power draw / limit')
       ),
-      bar(memPct),
+      memoryBar(memPct),
       chart(view)
     );
     return card;
@@ -259,7 +275,6 @@ export class GpuPanel extends Widget {
     const key = clusterKey(cluster);
     const busy = this._busy.get(key);
     const canAct = cluster.kernel_running && cluster.kind !== 'attached' && !busy;
-    const gpus = cluster.gpus.length ? `, GPUs ${cluster.gpus.join(', ')}` : '';
     const notebook = cluster.path
       ? link(cluster.path, () => this._actions.openPath(cluster.path as string))
       : el('span', {}, cluster.kernel_id ? `kernel ${cluster.kernel_id.slice(0, 8)}` : 'no kernel');
@@ -270,7 +285,7 @@ export class GpuPanel extends Widget {
         'div',
         { class: 'jp-GpuMagics-clusterTitle' },
         el('strong', {}, cluster.name),
-        el('span', {}, ` ${cluster.kind}, ${cluster.workers} worker${cluster.workers === 1 ? '' : 's'}${gpus}`)
+        el('span', { class: 'jp-GpuMagics-clusterKind' }, clusterTitle(cluster))
       ),
       el(
         'div',
@@ -279,27 +294,24 @@ export class GpuPanel extends Widget {
         el('span', {}, ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.started_at, now)}`)
       )
     );
+    const members = clusterMembers(cluster);
+    if (members.length) {
+      row.append(membersView(members));
+    }
     const buttons = el('div', { class: 'jp-GpuMagics-buttons' });
-    if (cluster.dashboard_url) {
-      buttons.append(
-        el(
-          'a',
-          {
-            class: 'jp-GpuMagics-button',
-            href: cluster.dashboard_url,
-            target: '_blank',
-            rel: 'noopener noreferrer'
-          },
-          'Dashboard'
-        )
-      );
+    const dashboard = dashboardLink(cluster);
+    if (dashboard) {
+      buttons.append(dashboard);
     }
     buttons.append(
       this._button('Stop', canAct, () => this._stop(cluster)),
-      this._button('Restart', canAct, () => this._act(cluster, { action: 'restart' }, 'Restarting')),
+      this._button('Restart', canAct, () => this._restart(cluster)),
       this._button('Scale', canAct, () => this._scale(cluster))
     );
     row.append(buttons);
+    if (dashboard && cluster.dashboard_note) {
+      row.append(el('div', { class: 'jp-GpuMagics-note jp-GpuMagics-dashboardNote' }, cluster.dashboard_note));
+    }
     if (busy) {
       row.append(el('div', { class: 'jp-GpuMagics-busy' }, `${busy}\u2026 (waits for the kernel if it is busy)`));
     }
@@ -330,6 +342,12 @@ export class GpuPanel extends Widget {
   private async _stop(cluster: ICluster): Promise<void> {
     if (await this._actions.confirmStop(cluster)) {
       await this._act(cluster, { action: 'stop' }, 'Stopping');
+    }
+  }
+
+  private async _restart(cluster: ICluster): Promise<void> {
+    if (await this._actions.confirmRestart(cluster)) {
+      await this._act(cluster, { action: 'restart' }, 'Restarting');
     }
   }
 
@@ -364,16 +382,15 @@ export class GpuPanel extends Widget {
       const table = el('table', { class: 'jp-GpuMagics-table' });
       table.append(
         el('tr', {}, el('th', {}, 'Held by'), el('th', {}, 'GPU memory'), el('th', {}, 'Where')),
-        ...owners.map(owner => {
-          const where = owner.holders.map(describeHolder).join(', ');
-          return el(
+        ...owners.map(owner =>
+          el(
             'tr',
             {},
             el('td', {}, owner.owner),
-            el('td', {}, formatBytes(owner.bytes)),
-            el('td', {}, where)
-          );
-        })
+            el('td', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes)),
+            el('td', {}, ...owner.holders.map(holderLine))
+          )
+        )
       );
       children.push(table);
     }
@@ -390,47 +407,173 @@ export class GpuPanel extends Widget {
   }
 }
 
-function describeHolder(holder: IHolder): string {
-  const who =
-    holder.role === 'kernel'
-      ? 'kernel'
-      : holder.role === 'worker'
-        ? `${holder.cluster ?? 'cluster'} worker ${holder.pid}`
-        : `pid ${holder.pid}`;
-  return `GPU ${holder.gpu}: ${who}`;
+/** One holder in the "Where" cell: the GPU (with its host when remote), who, and where the row comes from. */
+function holderLine(holder: IHolder): HTMLElement {
+  const tag = holderSourceTag(holder);
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-holder', 'data-source': holder.source ?? '' },
+    el('span', {}, `${holderGpuLabel(holder)}: ${holderRole(holder)}`),
+    tag.text ? el('span', { class: 'jp-GpuMagics-tag', title: tag.title }, tag.text) : null
+  );
+}
+
+/** The place of the cards when the server has no GPU to sample: what to do next, not an error. */
+function noGpuNotice(reason: string | null): HTMLElement {
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-noGpu' },
+    el('div', { class: 'jp-GpuMagics-noGpuTitle' }, 'No GPU on this server: nothing to chart.'),
+    el(
+      'div',
+      {},
+      'The CPU backends work without one: ',
+      el('code', {}, '%%gpurun cpu-threads'),
+      ' runs a cell on every core, ',
+      el('code', {}, '%gpucluster --cpu-workers 4'),
+      ' starts a CPU cluster.'
+    ),
+    reason ? el('div', { class: 'jp-GpuMagics-note', title: reason }, reason) : null
+  );
+}
+
+function dashboardLink(cluster: ICluster): HTMLElement | null {
+  const href = cluster.dashboard_link ?? cluster.dashboard_url;
+  if (!href) {
+    return null;
+  }
+  return el(
+    'a',
+    {
+      class: 'jp-GpuMagics-button jp-GpuMagics-dashboard',
+      href,
+      target: '_blank',
+      rel: 'noopener noreferrer',
+      title: cluster.dashboard_note ?? `The Dask dashboard: ${href}`
+    },
+    'Dashboard'
+  );
+}
+
+/** The cluster's workers with their GPUs, live: a heading per host, a line per GPU. */
+function membersView(members: IClusterMember[]): HTMLElement {
+  const view = el('div', { class: 'jp-GpuMagics-members' });
+  for (const group of membersByHost(members)) {
+    view.append(
+      el('div', { class: 'jp-GpuMagics-host', 'data-host': group.host, title: `host ${group.host}` }, group.host),
+      ...group.members.flatMap(memberLines)
+    );
+  }
+  return view;
+}
+
+function memberLines(member: IClusterMember): HTMLElement[] {
+  const name = memberName(member);
+  if (member.gpus.length === 0) {
+    return [
+      el(
+        'div',
+        { class: 'jp-GpuMagics-memberGpu jp-GpuMagics-memberIdle', 'data-member': member.name, title: member.address },
+        el('span', { class: 'jp-GpuMagics-memberName' }, name),
+        el('span', { class: 'jp-GpuMagics-memberWait' }, memberWithoutGpus(member))
+      )
+    ];
+  }
+  return member.gpus.map(gpu => memberGpuLine(member, name, gpu));
+}
+
+function memberGpuLine(member: IClusterMember, name: string, gpu: IMemberGpu): HTMLElement {
+  const title = [
+    `${gpu.label} \u00b7 ${gpu.name}`,
+    `${member.role === 'kernel' ? 'the kernel' : `worker ${member.name}`} (${member.address})`,
+    gpu.process_memory !== null
+      ? `it holds ${formatBytes(gpu.process_memory)}${gpu.process_memory_source ? ` (${gpu.process_memory_source})` : ''}`
+      : ''
+  ]
+    .filter(Boolean)
+    .join('\n');
+  const line = el(
+    'div',
+    { class: 'jp-GpuMagics-memberGpu', 'data-member': member.name, 'data-gpu-label': gpu.label, title },
+    el('span', { class: 'jp-GpuMagics-memberName' }, `${gpuShortLabel(gpu)} \u00b7 ${name}`)
+  );
+  if (gpu.error) {
+    line.append(el('span', { class: 'jp-GpuMagics-unreadable', title: gpu.error }, 'unreadable'));
+    return line;
+  }
+  line.append(
+    miniBar(gpu.gpu_util, 'utilization'),
+    el('span', { class: 'jp-GpuMagics-value', title: 'utilization' }, formatPercent(gpu.gpu_util)),
+    el('span', { class: 'jp-GpuMagics-value', title: 'memory used / total' }, formatBytesPair(gpu.memory_used, gpu.memory_total))
+  );
+  return line;
+}
+
+function miniBar(percent: number | null, what: string): HTMLElement {
+  const fill = el('div', { class: 'jp-GpuMagics-barFill' });
+  fill.style.width = `${Math.min(100, Math.max(0, percent ?? 0)).toFixed(1)}%`;
+  return el('div', { class: 'jp-GpuMagics-bar jp-GpuMagics-miniBar', title: `${what}, 0\u2013100%` }, fill);
 }
 
 function clusterKey(cluster: ICluster): string {
   return `${cluster.pid}/${cluster.name}`;
 }
 
-function metric(label: string, value: string, name: string): HTMLElement {
+function metric(label: string, value: string, name: string, title: string): HTMLElement {
   return el(
     'div',
-    { class: 'jp-GpuMagics-metric', 'data-metric': name },
+    { class: 'jp-GpuMagics-metric', 'data-metric': name, title },
     el('span', { class: 'jp-GpuMagics-label' }, label),
     el('span', { class: 'jp-GpuMagics-value' }, value)
   );
 }
 
-function bar(percent: number | null): HTMLElement {
+/** Memory in use as a bar on a 0-100% scale, labelled, with its percentage. */
+function memoryBar(percent: number | null): HTMLElement {
   const fill = el('div', { class: 'jp-GpuMagics-barFill' });
   fill.style.width = `${Math.min(100, Math.max(0, percent ?? 0)).toFixed(1)}%`;
-  return el('div', { class: 'jp-GpuMagics-bar', title: 'memory in use' }, fill);
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-memoryBar', 'data-metric': 'memory-percent', title: 'GPU memory in use, 0\u2013100%' },
+    el('span', { class: 'jp-GpuMagics-label' }, 'Mem'),
+    el('div', { class: 'jp-GpuMagics-bar' }, fill),
+    el('span', { class: 'jp-GpuMagics-value' }, formatPercent(percent))
+  );
 }
 
-function chart(view: IGpuView): SVGElement {
-  return svg(
+/** Utilization and memory (both 0-100%) over the samples kept, with a scale, a legend and the time span. */
+function chart(view: IGpuView): HTMLElement {
+  const mid = (CHART_H / 2).toFixed(1);
+  const plot = svg(
     'svg',
     {
       class: 'jp-GpuMagics-chart',
       viewBox: `0 0 ${CHART_W} ${CHART_H}`,
       preserveAspectRatio: 'none',
       role: 'img',
-      'aria-label': 'utilization and memory over time'
+      'aria-label': 'utilization and memory in use over time, 0 to 100%'
     },
+    svg('path', { class: 'jp-GpuMagics-grid', d: `M0,${mid} L${CHART_W},${mid}` }),
     svg('path', { class: 'jp-GpuMagics-lineMemory', d: sparklinePath(view.memory.values(), CHART_W, CHART_H) }),
     svg('path', { class: 'jp-GpuMagics-lineUtil', d: sparklinePath(view.util.values(), CHART_W, CHART_H) })
+  );
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-chartBox' },
+    el(
+      'div',
+      { class: 'jp-GpuMagics-plot' },
+      plot,
+      el('span', { class: 'jp-GpuMagics-axis jp-GpuMagics-axisTop' }, '100%'),
+      el('span', { class: 'jp-GpuMagics-axis jp-GpuMagics-axisBottom' }, '0%')
+    ),
+    el(
+      'div',
+      { class: 'jp-GpuMagics-legend' },
+      el('span', { class: 'jp-GpuMagics-key jp-GpuMagics-keyUtil' }, 'util'),
+      el('span', { class: 'jp-GpuMagics-key jp-GpuMagics-keyMemory' }, 'memory'),
+      el('span', { class: 'jp-GpuMagics-span' }, chartSpanLabel(view.times.values()))
+    )
   );
 }
 

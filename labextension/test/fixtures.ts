@@ -1,4 +1,4 @@
-import type { IGpuReading, ISnapshot } from '../src/types';
+import type { ICluster, IClusterMember, IGpuReading, IHolder, IMemberGpu, ISnapshot } from '../src/types';
 
 export function reading(
   index: number,
@@ -24,6 +24,7 @@ export function reading(
     processes: [],
     mig_parent: null,
     error: null,
+    host: null,
     ...overrides
   };
 }
@@ -38,5 +39,84 @@ export function snapshot(
     gpus,
     host: { cpu_percent: 5, memory_used: 1, memory_total: 2, cpu_count: 2 },
     status
+  };
+}
+
+export function memberGpu(
+  host: string,
+  index: number,
+  overrides: Partial<IMemberGpu> = {}
+): IMemberGpu {
+  return {
+    index: 0,
+    nvml_index: index,
+    uuid: `GPU-${host}-${index}`,
+    name: 'NVIDIA H200',
+    label: `${host} \u00b7 GPU ${index}`,
+    memory_total: 150754820096,
+    memory_used: 72156033024,
+    gpu_util: 87,
+    process_memory: 4294967296,
+    process_memory_source: 'cupy',
+    error: null,
+    ...overrides
+  };
+}
+
+export function member(
+  name: string,
+  host: string,
+  gpus: IMemberGpu[],
+  overrides: Partial<IClusterMember> = {}
+): IClusterMember {
+  return {
+    name,
+    address: `tcp://${host}:40000`,
+    host,
+    host_label: host,
+    pid: 100,
+    role: 'worker',
+    gpus,
+    time: 1700000000,
+    ...overrides
+  };
+}
+
+export function cluster(overrides: Partial<ICluster> = {}): ICluster {
+  return {
+    name: 'c',
+    scheduler_address: 'tcp://127.0.0.1:8786',
+    dashboard_url: 'http://127.0.0.1:8787/status',
+    dashboard_link: null,
+    dashboard_note: null,
+    members: [],
+    kind: 'cpu',
+    workers: 2,
+    gpus: [],
+    pid: 1,
+    kernel_id: 'k',
+    started_at: 1,
+    version: 1,
+    path: 'a.ipynb',
+    kernel_running: true,
+    ...overrides
+  };
+}
+
+export function holder(overrides: Partial<IHolder> = {}): IHolder {
+  return {
+    pid: 10,
+    gpu: 0,
+    gpu_uuid: 'GPU-0',
+    used_memory: 1024,
+    kernel_id: 'k1',
+    path: 'a.ipynb',
+    cluster: null,
+    role: 'kernel',
+    gpu_label: 'GPU 0',
+    host: null,
+    worker: null,
+    source: 'nvml',
+    ...overrides
   };
 }

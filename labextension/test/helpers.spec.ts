@@ -2,7 +2,7 @@
 /// <reference types="node" />
 
 import { Backoff } from '../src/backoff';
-import { sparklinePath } from '../src/chart';
+import { chartSpanLabel, sparklinePath } from '../src/chart';
 import { clusterCommand } from '../src/clusters';
 import { readFileSync } from 'fs';
 import { join } from 'path';
@@ -10,7 +10,9 @@ import { join } from 'path';
 import {
   formatAge,
   formatBytes,
+  formatBytesPair,
   formatNumber,
+  formatNumberPair,
   formatPercent,
   memoryPercent
 } from '../src/format';
@@ -97,5 +99,28 @@ describe('clusterCommand', () => {
     expect(clusterCommand({ action: 'scale', workers: 3 })).toBe('%gpucluster scale 3');
     expect(() => clusterCommand({ action: 'scale', workers: 0 })).toThrow();
     expect(() => clusterCommand({ action: 'scale', workers: 1.5 })).toThrow();
+  });
+});
+
+describe('compact pairs for the cards', () => {
+  it('keeps memory and power short, in one unit', () => {
+    expect(formatBytesPair(72156033024, 150754820096)).toBe('67.2/140 GiB');
+    expect(formatBytesPair(536870912, 150754820096)).toBe('0.5/140 GiB');
+    expect(formatBytesPair(null, 150754820096)).toBe('\u2013/140 GiB');
+    expect(formatBytesPair(1024, null)).toBe('1.0 KiB');
+    expect(formatBytesPair(null, null)).toBe('\u2013');
+    expect(formatNumberPair(283.4, 700, 'W')).toBe('283/700 W');
+    expect(formatNumberPair(null, 700, 'W')).toBe('\u2013/700 W');
+    expect(formatNumberPair(90, null, 'W')).toBe('90 W');
+  });
+});
+
+describe('chartSpanLabel', () => {
+  it('says how much time the chart covers', () => {
+    expect(chartSpanLabel([])).toBe('');
+    expect(chartSpanLabel([10])).toBe('');
+    expect(chartSpanLabel([10, 55])).toBe('last 45 s');
+    expect(chartSpanLabel([0, 150, 300])).toBe('last 5 min');
+    expect(chartSpanLabel([0, 7200])).toBe('last 2.0 h');
   });
 });

@@ -1,6 +1,13 @@
-import { GpuPanelModel, ModelChange, ownerLabel } from '../src/model';
+import {
+  GpuPanelModel,
+  holderGpuLabel,
+  holderRole,
+  holderSourceTag,
+  ModelChange,
+  ownerLabel
+} from '../src/model';
 import type { IHolder } from '../src/types';
-import { reading, snapshot } from './fixtures';
+import { cluster as clusterFixture, holder as holderFixture, reading, snapshot } from './fixtures';
 
 describe('GpuPanelModel', () => {
   it('keeps one view per GPU with its latest reading and series', () => {
@@ -70,20 +77,7 @@ describe('GpuPanelModel', () => {
 
   it('sorts clusters by start time and keeps the last list on error', () => {
     const model = new GpuPanelModel();
-    const cluster = (name: string, started_at: number) => ({
-      name,
-      scheduler_address: 'tcp://127.0.0.1:1',
-      dashboard_url: null,
-      kind: 'cpu',
-      workers: 2,
-      gpus: [],
-      pid: 1,
-      kernel_id: 'k',
-      started_at,
-      version: 1,
-      path: 'a.ipynb',
-      kernel_running: true
-    });
+    const cluster = (name: string, started_at: number) => clusterFixture({ name, started_at });
     model.setClusters([cluster('b', 2), cluster('a', 1)]);
     expect(model.clusters.map(c => c.name)).toEqual(['a', 'b']);
     model.setClusters(model.clusters, 'server unreachable');
@@ -93,16 +87,8 @@ describe('GpuPanelModel', () => {
 
   it('totals GPU memory by notebook, largest first', () => {
     const model = new GpuPanelModel();
-    const holder = (pid: number, gpu: number, used: number, path: string | null, kernel: string | null): IHolder => ({
-      pid,
-      gpu,
-      gpu_uuid: `GPU-${gpu}`,
-      used_memory: used,
-      kernel_id: kernel,
-      path,
-      cluster: null,
-      role: 'kernel'
-    });
+    const holder = (pid: number, gpu: number, used: number, path: string | null, kernel: string | null): IHolder =>
+      holderFixture({ pid, gpu, gpu_uuid: `GPU-${gpu}`, used_memory: used, kernel_id: kernel, path });
     model.setHolders({
       time: 1,
       status: null,
@@ -135,5 +121,46 @@ describe('GpuPanelModel.starting', () => {
     expect(model.starting).toBe(false);
     expect(model.unavailableReason).toBeNull();
     expect(model.gpus).toHaveLength(1);
+  });
+});
+
+describe('GpuPanelModel.noGpu', () => {
+  it('is the normal no-GPU state once the server has sampled, not while it starts', () => {
+    const model = new GpuPanelModel();
+    expect(model.noGpu).toBe(false);
+    model.applySnapshot(snapshot(1, [], 'starting: the first GPU read is under way'));
+    expect(model.noGpu).toBe(false);
+    model.applySnapshot(snapshot(2, [], 'NVML library not found: NVML Shared Library Not Found'));
+    expect(model.noGpu).toBe(true);
+    expect(model.unavailableReason).toContain('NVML Shared Library Not Found');
+    model.applySnapshot(snapshot(3, [reading(0)]));
+    expect(model.noGpu).toBe(false);
+  });
+});
+
+describe('holder rows', () => {
+  it('tag where each row comes from', () => {
+    expect(holderSourceTag(holderFixture({ source: 'nvml' })).text).toBe('NVML');
+    expect(holderSourceTag(holderFixture({ source: 'self-report' })).text).toBe('self-report');
+    expect(holderSourceTag(holderFixture({ source: 'nvml+self-report' })).text).toBe('both');
+    expect(holderSourceTag(holderFixture({ source: 'nvml+self-report' })).title).toMatch(/NVML/);
+  });
+
+  it('name the GPU with its host and the cluster worker', () => {
+    const remote = holderFixture({
+      gpu: 1,
+      gpu_label: '127.0.0.2 \u00b7 GPU 1',
+      host: '127.0.0.2',
+      role: 'worker',
+      cluster: 'big',
+      worker: 'tcp://127.0.0.2:40123',
+      source: 'self-report'
+    });
+    expect(holderGpuLabel(remote)).toBe('127.0.0.2 \u00b7 GPU 1');
+    expect(holderRole(remote)).toBe('big worker tcp://127.0.0.2:40123');
+    expect(holderRole(holderFixture({ role: 'worker', worker: null, pid: 7 }))).toBe('cluster worker 7');
+    expect(holderRole(holderFixture())).toBe('kernel');
+    expect(holderRole(holderFixture({ role: 'other', pid: 42 }))).toBe('pid 42');
+    expect(holderGpuLabel(holderFixture({ gpu: 3, gpu_label: '' }))).toBe('GPU 3');
   });
 });

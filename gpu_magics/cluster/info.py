@@ -7,6 +7,20 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class WorkerGpu:
+    """One GPU a worker uses, as the worker reported it about itself (its telemetry)."""
+
+    label: str  # "127.0.0.2 · GPU 1": host and GPU, as every view names it
+    name: str
+    uuid: str
+    memory_used: int | None = None
+    memory_total: int | None = None
+    gpu_util: float | None = None  # percent
+    process_memory: int | None = None  # bytes the worker process itself holds on it
+    error: str | None = None  # why it could not be read: shown as unreadable
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """One worker as the scheduler sees it."""
 
@@ -20,6 +34,8 @@ class WorkerInfo:
     gpu_memory_total: int | None = None
     host_memory_used: int | None = None
     host_memory_limit: int | None = None
+    host: str | None = None  # the host as shown (hostname where unique in the cluster, else its address)
+    gpus: tuple[WorkerGpu, ...] = ()  # live, from the worker's own telemetry (empty before its first report)
 
 
 @dataclass(frozen=True)
@@ -35,3 +51,5 @@ class ClusterInfo:
     ready_s: float | None = None  # start until every worker answered
     warm_s: float | None = None  # warm-up on every worker
     notice: str | None = None
+    started_at: float | None = None  # seconds since the epoch, when this kernel started or attached to it
+    dashboard_note: str | None = None  # why dashboard_url may not open from the browser, or None

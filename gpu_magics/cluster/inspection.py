@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.cluster.info import WorkerInfo
+from gpu_magics.cluster.info import WorkerGpu, WorkerInfo
 from gpu_magics.cluster.options import Kind
 
 if TYPE_CHECKING:
@@ -53,12 +54,26 @@ def _natural(name: str) -> tuple[int, int | str]:
     return (0, int(name)) if name.isdigit() else (1, name)
 
 
-def hardware(kind: Kind, devices: dict[str, dict[str, Any]], workers: dict[str, dict[str, Any]]) -> str:
-    """``"4x NVIDIA H200 (4 workers)"``, ``"2 CPU workers x 1 thread"``, ``"0 workers"``."""
+def hardware(
+    kind: Kind,
+    devices: dict[str, dict[str, Any]],
+    workers: dict[str, dict[str, Any]],
+    reported: Mapping[str, tuple[str, tuple[WorkerGpu, ...]]] | None = None,
+) -> str:
+    """``"4x NVIDIA H200 (4 workers)"``, ``"4x NVIDIA H200 on 2 hosts (2 workers, attached)"``,
+    ``"2 CPU workers x 1 thread"``, ``"0 workers"``. ``reported``: worker address -> (host, GPUs), from the
+    workers' own telemetry, which counts each GPU once."""
     infos = worker_infos(workers, devices, gpu=kind != "cpu")
     count = len(infos)
     plural = "s" if count != 1 else ""
     suffix = ", attached" if kind == "attached" else ""
+    reported = {address: entry for address, entry in (reported or {}).items() if address in workers}
+    if kind != "cpu" and any(gpus for _, gpus in reported.values()):
+        models = Counter(gpu.name for _, gpus in reported.values() for gpu in gpus)
+        hosts = {host for host, gpus in reported.values() if gpus}
+        where = f" on {len(hosts)} hosts" if len(hosts) > 1 else ""
+        text = " + ".join(f"{number}x {model}" for model, number in models.items())
+        return f"{text}{where} ({count} worker{plural}{suffix})"
     models = Counter(info.gpu_name for info in infos if info.gpu_name)
     if models and kind != "cpu":
         gpus = " + ".join(f"{number}x {model}" for model, number in models.items())

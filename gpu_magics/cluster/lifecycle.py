@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
+import os
+import socket
 import sys
 import threading
 import time
@@ -22,14 +25,19 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import factories, inspection, worker_processes
+from gpu_magics.cluster import dashboard_links, factories, inspection, process_memory, worker_processes
 from gpu_magics.cluster import records as cluster_records
-from gpu_magics.cluster.info import ClusterInfo
+from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+from gpu_magics.cluster.record_refresh import RecordRefresher
+from gpu_magics.cluster.telemetry import ClusterTelemetry
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
+
+DEFAULT_TELEMETRY_INTERVAL = 1.0  # seconds between the GPU reports of each worker
+RECORD_REFRESH_S = 2.0  # how often the discovery record takes in new telemetry (the side panel's view)
 
 _NO_CLUSTER = (
     f"no cluster is running: start one with {PROG} (one worker per GPU), {PROG} --cpu-workers N, "
@@ -53,6 +61,8 @@ class ActiveCluster:
     warm_s: float | None = None
     record_path: Path | None = None
     saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
+    telemetry: ClusterTelemetry | None = None  # the workers' own GPU reports
+    refresher: RecordRefresher | None = None  # rewrites the record as the workers report
 
     @property
     def owned(self) -> bool:
@@ -92,12 +102,34 @@ def require_client() -> Client:
 
 def has_gpu_workers() -> bool:
     """Whether the cluster in use has workers with a GPU."""
+    return bool(split_workers_by_gpu()[0])
+
+
+def split_workers_by_gpu() -> tuple[set[str], set[str]]:
+    """The addresses of the workers with a GPU and of those without one (the workers' own reports, and for
+    a cluster started here its kind); two empty sets without a cluster or an answer."""
     current = _active
     if current is None:
-        return False
+        return set(), set()
+    try:
+        workers = inspection.scheduler_workers(current.client)
+    except Exception:
+        return set(), set()
     if current.kind != "attached":
-        return current.kind == "gpu"
-    return any(device.get("gpu_name") for device in current.devices.values())
+        return (set(workers), set()) if current.kind == "gpu" else (set(), set(workers))
+    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
+    with_gpu = set()
+    for address, info in workers.items():
+        name = str(info.get("name", address))
+        if (reported.get(address) or ("", ()))[1] or current.devices.get(name, {}).get("gpu_name"):
+            with_gpu.add(address)
+    return with_gpu, set(workers) - with_gpu
+
+
+def telemetry() -> ClusterTelemetry | None:
+    """The GPU reports of the cluster in use (``None`` without a cluster, or with telemetry off)."""
+    current = _active
+    return None if current is None else current.telemetry
 
 
 def describe_hardware() -> str:
@@ -124,8 +156,9 @@ def gpu_worker_devices(client: Client) -> dict[str, str]:
     return found
 
 
-def start(options: ClusterOptions) -> ClusterInfo:
-    """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``."""
+def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL) -> ClusterInfo:
+    """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``.
+    Every worker then reports its GPUs every ``telemetry_interval`` seconds (0: not at all)."""
     global _active
     began = time.perf_counter()
     with _lock:
@@ -147,7 +180,14 @@ def start(options: ClusterOptions) -> ClusterInfo:
         if started.owned:
             started.saved_config = _keep_forking()
         _active = started
+        if telemetry_interval > 0:
+            _start_telemetry(started, telemetry_interval)
         _write_record(started)
+        if started.telemetry is not None:
+            telemetry = started.telemetry
+            started.refresher = RecordRefresher(
+                lambda: _write_record(started), lambda: telemetry.version, RECORD_REFRESH_S
+            )
         _register_atexit()
         return _info(started)
 
@@ -164,7 +204,7 @@ def status(notice: str | None = None) -> ClusterInfo:
     current = _require_active("status")
     workers = inspection.scheduler_workers(current.client)
     if current.kind == "attached":
-        _learn_attached_gpus(current, workers)
+        _learn_attached_gpus(current, set(workers))
     if not workers and notice is None:
         fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
         notice = f"{PROG}: the cluster has no workers: {fix}"
@@ -189,7 +229,11 @@ def stop() -> str:
         current, _active = _active, None
         if current is None:
             return f"{PROG}: no cluster is running"
+        if current.refresher is not None:
+            current.refresher.stop()
         cluster_records.remove_record(current.record_path)
+        if current.telemetry is not None:
+            current.telemetry.close(unregister=not current.owned)
         if current.saved_config is not None:
             import dask
 
@@ -363,19 +407,70 @@ def _attach(options: ClusterOptions) -> ActiveCluster:
         raise UsageError(
             f"{PROG} --address {address}: no scheduler answered within {timeout:g} s ({one_line(error)})"
         ) from None
+    if not _is_scheduler(client):
+        with contextlib.suppress(Exception):
+            client.close(timeout=2)
+        raise UsageError(f"{PROG} --address {address}: what answered there is not a Dask scheduler")
     attached = ActiveCluster(name=options.cluster_name, kind="attached", options=options, client=client, cluster=None)
     with contextlib.suppress(Exception):
-        _learn_attached_gpus(attached, inspection.scheduler_workers(client))
+        _learn_attached_gpus(attached, set(inspection.scheduler_workers(client)))
     return attached
 
 
-def _learn_attached_gpus(current: ActiveCluster, workers: dict[str, dict[str, Any]]) -> None:
-    for worker in inspection.worker_infos(workers, {}, gpu=True):
-        if worker.gpu_name:
-            current.devices[worker.name] = {
-                "gpu_name": worker.gpu_name,
-                "gpu_memory_total": worker.gpu_memory_total,
-            }
+def _is_scheduler(client: Client) -> bool:
+    try:
+        return isinstance(client.scheduler_info(n_workers=0), dict)
+    except Exception:
+        return False
+
+
+def _learn_attached_gpus(current: ActiveCluster, addresses: set[str]) -> None:
+    """Ask each worker not asked yet which GPUs it has (from inside its process: its own
+    ``CUDA_VISIBLE_DEVICES`` and NVML, or the fake its ``$GPU_MAGICS_SOURCE`` names)."""
+    from gpu_magics.cluster.telemetry_plugin import describe_gpus
+
+    names = {address: name for address, name in _worker_names(current.client).items() if address in addresses}
+    unknown = [address for address, name in names.items() if name not in current.devices]
+    if not unknown:
+        return
+    try:
+        seen = current.client.run(describe_gpus, workers=unknown, on_error="return")
+    except Exception:
+        return
+    for address, found in seen.items():
+        if isinstance(found, BaseException) or not isinstance(found, list):
+            continue
+        first = found[0] if found else {}
+        current.devices[names[address]] = {
+            "gpu_name": first.get("name"),
+            "gpu_memory_total": first.get("memory_total"),
+            "gpus": found,
+        }
+
+
+def _worker_names(client: Client) -> dict[str, str]:
+    return {address: str(info.get("name", address)) for address, info in inspection.scheduler_workers(client).items()}
+
+
+def _start_telemetry(current: ActiveCluster, interval: float) -> None:
+    """Have every worker report its GPUs; a cluster whose workers cannot load the plugin still works."""
+    local = {device.uuid: index for index, device in enumerate(_local_devices()) if device.uuid}
+    telemetry = ClusterTelemetry(current.client, interval=interval, local_uuids=local)
+    try:
+        telemetry.start()
+    except Exception as error:
+        print(f"{PROG}: the workers will not report their GPUs ({one_line(error)})", file=sys.stderr)
+        telemetry.close(unregister=not current.owned)
+        return
+    current.telemetry = telemetry
+
+
+def _local_devices() -> tuple[gpus.GpuDevice, ...]:
+    try:
+        inventory = gpus.inventory()
+        return () if inventory.simulated else inventory.devices()
+    except Exception:
+        return ()
 
 
 def _info(
@@ -383,16 +478,37 @@ def _info(
 ) -> ClusterInfo:
     if workers is None:
         workers = inspection.scheduler_workers(current.client)
+    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
+    infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
+    infos = tuple(_with_reports(info, reported.get(info.address)) for info in infos)
+    link = dashboard_links.for_kernel(inspection.dashboard_link(current.client))
     return ClusterInfo(
         name=current.name,
         kind=current.kind,
         scheduler_address=inspection.scheduler_address(current.client),
-        dashboard_url=inspection.dashboard_link(current.client),
-        hardware=inspection.hardware(current.kind, current.devices, workers),
-        workers=inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu"),
+        dashboard_url=link.url,
+        hardware=inspection.hardware(current.kind, current.devices, workers, reported),
+        workers=infos,
         ready_s=current.ready_s,
         warm_s=current.warm_s,
         notice=notice,
+        started_at=current.started_at,
+        dashboard_note=link.note,
+    )
+
+
+def _with_reports(info: WorkerInfo, reported: tuple[str, tuple[WorkerGpu, ...]] | None) -> WorkerInfo:
+    if reported is None:
+        return info
+    host, devices = reported
+    first = devices[0] if devices else None
+    return dataclasses.replace(
+        info,
+        host=host,
+        gpus=devices,
+        gpu_name=info.gpu_name or (first.name if first else None),
+        gpu_memory_used=first.memory_used if first and first.memory_used is not None else info.gpu_memory_used,
+        gpu_memory_total=info.gpu_memory_total or (first.memory_total if first else None),
     )
 
 
@@ -430,6 +546,7 @@ def _write_record(current: ActiveCluster) -> None:
             gpus=gpus,
             kernel_id=cluster_records.current_kernel_id(),
             started_at=current.started_at,
+            members=tuple(_members(current)),
         )
         if current.record_path is not None and current.record_path.name != record.filename:
             cluster_records.remove_record(current.record_path)
@@ -443,6 +560,45 @@ def _write_record(current: ActiveCluster) -> None:
                 f"written ({one_line(error)})",
                 file=sys.stderr,
             )
+
+
+def _members(current: ActiveCluster) -> list[dict[str, Any]]:
+    members = current.telemetry.members_json() if current.telemetry is not None else []
+    kernel = _kernel_member()
+    return [*members, kernel] if kernel is not None else members
+
+
+def _kernel_member() -> dict[str, Any] | None:
+    """The kernel's own GPU memory (its CuPy/RMM pool), as a record member; ``None`` when it holds none."""
+    held = process_memory.pool_bytes() if process_memory.has_cuda_context() else None
+    devices = _local_devices()
+    if not held or not held[0] or not devices:
+        return None
+    device = devices[0]
+    return {
+        "name": "kernel",
+        "address": "",
+        "host": "127.0.0.1",
+        "host_label": socket.gethostname(),
+        "pid": os.getpid(),
+        "role": "kernel",
+        "gpus": [
+            {
+                "index": 0,
+                "nvml_index": None,
+                "uuid": device.uuid,
+                "name": device.name,
+                "label": "GPU 0",
+                "memory_total": device.memory_total,
+                "memory_used": None,
+                "gpu_util": None,
+                "process_memory": held[0],
+                "process_memory_source": held[1],
+                "error": None,
+            }
+        ],
+        "time": time.time(),
+    }
 
 
 def _register_atexit() -> None:

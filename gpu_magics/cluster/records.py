@@ -18,7 +18,7 @@ from typing import Any
 
 RUNTIME_DIR_ENV = "GPU_MAGICS_RUNTIME_DIR"
 PREFIX = "gpu-magics-cluster-"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: members (the workers and their GPUs, from their own reports)
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,13 @@ class ClusterRecord:
     pid: int = field(default_factory=os.getpid)
     kernel_id: str | None = None
     started_at: float = field(default_factory=time.time)  # seconds since the epoch
+    members: tuple[dict[str, Any], ...] = ()  # workers (and the kernel) with their GPUs: types.ts IClusterMember
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
         data = asdict(self)
         data["gpus"] = list(self.gpus)
+        data["members"] = [dict(member) for member in self.members]
         data["version"] = SCHEMA_VERSION
         return data
 
@@ -55,6 +57,7 @@ class ClusterRecord:
             pid=int(data["pid"]),
             kernel_id=None if data.get("kernel_id") is None else str(data["kernel_id"]),
             started_at=float(data["started_at"]),
+            members=tuple(dict(member) for member in data.get("members") or () if isinstance(member, dict)),
         )
 
     @property

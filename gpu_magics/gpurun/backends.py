@@ -46,13 +46,14 @@ class BackendPlan:
     gpu_indices: tuple[int, ...] = ()
     client: Client | None = None
     notes: tuple[str, ...] = ()
+    annotations: dict[str, Any] = field(default_factory=dict)  # dask.annotate(...) for the cell's tasks
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[None]:
         """Apply the dask configuration for the duration of the block (and make the plan's client the current
         one: the config names the distributed scheduler, never the ``Client`` object, so the config stays
         picklable for the processes a nanny starts while the cell runs)."""
-        with dask.config.set(self.config):
+        with dask.config.set(self.config), dask.annotate(**self.annotations):
             if self.client is None:
                 yield
             else:
@@ -257,8 +258,19 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
             "%%gpurun multi-gpu: the cluster has no workers; add some with %gpucluster scale N "
             "(or start a new one with %gpucluster --replace)"
         )
-    on_gpus = lifecycle.has_gpu_workers()
-    notes = () if on_gpus else ("the cluster has CPU workers only: numpy chunks on those workers",)
+    with_gpu, without_gpu = lifecycle.split_workers_by_gpu()
+    on_gpus = bool(with_gpu)
+    notes: tuple[str, ...] = ()
+    annotations: dict[str, Any] = {}
+    if not on_gpus:
+        notes = ("the cluster has CPU workers only: numpy chunks on those workers",)
+    elif without_gpu:
+        gpu_count, cpu_count = len(with_gpu), len(without_gpu)
+        notes = (
+            f"the cluster mixes {gpu_count} GPU worker{'s' if gpu_count != 1 else ''} and {cpu_count} without a "
+            f"GPU: this cell's dask tasks run on the GPU workers only (CuPy chunks); the others stay idle",
+        )
+        annotations = {"workers": sorted(with_gpu), "allow_other_workers": False}
     return BackendPlan(
         name="multi-gpu",
         hardware=lifecycle.describe_hardware(),
@@ -266,6 +278,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
         config={"scheduler": "dask.distributed", "array.backend": "cupy" if on_gpus else "numpy"},
         client=client,
         notes=notes,
+        annotations=annotations,
     )
 
 

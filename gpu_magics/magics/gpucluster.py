@@ -6,7 +6,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
-from traitlets import Bool
+from traitlets import Bool, Float
 
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster import shutdown
@@ -24,6 +24,14 @@ class ClusterMagics(Magics):
             "At %load_ext, launch the process that %gpucluster's workers fork from, so that its imports "
             "(dask, distributed, dask-cuda, CuPy) are done before the first %gpucluster. It is idle, holds no "
             "GPU memory and exits with the kernel."
+        ),
+    ).tag(config=True)
+
+    telemetry_interval = Float(
+        1.0,
+        help=(
+            "Seconds between the GPU reports each worker sends to this kernel (utilization, memory, what its "
+            "process holds), which feed the panels, %gpucluster status and the side panel. 0 turns them off."
         ),
     ).tag(config=True)
 
@@ -71,7 +79,7 @@ class ClusterMagics(Magics):
             print(cluster.stop())
             return
         if action == "start":
-            info = cluster.start(options)
+            info = cluster.start(options, telemetry_interval=max(0.0, self.telemetry_interval))
         elif action == "status":
             if cluster.active() is None:
                 print(f"{PROG}: no cluster is running; start one with {PROG} or {PROG} --cpu-workers N")

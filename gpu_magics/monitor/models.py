@@ -46,6 +46,16 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] | None
     mig_parent: str | None = None  # UUID of the GPU a MIG instance belongs to
     error: str | None = None  # why this device could not be read
+    host: str | None = None  # the host it was read on, when another process reported it (a cluster worker)
+
+    @property
+    def label(self) -> str:
+        """How every view names it: ``"GPU 0"`` here, ``"gpu-node-1 · GPU 2"`` on a cluster worker's host
+        (numbered as that host's ``nvidia-smi`` does)."""
+        if self.host is None:
+            return f"GPU {self.index}"
+        number = self.nvml_index if self.nvml_index is not None else self.index
+        return f"{self.host} · GPU {number}"
 
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -316,6 +316,7 @@ class GpuSummary:
     peak_power: float | None
     peak_temperature: float | None
     error: str | None  # the last error seen, if any
+    label: str = ""  # how views name it: "GPU 0", or "gpu-node-1 · GPU 2" for a cluster worker's GPU
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -348,6 +349,7 @@ def _summary(readings: list[GpuReading]) -> GpuSummary:
         peak_power=_peak(r.power for r in readings),
         peak_temperature=_peak(r.temperature for r in readings),
         error=errors[-1] if errors else None,
+        label=last.label,
     )
 
 

@@ -25,6 +25,8 @@ export interface IGpuReading {
   processes: IGpuProcess[] | null;
   mig_parent: string | null;
   error: string | null;
+  /** The host it was read on when a cluster worker reported it; null for this server's host. */
+  host: string | null;
 }
 
 export interface IHostReading {
@@ -48,10 +50,53 @@ export interface IServerConfig {
   source: string;
 }
 
+/** One GPU a cluster worker uses, as the worker reported it about itself (live). */
+export interface IMemberGpu {
+  /** Index within the worker's CUDA_VISIBLE_DEVICES. */
+  index: number;
+  /** The GPU's number on its host (as nvidia-smi counts), where known. */
+  nvml_index: number | null;
+  uuid: string;
+  name: string;
+  /** "127.0.0.2 · GPU 1": host and GPU, as every view names it. */
+  label: string;
+  memory_total: number | null;
+  memory_used: number | null;
+  gpu_util: number | null;
+  /** Bytes the worker process itself holds on this GPU (its CuPy/RMM pool, or NVML's figure for its pid). */
+  process_memory: number | null;
+  /** Where process_memory came from: 'cupy', 'rmm', 'nvml' or null. */
+  process_memory_source: string | null;
+  /** Why this GPU could not be read (it is shown as unreadable). */
+  error: string | null;
+}
+
+/** One worker of a cluster and its GPUs, from the telemetry it streams to the kernel. */
+export interface IClusterMember {
+  name: string;
+  address: string;
+  /** The host part of the worker's address. */
+  host: string;
+  /** The host as shown: its hostname where that is unique in the cluster, else its address. */
+  host_label: string;
+  pid: number | null;
+  /** 'kernel' for the kernel's own process, else 'worker'. */
+  role: string;
+  gpus: IMemberGpu[];
+  /** When the worker's last reading was taken (seconds since the epoch). */
+  time: number | null;
+}
+
 export interface ICluster {
   name: string;
   scheduler_address: string;
   dashboard_url: string | null;
+  /** The dashboard link for this browser (through jupyter-server-proxy where the server has it). */
+  dashboard_link: string | null;
+  /** Why dashboard_link may not open from the browser, or null. */
+  dashboard_note: string | null;
+  /** The workers (and the kernel itself, role 'kernel') with their GPUs, live. */
+  members: IClusterMember[];
   kind: string;
   workers: number;
   gpus: string[];
@@ -73,6 +118,14 @@ export interface IHolder {
   path: string | null;
   cluster: string | null;
   role: 'kernel' | 'worker' | 'child' | 'other';
+  /** Host and GPU as every view names it ("127.0.0.2 · GPU 1", or "GPU 0" on this host). */
+  gpu_label: string;
+  /** The host the process runs on, null for this server's host. */
+  host: string | null;
+  /** The cluster worker's name, where the process is one. */
+  worker: string | null;
+  /** Where the row comes from: NVML's process list, the process's own report, or both agreeing. */
+  source: 'nvml' | 'self-report' | 'nvml+self-report';
 }
 
 export interface IProcessesReply {

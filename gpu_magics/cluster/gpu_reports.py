@@ -1,0 +1,152 @@
+"""What a cluster worker reports about its own GPUs: the telemetry message, as plain frozen data (no I/O).
+
+Workers build ``WorkerReport``s (``cluster.telemetry_plugin``) and send them with distributed's events
+(``Worker.log_event`` on ``TOPIC``); the kernel turns them back (``WorkerReport.from_message``) and names
+their GPUs (``host_labels``). Messages are msgpack-ready dicts with a version, so a kernel can ignore what a
+newer or older worker sends instead of failing on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from gpu_magics.monitor.models import GpuReading
+
+TOPIC = "gpu-magics-telemetry"
+VERSION = 1
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+@dataclass(frozen=True)
+class ReportedGpu:
+    """One GPU as a worker sees it, plus what the worker process itself holds on it."""
+
+    index: int  # within the worker's CUDA_VISIBLE_DEVICES: 0 is the device its tasks use
+    nvml_index: int | None  # as the host's nvidia-smi numbers it
+    uuid: str
+    name: str
+    memory_total: int | None = None
+    memory_used: int | None = None
+    gpu_util: float | None = None
+    memory_util: float | None = None
+    temperature: float | None = None
+    power: float | None = None
+    power_limit: float | None = None
+    process_memory: int | None = None  # bytes held by the reporting process
+    process_memory_source: str | None = None  # "rmm", "cupy" or "nvml"
+    error: str | None = None
+
+    @classmethod
+    def from_reading(cls, reading: GpuReading, process_memory: tuple[int | None, str | None]) -> ReportedGpu:
+        held, source = process_memory
+        return cls(
+            index=reading.index,
+            nvml_index=reading.nvml_index,
+            uuid=reading.uuid,
+            name=reading.name,
+            memory_total=reading.memory_total,
+            memory_used=reading.memory_used,
+            gpu_util=reading.gpu_util,
+            memory_util=reading.memory_util,
+            temperature=reading.temperature,
+            power=reading.power,
+            power_limit=reading.power_limit,
+            process_memory=held,
+            process_memory_source=source if held is not None else None,
+            error=reading.error,
+        )
+
+    def reading(self, *, index: int, host: str | None) -> GpuReading:
+        """As a monitor reading: ``index`` is its key in the kernel's view, ``host`` its host label (``None``
+        when the kernel sees this GPU itself, as GPU ``index``)."""
+        return GpuReading(
+            index=index,
+            nvml_index=self.nvml_index,
+            name=self.name,
+            uuid=self.uuid,
+            memory_total=self.memory_total,
+            memory_used=self.memory_used,
+            gpu_util=self.gpu_util,
+            memory_util=self.memory_util,
+            temperature=self.temperature,
+            power=self.power,
+            power_limit=self.power_limit,
+            sm_clock=None,
+            pcie_rx=None,
+            pcie_tx=None,
+            nvlink_rx=None,
+            nvlink_tx=None,
+            processes=None,
+            error=self.error,
+            host=host,
+        )
+
+
+_GPU_FIELDS = {f.name for f in fields(ReportedGpu)}
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """One worker's GPUs at one moment (or, with ``gone``, that it is leaving)."""
+
+    worker: str  # the worker's address
+    name: str
+    host: str  # the host part of its address
+    hostname: str
+    pid: int
+    time: float  # seconds since the epoch, on the worker
+    interval: float  # seconds until its next report
+    gpus: tuple[ReportedGpu, ...] = ()
+    status: str | None = None  # why its GPUs could not be read at all (no driver, no GPU)
+    gone: bool = False
+
+    def to_message(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["gpus"] = [asdict(gpu) for gpu in self.gpus]
+        data["v"] = VERSION
+        return data
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> WorkerReport:
+        """The inverse of ``to_message``; ``ValueError`` for anything else (another version, missing fields)."""
+        try:
+            if message.get("v") != VERSION:
+                raise ValueError(f"telemetry version {message.get('v')!r}, expected {VERSION}")
+            gpus = tuple(
+                ReportedGpu(**{key: value for key, value in gpu.items() if key in _GPU_FIELDS})
+                for gpu in message.get("gpus") or ()
+            )
+            return cls(
+                worker=str(message["worker"]),
+                name=str(message["name"]),
+                host=str(message["host"]),
+                hostname=str(message.get("hostname") or message["host"]),
+                pid=int(message["pid"]),
+                time=float(message["time"]),
+                interval=float(message["interval"]),
+                gpus=gpus,
+                status=None if message.get("status") is None else str(message["status"]),
+                gone=bool(message.get("gone", False)),
+            )
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"not a telemetry message: {error!r}") from None
+
+
+def is_this_host(host: str, hostname: str, local_hostname: str) -> bool:
+    """Whether a worker at address host ``host`` on ``hostname`` runs on the kernel's machine: the usual
+    loopback address (127.0.0.1, ::1, localhost) and the same hostname. Other loopback addresses
+    (127.0.0.2, ...) stand for other hosts, as they do in tests."""
+    return host in LOOPBACK_NAMES and hostname == local_hostname
+
+
+def host_labels(reports: Iterable[WorkerReport]) -> dict[str, str]:
+    """Address host -> how views name it: its hostname where no other address host has that hostname, else
+    the address itself (several workers on one machine with different addresses, as in tests)."""
+    hostnames: dict[str, set[str]] = {}
+    by_host: dict[str, str] = {}
+    for report in reports:
+        by_host[report.host] = report.hostname
+        hostnames.setdefault(report.hostname, set()).add(report.host)
+    return {host: name if len(hostnames[name]) == 1 else host for host, name in by_host.items()}

@@ -1,0 +1,347 @@
+"""In the kernel: the cluster's GPUs as its workers report them (``ClusterTelemetry``).
+
+``start`` registers the ``GpuTelemetry`` worker plugin (the scheduler installs it on every worker, also on those
+that join or restart later) and subscribes to its topic. Each report replaces that worker's previous one; a
+worker that says it is leaving, or has not reported for a few intervals (killed, or its host gone), drops out.
+From the reports come: the cluster's GPUs, each counted once and named by host (``members``, ``gpu_readings``),
+what each worker process holds on them, and a snapshot feed with the sampler's interface (``feed``), which the
+live panel and the cell summary read for ``%%gpurun multi-gpu`` and which ``%gpumonitor`` shows.
+
+Events arrive on the client's event-loop thread: the handler only parses and stores, under a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpu_magics.cluster.gpu_reports import TOPIC, ReportedGpu, WorkerReport, host_labels, is_this_host
+from gpu_magics.cluster.info import WorkerGpu
+from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+_log = logging.getLogger(__name__)
+
+STALE_INTERVALS = 3.0  # reports missed before a worker counts as gone
+MIN_STALE_S = 3.0
+REMOTE_INDEX_BASE = 1000  # keys of GPUs the kernel cannot see itself start here (theirs: 0, 1, ...)
+HISTORY = 600  # snapshots kept for the feed
+
+
+@dataclass(frozen=True)
+class ClusterGpu:
+    """One GPU of the cluster, counted once: which worker uses it and how views name it."""
+
+    key: int  # unique in this kernel: the kernel's own GPU index where it sees the GPU, else from 1000
+    host: str  # the address host of the worker
+    host_label: str | None  # None when the kernel sees this GPU itself (then it is "GPU <key>")
+    worker: str  # the address of the worker that uses it
+    gpu: ReportedGpu
+
+    @property
+    def label(self) -> str:
+        return self.reading().label
+
+    def reading(self) -> GpuReading:
+        return self.gpu.reading(index=self.key, host=self.host_label)
+
+
+@dataclass(frozen=True)
+class Member:
+    """A worker with the GPUs it uses (each GPU under exactly one worker)."""
+
+    report: WorkerReport
+    host_label: str
+    gpus: tuple[ClusterGpu, ...]
+    received: float  # time.time() in the kernel when its last report came
+
+
+class ClusterTelemetry:
+    """Receives and keeps the GPU reports of one cluster's workers."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        interval: float,
+        local_uuids: Mapping[str, int] | None = None,
+        local_hostname: str | None = None,
+    ) -> None:
+        self.client = client
+        self.interval = interval
+        self._local_uuids = dict(local_uuids or {})  # uuid -> the kernel's own index for GPUs it sees
+        self._local_hostname = local_hostname or socket.gethostname()
+        self._lock = threading.Lock()
+        self._reports: dict[str, tuple[WorkerReport, float]] = {}  # worker address -> (report, received)
+        self._keys: dict[tuple[str, str], int] = {}  # (host, uuid) -> key
+        self._history: deque[Snapshot] = deque(maxlen=HISTORY)
+        self._subscribers: list[Callable[[Snapshot], None]] = []
+        self._last_emit = 0.0
+        self.version = 0  # counts the reports received: a cheap "has anything changed"
+        self.ignored = 0  # messages that were not telemetry this kernel understands
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Install the plugin on every worker (now and later) and listen to its reports."""
+        from gpu_magics.cluster.telemetry_plugin import GpuTelemetry
+
+        self.client.subscribe_topic(TOPIC, self._on_event)
+        self.client.register_plugin(GpuTelemetry(self.interval))
+        self._started = True
+
+    def close(self, *, unregister: bool) -> None:
+        """Stop listening; ``unregister`` also stops the plugin on the workers (an attached cluster, which
+        keeps running without this kernel)."""
+        if not self._started:
+            return
+        self._started = False
+        from gpu_magics.cluster.telemetry_plugin import PLUGIN_NAME
+
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(TOPIC)
+        if unregister:
+            with contextlib.suppress(Exception):
+                self.client.unregister_worker_plugin(PLUGIN_NAME)
+        with self._lock:
+            self._subscribers.clear()
+
+    # -- receiving ---------------------------------------------------------------------------------------
+
+    def _on_event(self, event: Any) -> None:
+        try:
+            _, message = event
+            report = WorkerReport.from_message(message)
+        except (ValueError, TypeError):
+            self.ignored += 1
+            return
+        self.receive(report)
+
+    def receive(self, report: WorkerReport, received: float | None = None) -> None:
+        """Keep ``report`` (the event handler calls this; tests may too)."""
+        now = time.time() if received is None else received
+        with self._lock:
+            if report.gone:
+                self._reports.pop(report.worker, None)
+            else:
+                self._reports[report.worker] = (report, now)
+            self.version += 1
+            due = now - self._last_emit >= self._emit_gap()
+            if due:
+                self._last_emit = now
+        if due:
+            self._emit(now)
+
+    def _emit_gap(self) -> float:
+        return max(0.05, 0.5 * self.interval)
+
+    def _emit(self, now: float) -> None:
+        snapshot = self.snapshot(now)
+        with self._lock:
+            self._history.append(snapshot)
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            try:
+                callback(snapshot)
+            except Exception:
+                _log.exception("GPU telemetry subscriber failed")
+
+    # -- what the reports say ----------------------------------------------------------------------------
+
+    def fresh_reports(self, now: float | None = None) -> list[tuple[WorkerReport, float]]:
+        """The latest report of each worker still heard from, by worker name."""
+        now = time.time() if now is None else now
+        with self._lock:
+            reports = list(self._reports.values())
+        return sorted(
+            (pair for pair in reports if now - pair[1] <= max(MIN_STALE_S, STALE_INTERVALS * pair[0].interval)),
+            key=lambda pair: _natural(pair[0].name),
+        )
+
+    def members(self, now: float | None = None) -> list[Member]:
+        """Each worker heard from lately, with the GPUs it uses; a GPU that several workers see (dask-cuda
+        workers see every GPU of their host) goes to the worker that computes on it (its index 0)."""
+        reports = self.fresh_reports(now)
+        labels = host_labels(report for report, _ in reports)
+        owner: dict[tuple[str, str], tuple[str, ReportedGpu]] = {}
+        for report, _ in reports:
+            for gpu in report.gpus:
+                key = (report.host, gpu.uuid)
+                if key not in owner or (gpu.index == 0 and owner[key][1].index != 0):
+                    owner[key] = (report.worker, gpu)
+        members = []
+        for report, received in reports:
+            mine = [
+                self._cluster_gpu(report, labels[report.host], gpu)
+                for gpu in report.gpus
+                if owner[(report.host, gpu.uuid)][0] == report.worker
+            ]
+            mine.sort(key=lambda g: g.gpu.nvml_index if g.gpu.nvml_index is not None else g.gpu.index)
+            members.append(Member(report, labels[report.host], tuple(mine), received))
+        return members
+
+    def gpus(self, now: float | None = None) -> list[ClusterGpu]:
+        """Every GPU of the cluster once, by host then number."""
+        found = [gpu for member in self.members(now) for gpu in member.gpus]
+        return sorted(found, key=lambda g: (g.host_label is not None, g.host_label or "", g.key))
+
+    def has_gpus(self) -> bool:
+        return any(report.gpus for report, _ in self.fresh_reports())
+
+    def worker_gpus(self, now: float | None = None) -> dict[str, tuple[str, tuple[WorkerGpu, ...]]]:
+        """Worker address -> (its host label, its GPUs) for ``%gpucluster status``."""
+        return {
+            member.report.worker: (
+                member.host_label,
+                tuple(
+                    WorkerGpu(
+                        label=gpu.label,
+                        name=gpu.gpu.name,
+                        uuid=gpu.gpu.uuid,
+                        memory_used=gpu.gpu.memory_used,
+                        memory_total=gpu.gpu.memory_total,
+                        gpu_util=gpu.gpu.gpu_util,
+                        process_memory=gpu.gpu.process_memory,
+                        error=gpu.gpu.error,
+                    )
+                    for gpu in member.gpus
+                ),
+            )
+            for member in self.members(now)
+        }
+
+    def members_json(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The members as the discovery record holds them (``labextension/src/types.ts``: IClusterMember);
+        each worker also lists what its process holds on GPUs that another worker uses."""
+        found = []
+        for member in self.members(now):
+            report = member.report
+            used = {gpu.gpu.uuid for gpu in member.gpus}
+            extra = [
+                self._cluster_gpu(report, member.host_label, gpu)
+                for gpu in report.gpus
+                if gpu.uuid not in used and gpu.process_memory
+            ]
+            found.append(
+                {
+                    "name": report.name,
+                    "address": report.worker,
+                    "host": report.host,
+                    "host_label": member.host_label,
+                    "pid": report.pid,
+                    "role": "worker",
+                    "gpus": [gpu_json(gpu) for gpu in (*member.gpus, *extra)],
+                    "time": report.time,
+                }
+            )
+        return found
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        """The cluster's GPUs now, as one monitor snapshot (no host reading: the workers' hosts are many)."""
+        now = time.time() if now is None else now
+        reports = self.fresh_reports(now)
+        status = None
+        if not reports:
+            status = "no worker has reported its GPUs yet"
+        elif not any(report.gpus for report, _ in reports):
+            status = next((report.status for report, _ in reports if report.status), "the workers have no GPU")
+        host = HostReading(cpu_percent=None, memory_used=None, memory_total=None, cpu_count=0)
+        readings = tuple(gpu.reading() for gpu in self.gpus(now))
+        return Snapshot(time=now, gpus=readings, host=host, status=status)
+
+    def _cluster_gpu(self, report: WorkerReport, host_label: str, gpu: ReportedGpu) -> ClusterGpu:
+        here = is_this_host(report.host, report.hostname, self._local_hostname)
+        local_index = self._local_uuids.get(gpu.uuid) if here else None
+        if local_index is not None:
+            return ClusterGpu(key=local_index, host=report.host, host_label=None, worker=report.worker, gpu=gpu)
+        with self._lock:
+            key = self._keys.setdefault((report.host, gpu.uuid), REMOTE_INDEX_BASE + len(self._keys))
+        return ClusterGpu(key=key, host=report.host, host_label=host_label, worker=report.worker, gpu=gpu)
+
+    # -- the sampler's interface, for the live panel and the cell summary -----------------------------
+
+    def feed(self) -> TelemetryFeed:
+        return TelemetryFeed(self)
+
+    def history(self, since: float | None = None) -> list[Snapshot]:
+        with self._lock:
+            snapshots = list(self._history)
+        return snapshots if since is None else [s for s in snapshots if s.time > since]
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> Callable[[], None]:
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+
+class TelemetryFeed:
+    """The cluster's GPU snapshots behind the ``Sampler`` methods that the live panel and the cell monitor
+    use (``history``, ``subscribe``, ``latest``, ``tick``); starting and stopping it is the cluster's job."""
+
+    running = True
+
+    def __init__(self, telemetry: ClusterTelemetry) -> None:
+        self.telemetry = telemetry
+        self.interval = telemetry.interval
+
+    def history(self, since: float | None = None) -> list[Snapshot]:
+        return self.telemetry.history(since)
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> Callable[[], None]:
+        return self.telemetry.subscribe(callback)
+
+    def latest(self) -> Snapshot | None:
+        history = self.telemetry.history()
+        return history[-1] if history else None
+
+    def tick(self) -> Snapshot:
+        """A snapshot of the newest reports now (kept in the history, like a sampler's tick)."""
+        now = time.time()
+        self.telemetry._emit(now)
+        latest = self.latest()
+        assert latest is not None
+        return latest
+
+    def start(self) -> None:
+        """Nothing to start: the workers sample while the cluster runs."""
+
+    def stop(self) -> None:
+        """Nothing to stop (see ``start``)."""
+
+
+def gpu_json(gpu: ClusterGpu) -> dict[str, Any]:
+    """One member GPU as the record holds it (types.ts: IMemberGpu)."""
+    reported = gpu.gpu
+    return {
+        "index": reported.index,
+        "nvml_index": reported.nvml_index,
+        "uuid": reported.uuid,
+        "name": reported.name,
+        "label": gpu.label,
+        "memory_total": reported.memory_total,
+        "memory_used": reported.memory_used,
+        "gpu_util": reported.gpu_util,
+        "process_memory": reported.process_memory,
+        "process_memory_source": reported.process_memory_source,
+        "error": reported.error,
+    }
+
+
+def _natural(name: str) -> tuple[int, int | str]:
+    return (0, int(name)) if name.isdigit() else (1, name)

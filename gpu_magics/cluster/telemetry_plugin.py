@@ -1,0 +1,119 @@
+"""In each cluster worker: sample its GPUs and stream them to the kernel (``GpuTelemetry``, a worker plugin).
+
+The plugin runs the project's own ``Sampler`` in the worker process, on the source ``$GPU_MAGICS_SOURCE``
+names there (NVML unless it says ``fake``), and sends each snapshot as a ``WorkerReport`` with
+``Worker.log_event`` on ``gpu_reports.TOPIC``: the worker's batched stream carries it to the scheduler,
+which forwards it to the subscribed clients (the kernel). Registered with ``Client.register_plugin``, the
+scheduler installs it on every worker that joins later or restarts. Nothing here needs distributed's NVML
+diagnostics, and a GPU that cannot be read is reported as such instead of failing the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict
+from typing import Any
+
+from distributed import WorkerPlugin
+from distributed.comm import get_address_host
+
+from gpu_magics.cluster.gpu_reports import TOPIC, ReportedGpu, WorkerReport
+from gpu_magics.cluster.process_memory import held_on
+from gpu_magics.monitor.models import Snapshot
+
+PLUGIN_NAME = "gpu-magics-telemetry"
+DEFAULT_INTERVAL = 1.0  # seconds between reports
+SLOW_INTERVAL = 5.0  # seconds between reads of the processes on each GPU (NVML's per-process memory)
+
+_log = logging.getLogger(__name__)
+
+
+class GpuTelemetry(WorkerPlugin):
+    """Streams this worker's GPU readings every ``interval`` seconds while the worker runs."""
+
+    name = PLUGIN_NAME
+    idempotent = False  # registering again (a new interval) replaces the running one
+
+    def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
+        self.interval = float(interval)
+        self._sampler: Any = None
+        self._unsubscribe: Any = None
+        self._worker: Any = None
+        self._host = ""
+        self._hostname = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"interval": self.interval}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(float(state["interval"]))  # type: ignore[misc]
+
+    def setup(self, worker: Any) -> None:
+        from gpu_magics.monitor.sampler import Sampler
+
+        self._worker = worker
+        self._host = get_address_host(worker.address)
+        self._hostname = socket.gethostname()
+        try:
+            self._sampler = Sampler(interval=self.interval, slow_interval=SLOW_INTERVAL, history=2)
+        except ValueError as error:  # $GPU_MAGICS_SOURCE names no source: say so in every report
+            self._sampler = None
+            self._send(WorkerReport(**self._identity(), status=f"GPU source: {error}"))
+            return
+        self._unsubscribe = self._sampler.subscribe(self._on_snapshot)
+        self._sampler.start()
+
+    def teardown(self, worker: Any) -> None:
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.close()
+        with contextlib.suppress(Exception):  # the worker may be closing its stream already
+            self._send(WorkerReport(**self._identity(), gone=True))
+
+    def _identity(self) -> dict[str, Any]:
+        worker = self._worker
+        return {
+            "worker": str(worker.address),
+            "name": str(worker.name),
+            "host": self._host,
+            "hostname": self._hostname,
+            "pid": os.getpid(),
+            "time": time.time(),
+            "interval": self.interval,
+        }
+
+    def _on_snapshot(self, snapshot: Snapshot) -> None:
+        gpus = tuple(ReportedGpu.from_reading(reading, held_on(reading)) for reading in snapshot.gpus)
+        report = WorkerReport(**{**self._identity(), "time": snapshot.time}, gpus=gpus, status=snapshot.status)
+        self._send(report)
+
+    def _send(self, report: WorkerReport) -> None:
+        worker = self._worker
+        if worker is None or getattr(worker, "status", None) is None:
+            return
+        try:
+            worker.log_event(TOPIC, report.to_message())
+        except Exception:  # never let telemetry disturb the worker
+            _log.debug("sending GPU telemetry failed", exc_info=True)
+
+
+def describe_gpus(dask_worker: Any = None) -> list[dict[str, Any]]:
+    """``client.run`` target: this worker's GPUs (model, UUID, memory, indices), read now; ``[]`` without any."""
+    from gpu_magics.monitor.sources import default_source
+
+    try:
+        source = default_source()
+    except ValueError:
+        return []
+    try:
+        readings, _ = source.read(slow=False)
+    finally:
+        source.close()
+    return [asdict(ReportedGpu.from_reading(reading, (None, None))) for reading in readings if not reading.error]

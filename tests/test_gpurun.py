@@ -272,9 +272,13 @@ def test_compare_all_runs_what_this_machine_can(ip: InteractiveShell) -> None:
         run(ip, "--compare all -q -o t_cmp", "21 * 2")
     comparison = ip.user_ns["t_cmp"]
     assert [row.result.backend for row in comparison.rows] == ["cpu-single", "cpu-threads"]
-    notes = " ".join(comparison.rows[0].result.notes)
-    assert "gpu skipped (CuPy is not installed)" in notes
-    assert "multi-gpu skipped" in notes
+    assert comparison.rows[0].result.notes == ()  # skipped backends are not the reference's notes
+    assert [name for name, _ in comparison.skipped] == ["gpu", "multi-gpu"]
+    skipped = str(comparison).splitlines()[-1]
+    assert skipped.startswith("Skipped: gpu (CuPy is not installed); multi-gpu (")
+    assert "note" not in str(comparison)
+    html = comparison._repr_html_()
+    assert html.index("Skipped: gpu") < html.index("<svg")  # under the table, above the bars
 
 
 def test_compare_with_one_backend_is_still_a_comparison(ip: InteractiveShell) -> None:
@@ -293,3 +297,32 @@ def test_arrays_the_cell_makes_itself_are_not_flagged(ip: InteractiveShell) -> N
     plan = backends.BackendPlan(name="gpu", hardware="1x test", chunk_type="cupy")
     notes = run_module.chunk_mismatches(ip, compiled, plan)
     assert len(notes) == 1 and notes[0].startswith("t_m has numpy chunks")
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "import asyncio\nt_ran = True\nawait asyncio.sleep(0)\n",
+        "import asyncio\nt_ran = [await asyncio.sleep(0, i) for i in range(2)]\n",
+        "t_ran = True\nasync for t_i in t_source():\n    pass\n",
+        "async with t_lock:\n    t_ran = True\n",
+    ],
+)
+def test_top_level_await_is_a_one_line_usage_error(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], cell: str
+) -> None:
+    with pytest.raises(UsageError) as caught:
+        run(ip, "cpu-single", cell)
+    message = str(caught.value)
+    assert "top-level await" in message and "\n" not in message
+    assert "t_ran" not in ip.user_ns  # nothing of the cell ran
+    outcome = ip.run_cell(f"%%gpurun cpu-single\n{cell}")
+    text = "".join(capsys.readouterr())
+    assert "top-level await" in text
+    assert "Traceback" not in text and "gpu_magics" not in text and "SyntaxError" not in text
+    assert not outcome.success
+
+
+def test_await_inside_a_function_still_runs(ip: InteractiveShell) -> None:
+    cell = "import asyncio\nasync def t_f():\n    await asyncio.sleep(0)\n    return 7\nasyncio.run(t_f())\n"
+    assert run(ip, "cpu-single -q", cell) == 7

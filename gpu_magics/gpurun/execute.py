@@ -8,14 +8,18 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.gpurun import task_count
+from gpu_magics.gpurun import cluster_loss, task_count
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
         shell.showsyntaxerror(filename)
         return None
     assert isinstance(module, ast.Module)
+    if has_top_level_await(module):
+        raise UsageError(TOP_LEVEL_AWAIT)
     statements = list(module.body)
     last = None
     if statements and isinstance(statements[-1], ast.Expr):
@@ -58,6 +64,26 @@ def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
     expression = compiler(last, filename, "eval") if last is not None else None
     silent = bool(shell.displayhook.semicolon_at_end_of_expression(source))
     return CompiledCell(body=body, last_expression=expression, names=names, silent=silent)
+
+
+TOP_LEVEL_AWAIT = (
+    "%%gpurun runs its cell synchronously, so top-level await (await, async for, async with) cannot run in it; "
+    "call the blocking form instead (.compute(), client.gather(futures)), or run this cell without %%gpurun"
+)
+_ASYNC_NODES = (ast.Await, ast.AsyncFor, ast.AsyncWith)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def has_top_level_await(module: ast.Module) -> bool:
+    """Whether the cell awaits outside any function (IPython would run such a cell as a coroutine)."""
+    pending: list[ast.AST] = list(module.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, _ASYNC_NODES):
+            return True
+        if not isinstance(node, _SCOPES):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _names_from_outside(module: ast.Module) -> frozenset[str]:
@@ -90,8 +116,9 @@ class Outcome:
         return isinstance(self.error, KeyboardInterrupt)
 
 
-def run_once(shell: InteractiveShell, cell: CompiledCell) -> Outcome:
-    """Run the cell in the user namespace; a user exception shows the user's traceback, not ours."""
+def run_once(shell: InteractiveShell, cell: CompiledCell, client: Client | None = None) -> Outcome:
+    """Run the cell in the user namespace; a user exception shows the user's traceback, not ours. ``client`` is
+    the cluster's client the cell runs on (``multi-gpu``), if any."""
     try:
         exec(cell.body, shell.user_global_ns, shell.user_ns)
         value = None
@@ -102,11 +129,23 @@ def run_once(shell: InteractiveShell, cell: CompiledCell) -> Outcome:
         if unsendable is not None:  # one line, not distributed's chain of serialization attempts
             print(f"{type(error).__name__}: {unsendable}", file=sys.stderr)
             return Outcome(error=error)
+        lost = _lost_cluster(error, client)
+        if lost is not None:  # one line, not "cancelled for reason: unknown" from inside the client
+            print(lost, file=sys.stderr)
+            return Outcome(error=error)
         # Drop this frame from the traceback: the user sees only the cell's own frames.
         user_frames = error.__traceback__.tb_next if error.__traceback__ is not None else None
         shell.showtraceback((type(error), error.with_traceback(user_frames), user_frames), tb_offset=0)
         return Outcome(error=error)
     return Outcome(value=value)
+
+
+def _lost_cluster(error: BaseException, client: Client | None) -> str | None:
+    if client is None:
+        return None
+    from gpu_magics.cluster import lifecycle
+
+    return cluster_loss.lost_cluster_message(error, client, lifecycle.active_client())
 
 
 _CANNOT_PICKLE = re.compile(r"cannot pickle '([^']+)' object")
@@ -160,7 +199,7 @@ def run_on_backend(
             for _ in range(repeat):
                 with task_count.counting(plan.client) as counted:
                     start = time.perf_counter()
-                    outcome = run_once(shell, cell)
+                    outcome = run_once(shell, cell, plan.client)
                     if not outcome.failed:
                         try:
                             plan.synchronize()

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from display_recording import recording
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -70,7 +71,7 @@ def test_live_panel_updates_in_place_and_stops() -> None:
         deadline = time.monotonic() + 10
         while len(sampler.history()) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
-        first = panel.widget.value
+        first = panel.html()
         assert "GPU 2" in first and "&lt;b&gt;panel&lt;/b&gt;" in first and "<polyline" in first
         count = len(sampler.history())
         while len(sampler.history()) == count and time.monotonic() < deadline:
@@ -81,6 +82,23 @@ def test_live_panel_updates_in_place_and_stops() -> None:
         panel.stop()
         sampler.close()
     assert not panel.running
+    assert sampler_threads() == []
+
+
+def test_gpumonitor_redraws_one_output_and_stop_leaves_its_last_view(ip: InteractiveShell, fake_gpus: None) -> None:
+    with recording(ip) as shown:
+        ip.run_line_magic("gpumonitor", "--interval 0.1")
+        deadline = time.monotonic() + 10
+        while len(shown.messages) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ip.run_line_magic("gpumonitor", "--stop")
+    assert len(shown.messages) >= 3 and all(m.update for m in shown.messages[1:])
+    outputs = shown.outputs()
+    assert len(outputs) == 1  # redrawn in place: plain HTML and text, no widget model to lose
+    (last,) = outputs.values()
+    assert set(last) == {"text/plain", "text/html"}
+    assert "every 100 ms · stopped" in last["text/html"] and "GPU 1" in last["text/html"]
+    assert last["text/plain"].startswith("GPUs (simulated: $GPU_MAGICS_SOURCE) · every 100 ms · stopped")
     assert sampler_threads() == []
 
 

@@ -3,16 +3,35 @@
 Bytes are in binary units (B, KiB, MiB, GiB, TiB), as NVML reports them and as the JupyterLab side panel
 writes them: ``format_bytes``, ``format_percent`` and ``format_number`` give the same strings as
 ``formatBytes``, ``formatPercent`` and ``formatNumber`` in ``labextension/src/format.ts`` (pinned by
-``tests/data/format_cases.json``). An unknown value reads as an en dash.
+``tests/data/format_cases.json``). An unknown value reads as an en dash. Durations are written by
+``format_seconds`` everywhere (``"518 ms"``, ``"2.31 s"``, ``"2 min 5 s"``); how long ago something started
+(a cluster's uptime) by ``format_age``, as the side panel's ``formatAge``.
+
+Styles follow the JupyterLab theme: its font variables and colour variables (with fallbacks for other front
+ends), so every display reads in light and dark themes alike.
 """
 
 from __future__ import annotations
 
+import html
 import math
+from collections.abc import Sequence
 from decimal import ROUND_HALF_UP, Decimal
 
-STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
-"""The inline style of every display's outer element."""
+STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:var(--jp-ui-font-size1,13px);line-height:1.4"
+"""The inline style of every display's outer element: the theme's UI font and type scale."""
+
+SMALL = "font-size:var(--jp-ui-font-size0,11px)"
+"""Secondary text (axis labels, footnotes): the theme's smaller size."""
+
+MUTED = "color:var(--jp-ui-font-color2,currentColor)"
+"""Secondary text's colour: the theme's dimmer text colour, readable in light and dark themes."""
+
+SUCCESS = "var(--jp-success-color1,#2e7d32)"
+WARN = "var(--jp-warn-color1,#ef6c00)"
+ERROR = "var(--jp-error-color1,#c62828)"
+STATUS_COLOURS = {"running": SUCCESS, "paused": WARN, "closing": ERROR, "closed": ERROR, "unreadable": ERROR}
+"""Colours of status words: the theme's success, warning and error colours."""
 
 DASH = "\u2013"
 """An unknown value."""
@@ -82,3 +101,54 @@ def format_seconds(seconds: float | None) -> str:
     if milliseconds >= 1:
         return f"{milliseconds:.3g} ms"
     return f"{seconds * 1e6:.3g} us"
+
+
+def format_age(started_at: float, now: float) -> str:
+    """How long ago ``started_at`` was (seconds since the epoch): ``'3 s'``, ``'5 min'``, ``'2.5 h'``."""
+    seconds = max(0, _round(now - started_at))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{_round(seconds / 60)} min"
+    return f"{_to_fixed(seconds / 3600, 1)} h"
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = ()) -> list[str]:
+    """Plain-text table lines: columns two spaces apart, the ``numeric`` columns right-aligned."""
+    table = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    return [
+        "  ".join(
+            cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i]) for i, cell in enumerate(line)
+        ).rstrip()
+        for line in table
+    ]
+
+
+def html_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = (), titles: Sequence[str] = ()
+) -> str:
+    """An HTML table whose header and cells share each column's alignment (numbers right, text left).
+
+    ``rows`` hold HTML (escape text before); ``header`` is plain text. ``titles`` are optional hover texts,
+    one per row (for the first cell).
+    """
+
+    def align(i: int) -> str:
+        return "right" if i in numeric else "left"
+
+    head = "".join(
+        f"<th style='text-align:{align(i)};padding:2px 8px;font-weight:600'>{html.escape(name)}</th>"
+        for i, name in enumerate(header)
+    )
+    body = []
+    for position, row in enumerate(rows):
+        cells = []
+        for i, cell in enumerate(row):
+            title = f" title='{html.escape(titles[position], quote=True)}'" if i == 0 and position < len(titles) else ""
+            cells.append(f"<td style='text-align:{align(i)};padding:2px 8px'{title}>{cell}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        "<table style='border-collapse:collapse;margin:4px 0;font-size:inherit;table-layout:auto'>"
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from gpu_magics.display.format import STYLE, format_bytes, format_number, format_percent
+from gpu_magics.display.format import MUTED, STYLE, format_bytes, format_number, format_percent
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 
 _GPU_COLOUR = "#76b900"
@@ -65,7 +65,7 @@ def gpu_row(reading: GpuReading, history: Sequence[float | None]) -> str:
     """One live row: name, utilization and memory bars, temperature, power, recent utilization."""
     name = html.escape(f"GPU {reading.index} · {reading.name}")
     if reading.error is not None:
-        return f"<tr><td>{name}</td><td colspan='5' style='opacity:.75'>{html.escape(reading.error)}</td></tr>"
+        return f"<tr><td>{name}</td><td colspan='5' style='{MUTED}'>{html.escape(reading.error)}</td></tr>"
     memory_percent = (
         100 * reading.memory_used / reading.memory_total
         if reading.memory_used is not None and reading.memory_total
@@ -95,19 +95,23 @@ def host_line(host: HostReading) -> str:
     )
 
 
-def live_panel(snapshots: Sequence[Snapshot], title: str = "GPUs") -> str:
-    """The live panel for the newest of ``snapshots`` (older ones feed the sparklines)."""
+def live_panel(snapshots: Sequence[Snapshot], title: str = "GPUs", below_title: str = "") -> str:
+    """The live panel for the newest of ``snapshots`` (older ones feed the sparklines); ``below_title`` is
+    HTML shown under the title (a running cell's progress)."""
     if not snapshots:
-        return f"<div style='{STYLE}'>{html.escape(title)}: waiting for the first sample…</div>"
+        return (
+            f"<div class='gpu-magics-monitor' style='{STYLE}'>{html.escape(title)}: waiting for the first sample…"
+            f"{below_title}</div>"
+        )
     latest = snapshots[-1]
     rows = []
     for reading in latest.gpus:
         history = [_reading_util(s, reading.index) for s in snapshots]
         rows.append(gpu_row(reading, history))
-    status = f"<div style='opacity:.75'>{html.escape(latest.status)}</div>" if latest.status else ""
+    status = f"<div style='{MUTED}'>{html.escape(latest.status)}</div>" if latest.status else ""
     table = f"<table style='border-collapse:collapse'>{''.join(rows)}</table>" if rows else ""
     return (
-        f"<div class='gpu-magics-monitor' style='{STYLE}'><b>{html.escape(title)}</b>"
+        f"<div class='gpu-magics-monitor' style='{STYLE}'><b>{html.escape(title)}</b>{below_title}"
         f"{table}{status}{host_line(latest.host)}</div>"
     )
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import html
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.display import DisplayHandle, display
+from IPython.display import DisplayHandle
 
-from gpu_magics.display.format import STYLE, format_bytes, format_percent, format_seconds
+from gpu_magics.display.format import MUTED, STYLE, format_bytes, format_percent, format_seconds
 from gpu_magics.display.monitor_view import timeline
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.monitor.models import Snapshot
@@ -35,39 +35,42 @@ class MonitorFigures:
         if self.kind == "host" or not self.gpus:
             text = f"host CPU: mean {format_percent(self.host_mean_cpu)}, peak {format_percent(self.host_peak_cpu)}"
             return text + (f" ({self.status})" if self.status and self.kind == "gpu" else "")
-        return "; ".join(
+        return "\n".join(
             f"GPU {g.index}: mean util {format_percent(g.mean_gpu_util)}, "
             f"peak memory {format_bytes(g.peak_memory_used)}"
             for g in self.gpus
         )
 
     def short_html(self) -> str:
-        """One line for the run summary."""
-        return f"<br><span style='opacity:.85'>{html.escape(str(self))}</span>"
+        """The figures without charts, one line per GPU."""
+        return "<br>".join(html.escape(line) for line in str(self).splitlines())
 
     def _repr_html_(self) -> str:
+        footer = f"{self.samples} samples over {format_seconds(self.duration)}"
         if self.kind == "host" or not self.gpus:
             times, values = self.host_timeline
             chart = timeline(times, values, "#6b8fb5") if times else ""
+            status = f" ({html.escape(self.status)})" if self.status and self.kind == "gpu" else ""
             return (
-                f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>host CPU {chart} "
-                f"mean {format_percent(self.host_mean_cpu)}, peak {format_percent(self.host_peak_cpu)} "
-                f"over {format_seconds(self.duration)} ({self.samples} samples)</div>"
+                f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>host CPU: mean "
+                f"<b>{format_percent(self.host_mean_cpu)}</b>, peak <b>{format_percent(self.host_peak_cpu)}</b>"
+                f"{status} {chart} <span style='{MUTED}'>{footer}</span></div>"
             )
         rows = []
         for gpu in self.gpus:
             times, values = self.timelines.get(gpu.index, ((), ()))
             memory = f"{format_bytes(gpu.peak_memory_used)} / {format_bytes(gpu.memory_total)}"
+            right = "text-align:right;padding:1px 8px"
             rows.append(
-                f"<tr><td style='padding-right:8px'>{html.escape(f'GPU {gpu.index} · {gpu.name}')}</td>"
-                f"<td>{timeline(times, values, '#76b900') if times else ''}</td>"
-                f"<td style='padding:0 8px'>mean util <b>{format_percent(gpu.mean_gpu_util)}</b></td>"
-                f"<td>peak memory <b>{html.escape(memory)}</b></td></tr>"
+                f"<tr><td style='padding:1px 8px 1px 0'>{html.escape(f'GPU {gpu.index} · {gpu.name}')}</td>"
+                f"<td style='{right}'>mean util <b>{format_percent(gpu.mean_gpu_util)}</b></td>"
+                f"<td style='{right}'>peak memory <b>{html.escape(memory)}</b></td>"
+                f"<td style='padding:1px 0'>{timeline(times, values, '#76b900') if times else ''}</td></tr>"
             )
         return (
             f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>"
-            f"<table style='border-collapse:collapse'>{''.join(rows)}</table>"
-            f"<span style='opacity:.75'>{self.samples} samples over {format_seconds(self.duration)}</span></div>"
+            f"<table style='border-collapse:collapse;font-size:inherit'>{''.join(rows)}</table>"
+            f"<span style='{MUTED}'>{footer}</span></div>"
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -115,6 +118,19 @@ def figures_from(
     return MonitorFigures(**{**base.__dict__, "gpus": tuple(wanted), "timelines": timelines})
 
 
+def _cluster_feed(plan: BackendPlan) -> Sampler | None:
+    """For a cell on a cluster whose workers report GPUs: their readings (every GPU the cluster uses, on any
+    host), instead of this machine's GPUs."""
+    if plan.client is None:
+        return None
+    from gpu_magics.cluster import lifecycle
+
+    telemetry = lifecycle.telemetry()
+    if telemetry is None or telemetry.client is not plan.client or not telemetry.has_gpus():
+        return None
+    return cast(Sampler, telemetry.feed())  # the sampler's interface, as the live panel and history use it
+
+
 class CellMonitor:
     """A ``run.CellObserver``: samples while one backend runs the cell, with a live panel in a notebook."""
 
@@ -137,7 +153,7 @@ class CellMonitor:
         self._handle: DisplayHandle | None = None
 
     def start(self, plan: BackendPlan) -> None:
-        sampler = self._sampler = self._sampler or get_sampler()
+        sampler = self._sampler = _cluster_feed(plan) or self._sampler or get_sampler()
         self._plan = plan
         self._start = time.time()
         self._started_here = not sampler.running
@@ -145,11 +161,14 @@ class CellMonitor:
             sampler.start()
         sampler.tick()
         from gpu_magics.display.live import LivePanel, can_show_widgets
+        from gpu_magics.gpurun.progress import Progress
 
         if self.show_live and can_show_widgets(self.shell):
-            self._panel = LivePanel(sampler, title=f"{plan.name} · {plan.hardware}")
+            progress = Progress(plan.client)
+            progress.start()
+            self._panel = LivePanel(sampler, title=f"{plan.name} · {plan.hardware}", progress=progress)
+            self._handle = self._panel.show()
             self._panel.start()
-            self._handle = display(self._panel, display_id=True)
 
     def stop(self) -> MonitorFigures:
         sampler, plan = self._sampler, self._plan

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_magics.display.format import DASH, STYLE, format_seconds
+from gpu_magics.display.format import DASH, MUTED, SMALL, STYLE, format_seconds, html_table, text_table
 
 
 @dataclass(frozen=True)
@@ -46,21 +46,24 @@ class RunResult:
             return format_seconds(self.times[0])
         return f"best {format_seconds(self.best)}, median {format_seconds(self.median)} of {len(self.times)} runs"
 
-    def __str__(self) -> str:
+    def headline(self) -> str:
+        """``'gpu · 1x NVIDIA H200 (GPU 0) · 518 ms · 238 dask tasks'``."""
         parts = [self.backend, self.hardware, self.timing_text()]
         if self.tasks is not None:
             parts.append(f"{self.tasks:,} dask task{'s' if self.tasks != 1 else ''}")
         if self.failed:
             parts.append("failed")
-        text = " · ".join(parts)
-        for note in self.notes:
-            text += f"\n  note: {note}"
+        return " · ".join(parts)
+
+    def __str__(self) -> str:
+        lines = [self.headline()]
+        lines += [f"  note: {note}" for note in self.notes]
         if self.monitor is not None:
-            text += f"\n  {self.monitor}"
-        return text
+            lines += [f"  {line}" for line in str(self.monitor).splitlines()]
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<RunResult {str(self).splitlines()[0]}>"
+        return f"<RunResult {self.headline()}>"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
@@ -72,16 +75,15 @@ class RunResult:
             f"<b>{html.escape(self.timing_text())}</b>",
         ]
         if self.tasks is not None:
-            cells.append(f"{self.tasks:,} dask tasks")
+            cells.append(f"{self.tasks:,} dask task{'s' if self.tasks != 1 else ''}")
         if self.failed:
-            cells.append("<span style='color:var(--jp-error-color1,#c00)'>failed</span>")
-        body = " &middot; ".join(cells)
-        for note in self.notes:
-            body += f"<br><span style='opacity:.75'>note: {html.escape(note)}</span>"
-        if self.monitor is not None:
-            short_html = getattr(self.monitor, "short_html", None)
-            body += short_html() if callable(short_html) else f"<br>{html.escape(str(self.monitor))}"
-        return f"<div class='gpu-magics-run' style='{STYLE}'>&#9201; {body}</div>"
+            cells.append("<span style='color:var(--jp-error-color1,#c62828)'>failed</span>")
+        parts = [f"<div class='gpu-magics-run' style='{STYLE}'><div>{' &middot; '.join(cells)}</div>"]
+        parts += [f"<div style='{MUTED}'>note: {html.escape(note)}</div>" for note in self.notes]
+        if self.monitor is not None:  # the monitor's figures and charts, under the headline
+            details = getattr(self.monitor, "_repr_html_", None)
+            parts.append(details() if callable(details) else f"<div>{html.escape(str(self.monitor))}</div>")
+        return "".join(parts) + "</div>"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -111,9 +113,11 @@ class CompareRow:
 
 @dataclass(frozen=True)
 class CompareResult:
-    """The same cell run on several backends, the first being the reference."""
+    """The same cell run on several backends, the first being the reference; ``skipped`` holds the backends
+    that could not run here, each with why (``("gpu", "CuPy not installed")``)."""
 
     rows: tuple[CompareRow, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def __getitem__(self, backend: str) -> RunResult:
         for row in self.rows:
@@ -126,22 +130,37 @@ class CompareResult:
         """Whether every backend's value agreed with the reference's."""
         return all(not row.agreement.startswith("differs") for row in self.rows)
 
-    def _table(self) -> list[tuple[str, str, str, str, str]]:
-        lines = []
+    def _repeated(self) -> bool:
+        return any(len(row.result.times) > 1 for row in self.rows)
+
+    def _header(self) -> tuple[str, ...]:
+        middle = ("best", "median") if self._repeated() else ("wall time",)
+        return ("backend", "hardware", *middle, "speed-up", "agreement")
+
+    def _numeric(self) -> tuple[int, ...]:
+        return tuple(range(2, len(self._header()) - 1))
+
+    def _table(self) -> list[tuple[str, ...]]:
+        lines: list[tuple[str, ...]] = []
         for row in self.rows:
+            result = row.result
             speedup = DASH if row.speedup is None else f"{row.speedup:.2f}x"
-            lines.append((row.result.backend, row.result.hardware, row.result.timing_text(), speedup, row.agreement))
+            times: tuple[str, ...] = (format_seconds(result.best),)
+            if self._repeated():
+                times += (format_seconds(result.median) if len(result.times) > 1 else DASH,)
+            lines.append((result.backend, result.hardware, *times, speedup, row.agreement))
+        return lines
+
+    def notes(self) -> list[str]:
+        """Each backend's own notes, then one line naming the backends skipped and why."""
+        lines = [f"{row.result.backend}: {note}" for row in self.rows for note in row.result.notes]
+        if self.skipped:
+            lines.append("Skipped: " + "; ".join(f"{name} ({why})" for name, why in self.skipped))
         return lines
 
     def __str__(self) -> str:
-        header = ("backend", "hardware", "wall time", "speed-up", "agreement")
-        table = [header, *self._table()]
-        widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-        text = "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in table)
-        for row in self.rows:
-            for note in row.result.notes:
-                text += f"\n  note ({row.result.backend}): {note}"
-        return text
+        lines = text_table(self._header(), self._table(), self._numeric())
+        return "\n".join(lines + self.notes())
 
     def __repr__(self) -> str:
         return "<CompareResult\n" + str(self) + "\n>"
@@ -150,53 +169,46 @@ class CompareResult:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        head = "".join(
-            f"<th style='text-align:left;padding:2px 8px'>{name}</th>"
-            for name in ("backend", "hardware", "wall time", "speed-up", "agreement")
-        )
-        body = "".join(
-            "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(cell)}</td>" for cell in line) + "</tr>"
-            for line in self._table()
-        )
-        notes = "".join(
-            f"<div style='opacity:.75'>note ({html.escape(row.result.backend)}): {html.escape(note)}</div>"
-            for row in self.rows
-            for note in row.result.notes
-        )
+        rows = [[html.escape(cell) for cell in line] for line in self._table()]
+        notes = "".join(f"<div style='{MUTED}'>{html.escape(note)}</div>" for note in self.notes())
         return (
             f"<div class='gpu-magics-compare' style='{STYLE}'>"
-            f"<table style='border-collapse:collapse'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            f"{bar_chart_svg(self)}{notes}</div>"
+            f"{html_table(self._header(), rows, self._numeric())}{notes}{bar_chart_svg(self)}</div>"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "rows": [{**row.result.to_json(), "speedup": row.speedup, "agreement": row.agreement} for row in self.rows]
+            "rows": [{**row.result.to_json(), "speedup": row.speedup, "agreement": row.agreement} for row in self.rows],
+            "skipped": [{"backend": name, "reason": why} for name, why in self.skipped],
         }
 
 
-def bar_chart_svg(comparison: CompareResult, width: int = 420, bar_height: int = 16) -> str:
-    """A small horizontal bar chart of wall times (log-free, longest bar = slowest backend)."""
+def bar_chart_svg(comparison: CompareResult, width: int = 460, bar_height: int = 16) -> str:
+    """A small horizontal bar chart of wall times (log-free, longest bar = slowest backend); a backend run more
+    than once is drawn at its best time, labelled ``best of N``."""
     rows = comparison.rows
     if not rows:
         return ""
     slowest = max(row.result.wall_time for row in rows) or 1.0
-    label_width, gap = 90, 4
+    label_width, value_width, gap = 90, 130, 4
     height = len(rows) * (bar_height + gap) + gap
     parts = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
-        f"aria-label='wall time per backend' style='margin-top:6px'>"
+        f"aria-label='wall time per backend' style='margin-top:6px;{SMALL}'>"
     ]
     for position, row in enumerate(rows):
         y = gap + position * (bar_height + gap)
-        span = max(1.0, (width - label_width - 80) * row.result.wall_time / slowest)
-        label = html.escape(row.result.backend)
+        result = row.result
+        span = max(1.0, (width - label_width - value_width) * result.wall_time / slowest)
+        value = format_seconds(result.wall_time)
+        if len(result.times) > 1:
+            value += f" (best of {len(result.times)})"
         parts.append(
-            f"<text x='0' y='{y + bar_height - 4}' font-size='11' fill='currentColor'>{label}</text>"
+            f"<text x='0' y='{y + bar_height - 4}' fill='currentColor'>{html.escape(result.backend)}</text>"
             f"<rect x='{label_width}' y='{y}' width='{span:.1f}' height='{bar_height}' rx='2' "
-            f"fill='{'#76b900' if 'gpu' in row.result.backend else '#6b8fb5'}'/>"
-            f"<text x='{label_width + span + 4:.1f}' y='{y + bar_height - 4}' font-size='11' "
-            f"fill='currentColor'>{html.escape(format_seconds(row.result.wall_time))}</text>"
+            f"fill='{'#76b900' if 'gpu' in result.backend else '#6b8fb5'}'/>"
+            f"<text x='{label_width + span + 4:.1f}' y='{y + bar_height - 4}' "
+            f"fill='currentColor'>{html.escape(value)}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)

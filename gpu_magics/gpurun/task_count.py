@@ -41,17 +41,21 @@ def _scheduler_counter_class() -> type:
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class TaskCounter(SchedulerPlugin):
-        """Counts tasks that went from processing to memory or erred (runs in the scheduler)."""
+        """Counts tasks that went from processing to memory or erred (``count``), and tasks that entered the
+        graph to run (``submitted``: released to waiting), in the scheduler."""
 
         name = PLUGIN_NAME
         idempotent = True
 
         def __init__(self) -> None:
             self.count = 0
+            self.submitted = 0
 
         def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
             if start == "processing" and finish in ("memory", "erred"):
                 self.count += 1
+            elif start == "released" and finish == "waiting":
+                self.submitted += 1
 
     TaskCounter.__module__ = __name__
     TaskCounter.__qualname__ = "TaskCounter"
@@ -68,6 +72,25 @@ def read_count(dask_scheduler: Any) -> int | None:
     """Run on the scheduler: the plugin's count, or ``None`` if it is not installed."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     return None if plugin is None else int(plugin.count)
+
+
+def read_progress(dask_scheduler: Any) -> tuple[int, int] | None:
+    """Run on the scheduler: (tasks finished, tasks submitted) so far, or ``None`` if the plugin is missing."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    return None if plugin is None else (int(plugin.count), int(getattr(plugin, "submitted", 0)))
+
+
+def scheduler_progress(client: Client) -> tuple[int, int] | None:
+    """The scheduler's running (finished, submitted) task counts, or ``None`` where the plugin cannot be
+    installed."""
+    try:
+        if client not in _registered:
+            client.register_plugin(_scheduler_counter_class()())
+            _registered.add(client)
+        counts = client.run_on_scheduler(read_progress)
+    except Exception:
+        return None
+    return None if counts is None else (int(counts[0]), int(counts[1]))
 
 
 def scheduler_task_count(client: Client) -> int | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.display import display
 
 from gpu_magics.argparsing import MagicArgumentParser, positive_float
+from gpu_magics.display.format import format_seconds
 from gpu_magics.display.monitor_view import live_panel_text
 from gpu_magics.monitor.sampler import MIN_INTERVAL, get_sampler, shutdown_sampler
 from gpu_magics.monitor.sources import source_from_env
@@ -39,8 +39,9 @@ class MonitorMagics(Magics):
             %gpumonitor --interval 0.25  sample every 0.25 s (at least 0.1 s; default 0.5 s)
             %gpumonitor --stop           stop the panels and the sampler thread
 
-        The host's CPU and memory use are shown beneath the GPUs. In a terminal IPython, which cannot draw
-        widgets, it prints one snapshot instead. GPUs that cannot be read (no driver, no permission, a lost
+        The host's CPU and memory use are shown beneath the GPUs. The panel is plain HTML redrawn in place, so
+        a saved notebook shows its last view; ``--stop`` freezes it. In a terminal IPython, which cannot redraw
+        outputs, it prints one snapshot instead. GPUs that cannot be read (no driver, no permission, a lost
         GPU) are listed with the reason; the others keep updating.
         """
         args = self._parser.parse_line(line)
@@ -67,17 +68,19 @@ class MonitorMagics(Magics):
             return
         sampler.start()
         sampler.tick()
-        panel = LivePanel(sampler, title=f"GPUs{simulated} (every {sampler.interval:g} s)")
+        panel = LivePanel(sampler, title=f"GPUs{simulated} · every {format_seconds(sampler.interval)}")
+        panel.show(in_slot=False)
         panel.start()
         self._panels.append(panel)
-        display(panel)
 
     def close(self) -> None:
-        """Stop every panel and the sampler thread (``--stop``, ``%unload_ext``)."""
+        """Stop every panel, leaving its last view in place, and the sampler thread (``--stop``, ``%unload_ext``)."""
         from gpu_magics.display.live import LivePanel
 
         for panel in self._panels:
             if isinstance(panel, LivePanel):
                 panel.stop()
+                if panel.handle is not None:
+                    panel.handle.update(panel.snapshot())
         self._panels.clear()
         shutdown_sampler()

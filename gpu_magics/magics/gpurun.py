@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Int
 
 from gpu_magics.gpurun import backends
 from gpu_magics.gpurun import execute as run
 from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line
 from gpu_magics.gpurun.results import RunResult
+
+if TYPE_CHECKING:
+    from gpu_magics.display.live import PanelSlot
 
 
 @magics_class
@@ -85,45 +87,57 @@ class GpuMagics(Magics):
         if cell is None:
             raise UsageError("%%gpurun is a cell magic: put %%gpurun on the first line of a cell.")
         options = parse_run_line(line)
-        plans = self._plans(options)
+        plans, skipped = self._plans(options)
         compiled = run.compile_cell(self._shell, cell)
         if compiled is None:
             return None
-        if not options.compare:
-            return self._run_single(options, plans[0], compiled)
-        return self._run_compare(options, plans, compiled)
+        from gpu_magics.display.live import shared_slot
 
-    def _plans(self, options: RunOptions) -> list[backends.BackendPlan]:
+        with shared_slot() as slot:  # the live panels, then the summary, take one output
+            if not options.compare:
+                return self._run_single(options, plans[0], compiled, slot)
+            return self._run_compare(options, plans, compiled, skipped, slot)
+
+    def _plans(self, options: RunOptions) -> tuple[list[backends.BackendPlan], tuple[tuple[str, str], ...]]:
+        """The plans to run, and the backends ``--compare all`` skips here, each with why."""
         preferences = backends.Preferences(gpu_threads=self.gpu_threads, cpu_threads=self.cpu_threads or None)
         if options.compare != (COMPARE_ALL,):
-            return backends.plans_for(
+            plans = backends.plans_for(
                 [name or None for name in options.backends],
                 device=options.device,
                 workers=options.workers,
                 default=self.default_backend,
                 preferences=preferences,
             )
+            return plans, ()
         plans, skipped = backends.available_plans(
             device=options.device, workers=options.workers, preferences=preferences
         )
-        if skipped:
-            notes = tuple(f"{item.backend} skipped ({item.reason})" for item in skipped)
-            plans[0] = dataclasses.replace(plans[0], notes=(*plans[0].notes, *notes))
-        return plans
+        return plans, tuple((item.backend, item.reason) for item in skipped)
 
-    def _run_single(self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell) -> Any:
+    def _run_single(
+        self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell, slot: PanelSlot
+    ) -> Any:
         result, outcome = self._run_plan(options, plan, compiled)
-        self._report(options, result)
+        self._report(options, result, slot)
         self._after_failure(plan, outcome)
         return None if outcome.failed or compiled.silent else outcome.value
 
-    def _run_compare(self, options: RunOptions, plans: list[backends.BackendPlan], compiled: run.CompiledCell) -> Any:
+    def _run_compare(
+        self,
+        options: RunOptions,
+        plans: list[backends.BackendPlan],
+        compiled: run.CompiledCell,
+        skipped: tuple[tuple[str, str], ...],
+        slot: PanelSlot,
+    ) -> Any:
         results: list[tuple[RunResult, run.Outcome]] = []
         for plan in plans:
             results.append(self._run_plan(options, plan, compiled))
             if results[-1][1].failed:
                 break
-        self._report(options, run.compare_rows(results, options.rtol))
+        comparison = dataclasses.replace(run.compare_rows(results, options.rtol), skipped=skipped)
+        self._report(options, comparison, slot)
         self._after_failure(plans[len(results) - 1], results[-1][1])
         first = results[0][1]
         return None if first.failed or compiled.silent else first.value
@@ -147,11 +161,12 @@ class GpuMagics(Magics):
 
         return CellMonitor(self._shell, show_live=not options.quiet, keep_static=not options.compare)
 
-    def _report(self, options: RunOptions, result: Any) -> None:
+    def _report(self, options: RunOptions, result: Any, slot: PanelSlot) -> None:
+        """Keep the result (``-o``) and show it where the live panel was (or as a new output)."""
         if options.output:
             self._shell.user_ns[options.output] = result
         if not options.quiet:
-            display(result)
+            slot.show(result)
 
     def _after_failure(self, plan: backends.BackendPlan, outcome: run.Outcome) -> None:
         """A failed run fails the cell (its traceback was shown once); an interrupted cluster run says what

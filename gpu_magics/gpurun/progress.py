@@ -1,0 +1,119 @@
+"""A running cell's progress for its live panel: elapsed time and dask tasks done out of those submitted.
+
+Local schedulers (synchronous, threads) report through a ``dask.callbacks.Callback``; a cluster through the
+scheduler plugin of ``task_count``, polled from a background thread so the cell never waits on it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dask.callbacks import Callback
+
+from gpu_magics.display.format import format_count, format_seconds
+from gpu_magics.gpurun import task_count
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+QUIET_FOR = 1.0
+"""Seconds a cell runs before its progress shows: short cells stay quiet."""
+
+POLL_EVERY = 0.5
+"""Seconds between two reads of a cluster scheduler's counts."""
+
+
+@dataclass(frozen=True)
+class ProgressState:
+    """One reading: seconds since the start, tasks finished and tasks submitted (both 0 without dask)."""
+
+    elapsed: float
+    done: int
+    total: int
+
+    def text(self) -> str:
+        """``'9.12 s elapsed · 120 / 238 dask tasks'``, or only the elapsed time before any dask task."""
+        text = f"{format_seconds(self.elapsed)} elapsed"
+        if self.total:
+            text += f" · {format_count(min(self.done, self.total))} / {format_count(self.total)} dask tasks"
+        return text
+
+
+class _LocalCounter(Callback):
+    """Counts the tasks the local schedulers are given (``_start_state``) and finish (``_posttask``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = 0
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def _start_state(self, dsk: Any, state: Any) -> None:
+        with self._lock:
+            self.total += len(state["ready"]) + len(state["waiting"])
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        with self._lock:
+            self.done += 1
+
+
+class Progress:
+    """Tracks one cell run from ``start()`` to ``stop()``; ``state()`` is cheap (no I/O) and thread-safe."""
+
+    def __init__(self, client: Client | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self._clock = clock
+        self._started = 0.0
+        self._local: _LocalCounter | None = None
+        self._baseline: tuple[int, int] | None = None
+        self._counts = (0, 0)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start counting (on a cluster: read the scheduler's counts once, then poll them in a thread)."""
+        self._started = self._clock()
+        if self.client is None:
+            self._local = _LocalCounter()
+            self._local.register()
+            return
+        self._baseline = task_count.scheduler_progress(self.client)
+        if self._baseline is None:
+            return
+        self._thread = threading.Thread(target=self._poll, name="gpu-magics-progress", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(POLL_EVERY):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Read a cluster scheduler's counts now (the poll thread does this every ``POLL_EVERY`` s)."""
+        if self.client is None or self._baseline is None:
+            return
+        counts = task_count.scheduler_progress(self.client)
+        if counts is not None:
+            self._counts = (counts[0] - self._baseline[0], counts[1] - self._baseline[1])
+
+    def stop(self) -> None:
+        """Stop counting; ``state()`` keeps the last counts."""
+        self._stop.set()
+        if self._local is not None:
+            self._local.unregister()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(2 * POLL_EVERY)
+
+    def state(self) -> ProgressState:
+        """Elapsed seconds and task counts now."""
+        done, total = (self._local.done, self._local.total) if self._local is not None else self._counts
+        return ProgressState(max(0.0, self._clock() - self._started), done, total)
+
+    def text(self) -> str | None:
+        """The panel's progress line, or ``None`` in the first ``QUIET_FOR`` seconds."""
+        state = self.state()
+        return state.text() if state.elapsed >= QUIET_FOR else None

@@ -1,0 +1,62 @@
+"""A display publisher that records what a shell shows, for tests of outputs that update in place."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+
+
+@dataclass
+class Message:
+    data: dict[str, Any]
+    display_id: str | None
+    update: bool
+
+
+@dataclass
+class Recorder(DisplayPublisher):
+    """Every display and display update, in order (from any thread)."""
+
+    messages: list[Message] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def publish(self, data: Any, metadata: Any = None, source: Any = None, **kwargs: Any) -> None:
+        transient = kwargs.get("transient") or {}
+        with self._lock:
+            self.messages.append(Message(dict(data), transient.get("display_id"), bool(kwargs.get("update"))))
+
+    def outputs(self) -> dict[str, dict[str, Any]]:
+        """What each output shows at the end: display id (or a position for outputs without one) -> its data."""
+        final: dict[str, dict[str, Any]] = {}
+        for position, message in enumerate(self.messages):
+            final[message.display_id or f"#{position}"] = message.data
+        return final
+
+
+@contextlib.contextmanager
+def recording(shell: InteractiveShell, kernel: bool = True) -> Iterator[Recorder]:
+    """Record the shell's displays; ``kernel``: pretend a front end that redraws outputs in place."""
+    recorder, previous = Recorder(), shell.display_pub
+    formatter = shell.display_formatter
+    types = list(formatter.active_types)
+    shell.display_pub = recorder
+    had_kernel = hasattr(shell, "kernel")
+    if kernel and not had_kernel:
+        shell.kernel = object()
+        formatter.active_types = ["text/plain", "text/html"]  # as a kernel's front end asks for
+    try:
+        yield recorder
+    finally:
+        shell.display_pub = previous
+        formatter.active_types = types
+        if kernel and not had_kernel:
+            del shell.kernel

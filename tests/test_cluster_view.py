@@ -97,3 +97,75 @@ def test_dashboard_link() -> None:
     link = DashboardLink("http://127.0.0.1:1/status")
     assert repr(link) == "Dask dashboard: http://127.0.0.1:1/status"
     assert 'href="http://127.0.0.1:1/status"' in link._repr_mimebundle_()["text/html"]
+
+
+NOW = 1_800_000_000.0
+
+
+def test_status_later_shows_uptime_and_state_not_the_start_up_again() -> None:
+    fresh = ClusterView(gpu_info(started_at=NOW - 3), now=NOW).text()
+    assert "4 workers running · up 3 s" in fresh and "up in 2.26 s" in fresh
+    later = ClusterView(gpu_info(started_at=NOW - 300), now=NOW)
+    assert "4 workers running · up 5 min" in later.text() and "up in" not in later.text()
+    assert "up in" not in later.html() and "up 5 min" in later.html()
+    attached = ClusterView(gpu_info(kind="attached", started_at=NOW - 7200), now=NOW).text()
+    assert "attached 2.0 h" in attached
+
+
+def test_mixed_worker_states_are_counted() -> None:
+    info = gpu_info()
+    workers = (*info.workers[:3], WorkerInfo(address="tcp://x:9", name="3", status="paused", threads=4))
+    text = ClusterView(gpu_info(workers=workers)).text()
+    assert "4 workers: 3 running, 1 paused" in text
+
+
+def test_worker_gpus_grouped_by_host_with_utilization_and_memory() -> None:
+    from gpu_magics.cluster.info import WorkerGpu
+
+    def gpu(host: str, index: int, **changes: object) -> WorkerGpu:
+        fields: dict[str, object] = {
+            "label": f"{host} · GPU {index}",
+            "name": "NVIDIA H200",
+            "uuid": f"GPU-{host}-{index}",
+            "memory_used": 10 * GIB,
+            "memory_total": 141 * GIB,
+            "gpu_util": 72.4,
+            "process_memory": 9 * GIB,
+        }
+        fields.update(changes)
+        return WorkerGpu(**fields)  # type: ignore[arg-type]
+
+    workers = (
+        WorkerInfo("tcp://10.0.0.2:1", "b-0", "running", 4, host="node-b", gpus=(gpu("node-b", 0),)),
+        WorkerInfo("tcp://10.0.0.1:1", "a-0", "running", 4, host="node-a", gpus=(gpu("node-a", 0), gpu("node-a", 1))),
+        WorkerInfo(
+            "tcp://10.0.0.1:2", "a-1", "running", 4, host="node-a", gpus=(gpu("node-a", 2, error="NVML: GPU is lost"),)
+        ),
+    )
+    view = ClusterView(gpu_info(workers=workers))
+    lines = view.text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("host"))
+    table = lines[header:]
+    assert table[0].split() == ["host", "worker", "GPU", "util", "memory", "this", "worker", "status", "threads"]
+    assert table[1].startswith("node-a  a-0") and "GPU 0 · NVIDIA H200" in table[1] and "72%" in table[1]
+    assert "10.0 GiB / 141 GiB" in table[1] and "9.0 GiB" in table[1] and "running" in table[1]
+    assert table[2].startswith("      ") and "GPU 1 · NVIDIA H200" in table[2]  # same worker: host, name once
+    assert table[3].startswith("        a-1") and "unreadable (NVML: GPU is lost)" in table[3]
+    assert table[4].startswith("node-b  b-0")
+    end = table[0].index("util") + len("util")
+    assert table[1][:end].endswith("72%")  # numbers right-aligned under their header
+    markup = view.html()
+    assert "<th style='text-align:right;padding:2px 8px;font-weight:600'>util</th>" in markup
+    assert "<td style='text-align:right;padding:2px 8px'>72%</td>" in markup
+    assert "color:var(--jp-success-color1," in markup and 'title="NVML: GPU is lost">unreadable<' in markup
+    assert markup.count(">node-a<") == 1
+
+
+def test_dashboard_note_under_the_link() -> None:
+    note = "the dashboard listens on 127.0.0.1 only: open it through the Jupyter server proxy"
+    view = ClusterView(gpu_info(dashboard_note=note))
+    text, markup = view.text(), view.html()
+    assert text.index("dashboard: http://127.0.0.1:39001/status") < text.index(note)
+    assert markup.index("39001/status</a>") < markup.index(note)
+    link = DashboardLink("http://127.0.0.1:1/status", note=note)
+    assert note in repr(link) and note in link._repr_html_()

@@ -1,16 +1,34 @@
-"""The ``%gpucluster`` display: one row per worker, the dashboard link; HTML and plain-text forms, so a
-saved notebook still shows it. It renders ``cluster.info.ClusterInfo``, plain data built by the
-cluster engine."""
+"""The ``%gpucluster`` display: the cluster's state and uptime, one row per worker GPU grouped by host, the
+dashboard link; HTML and plain-text forms, so a saved notebook still shows it. It renders
+``cluster.info.ClusterInfo``, plain data built by the cluster engine."""
 
 from __future__ import annotations
 
 import html
+import time
+from collections import Counter
 from typing import Any
 
-from gpu_magics.cluster.info import ClusterInfo, WorkerInfo
-from gpu_magics.display.format import DASH, STYLE, format_bytes, format_seconds
+from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
+from gpu_magics.display.format import (
+    DASH,
+    ERROR,
+    MUTED,
+    STATUS_COLOURS,
+    STYLE,
+    format_age,
+    format_bytes,
+    format_percent,
+    format_seconds,
+    html_table,
+    text_table,
+)
 
-_STATUS_COLOURS = {"running": "#2e7d32", "paused": "#ef6c00", "closing": "#c62828", "closed": "#c62828"}
+HEADER = ("host", "worker", "GPU", "util", "memory", "this worker", "status", "threads")
+NUMERIC = (3, 4, 5, 7)
+FRESH_S = 10.0
+"""A cluster younger than its start-up time plus this many seconds shows how its start went; older ones show
+their uptime only."""
 
 
 def worker_memory_text(worker: WorkerInfo) -> str:
@@ -29,44 +47,102 @@ def worker_gpu_text(worker: WorkerInfo) -> str:
     return worker.gpu_name + (f" (GPU {worker.gpu_device})" if worker.gpu_device is not None else "")
 
 
-class ClusterView:
-    """Rich display of a ``ClusterInfo``."""
+def gpu_text(gpu: WorkerGpu, host: str | None) -> str:
+    """``"GPU 1 · NVIDIA H200"``: the GPU's label without the host its row is grouped under, and its name."""
+    label = gpu.label
+    if host and label.startswith(f"{host} · "):
+        label = label[len(host) + 3 :]
+    return f"{label} · {gpu.name}" if gpu.name and gpu.name not in label else label
 
-    def __init__(self, info: ClusterInfo) -> None:
+
+def _state(workers: tuple[WorkerInfo, ...]) -> str:
+    """``"4 workers running"``, ``"3 workers: 2 running, 1 paused"`` or ``"no workers"``."""
+    if not workers:
+        return "no workers"
+    counts = Counter(w.status for w in workers)
+    noun = f"{len(workers)} worker{'s' if len(workers) != 1 else ''}"
+    if len(counts) == 1:
+        return f"{noun} {next(iter(counts))}"
+    return f"{noun}: " + ", ".join(f"{n} {status}" for status, n in counts.most_common())
+
+
+class ClusterView:
+    """Rich display of a ``ClusterInfo``; ``now`` (seconds since the epoch) is the moment its uptime is told at."""
+
+    def __init__(self, info: ClusterInfo, now: float | None = None) -> None:
         self.info = info
+        self.now = time.time() if now is None else now
 
     def _headline(self) -> str:
         info = self.info
         how = {"gpu": "started here", "cpu": "started here", "attached": "attached, not started here"}
         return f"Cluster {info.name!r}: {info.hardware}, {how.get(info.kind, info.kind)}"
 
-    def _timing(self) -> str | None:
+    def _state_line(self) -> str:
+        """``"4 workers running · up 5 min"``."""
+        info = self.info
+        state = _state(info.workers)
+        if info.started_at is None:
+            return state
+        verb = "attached" if info.kind == "attached" else "up"
+        return f"{state} · {verb} {format_age(info.started_at, self.now)}"
+
+    def _startup(self) -> str | None:
+        """How the start went, only while the cluster is fresh (``%gpucluster status`` later does not repeat it)."""
         info = self.info
         if info.ready_s is None:
             return None
+        took = info.ready_s + (info.warm_s or 0.0)
+        if info.started_at is not None and self.now - info.started_at > took + FRESH_S:
+            return None
         if info.warm_s is None:
             return f"workers ready in {format_seconds(info.ready_s)}"
-        total = format_seconds(info.ready_s + info.warm_s)
-        return f"up in {total} (workers ready {format_seconds(info.ready_s)}, warm-up {format_seconds(info.warm_s)})"
+        return (
+            f"up in {format_seconds(took)} (workers ready {format_seconds(info.ready_s)}, "
+            f"warm-up {format_seconds(info.warm_s)})"
+        )
+
+    def _rows(self) -> list[tuple[list[str], WorkerInfo, WorkerGpu | None]]:
+        """Table rows (text cells) grouped by host, one per worker GPU (or per worker without GPU data), each
+        with its worker and GPU; a worker's and a host's name show on their first row only."""
+        rows: list[tuple[list[str], WorkerInfo, WorkerGpu | None]] = []
+        previous_host: str | None = None
+        for worker in sorted(self.info.workers, key=lambda w: (w.host or "", w.name)):
+            host = worker.host or DASH
+            first = [host if host != previous_host else "", worker.name]
+            previous_host = host
+            last = [worker.status, str(worker.threads)]
+            if not worker.gpus:
+                cells = [worker_gpu_text(worker), DASH, worker_memory_text(worker), DASH]
+                rows.append(([*first, *cells, *last], worker, None))
+            for k, gpu in enumerate(worker.gpus):
+                if gpu.error is not None:
+                    figures = ["unreadable", DASH, DASH]
+                else:
+                    memory = f"{format_bytes(gpu.memory_used)} / {format_bytes(gpu.memory_total)}"
+                    figures = [format_percent(gpu.gpu_util), memory, format_bytes(gpu.process_memory)]
+                cells = [gpu_text(gpu, worker.host), *figures]
+                rows.append(([*first, *cells, *last] if k == 0 else ["", "", *cells, "", ""], worker, gpu))
+        return rows
 
     def text(self) -> str:
         """The plain-text form."""
         info = self.info
         lines = [] if info.notice is None else [info.notice]
-        lines.append(self._headline())
-        lines.append(f"scheduler: {info.scheduler_address}")
+        lines += [self._headline(), self._state_line(), f"scheduler: {info.scheduler_address}"]
         lines.append(f"dashboard: {info.dashboard_url or 'off'}")
-        timing = self._timing()
-        if timing:
-            lines.append(timing)
-        header = ("worker", "GPU", "memory", "status", "threads")
-        rows = [(w.name, worker_gpu_text(w), worker_memory_text(w), w.status, str(w.threads)) for w in info.workers]
-        if not rows:
-            lines.append("no workers")
-            return "\n".join(lines)
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-        for row in [header, *rows]:
-            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        if info.dashboard_note:
+            lines.append(f"  {info.dashboard_note}")
+        startup = self._startup()
+        if startup:
+            lines.append(startup)
+        rows = self._rows()
+        if rows:
+            body = [
+                [f"unreadable ({gpu.error})" if gpu and gpu.error and cell == "unreadable" else cell for cell in cells]
+                for cells, _, gpu in rows
+            ]
+            lines += text_table(HEADER, body, NUMERIC)
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -75,34 +151,21 @@ class ClusterView:
         esc = html.escape
         parts = [f'<div class="gpu-magics-cluster" style="{STYLE}">']
         if info.notice:
-            parts.append(f'<p style="margin:0 0 4px 0"><em>{esc(info.notice)}</em></p>')
-        parts.append(f'<p style="margin:0 0 4px 0"><strong>{esc(self._headline())}</strong><br>')
-        parts.append(f"scheduler <code>{esc(info.scheduler_address)}</code> &middot; dashboard ")
+            parts.append(f'<div style="margin:0 0 4px 0"><em>{esc(info.notice)}</em></div>')
+        parts.append(f"<div><strong>{esc(self._headline())}</strong></div><div>{esc(self._state_line())}</div>")
+        parts.append(f"<div>scheduler <code>{esc(info.scheduler_address)}</code> &middot; dashboard ")
         parts.append(_link(info.dashboard_url) if info.dashboard_url else "off")
-        timing = self._timing()
-        if timing:
-            parts.append(f" &middot; {esc(timing)}")
-        parts.append("</p>")
-        if not info.workers:
-            parts.append("<p>no workers</p></div>")
-            return "".join(parts)
-        parts.append('<table style="border-collapse:collapse"><thead><tr>')
-        parts.extend(
-            f'<th style="text-align:left;padding:2px 8px">{h}</th>'
-            for h in ("worker", "GPU", "memory", "status", "threads")
-        )
-        parts.append("</tr></thead><tbody>")
-        for worker in info.workers:
-            colour = _STATUS_COLOURS.get(worker.status, "inherit")
-            cells = (
-                f'<td style="padding:2px 8px" title="{esc(worker.address)}">{esc(worker.name)}</td>',
-                f'<td style="padding:2px 8px">{esc(worker_gpu_text(worker))}</td>',
-                f'<td style="padding:2px 8px">{esc(worker_memory_text(worker))}</td>',
-                f'<td style="padding:2px 8px;color:{colour}">{esc(worker.status)}</td>',
-                f'<td style="padding:2px 8px">{worker.threads}</td>',
-            )
-            parts.append("<tr>" + "".join(cells) + "</tr>")
-        parts.append("</tbody></table></div>")
+        parts.append("</div>")
+        if info.dashboard_note:
+            parts.append(f'<div style="{MUTED}">{esc(info.dashboard_note)}</div>')
+        startup = self._startup()
+        if startup:
+            parts.append(f'<div style="{MUTED}">{esc(startup)}</div>')
+        rows = self._rows()
+        if rows:
+            cells = [[_cell(i, text, worker, gpu) for i, text in enumerate(texts)] for texts, worker, gpu in rows]
+            parts.append(html_table(HEADER, cells, NUMERIC))
+        parts.append("</div>")
         return "".join(parts)
 
     def _repr_html_(self) -> str:
@@ -118,14 +181,32 @@ class ClusterView:
         return self.text()
 
 
-class DashboardLink:
-    """A clickable dashboard address (``%gpucluster dashboard``)."""
+def _cell(column: int, text: str, worker: WorkerInfo, gpu: WorkerGpu | None) -> str:
+    """One table cell's HTML: status words in the theme's colours, an unreadable GPU with its reason, the
+    worker's address on hover."""
+    escaped = html.escape(text)
+    if HEADER[column] == "worker" and text:
+        return f'<span title="{html.escape(worker.address, quote=True)}">{escaped}</span>'
+    if HEADER[column] == "status" and text:
+        colour = STATUS_COLOURS.get(text)
+        return f'<span style="color:{colour}">{escaped}</span>' if colour else escaped
+    if HEADER[column] == "util" and gpu is not None and gpu.error is not None:
+        return f'<span style="color:{ERROR}" title="{html.escape(gpu.error, quote=True)}">{escaped}</span>'
+    if HEADER[column] == "GPU" and gpu is not None:
+        return f'<span title="{html.escape(gpu.uuid, quote=True)}">{escaped}</span>'
+    return escaped
 
-    def __init__(self, url: str) -> None:
+
+class DashboardLink:
+    """A clickable dashboard address (``%gpucluster dashboard``), with why it may not open, if known."""
+
+    def __init__(self, url: str, note: str | None = None) -> None:
         self.url = url
+        self.note = note
 
     def _repr_html_(self) -> str:
-        return f"Dask dashboard: {_link(self.url)}"
+        note = f'<div style="{MUTED}">{html.escape(self.note)}</div>' if self.note else ""
+        return f'<div style="{STYLE}">Dask dashboard: {_link(self.url)}{note}</div>'
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": repr(self), "text/html": self._repr_html_()}
@@ -134,7 +215,7 @@ class DashboardLink:
         printer.text(repr(self))
 
     def __repr__(self) -> str:
-        return f"Dask dashboard: {self.url}"
+        return f"Dask dashboard: {self.url}" + (f"\n  {self.note}" if self.note else "")
 
 
 def _link(url: str) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import worker_processes
+from gpu_magics.cluster import dashboard_close, protocols, worker_processes
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def _common_kwargs(options: ClusterOptions) -> dict[str, Any]:
         "threads_per_worker": options.threads,
         "host": host,
         "dashboard_address": f"{dashboard_host}:0" if options.dashboard else None,
-        "protocol": options.protocol,
+        "protocol": protocols.comm_protocol(options.protocol, PROG),
         "silence_logs": logging.ERROR,
         "death_timeout": DEATH_TIMEOUT,
     }
@@ -78,8 +78,15 @@ def _common_kwargs(options: ClusterOptions) -> dict[str, Any]:
 def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
     from distributed import LocalCluster
 
+    class QuietLocalCluster(LocalCluster):
+        """distributed's cluster, closing its dashboard first (``dashboard_close``)."""
+
+        async def _close(self) -> None:
+            await dashboard_close.stop_dashboard(self)
+            await super()._close()
+
     return functools.partial(
-        LocalCluster,
+        QuietLocalCluster,
         n_workers=options.cpu_workers,
         processes=True,
         plugins=worker_plugins(gpu=False),
@@ -110,6 +117,10 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
             for worker in spec.values():
                 worker["options"]["plugins"] = {*worker["options"].get("plugins", ()), *plugins}
             return spec
+
+        async def _close(self) -> None:
+            await dashboard_close.stop_dashboard(self)
+            await super()._close()
 
     factory: Callable[[], LocalCluster] = functools.partial(
         WarmingCUDACluster,

@@ -59,7 +59,7 @@ class ClusterOptions:
     threads_per_worker: int | None = None  # None: GPU_WORKER_THREADS or CPU_WORKER_THREADS
     device_memory_limit: int | float | None = None  # bytes, or a fraction of the device's memory
     rmm_pool_size: int | float | None = None
-    protocol: Literal["tcp", "ucx"] = "tcp"
+    protocol: Literal["tcp", "ucx", "ucxx"] = "tcp"  # ucx and ucxx: one choice, UCX through distributed-ucxx
     dashboard: bool = True
     name: str | None = None
     host: str = "127.0.0.1"
@@ -162,7 +162,7 @@ def _build_parser() -> MagicArgumentParser:
     parser.add_argument("--threads-per-worker", type=positive_int)
     parser.add_argument("--device-memory-limit", type=parse_size)
     parser.add_argument("--rmm-pool-size", type=parse_size)
-    parser.add_argument("--protocol", choices=("tcp", "ucx"))
+    parser.add_argument("--protocol", choices=("tcp", "ucx", "ucxx"))
     parser.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--name", type=_name)
     parser.add_argument("--host")

@@ -1,0 +1,46 @@
+"""Closing a scheduler's dashboard the way the installed bokeh asks, before the scheduler closes.
+
+distributed up to 2026.7 stops each web application of a closing scheduler with a synchronous ``stop()``, called
+on the scheduler's own running event loop. From bokeh 3.10 on, ``BokehTornado.stop()`` refuses to wait there
+(``RuntimeError: Cannot synchronously wait on a running event loop; use 'await stop_async()'``): every close of
+a cluster with a dashboard logged that traceback, and the scheduler's close stopped at it. Awaiting
+``stop_async()`` first, on that loop, and leaving a ``stop()`` with nothing left to do closes the dashboard
+cleanly with every bokeh and distributed version (older bokeh has no ``stop_async`` and stops synchronously
+without complaint; newer distributed awaits ``stop_async`` itself, which then returns at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Seconds to wait for the dashboard's sessions to wind down; the scheduler closes either way.
+STOP_TIMEOUT = 5.0
+
+
+async def stop_dashboard(cluster: Any, timeout: float = STOP_TIMEOUT) -> None:
+    """Stop the web applications of ``cluster``'s in-process scheduler that can stop asynchronously.
+
+    Run on the scheduler's event loop (a ``SpecCluster``'s own ``_close`` is). Never raises: a dashboard that
+    does not stop in time is left to the scheduler's close, as before.
+    """
+    scheduler = getattr(cluster, "scheduler", None)
+    routing = getattr(scheduler, "http_application", None)
+    for application in list(getattr(routing, "applications", None) or ()):
+        stop_async = getattr(application, "stop_async", None)
+        if not callable(stop_async) or getattr(application, "_gpu_magics_stopped", False):
+            continue
+        try:
+            await asyncio.wait_for(stop_async(), timeout)
+        except Exception as error:  # the cluster still closes; say why only in the debug log
+            logger.debug("the dashboard did not stop cleanly: %r", error)
+            continue
+        application._gpu_magics_stopped = True
+        application.stop = _already_stopped  # what a distributed that stops synchronously calls next
+
+
+def _already_stopped(wait: bool = True) -> None:
+    """``stop()`` of an application whose ``stop_async()`` has finished: nothing is left to stop."""

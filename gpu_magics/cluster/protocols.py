@@ -1,0 +1,63 @@
+"""Which communication protocol a ``--protocol`` choice means with the installed packages.
+
+``tcp`` is distributed's own. UCX (NVLink, InfiniBand) comes from ``distributed-ucxx``: distributed itself only
+keeps a ``ucx`` stub that prints a ``FutureWarning`` and raises it, so a cluster asked for ``ucx`` without
+``distributed-ucxx`` printed that warning and "Scheduler failed to start" before failing. Here ``ucx`` and
+``ucxx`` are one choice: it maps to the scheme the installed ``distributed-ucxx`` registers (``ucx`` in recent
+releases, ``ucxx`` in older ones), and without it the start stops at once with one line saying what to install.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+
+from IPython.core.error import UsageError
+
+UCX_SPELLINGS = frozenset({"ucx", "ucxx"})
+BACKENDS_GROUP = "distributed.comm.backends"
+UCXX_DISTRIBUTION = "distributed-ucxx"
+UCXX_INSTALL = (
+    "pip install distributed-ucxx-cu12 (or -cu13 for CUDA 13), or conda install -c rapidsai -c conda-forge "
+    "distributed-ucxx"
+)
+
+
+def comm_protocol(requested: str, prog: str = "%gpucluster") -> str:
+    """The protocol to give distributed for ``--protocol requested``; ``UsageError`` when UCX is asked for and
+    no installed package provides it."""
+    if requested not in UCX_SPELLINGS:
+        return requested
+    schemes = ucxx_schemes()
+    for scheme in ("ucx", "ucxx"):
+        if scheme in schemes:
+            return scheme
+    if legacy_ucx_py():
+        return "ucx"
+    raise UsageError(
+        f"{prog} --protocol {requested}: UCX needs the distributed-ucxx package, which is not installed "
+        f"({UCXX_INSTALL}); or leave --protocol out for tcp"
+    )
+
+
+def ucxx_schemes() -> frozenset[str]:
+    """The address schemes that an installed ``distributed-ucxx`` registers with distributed (none without it)."""
+    if importlib.util.find_spec("distributed_ucxx") is None:
+        return frozenset()
+    found = set()
+    for entry in importlib.metadata.entry_points(group=BACKENDS_GROUP):
+        if entry.value.split(":")[0].split(".")[0] == "distributed_ucxx":
+            found.add(entry.name)
+    return frozenset(found or {"ucxx"})  # installed without its metadata: its historical scheme
+
+
+def legacy_ucx_py() -> bool:
+    """Whether this distributed still has its own working ``ucx`` backend (releases before UCX-Py's removal)
+    and UCX-Py (``ucp``) is installed."""
+    if importlib.util.find_spec("ucp") is None:
+        return False
+    try:
+        from distributed.comm import ucx
+    except ImportError:
+        return False
+    return not hasattr(ucx, "_raise_deprecated")

@@ -1,0 +1,215 @@
+"""Closing a cluster says nothing it should not: with real ``LocalCluster`` processes, a cluster stopped while a
+``%%gpurun multi-gpu`` cell runs is one line, a dashboard closes without a logged traceback (with bokeh 3.10's
+refusal to stop synchronously on a running loop reproduced), and ``--protocol ucx`` without ``distributed-ucxx``
+is one line with no warning. Every wait is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster import records as cluster_records
+
+pytestmark = pytest.mark.slow
+
+
+class Collected(logging.Handler):
+    """Every record at WARNING or above, from any logger (distributed's do not all propagate to the root)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def errors(self) -> list[str]:
+        return [f"{r.name}: {r.getMessage()}" for r in self.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+@pytest.fixture
+def shell(ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    """The test shell, with cluster records in a private runtime dir and no cluster left behind."""
+    monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(tmp_path))
+    try:
+        yield ip
+    finally:
+        lifecycle.stop()
+
+
+@pytest.fixture
+def logged() -> Iterator[Collected]:
+    handler = Collected()
+    names = ["", "distributed", "distributed.scheduler", "distributed.core", "bokeh", "tornado"]
+    loggers = [logging.getLogger(name) for name in names]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def wait_for_processing(timeout: float) -> bool:
+    """Wait until the cluster's workers run a task."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        client = lifecycle.active_client()
+        if client is not None and any(client.processing().values()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_cluster_stopped_while_a_cell_runs_is_one_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_line_magic("gpucluster", "--cpu-workers 1 --no-dashboard --name closing")
+    stopped: list[bool] = []
+
+    def stop_when_running() -> None:  # as the side panel's Stop does, from outside the cell
+        stopped.append(wait_for_processing(30))
+        lifecycle.stop()
+
+    stopper = threading.Thread(target=stop_when_running, daemon=True)
+    stopper.start()
+    began = time.monotonic()
+    outcome = shell.run_cell("%%gpurun multi-gpu\nimport time, dask\ndask.delayed(time.sleep)(60).compute()\n")
+    stopper.join(30)
+    text = "".join(capsys.readouterr())
+    assert stopped == [True]
+    assert time.monotonic() - began < 45
+    assert not outcome.success
+    lines = [line for line in text.splitlines() if "stopped while this cell ran" in line]
+    assert len(lines) == 1 and "%gpucluster" in lines[0]
+    assert "cancelled for reason" not in text and "Traceback" not in text and "gpu_magics" not in text
+    assert lifecycle.active() is None
+
+
+def test_a_cancellation_while_the_cluster_runs_is_the_users_own(shell: InteractiveShell) -> None:
+    from distributed.client import FutureCancelledError
+
+    from gpu_magics.gpurun import cluster_loss
+
+    shell.run_line_magic("gpucluster", "--cpu-workers 1 --no-dashboard --name cancelling")
+    client = lifecycle.require_client()
+    error = FutureCancelledError("t-key", None)
+    assert cluster_loss.lost_cluster_message(error, client, client) is None  # the user cancelled it
+    assert cluster_loss.lost_cluster_message(error, client, None) == cluster_loss.STOPPED
+    lost = FutureCancelledError("t-key", cluster_loss.LOST_CONNECTION, "Client lost the connection")
+    assert cluster_loss.lost_cluster_message(lost, client, client) == cluster_loss.WENT_AWAY
+    assert cluster_loss.lost_cluster_message(ValueError("x"), client, None) is None
+    assert cluster_loss.lost_cluster_message(error, None, None) is None  # not a cluster cell
+
+
+def test_lost_scheduler_reasons_in_groups() -> None:
+    from distributed.client import CancelledFuturesGroup, FutureCancelledError, FuturesCancelledError
+
+    from gpu_magics.gpurun import cluster_loss
+
+    lost = cluster_loss.LOST_CONNECTION
+    group = CancelledFuturesGroup([FutureCancelledError("k", lost)], lost)
+    error = FuturesCancelledError([group])
+    assert cluster_loss.cancel_reasons(error) == {cluster_loss.LOST_CONNECTION}
+
+    class Closed:
+        status = "closed"
+
+    assert cluster_loss.lost_cluster_message(error, Closed(), None) == cluster_loss.WENT_AWAY  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def bokeh_that_refuses_sync_stop(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Give the installed bokeh server bokeh 3.10's stop: ``stop()`` raises on a running event loop, and
+    ``stop_async()`` does the work. Returns the calls made."""
+    from bokeh.server.tornado import BokehTornado
+
+    calls: list[str] = []
+    original_stop = BokehTornado.stop
+
+    def stop(self: Any, wait: bool = True) -> None:
+        calls.append("stop")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            original_stop(self, wait)
+            return
+        raise RuntimeError("Cannot synchronously wait on a running event loop; use 'await stop_async()'")
+
+    async def stop_async(self: Any) -> None:
+        calls.append("stop_async")
+        original_stop(self)
+
+    monkeypatch.setattr(BokehTornado, "stop", stop)
+    monkeypatch.setattr(BokehTornado, "stop_async", stop_async, raising=False)
+    return calls
+
+
+@pytest.fixture(params=["sync-stop", "async-stop"])
+def distributed_stop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Close the scheduler's web applications as distributed up to 2026.7 does (a synchronous ``stop()`` on the
+    running loop) or as later releases do (``await stop_async()`` where there is one)."""
+    from distributed.node import ServerNode
+
+    if request.param == "sync-stop":
+
+        async def old_stop_services(self: Any) -> None:
+            for application in getattr(getattr(self, "http_application", None), "applications", ()):
+                if callable(getattr(application, "stop", None)):
+                    application.stop()
+            for service in self.services.values():
+                service.stop()
+
+        monkeypatch.setattr(ServerNode, "_stop_services", old_stop_services)
+    return str(request.param)
+
+
+def test_a_dashboard_closes_without_a_traceback(
+    shell: InteractiveShell,
+    capfd: pytest.CaptureFixture[str],
+    logged: Collected,
+    bokeh_that_refuses_sync_stop: list[str],
+    distributed_stop: str,
+) -> None:
+    shell.run_line_magic("gpucluster", "--cpu-workers 1 --name dashboard")
+    current = lifecycle.active()
+    assert current is not None and current.cluster is not None
+    assert lifecycle.dashboard_url() is not None
+    scheduler = current.cluster.scheduler
+    shell.run_line_magic("gpucluster", "stop")
+    text = "".join(capfd.readouterr())
+    assert logged.errors() == []
+    assert "Traceback" not in text and "Cannot synchronously wait" not in text
+    assert "stop_async" in bokeh_that_refuses_sync_stop  # the dashboard was stopped the way bokeh asks
+    assert scheduler.status.name == "closed"  # and the scheduler's close ran to its end
+
+
+def test_ucx_without_distributed_ucxx_is_one_line_and_no_warning(
+    shell: InteractiveShell, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from gpu_magics.cluster import protocols
+
+    if protocols.ucxx_schemes() or protocols.legacy_ucx_py():
+        pytest.skip("UCX is installed here")
+    for spelling in ("ucx", "ucxx"):
+        with warnings.catch_warnings(record=True) as caught, pytest.raises(UsageError) as raised:
+            warnings.simplefilter("always")
+            shell.run_line_magic("gpucluster", f"--cpu-workers 1 --protocol {spelling}")
+        message = str(raised.value)
+        assert "\n" not in message and "distributed-ucxx" in message and f"--protocol {spelling}" in message
+        assert [str(w.message) for w in caught] == []
+        assert lifecycle.active() is None
+    text = "".join(capfd.readouterr())
+    assert "FutureWarning" not in text and "failed to start" not in text

@@ -43,7 +43,7 @@ def test_table_and_text() -> None:
     assert "10 × 4 = 40" in text
     assert "numpy.ndarray (CPU)" in text
     assert "40 tasks in 1 graph layer" in text
-    assert "GPU memory unknown" in text
+    assert "GPU memory  no GPU visible" in text and "unknown" not in text
     assert "<svg" in html and "numpy.ndarray" in html and "76.3 MiB" in html
     assert view._repr_mimebundle_() == {"text/plain": text, "text/html": html}
 
@@ -144,3 +144,11 @@ def test_million_chunks_bounded() -> None:
     html = ArrayView(x).html()
     assert "1,000 × 1,000 = 1,000,000" in html
     assert len(html) < 20_000
+
+
+def test_no_gpu_reads_as_a_fact_not_a_failure() -> None:
+    view = ArrayView(da.ones((10, 10), chunks=5), gpu_memory=None)
+    assert "GPU memory  no GPU visible" in view.text()
+    html = view.html()
+    assert "no GPU visible" in html and "unknown" not in html
+    assert "var(--jp-ui-font-color2" in html  # dimmed, in the theme's secondary colour

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.display import svg
-from gpu_magics.display.format import STYLE, format_bytes
+from gpu_magics.display.format import MUTED, STYLE, WARN, format_bytes
 
 # A distributed task costs about 1 ms of scheduling; one 10000 x 10000 float64 chunk (800e6 bytes, 763 MiB) of the
 # seed workload takes about 4 ms of GPU time on an H200. Below SMALL_CHUNK bytes per-task overhead dominates GPU work.
@@ -22,6 +22,8 @@ REFERENCE_CHUNK_S = 4e-3
 SMALL_CHUNK = 100 * 2**20
 TARGET_CHUNK = 2**30
 LARGE_CHUNK_FRACTION = 0.25  # an operation holds several chunks at once: warn above a quarter of a GPU
+
+_HINT_BACKGROUND = f"background:color-mix(in srgb,{WARN} 12%,transparent)"  # a tint that suits both themes
 
 GpuMemoryProbe = Callable[[], "tuple[int, ...] | None"]
 
@@ -137,7 +139,7 @@ class ArrayInfo:
         """Whether one chunk and the whole array fit in the visible GPUs' memory."""
         gpus = self.gpu_memory
         if not gpus:
-            return ["unknown"]
+            return ["no GPU visible"]
         smallest, total, n = min(gpus), sum(gpus), len(gpus)
         chunk, whole = self.chunk_nbytes, self.nbytes
         lines = []
@@ -275,8 +277,6 @@ class ArrayView:
             f"  {'Graph':<11} {rows['Graph'][0]}",
         ]
         lines.append(f"  {'GPU memory':<11} " + "; ".join(i.memory_lines()))
-        if not i.gpu_memory:
-            lines[-1] = "  GPU memory unknown"
         lines += [f"  hint: {h}" for h in i.hints]
         return "\n".join(lines)
 
@@ -289,13 +289,14 @@ class ArrayView:
             for k, a, c in self._rows()
         )
         memory = "<br>".join(svg.escape(line) for line in i.memory_lines())
-        rows += f'<tr><th {cell}>GPU memory</th><td {cell} colspan="2">{memory}</td></tr>'
+        muted = cell if i.gpu_memory else f'style="padding:2px 8px;text-align:left;{MUTED}"'
+        rows += f'<tr><th {cell}>GPU memory</th><td {muted} colspan="2">{memory}</td></tr>'
         extra = ""
         if len(i.chunks) > 3:
             lead = " × ".join(f"{len(c):,}" for c in i.chunks[:-3])
             extra = f'<div style="{svg.LABEL}">last 3 of {len(i.chunks)} axes; leading axes: {lead} chunks</div>'
         hints = "".join(
-            f'<div style="margin-top:4px;padding:4px 8px;border-left:3px solid #d9822b;background:#fdf3e7">'
+            f'<div style="margin-top:4px;padding:4px 8px;border-left:3px solid {WARN};{_HINT_BACKGROUND}">'
             f"{svg.escape(h)}</div>"
             for h in i.hints
         )

@@ -1,0 +1,80 @@
+"""``--protocol``: tcp, and ucx/ucxx as one choice mapped to what the installed distributed-ucxx registers."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+
+from gpu_magics.cluster import protocols
+from gpu_magics.cluster.options import parse_cluster_line
+
+
+@pytest.mark.parametrize("spelling", ["tcp", "ucx", "ucxx"])
+def test_every_spelling_parses(spelling: str) -> None:
+    assert parse_cluster_line(f"--protocol {spelling}").protocol == spelling
+
+
+def test_tcp_is_tcp_whatever_is_installed() -> None:
+    assert protocols.comm_protocol("tcp") == "tcp"
+
+
+@pytest.mark.parametrize(
+    ("registered", "expected"),
+    [({"ucx", "ucxx"}, "ucx"), ({"ucxx"}, "ucxx"), ({"ucx"}, "ucx")],
+)
+@pytest.mark.parametrize("spelling", ["ucx", "ucxx"])
+def test_ucx_spellings_map_to_the_registered_scheme(
+    monkeypatch: pytest.MonkeyPatch, registered: set[str], expected: str, spelling: str
+) -> None:
+    monkeypatch.setattr(protocols, "ucxx_schemes", lambda: frozenset(registered))
+    assert protocols.comm_protocol(spelling) == expected
+
+
+def test_without_distributed_ucxx_ucx_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocols, "ucxx_schemes", frozenset)
+    monkeypatch.setattr(protocols, "legacy_ucx_py", lambda: False)
+    with pytest.raises(UsageError) as raised:
+        protocols.comm_protocol("ucxx")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("%gpucluster --protocol ucxx: UCX needs the distributed-ucxx package")
+    assert "distributed-ucxx-cu12" in message and "leave --protocol out for tcp" in message
+
+
+def test_legacy_ucx_py_keeps_distributeds_own_ucx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocols, "ucxx_schemes", frozenset)
+    monkeypatch.setattr(protocols, "legacy_ucx_py", lambda: True)
+    assert protocols.comm_protocol("ucxx") == "ucx"
+
+
+class EntryPoint:
+    def __init__(self, name: str, value: str) -> None:
+        self.name, self.value = name, value
+
+
+def test_schemes_come_from_distributed_ucxx_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    points = [
+        EntryPoint("ucx", "distributed_ucxx:UCXXBackend"),
+        EntryPoint("ucxx", "distributed_ucxx:UCXXBackendLegacyPrefix"),
+        EntryPoint("other", "someone_else:Backend"),
+    ]
+    seen: dict[str, Any] = {}
+
+    def entry_points(group: str) -> list[EntryPoint]:
+        seen["group"] = group
+        return points
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "distributed_ucxx" else None)
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    assert protocols.ucxx_schemes() == {"ucx", "ucxx"}
+    assert seen["group"] == "distributed.comm.backends"
+
+
+def test_no_schemes_without_distributed_ucxx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert protocols.ucxx_schemes() == frozenset()
+    assert protocols.legacy_ucx_py() is False

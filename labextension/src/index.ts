@@ -121,7 +121,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
 /**
  * The Scale dialog's body: a number of workers, with what is wrong with it said under the field. An invalid
- * field keeps the dialog's Scale button disabled (the dialog checks `:invalid` on every input).
+ * field keeps the dialog's Scale button disabled (the dialog disables it while an input is `:invalid`).
  */
 class WorkersInput extends Widget implements Dialog.IBodyWidget<number | null> {
   private readonly _input = document.createElement('input');
@@ -153,6 +153,8 @@ class WorkersInput extends Widget implements Dialog.IBodyWidget<number | null> {
     const problem = scaleProblem(this._input.value);
     this._input.setCustomValidity(problem ?? '');
     this._message.textContent = problem ?? '';
+    // the dialog checks validity on input in the capture phase, before this listener: ask it to check again
+    this.node.dispatchEvent(new Event('input', { bubbles: true }));
   }
 }
 

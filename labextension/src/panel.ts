@@ -13,7 +13,7 @@ import {
   membersByHost,
   memberWithoutGpus
 } from './clusters';
-import { el, svg } from './dom';
+import { Child, el, svg } from './dom';
 import {
   formatAge,
   formatBytes,
@@ -238,11 +238,11 @@ export class GpuPanel extends Widget {
         'div',
         { class: 'jp-GpuMagics-metrics' },
         metric('Util', formatPercent(r.gpu_util), 'util', 'GPU utilization'),
-        metric('Memory', formatBytesPair(r.memory_used, r.memory_total), 'memory', 'GPU memory used / total'),
+        metric('Power', formatNumberPair(r.power, r.power_limit, 'W'), 'power', 'Power draw / limit'),
         metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature', 'GPU temperature'),
-        metric('Power', formatNumberPair(r.power, r.power_limit, 'W'), 'power', 'Power draw / limit')
+        metric('Clock', formatNumber(r.sm_clock, 'MHz'), 'clock', 'SM clock')
       ),
-      memoryBar(memPct),
+      memoryBar(r.memory_used, r.memory_total, memPct),
       chart(view)
     );
     return card;
@@ -291,27 +291,26 @@ export class GpuPanel extends Widget {
         'div',
         { class: 'jp-GpuMagics-clusterMeta' },
         notebook,
-        el('span', {}, ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.started_at, now)}`)
+        el('span', {}, ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.started_at, now)}`),
+        ...dashboardLink(cluster)
       )
     );
     const members = clusterMembers(cluster);
     if (members.length) {
       row.append(membersView(members));
     }
-    const buttons = el('div', { class: 'jp-GpuMagics-buttons' });
-    const dashboard = dashboardLink(cluster);
-    if (dashboard) {
-      buttons.append(dashboard);
-    }
-    buttons.append(
-      this._button('Stop', canAct, () => this._stop(cluster)),
-      this._button('Restart', canAct, () => this._restart(cluster)),
-      this._button('Scale', canAct, () => this._scale(cluster))
-    );
-    row.append(buttons);
-    if (dashboard && cluster.dashboard_note) {
+    if (cluster.dashboard_note && (cluster.dashboard_link ?? cluster.dashboard_url)) {
       row.append(el('div', { class: 'jp-GpuMagics-note jp-GpuMagics-dashboardNote' }, cluster.dashboard_note));
     }
+    row.append(
+      el(
+        'div',
+        { class: 'jp-GpuMagics-buttons' },
+        this._button('Stop', canAct, () => this._stop(cluster)),
+        this._button('Restart', canAct, () => this._restart(cluster)),
+        this._button('Scale', canAct, () => this._scale(cluster))
+      )
+    );
     if (busy) {
       row.append(el('div', { class: 'jp-GpuMagics-busy' }, `${busy}\u2026 (waits for the kernel if it is busy)`));
     }
@@ -379,20 +378,21 @@ export class GpuPanel extends Widget {
     if (owners.length === 0) {
       children.push(el('div', { class: 'jp-GpuMagics-empty' }, 'No process holds GPU memory.'));
     } else {
-      const table = el('table', { class: 'jp-GpuMagics-table' });
-      table.append(
-        el('tr', {}, el('th', {}, 'Held by'), el('th', {}, 'GPU memory'), el('th', {}, 'Where')),
+      children.push(
         ...owners.map(owner =>
           el(
-            'tr',
-            {},
-            el('td', {}, owner.owner),
-            el('td', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes)),
-            el('td', {}, ...owner.holders.map(holderLine))
+            'div',
+            { class: 'jp-GpuMagics-owner' },
+            el(
+              'div',
+              { class: 'jp-GpuMagics-ownerTitle' },
+              el('span', { class: 'jp-GpuMagics-ownerName', title: owner.owner }, owner.owner),
+              el('span', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes))
+            ),
+            ...owner.holders.map(holderLine)
           )
         )
       );
-      children.push(table);
     }
     if (this.model.unreadableGpus.length) {
       children.push(
@@ -410,11 +410,13 @@ export class GpuPanel extends Widget {
 /** One holder in the "Where" cell: the GPU (with its host when remote), who, and where the row comes from. */
 function holderLine(holder: IHolder): HTMLElement {
   const tag = holderSourceTag(holder);
+  const where = `${holderGpuLabel(holder)} \u00b7 ${holderRole(holder)}`;
   return el(
     'div',
     { class: 'jp-GpuMagics-holder', 'data-source': holder.source ?? '' },
-    el('span', {}, `${holderGpuLabel(holder)}: ${holderRole(holder)}`),
-    tag.text ? el('span', { class: 'jp-GpuMagics-tag', title: tag.title }, tag.text) : null
+    el('span', { class: 'jp-GpuMagics-holderWhere', title: where }, where),
+    el('span', { class: 'jp-GpuMagics-num' }, formatBytes(holder.used_memory)),
+    el('span', { class: 'jp-GpuMagics-tag', title: tag.title }, tag.text)
   );
 }
 
@@ -437,22 +439,26 @@ function noGpuNotice(reason: string | null): HTMLElement {
   );
 }
 
-function dashboardLink(cluster: ICluster): HTMLElement | null {
+/** " · dashboard ↗": the Dask dashboard, through the link made for this browser where the server has one. */
+function dashboardLink(cluster: ICluster): Child[] {
   const href = cluster.dashboard_link ?? cluster.dashboard_url;
   if (!href) {
-    return null;
+    return [];
   }
-  return el(
-    'a',
-    {
-      class: 'jp-GpuMagics-button jp-GpuMagics-dashboard',
-      href,
-      target: '_blank',
-      rel: 'noopener noreferrer',
-      title: cluster.dashboard_note ?? `The Dask dashboard: ${href}`
-    },
-    'Dashboard'
-  );
+  return [
+    ' \u00b7 ',
+    el(
+      'a',
+      {
+        class: 'jp-GpuMagics-link jp-GpuMagics-dashboard',
+        href,
+        target: '_blank',
+        rel: 'noopener noreferrer',
+        title: cluster.dashboard_note ?? `The Dask dashboard: ${href}`
+      },
+      'dashboard \u2197'
+    )
+  ];
 }
 
 /** The cluster's workers with their GPUs, live: a heading per host, a line per GPU. */
@@ -528,16 +534,20 @@ function metric(label: string, value: string, name: string, title: string): HTML
   );
 }
 
-/** Memory in use as a bar on a 0-100% scale, labelled, with its percentage. */
-function memoryBar(percent: number | null): HTMLElement {
+/** Memory: used / total, and a bar of the share in use (0 to the total). */
+function memoryBar(used: number | null, total: number | null, percent: number | null): HTMLElement {
   const fill = el('div', { class: 'jp-GpuMagics-barFill' });
   fill.style.width = `${Math.min(100, Math.max(0, percent ?? 0)).toFixed(1)}%`;
   return el(
     'div',
-    { class: 'jp-GpuMagics-memoryBar', 'data-metric': 'memory-percent', title: 'GPU memory in use, 0\u2013100%' },
-    el('span', { class: 'jp-GpuMagics-label' }, 'Mem'),
+    {
+      class: 'jp-GpuMagics-memoryBar',
+      'data-metric': 'memory',
+      title: `GPU memory in use: ${formatPercent(percent)} of ${formatBytes(total)}`
+    },
+    el('span', { class: 'jp-GpuMagics-label' }, 'Memory'),
     el('div', { class: 'jp-GpuMagics-bar' }, fill),
-    el('span', { class: 'jp-GpuMagics-value' }, formatPercent(percent))
+    el('span', { class: 'jp-GpuMagics-value' }, formatBytesPair(used, total))
   );
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -142,3 +143,76 @@ def test_magic_usage_errors(ip: InteractiveShell, line: str, message: str) -> No
 def test_magic_help(ip: InteractiveShell) -> None:
     doc = ip.find_line_magic("gpugraph").__doc__ or ""
     assert "%gpugraph EXPR" in doc
+
+
+def _path_points(d: str) -> list[tuple[str, float, float]]:
+    """A path's on-curve points, each with the command that reaches it (control points dropped)."""
+    import re
+
+    points: list[tuple[str, float, float]] = []
+    for command, numbers in re.findall(r"([MCL])([^MCL]*)", d):
+        values = [float(v) for v in numbers.split()]
+        points.append((command, values[-2], values[-1]))
+    return points
+
+
+def test_edges_go_around_boxes() -> None:
+    from gpu_magics.display import svg
+
+    # a -> b -> c -> d, and a -> d, a -> c: the long edges skip the boxes in between
+    nodes = [svg.DagNode(label=n, detail="", title=n) for n in "abcd"]
+    drawing = svg.layered_dag(nodes, [(0, 1), (1, 2), (2, 3), (0, 3), (0, 2)])
+    root = ET.fromstring(drawing)
+    ns = "{http://www.w3.org/2000/svg}"
+    boxes = [
+        (float(r.attrib["x"]), float(r.attrib["y"]), float(r.attrib["width"]), float(r.attrib["height"]))
+        for r in root.iter(f"{ns}rect")
+        if r.attrib.get("width") == str(svg.BOX_W)
+    ]
+    assert len(boxes) == 4
+    paths = [p.attrib["d"] for p in root.iter(f"{ns}path") if "marker-end" in p.attrib]
+    assert len(paths) == 5
+    passes = 0
+    for d in paths:
+        points = _path_points(d)
+        for (_, x0, y0), (command, x1, y1) in itertools.pairwise(points):
+            if command == "C":  # a curve only crosses the gap between two levels
+                assert 0 < y1 - y0 <= svg.GAP_Y + 0.01
+            else:  # a straight run down a level, beside every box of it
+                passes += 1
+                assert x0 == x1
+                for bx, by, bw, bh in boxes:
+                    if by < y1 and y0 < by + bh:
+                        assert not bx <= x0 <= bx + bw, (d, (bx, by))
+    assert passes == 3  # a -> d passes two levels, a -> c one
+
+
+def test_repeated_names_are_numbered() -> None:
+    layers = [
+        LayerInfo("src", "random_sample", 4, 64.0, "numpy.ndarray", ()),
+        LayerInfo("add-1", "add", 4, 64.0, "numpy.ndarray", ("src",)),
+        LayerInfo("transpose", "transpose", 4, 64.0, "numpy.ndarray", ("src",)),
+        LayerInfo("add-2", "add", 4, 64.0, "numpy.ndarray", ("transpose",)),
+        LayerInfo("sub", "sub", 4, 64.0, "numpy.ndarray", ("add-1", "add-2")),
+    ]
+    groups = group_layers(layers)
+    assert [g.label for g in groups] == ["random_sample", "add #1", "transpose", "add #2", "sub"]
+    summary = graph_view.GraphSummary("x", tuple(layers), None, False, False)
+    text = summary.text()
+    assert "add #1, add #2" in text  # what sub depends on, told apart
+    assert "add #2" in summary.to_svg()
+
+
+def test_plain_chains_collapse_in_bigger_graphs() -> None:
+    layers = [LayerInfo("src", "ones", 4, 64.0, "numpy.ndarray", ())]
+    previous = "src"
+    for i in range(30):
+        op = "mul" if i % 2 == 0 else "add"
+        layers.append(LayerInfo(f"{op}-{i}", op, 4, 64.0, "numpy.ndarray", (previous,)))
+        previous = f"{op}-{i}"
+    layers.append(LayerInfo("other", "transpose", 4, 64.0, "numpy.ndarray", ("src",)))
+    layers.append(LayerInfo("sum", "sum", 1, 8.0, "numpy.ndarray", (previous, "other")))
+    labels = [g.label for g in group_layers(layers)]
+    assert labels == ["ones", "mul ×15, add ×15", "transpose", "sum"]
+    small = group_layers(layers[:4])  # a small graph shows every layer
+    assert [g.label for g in small] == ["ones", "mul #1", "add", "mul #2"]

@@ -7,7 +7,9 @@ than ``MAX_NODES`` layers are aggregated (chains, then operation per level, then
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,8 @@ from gpu_magics.display import svg
 from gpu_magics.display.format import DASH, STYLE, format_bytes
 
 MAX_NODES = 60
+DETAILED = 12  # graphs of up to this many layers show every layer; larger ones collapse plain chains
+MIN_CHAIN = 3  # the shortest chain of different operations drawn as one box
 EXACT_LIMIT = 5_000  # graphs up to this many tasks get the exact optimized count (full optimization is cheap)
 
 
@@ -160,28 +164,63 @@ def _levels(layers: Sequence[LayerInfo]) -> list[int]:
     return level
 
 
+def _chains(layers: Sequence[LayerInfo], index: dict[str, int], any_op: bool) -> list[int]:
+    """Each layer's chain root: a layer with one dependency that nothing else depends on joins its chain
+    (``any_op``: whatever the operations; else only the same operation)."""
+    dependents: dict[str, int] = {}
+    for la in layers:
+        for d in la.dependencies:
+            dependents[d] = dependents.get(d, 0) + 1
+    root = list(range(len(layers)))
+    for i, la in enumerate(layers):
+        deps = [d for d in la.dependencies if d in index]
+        if len(deps) == 1 and dependents[deps[0]] == 1 and (any_op or layers[index[deps[0]]].op == la.op):
+            root[i] = root[index[deps[0]]]
+    return root
+
+
 def group_layers(layers: Sequence[LayerInfo], limit: int = MAX_NODES) -> list[Group]:
-    """Aggregate ``layers`` (topologically sorted) into at most ``limit`` groups that still form a DAG."""
+    """Aggregate ``layers`` (topologically sorted) into at most ``limit`` groups that still form a DAG.
+
+    Graphs of more than ``DETAILED`` layers first collapse their plain chains (layers one after another with
+    nothing branching off); small graphs show every layer.
+    """
     index = {la.name: i for i, la in enumerate(layers)}
     keys: list[Hashable] = list(range(len(layers)))
-    if len(layers) > limit:  # 1. merge linear chains of the same operation
-        dependents: dict[str, list[str]] = {}
-        for la in layers:
-            for d in la.dependencies:
-                dependents.setdefault(d, []).append(la.name)
-        root = list(range(len(layers)))
-        for i, la in enumerate(layers):
-            deps = [d for d in la.dependencies if d in index]
-            if len(deps) == 1 and layers[index[deps[0]]].op == la.op and len(dependents[deps[0]]) == 1:
-                root[i] = root[index[deps[0]]]
-        keys = list(root)
+    if len(layers) > DETAILED:  # 1. plain chains of one operation, then of any
+        keys = list(_chains(layers, index, any_op=False))
+        sizes = Counter(keys)
+        if len(sizes) > DETAILED:
+            mixed = _chains(layers, index, any_op=True)
+            mixed_sizes = Counter(mixed)
+            keys = [m if mixed_sizes[m] >= MIN_CHAIN else k for k, m in zip(keys, mixed, strict=True)]
     levels = _levels(layers)
     if len(set(keys)) > limit:  # 2. one group per operation and level
         keys = [(la.op, lv) for la, lv in zip(layers, levels, strict=True)]
     if len(set(keys)) > limit:  # 3. bands of consecutive levels
         band = -(-(max(levels) + 1) // limit)
         keys = [lv // band for lv in levels]
-    return _quotient(layers, keys, index)
+    return _numbered(_quotient(layers, keys, index))
+
+
+def _numbered(groups: list[Group]) -> list[Group]:
+    """Groups that would read the same get ``#1``, ``#2``... in topological order, so edges and rows can be
+    told apart."""
+    counts = Counter(g.label for g in groups)
+    seen: Counter[str] = Counter()
+    numbered = []
+    for g in groups:
+        if counts[g.label] > 1:
+            seen[g.label] += 1
+            g = dataclasses.replace(g, label=f"{g.label} #{seen[g.label]}")
+        numbered.append(g)
+    return numbered
+
+
+def _label(members: Sequence[LayerInfo]) -> str:
+    """``'add'``, ``'add ×100'``, ``'mul ×60, add ×60'``."""
+    ops = Counter(la.op for la in members)
+    return ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in ops.items())
 
 
 def _quotient(layers: Sequence[LayerInfo], keys: Sequence[Hashable], index: dict[str, int]) -> list[Group]:
@@ -198,13 +237,11 @@ def _quotient(layers: Sequence[LayerInfo], keys: Sequence[Hashable], index: dict
     groups = []
     for g, mem in enumerate(members):
         ops = tuple(dict.fromkeys(la.op for la in mem))
-        label = ops[0] + (f" ×{len(mem)}" if len(mem) > 1 else "") if len(ops) == 1 else ", ".join(ops)
-        label += f" ({len(mem)} layers)" if len(ops) > 1 else ""
         sizes = [la.nbytes for la in mem]
         kinds = {_kind(la.chunk_type) for la in mem if la.chunk_type}
         groups.append(
             Group(
-                label=label,
+                label=_label(mem),
                 ops=ops,
                 members=tuple(la.name for la in mem),
                 tasks=sum(la.tasks for la in mem),

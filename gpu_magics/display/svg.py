@@ -7,6 +7,7 @@ grid draws at most ``max_lines`` boundaries per axis and a DAG at most the nodes
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ COLOURS: dict[str, tuple[str, str]] = {
     "other": ("#e6e6e6", "#6b6b6b"),
 }
 # Labels of the drawings: the size fits the boxes; the family is inherited from the display's ``format.STYLE``.
-LABEL = "font-size:11px"
+LABEL = "font-size:var(--jp-ui-font-size0,11px)"
 
 
 def escape(text: object) -> str:
@@ -171,7 +172,8 @@ def _label(x: float, y: float, text: str, rotate: bool = False, anchor: str = "m
         x += 11
     turn = f' transform="rotate(-90 {x:.1f} {y:.1f})"' if rotate else ""
     return (
-        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn} style="{LABEL}" fill="#444">{escape(text)}</text>'
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{turn} style="{LABEL}" fill="currentColor" '
+        f'opacity=".8">{escape(text)}</text>'
     )
 
 
@@ -194,6 +196,7 @@ class DagNode:
 
 
 BOX_W, BOX_H, GAP_X, GAP_Y = 150.0, 36.0, 12.0, 26.0
+DUMMY_W = 8.0  # the slot an edge takes on a level it passes through
 MAX_WIDTH = 760.0
 
 
@@ -216,53 +219,101 @@ def dag_levels(count: int, edges: Sequence[tuple[int, int]]) -> list[int]:
     return level
 
 
+def _order(rows: dict[int, list[int]], parents: dict[int, list[int]], children: dict[int, list[int]]) -> None:
+    """Order each level's nodes by the mean position of their neighbours (down, up, down), in place."""
+
+    def sweep(levels: Sequence[int], neighbours: dict[int, list[int]]) -> None:
+        position: dict[int, float] = {}
+        for lv in levels:
+            row = rows[lv]
+            if any(neighbours.get(i) for i in row) and position:
+                row.sort(key=lambda i: _mean([position[n] for n in neighbours.get(i, []) if n in position], i))
+            position.update((i, k / max(1, len(row))) for k, i in enumerate(row))
+
+    order = sorted(rows)
+    sweep(order, parents)
+    sweep(order[::-1], children)
+    sweep(order, parents)
+
+
+def _mean(values: Sequence[float], fallback: float) -> float:
+    return sum(values) / len(values) if values else fallback
+
+
+def _curve(x1: float, y1: float, x2: float, y2: float) -> str:
+    mid = (y1 + y2) / 2
+    return f"C{x1:.1f} {mid:.1f} {x2:.1f} {mid:.1f} {x2:.1f} {y2:.1f}"
+
+
 def layered_dag(nodes: Sequence[DagNode], edges: Sequence[tuple[int, int]]) -> str:
-    """A top-to-bottom layered drawing of a small DAG (callers aggregate big graphs first)."""
+    """A top-to-bottom layered drawing of a small DAG (callers aggregate big graphs first).
+
+    An edge that skips levels passes through a narrow slot of its own on every level between (a dummy node), so
+    edges go around boxes rather than through them.
+    """
     if not nodes:
         return _svg(["<title>empty graph</title>"], 10, 10)
     levels = dag_levels(len(nodes), edges)
-    rows: dict[int, list[int]] = {}
-    for i, lv in enumerate(levels):
-        rows.setdefault(lv, []).append(i)
+    level_of = {i: lv for i, lv in enumerate(levels)}
     parents: dict[int, list[int]] = {}
+    children: dict[int, list[int]] = {}
+    routes: list[list[int]] = []
+    next_id = len(nodes)
     for a, b in edges:
-        parents.setdefault(b, []).append(a)
+        route = [a]
+        for lv in range(level_of[a] + 1, level_of[b]):
+            level_of[next_id] = lv
+            route.append(next_id)
+            next_id += 1
+        route.append(b)
+        routes.append(route)
+        for u, v in itertools.pairwise(route):
+            parents.setdefault(v, []).append(u)
+            children.setdefault(u, []).append(v)
+    rows: dict[int, list[int]] = {}
+    for i in sorted(level_of):
+        rows.setdefault(level_of[i], []).append(i)
+    _order(rows, parents, children)
+
+    def span(i: int) -> float:
+        return BOX_W if i < len(nodes) else DUMMY_W
+
+    widths = {lv: sum(span(i) for i in row) + GAP_X * (len(row) - 1) for lv, row in rows.items()}
+    width = max(widths.values()) + 4
     x: dict[int, float] = {}
-    widest = max(len(r) for r in rows.values())
-    for lv in sorted(rows):
-        row = rows[lv]
-        if lv > 0:  # barycentre ordering keeps edges short
-            row.sort(key=lambda i: sum(x[p] for p in parents.get(i, [])) / max(1, len(parents.get(i, []))))
-        offset = (widest - len(row)) * (BOX_W + GAP_X) / 2
-        for k, i in enumerate(row):
-            x[i] = offset + k * (BOX_W + GAP_X) + BOX_W / 2
-    y = {i: levels[i] * (BOX_H + GAP_Y) for i in range(len(nodes))}
-    width = widest * (BOX_W + GAP_X) - GAP_X + 4
+    for lv, row in rows.items():
+        left = (width - 4 - widths[lv]) / 2 + 2
+        for i in row:
+            x[i] = left + span(i) / 2
+            left += span(i) + GAP_X
+    y = {i: lv * (BOX_H + GAP_Y) + 2 for i, lv in level_of.items()}
     height = (max(levels) + 1) * (BOX_H + GAP_Y) - GAP_Y + 4
     parts = [
         '<defs><marker id="a" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" markerHeight="6" '
         'orient="auto"><path d="M0 0L6 3L0 6z" fill="#888"/></marker></defs>'
     ]
-    curves = []
-    for a, b in edges:
-        x1, y1, x2, y2 = x[a] + 2, y[a] + BOX_H + 2, x[b] + 2, y[b] + 2
-        mid = (y1 + y2) / 2
-        curves.append(
-            f'<path d="M{x1:.1f} {y1:.1f}C{x1:.1f} {mid:.1f} {x2:.1f} {mid:.1f} {x2:.1f} {y2:.1f}" '
-            'fill="none" stroke="#999" stroke-width="1" marker-end="url(#a)"/>'
-        )
-    parts += curves
+    for route in routes:
+        start, end = route[0], route[-1]
+        path = f"M{x[start]:.1f} {y[start] + BOX_H:.1f}"
+        px, py = x[start], y[start] + BOX_H
+        for dummy in route[1:-1]:  # through the slot: in at its top, straight down, out at its bottom
+            path += _curve(px, py, x[dummy], y[dummy]) + f"L{x[dummy]:.1f} {y[dummy] + BOX_H:.1f}"
+            px, py = x[dummy], y[dummy] + BOX_H
+        path += _curve(px, py, x[end], y[end])
+        parts.append(f'<path d="{path}" fill="none" stroke="#888" stroke-width="1" marker-end="url(#a)"/>')
     for i, node in enumerate(nodes):
         fill, stroke = COLOURS.get(node.kind, COLOURS["other"])
-        left, top = x[i] - BOX_W / 2 + 2, y[i] + 2
-        opacity = 0.35 + 0.65 * min(1.0, max(0.0, node.weight))
+        left, top = x[i] - BOX_W / 2, y[i]
+        share = min(1.0, max(0.0, node.weight))
         parts.append(
             f'<g><title>{escape(node.title)}</title><rect x="{left:.1f}" y="{top:.1f}" width="{BOX_W}" '
-            f'height="{BOX_H}" rx="4" fill="{fill}" fill-opacity="{opacity:.2f}" stroke="{stroke}"/>'
-            f'<text x="{x[i] + 2:.1f}" y="{top + 15:.1f}" text-anchor="middle" style="{LABEL};font-weight:bold" '
+            f'height="{BOX_H}" rx="4" fill="{fill}" stroke="{stroke}"/>'
+            f'<rect x="{left + 1:.1f}" y="{top + BOX_H - 4:.1f}" width="{(BOX_W - 2) * share:.1f}" height="3" '
+            f'fill="{stroke}" opacity=".6"/>'
+            f'<text x="{x[i]:.1f}" y="{top + 15:.1f}" text-anchor="middle" style="{LABEL};font-weight:bold" '
             f'fill="#222">{escape(shorten(node.label, 24))}</text>'
-            f'<text x="{x[i] + 2:.1f}" y="{top + 29:.1f}" text-anchor="middle" style="{LABEL}" '
-            f'fill="#444">{escape(shorten(node.detail, 28))}</text></g>'
+            f'<text x="{x[i]:.1f}" y="{top + 28:.1f}" text-anchor="middle" style="{LABEL}" '
+            f'fill="#333">{escape(shorten(node.detail, 28))}</text></g>'
         )
     shown = min(width, MAX_WIDTH)
     return (

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import dashboard_close, protocols, worker_processes
+from gpu_magics.cluster import dashboard_close, kernel_context, protocols, worker_processes
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
             f"{PROG}: dask-cuda is not installed (pip install 'gpu-magics[cuda12]' or [cuda13]); "
             f"or use {PROG} --cpu-workers N"
         ) from None
+    kernel_context.report(gpu_ids, PROG)  # one line when this kernel already holds memory on those GPUs
     extra: dict[str, Any] = {}
     if options.device_memory_limit is not None:
         extra["device_memory_limit"] = options.device_memory_limit

@@ -141,7 +141,8 @@ def describe_hardware() -> str:
         workers = inspection.scheduler_workers(current.client)
     except Exception:
         workers = {}
-    return inspection.hardware(current.kind, current.devices, workers)
+    reported = current.telemetry.worker_gpus() if current.telemetry is not None else None
+    return inspection.hardware(current.kind, current.devices, workers, reported)
 
 
 def gpu_worker_devices(client: Client) -> dict[str, str]:
@@ -406,6 +407,10 @@ def _attach(options: ClusterOptions) -> ActiveCluster:
     except (OSError, TimeoutError) as error:
         raise UsageError(
             f"{PROG} --address {address}: no scheduler answered within {timeout:g} s ({one_line(error)})"
+        ) from None
+    except Exception as error:  # something answered, but not in Dask's protocol (a web server, say)
+        raise UsageError(
+            f"{PROG} --address {address}: what answered there is not a Dask scheduler ({one_line(error)})"
         ) from None
     if not _is_scheduler(client):
         with contextlib.suppress(Exception):

@@ -64,7 +64,7 @@ class BackendPlan:
         """Wait for the GPU work this backend queued; called before the clock stops."""
         if self.client is not None and self.chunk_type == "cupy":
             with contextlib.suppress(Exception):
-                self.client.run(_synchronize_worker_device)
+                self.client.run(_synchronize_worker_device, workers=self.annotations.get("workers"))
         elif self.gpu_indices:
             devices.synchronize(self.gpu_indices)
 

@@ -13,6 +13,8 @@ A spec (a dict, or a JSON file holding one) describes the driver and its GPUs, i
                "gpu_util": {"min": 0, "max": 100, "period": 20}, # a smooth wave over ticks
                "temperature": null,                              # null: not supported
                "processes": "!NoPermission",                     # "!Name": the call raises NVMLError_Name
+                                                                 # (or [{"pid": "self", "used_memory": 2e9}]:
+                                                                 # "self" is the reading process)
                "lost_at_tick": 5,                                # every call raises GpuIsLost from tick 5
                "handle_error": "NoPermission",                   # opening the GPU raises this
                "mig": [{"name": "... MIG 1g.18gb", "uuid": "MIG-...", "memory_total": ...}]}]}
@@ -379,7 +381,10 @@ class FakeNvml:
     def _process_list(self, handle: _Handle, key: str) -> list[SimpleNamespace]:
         tick = self.tick
         return [
-            SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=_optional(p.get("used_memory"), tick))
+            SimpleNamespace(
+                pid=os.getpid() if p["pid"] == "self" else int(p["pid"]),
+                usedGpuMemory=_optional(p.get("used_memory"), tick),
+            )
             for p in self._value(handle, key, tick)
         ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from functools import partial
 from typing import Any
 
@@ -13,11 +14,12 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from gpu_magics.cluster import dashboard_links
 from gpu_magics.cluster import records as cluster_records
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.jsonutil import dumps
 from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
-from gpu_magics.server.owners import map_owners
+from gpu_magics.server.owners import map_owners, with_self_reports
 from gpu_magics.server.service import MonitorService
 
 AUTH_RESOURCE = "gpu_magics"
@@ -103,14 +105,25 @@ class ClustersHandler(GpuMagicsHandler):
     async def _describe(self, records: list[cluster_records.ClusterRecord]) -> list[dict[str, Any]]:
         paths = await kernel_paths(self.session_manager)
         running = running_kernel_ids(self.kernel_manager)
-        return [
-            {
-                **record.to_json(),
-                "path": paths.get(record.kernel_id or ""),
-                "kernel_running": record.kernel_id in running,
-            }
-            for record in records
-        ]
+        proxy = dashboard_links.proxy_available()
+        described = []
+        for record in records:
+            link = dashboard_links.link_for(
+                record.dashboard_url,
+                base_url=self.base_url,
+                proxy=proxy,
+                remote_browser=bool(os.environ.get(dashboard_links.HUB_PREFIX_ENV)),
+            )
+            described.append(
+                {
+                    **record.to_json(),
+                    "dashboard_link": link.url,
+                    "dashboard_note": link.note,
+                    "path": paths.get(record.kernel_id or ""),
+                    "kernel_running": record.kernel_id in running,
+                }
+            )
+        return described
 
 
 class PruneClustersHandler(ClustersHandler):
@@ -139,6 +152,7 @@ class ProcessesHandler(GpuMagicsHandler):
         holders = await loop.run_in_executor(
             None, partial(map_owners, snapshot, kernel_pids=pids, records=records, paths=paths)
         )
+        holders = with_self_reports(holders, records, paths)
         unreadable = [] if snapshot is None else [g.index for g in snapshot.gpus if g.processes is None]
         self.reply(
             {

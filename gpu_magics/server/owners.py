@@ -9,13 +9,14 @@ belongs to that record's kernel. The mapping (``map_owners``) is pure; the proce
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gpu_magics.cluster.records import ClusterRecord
 from gpu_magics.monitor.models import Snapshot
 
 MAX_DEPTH = 32  # ancestors looked at per process
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})  # member hosts that are this server's own
 
 Ancestry = Callable[[int], list[int]]
 """``pid -> [pid, parent, grandparent, ...]``; just ``[pid]`` (or ``[]``) when the process cannot be seen."""
@@ -33,6 +34,10 @@ class GpuHolder:
     path: str | None  # the notebook (or console) whose kernel holds it
     cluster: str | None  # the cluster name when the process is one of its workers
     role: str  # "kernel", "worker" (of a cluster), "child" (of a kernel) or "other"
+    gpu_label: str = ""  # "GPU 0" on this host, "gpu-node-1 · GPU 2" elsewhere
+    host: str | None = None  # the host it runs on; None for this server's host
+    worker: str | None = None  # the cluster worker's name, where it is one
+    source: str = "nvml"  # "nvml", "self-report" or "nvml+self-report"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,9 +93,56 @@ def map_owners(
                     path=paths.get(kernel_id) if kernel_id else None,
                     cluster=cluster,
                     role=role,
+                    gpu_label=reading.label,
                 )
             )
     return holders
+
+
+def with_self_reports(
+    holders: list[GpuHolder], records: Iterable[ClusterRecord], paths: Mapping[str, str]
+) -> list[GpuHolder]:
+    """``holders`` (from NVML's process lists) joined with what the kernels and their workers report about
+    themselves in the cluster records: a row both give is marked "nvml+self-report" (NVML's figure kept), a
+    row only a process reports is added as "self-report". Self-reports work where NVML cannot tell: in
+    containers (NVML gives host pids) and on other hosts."""
+    by_key = {(holder.gpu_uuid, holder.pid): index for index, holder in enumerate(holders)}
+    joined = list(holders)
+    for record in records:
+        for member in record.members:
+            for gpu in member.get("gpus") or ():
+                held = gpu.get("process_memory")
+                if not isinstance(held, int) or held <= 0:
+                    continue
+                pid = int(member.get("pid") or 0)
+                role = "kernel" if member.get("role") == "kernel" else "worker"
+                remote = member.get("host") not in LOCAL_HOSTS
+                found = by_key.get((str(gpu.get("uuid")), pid)) if not remote else None
+                if found is not None:
+                    joined[found] = replace(
+                        joined[found],
+                        source="nvml+self-report",
+                        cluster=joined[found].cluster or record.name,
+                        worker=joined[found].worker or (str(member.get("name")) if role == "worker" else None),
+                    )
+                    continue
+                joined.append(
+                    GpuHolder(
+                        pid=pid,
+                        gpu=int(gpu.get("nvml_index") if gpu.get("nvml_index") is not None else gpu.get("index") or 0),
+                        gpu_uuid=str(gpu.get("uuid") or ""),
+                        used_memory=held,
+                        kernel_id=record.kernel_id,
+                        path=paths.get(record.kernel_id) if record.kernel_id else None,
+                        cluster=record.name,
+                        role=role,
+                        gpu_label=str(gpu.get("label") or ""),
+                        host=str(member.get("host_label")) if remote else None,
+                        worker=str(member.get("name")) if role == "worker" else None,
+                        source="self-report",
+                    )
+                )
+    return joined
 
 
 def _owner(

@@ -1,0 +1,117 @@
+"""A Dask cluster started with Dask's own CLI in separate processes, as cluster managers start one.
+
+Each worker listens on its own loopback address (127.0.0.2, 127.0.0.3, ...), standing for a host of its own,
+with its own environment (``GPU_MAGICS_SOURCE`` picks the GPUs it sees). Everything runs in new process groups
+and is ended by group, with every wait bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT = 60.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class CliCluster:
+    address: str
+    scheduler: subprocess.Popen[bytes]
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # worker name -> process
+    logs: Path | None = None
+
+    def kill_worker(self, name: str) -> None:
+        """SIGKILL one worker's whole process group, as a host going away would end it."""
+        process = self.workers.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def log_text(self) -> str:
+        if self.logs is None:
+            return ""
+        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.logs.iterdir()))
+
+
+def _spawn(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", *args],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        if process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=wait)
+
+
+@contextlib.contextmanager
+def cli_cluster(
+    workers: Mapping[str, tuple[str, Mapping[str, str]]],
+    logs: Path,
+    *,
+    dashboard: bool = False,
+    worker_args: tuple[str, ...] = ("--no-nanny", "--nthreads", "1"),
+) -> Iterator[CliCluster]:
+    """``dask scheduler`` on 127.0.0.1 plus one ``dask worker`` per entry of ``workers`` (name -> (host to
+    listen on, extra environment)); yields once every worker has registered."""
+    from distributed import Client
+
+    logs.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dashboard_args = ["--dashboard-address", f"127.0.0.1:{free_port()}"] if dashboard else ["--no-dashboard"]
+    scheduler = _spawn(
+        ["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), *dashboard_args],
+        {},
+        logs / "scheduler.log",
+    )
+    cluster = CliCluster(address=address, scheduler=scheduler, logs=logs)
+    try:
+        for name, (host, env) in workers.items():
+            cluster.workers[name] = _spawn(
+                [
+                    "distributed.cli.dask_worker",
+                    address,
+                    "--host",
+                    host,
+                    "--name",
+                    name,
+                    "--no-dashboard",
+                    *worker_args,
+                ],
+                dict(env),
+                logs / f"worker-{name}.log",
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        with Client(address, timeout=START_TIMEOUT) as client:
+            client.wait_for_workers(len(workers), timeout=max(1.0, deadline - time.monotonic()))
+        yield cluster
+    finally:
+        for process in cluster.workers.values():
+            _end(process)
+        _end(scheduler)

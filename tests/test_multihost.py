@@ -1,0 +1,216 @@
+"""Past one machine: a cluster started with Dask's CLI, two "hosts" (127.0.0.2 and 127.0.0.3) with two
+simulated GPUs each, attached from a real IPython shell that has no GPU of its own.
+
+What a user relies on: every GPU is found by asking the workers; status, the cell's monitor figures and the
+discovery record name them by host; a worker that dies drops out quickly without an error in the kernel; bad
+addresses and unreadable GPUs give one-line answers.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from gpu_magics import gpus
+from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.records import list_records
+from tests.cli_cluster import CliCluster, cli_cluster
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).parent / "data"
+SPEC = str(DATA / "worker_gpus.json")
+HOST_A, HOST_B = "127.0.0.2", "127.0.0.3"
+LABELS = {f"{host} · GPU {index}" for host in (HOST_A, HOST_B) for index in (0, 1)}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
+    workers = {
+        "node-a": (HOST_A, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"}),
+        "node-b": (HOST_B, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"}),
+    }
+    with cli_cluster(workers, tmp_path_factory.mktemp("cli-cluster")) as started:
+        yield started
+
+
+@pytest.fixture
+def no_local_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The kernel's own source has no GPU; records go to a fresh runtime dir (returned)."""
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:0")
+    runtime = tmp_path / "runtime"
+    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(runtime))
+    previous = gpus.set_inventory(None)
+    try:
+        yield runtime
+    finally:
+        gpus.set_inventory(previous)
+
+
+@pytest.fixture
+def attached(ip: InteractiveShell, remote: CliCluster, no_local_gpu: Path) -> Iterator[Path]:
+    cluster.stop()
+    with capture_output():
+        ip.run_line_magic("gpucluster", f"--address {remote.address} --name remote")
+    telemetry = cluster.telemetry()
+    assert telemetry is not None
+    wait_for(lambda: len(telemetry.gpus()) == 4, what="4 GPUs reported")
+    try:
+        yield no_local_gpu
+    finally:
+        cluster.stop()
+
+
+def test_every_gpu_of_both_hosts_is_found_by_asking_the_workers(ip: InteractiveShell, attached: Path) -> None:
+    assert cluster.has_gpu_workers()
+    info = cluster.status()
+    assert info.hardware == "4x NVIDIA H200 on 2 hosts (2 workers, attached)"
+    by_worker = {worker.name: worker for worker in info.workers}
+    assert {by_worker["node-a"].host, by_worker["node-b"].host} == {HOST_A, HOST_B}
+    assert {gpu.label for worker in info.workers for gpu in worker.gpus} == LABELS
+
+    def held() -> dict[str, int | None]:  # processes are read every few seconds (the slow fields)
+        return {gpu.label: gpu.process_memory for worker in cluster.status().workers for gpu in worker.gpus}
+
+    wait_for(lambda: held()[f"{HOST_A} · GPU 0"], what="the worker's own memory")
+    assert held()[f"{HOST_A} · GPU 0"] == 3 * 2**30  # the spec's process "self": the worker itself
+    with capture_output() as shown:
+        ip.run_line_magic("gpucluster", "status")
+    text = "".join(output.data.get("text/plain", "") for output in shown.outputs)
+    markup = "".join(output.data.get("text/html", "") for output in shown.outputs)
+    for host in (HOST_A, HOST_B):  # each host named once, its GPUs beneath it
+        assert host in text and host in markup
+    assert text.count("GPU 0 · NVIDIA H200") == 2 and text.count("GPU 1 · NVIDIA H200") == 2
+
+
+def test_a_multi_gpu_cell_shows_the_cluster_gpus_and_no_local_one(ip: InteractiveShell, attached: Path) -> None:
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_remote", "import time\ntime.sleep(2.5)\n")
+    result = ip.user_ns["t_remote"]
+    assert not result.failed
+    figures = result.monitor
+    assert figures.kind == "gpu"
+    assert {gpu.label for gpu in figures.gpus} == LABELS
+    assert all(gpu.samples >= 1 for gpu in figures.gpus)
+    assert "on 2 hosts" in result.hardware
+
+
+def test_the_record_lists_members_with_their_gpus(attached: Path) -> None:
+    def complete(record: Any) -> bool:
+        return len(record.members) == 2 and all(m["gpus"][0]["process_memory"] for m in record.members)
+
+    record = wait_for(
+        lambda: next((r for r in list_records(clean=False) if complete(r)), None), what="members in the record"
+    )
+    assert (attached.stat().st_mode & 0o077) == 0
+    for path in attached.glob("*.json"):
+        assert (path.stat().st_mode & 0o777) == 0o600
+    members = {member["name"]: member for member in record.members}
+    assert set(members) == {"node-a", "node-b"}
+    assert {member["host_label"] for member in members.values()} == {HOST_A, HOST_B}
+    labels = {gpu["label"] for member in members.values() for gpu in member["gpus"]}
+    assert labels == LABELS
+    gpu0 = next(gpu for gpu in members["node-a"]["gpus"] if gpu["label"].endswith("GPU 0"))
+    assert gpu0["process_memory"] == 3 * 2**30 and gpu0["process_memory_source"] == "nvml"
+    json.dumps(record.to_json())  # the server sends it as it is
+
+
+def test_a_killed_worker_drops_out_and_nothing_raises(ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path) -> None:
+    workers = {name: (host, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"}) for name, host in (("a", HOST_A), ("b", HOST_B))}
+    with cli_cluster(workers, tmp_path / "logs") as doomed:
+        cluster.stop()
+        with capture_output():
+            ip.run_line_magic("gpucluster", f"--address {doomed.address}")
+        try:
+            telemetry = cluster.telemetry()
+            assert telemetry is not None
+            wait_for(lambda: len(telemetry.gpus()) == 4, what="4 GPUs")
+            doomed.kill_worker("b")
+            began = time.monotonic()
+            wait_for(lambda: {g.host for g in telemetry.gpus()} == {HOST_A}, timeout=10, what="host B gone")
+            assert time.monotonic() - began < 8
+            info = cluster.status()
+            assert [worker.name for worker in info.workers] == ["a"] or all(
+                not worker.gpus for worker in info.workers if worker.name == "b"
+            )
+            with capture_output():
+                ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after", "1 + 1\n")
+            assert not ip.user_ns["t_after"].failed
+        finally:
+            cluster.stop()
+
+
+def test_an_unreadable_gpu_is_marked_not_raised(ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path) -> None:
+    spec = json.loads(Path(SPEC).read_text())
+    spec["gpus"][1]["handle_error"] = "NoPermission"
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(spec))
+    with cli_cluster({"odd": (HOST_A, {"GPU_MAGICS_SOURCE": f"fake:{broken}"})}, tmp_path / "logs") as odd:
+        cluster.stop()
+        with capture_output():
+            ip.run_line_magic("gpucluster", f"--address {odd.address}")
+        try:
+            telemetry = cluster.telemetry()
+            assert telemetry is not None
+            gpus_seen = wait_for(lambda: telemetry.gpus() if len(telemetry.gpus()) == 2 else None, what="2 GPUs")
+            errors = {gpu.label: gpu.gpu.error for gpu in gpus_seen}
+            host = socket.gethostname()  # one address per hostname: named by its hostname
+            assert errors[f"{host} · GPU 0"] is None
+            assert "Insufficient Permissions" in (errors[f"{host} · GPU 1"] or "")
+            info = cluster.status()
+            assert any(gpu.error for worker in info.workers for gpu in worker.gpus)
+        finally:
+            cluster.stop()
+
+
+def test_an_address_that_is_not_a_scheduler_is_one_line(ip: InteractiveShell, no_local_gpu: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def answer_garbage() -> None:
+        with contextlib_suppress():
+            while True:
+                connection, _ = listener.accept()
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                connection.close()
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    cluster.stop()
+    try:
+        began = time.monotonic()
+        with pytest.raises(UsageError) as raised:
+            ip.run_line_magic("gpucluster", f"--address tcp://127.0.0.1:{port} --timeout 3")
+        assert time.monotonic() - began < 15
+        message = str(raised.value)
+        assert "\n" not in message and f"127.0.0.1:{port}" in message
+        assert cluster.active() is None
+    finally:
+        listener.close()
+
+
+def contextlib_suppress() -> Any:
+    import contextlib
+
+    return contextlib.suppress(OSError)

@@ -75,7 +75,8 @@ def kernel(remote: CliCluster, runtime_dir: Path, tmp_path: Path) -> Iterator[su
 @pytest.fixture
 def refused_process_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server's own GPUs refuse NVML's process list (as in a container that hides host pids)."""
-    spec = {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-serv0000", "memory_total": 2**37, "processes": "!NoPermission"}]}
+    gpu = {"name": "NVIDIA H200", "uuid": "GPU-serv0000", "memory_total": 2**37, "processes": "!NoPermission"}
+    spec = {"gpus": [gpu]}
     path = tmp_path / "server_gpus.json"
     path.write_text(json.dumps(spec))
     monkeypatch.setenv("GPU_MAGICS_SOURCE", f"fake:{path}")

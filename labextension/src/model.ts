@@ -276,8 +276,12 @@ export class GpuPanelModel {
   }
 
   setHolders(reply: IProcessesReply): void {
+    // this host's GPUs first, then by host and GPU number, the largest holder first on each GPU
     this._holders = [...reply.processes].sort(
-      (a, b) => a.gpu - b.gpu || (b.used_memory ?? 0) - (a.used_memory ?? 0)
+      (a, b) =>
+        (a.host ?? '').localeCompare(b.host ?? '') ||
+        a.gpu - b.gpu ||
+        (b.used_memory ?? 0) - (a.used_memory ?? 0)
     );
     this._unreadable = reply.unreadable_gpus;
     this._changed.emit('holders');

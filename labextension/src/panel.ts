@@ -389,7 +389,7 @@ export class GpuPanel extends Widget {
               el('span', { class: 'jp-GpuMagics-ownerName', title: owner.owner }, owner.owner),
               el('span', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes))
             ),
-            ...owner.holders.map(holderLine)
+            ...owner.holders.map(holder => holderLine(holder, owner.holders.length > 1))
           )
         )
       );
@@ -408,15 +408,15 @@ export class GpuPanel extends Widget {
 }
 
 /** One holder in the "Where" cell: the GPU (with its host when remote), who, and where the row comes from. */
-function holderLine(holder: IHolder): HTMLElement {
+function holderLine(holder: IHolder, withBytes: boolean): HTMLElement {
   const tag = holderSourceTag(holder);
-  const where = `${holderGpuLabel(holder)} \u00b7 ${holderRole(holder)}`;
   return el(
     'div',
     { class: 'jp-GpuMagics-holder', 'data-source': holder.source ?? '' },
-    el('span', { class: 'jp-GpuMagics-holderWhere', title: where }, where),
-    el('span', { class: 'jp-GpuMagics-num' }, formatBytes(holder.used_memory)),
-    el('span', { class: 'jp-GpuMagics-tag', title: tag.title }, tag.text)
+    el('span', {}, `${holderGpuLabel(holder)} \u00b7 ${holderRole(holder)}`),
+    // one process: the notebook's total above is its figure
+    el('span', { class: 'jp-GpuMagics-num' }, withBytes ? formatBytes(holder.used_memory) : ''),
+    tag.text ? el('span', { class: 'jp-GpuMagics-tag', title: tag.title }, tag.text) : el('span', {})
   );
 }
 
@@ -425,7 +425,7 @@ function noGpuNotice(reason: string | null): HTMLElement {
   return el(
     'div',
     { class: 'jp-GpuMagics-noGpu' },
-    el('div', { class: 'jp-GpuMagics-noGpuTitle' }, 'No GPU on this server: nothing to chart.'),
+    el('div', { class: 'jp-GpuMagics-noGpuTitle' }, 'No GPU on this server'),
     el(
       'div',
       {},
@@ -435,7 +435,7 @@ function noGpuNotice(reason: string | null): HTMLElement {
       el('code', {}, '%gpucluster --cpu-workers 4'),
       ' starts a CPU cluster.'
     ),
-    reason ? el('div', { class: 'jp-GpuMagics-note', title: reason }, reason) : null
+    reason ? el('div', { class: 'jp-GpuMagics-note' }, reason) : null
   );
 }
 

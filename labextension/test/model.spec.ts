@@ -164,3 +164,18 @@ describe('holder rows', () => {
     expect(holderGpuLabel(holderFixture({ gpu: 3, gpu_label: '' }))).toBe('GPU 3');
   });
 });
+
+describe('GpuPanelModel.holders', () => {
+  it('lists this host first, then by host and GPU, the largest holder first', () => {
+    const model = new GpuPanelModel();
+    const at = (host: string | null, gpu: number, used: number) =>
+      holderFixture({ host, gpu, used_memory: used, pid: used });
+    model.setHolders({
+      time: 1,
+      status: null,
+      unreadable_gpus: [],
+      processes: [at('127.0.0.2', 0, 1), at(null, 1, 2), at('127.0.0.1', 1, 3), at('127.0.0.1', 0, 4), at(null, 1, 5)]
+    });
+    expect(model.holders.map(h => h.pid)).toEqual([5, 2, 4, 3, 1]);
+  });
+});

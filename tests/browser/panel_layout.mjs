@@ -225,6 +225,20 @@ async function checkIcon(page) {
   check(markup.includes('evenodd'), 'the sidebar tab does not show the GPU board icon');
 }
 
+/** Drag the sidebar's edge as a user would, to make the panel `extra` px wider. */
+async function widenSidebar(page, extra) {
+  const handle = page.locator('#jp-main-split-panel > .lm-SplitPanel-handle').first();
+  const box = await handle.boundingBox();
+  const x = box.x + box.width / 2;
+  const y = box.y + box.height / 2;
+  await page.mouse.move(x, y);
+  await page.mouse.down();
+  await page.mouse.move(x + extra, y, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForTimeout(300);
+  return page.evaluate(() => document.querySelector('#gpu-magics-panel').getBoundingClientRect().width);
+}
+
 async function gpusMode(page) {
   await openPanel(page);
   await page.locator('.jp-GpuMagics-card').nth(1).waitFor({ timeout: 60000 });
@@ -241,6 +255,11 @@ async function gpusMode(page) {
     await panelShot(page, `layout-panel-${theme}`);
   }
   await checkRestartConfirmation(page);
+  const width = await widenSidebar(page, 150);
+  step(`sidebar widened to ${Math.round(width)} px`);
+  check(width > 350, `the sidebar did not widen (${width} px)`);
+  checkCards(await watchCards(page));
+  await panelShot(page, 'layout-panel-wide-dark');
 }
 
 async function noGpuMode(page) {
@@ -264,7 +283,7 @@ async function noGpuMode(page) {
 
 async function main() {
   const browser = await launch();
-  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 }, deviceScaleFactor: 2 });
   const errors = [];
   page.on('pageerror', error => errors.push(String(error)));
   page.on('console', message => {

@@ -89,3 +89,56 @@ def test_shutdown_with_gpu_workers_is_graceful(kernel: Kernel, tmp_path: Path) -
     kernel.manager.shutdown_kernel(now=False)
     assert process.wait(timeout=20) == 0
     assert list(tmp_path.glob("gpu-magics-cluster-*.json")) == []
+
+
+HELD_LINE = "already holds a CUDA context"
+
+
+def nvml_memory_of(pid: int, index: int = 0) -> int | None:
+    """What NVML says process ``pid`` holds on GPU ``index`` (``None`` where it does not list that PID, as in
+    containers whose PIDs differ from the host's)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if int(process.pid) == pid:
+                return int(process.usedGpuMemory or 0)
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def test_a_kernel_holding_a_gpu_is_told_in_one_line(tmp_path: Path) -> None:
+    kernel = Kernel(tmp_path, source="nvml")
+    try:
+        kernel.ok("%load_ext gpu_magics")
+        kernel.ok("import cupy\nt_held = cupy.ones(2**28, dtype='u1')\ncupy.cuda.Device(0).synchronize()")
+        pid = kernel.manager.provisioner.process.pid  # type: ignore[union-attr]
+        text = kernel.ok("%gpucluster --gpus 0 --name held", timeout=180)
+        lines = [line for line in text.splitlines() if HELD_LINE in line]
+        assert len(lines) == 1, text
+        assert lines[0].startswith("%gpucluster: this kernel already holds a CUDA context on GPU 0 (")
+        if nvml_memory_of(pid) is not None:
+            assert " held)" in lines[0]  # and how much, where NVML lists the kernel's PID
+        assert kernel.ok(SMALL_CELL, timeout=120).strip().splitlines()[-1] == "10"  # the cluster works anyway
+        kernel.ok("%gpucluster stop", timeout=60)
+    finally:
+        kernel.close()
+
+
+def test_a_kernel_without_a_context_is_told_nothing_and_gets_none(tmp_path: Path) -> None:
+    kernel = Kernel(tmp_path, source="nvml")
+    try:
+        kernel.ok("%load_ext gpu_magics")
+        kernel.ok("import cupy\nfrom gpu_magics.cluster import kernel_context")  # the driver is loaded, no context
+        check = "print(kernel_context.primary_contexts([0]))"
+        assert kernel.ok(check).strip().splitlines()[-1] == "set()"
+        assert HELD_LINE not in kernel.ok("kernel_context.report(['0'])")
+        assert kernel.ok(check).strip().splitlines()[-1] == "set()"  # checking created no context
+        text = kernel.ok("%gpucluster --gpus 0 --name clean", timeout=180)
+        assert HELD_LINE not in text  # (the start then makes the kernel's own context, for results)
+        kernel.ok("%gpucluster stop", timeout=60)
+    finally:
+        kernel.close()

@@ -1,0 +1,130 @@
+"""Whether this process (the kernel) already holds a CUDA context, and GPU memory, on a GPU that a new cluster's
+workers will use: that memory stays taken while the workers run beside it, so ``%gpucluster`` says so in one line.
+
+Checking creates no context. Without the CUDA driver library mapped into this process there is none to find, and
+nothing is called. With it, the driver tells whether each GPU's primary context is active (CuPy, PyTorch, Numba
+and JAX use the primary one); NVML's list of processes on each GPU gives the memory this process holds, and
+catches contexts of other kinds where NVML reports this process's own PID.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from gpu_magics.display.format import format_bytes
+from gpu_magics.gpus import GpuDevice
+
+CUDA_MODULES = ("cupy", "torch", "numba.cuda", "jax", "rmm", "cuda")
+
+
+@dataclass(frozen=True)
+class HeldGpu:
+    """A GPU on which this process holds a context."""
+
+    index: int  # as this process numbers it
+    name: str
+    memory: int | None  # bytes this process holds there (None: NVML did not say)
+
+
+def held_message(held: Sequence[HeldGpu], prog: str = "%gpucluster") -> str | None:
+    """One line about the GPUs this kernel holds that the workers will use; ``None`` when it holds none."""
+    if not held:
+        return None
+    parts = []
+    for gpu in held:
+        memory = f", {format_bytes(gpu.memory)} held" if gpu.memory is not None else ""
+        parts.append(f"GPU {gpu.index} ({gpu.name}{memory})")
+    which = "a worker" if len(held) == 1 else "workers"
+    return (
+        f"{prog}: this kernel already holds a CUDA context on {', '.join(parts)}, which {which} will use too: "
+        "what the kernel keeps there is not the workers' (free arrays you no longer need, or restart the kernel "
+        "to release it all)"
+    )
+
+
+def find_held(
+    gpu_ids: Collection[str],
+    devices: Sequence[GpuDevice],
+    *,
+    loaded: Callable[[], bool] | None = None,
+    contexts: Callable[[Sequence[int]], set[int] | None] | None = None,
+    memory: Callable[[int], dict[str, int | None]] | None = None,
+    pid: int | None = None,
+) -> list[HeldGpu]:
+    """The GPUs among ``devices`` named by ``gpu_ids`` (workers' ``CUDA_VISIBLE_DEVICES`` entries) on which this
+    process holds a context. ``loaded``, ``contexts`` and ``memory`` default to this process's real state."""
+    targets = [device for device in devices if device.cuda_id in gpu_ids]
+    if not targets or not (loaded or cuda_loaded)():
+        return []
+    active = (contexts or primary_contexts)([device.index for device in targets])
+    if active is not None and not active:
+        return []  # the driver answered: no context on any of them
+    usage = (memory or process_memory)(os.getpid() if pid is None else pid)
+    return [
+        HeldGpu(device.index, device.name, usage.get(device.uuid))
+        for device in targets
+        if (active is not None and device.index in active) or device.uuid in usage
+    ]
+
+
+def report(gpu_ids: Collection[str], prog: str = "%gpucluster") -> None:
+    """Print the line about held GPUs, if any, to stderr; a check that fails says nothing."""
+    try:
+        from gpu_magics import gpus
+
+        message = held_message(find_held(gpu_ids, gpus.inventory().devices()), prog)
+    except Exception:
+        return
+    if message is not None:
+        print(message, file=sys.stderr)
+
+
+def cuda_loaded() -> bool:
+    """Whether the CUDA driver library is mapped into this process (without it, no context can exist)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any("libcuda.so" in line for line in maps)
+    except OSError:
+        return any(name in sys.modules for name in CUDA_MODULES)
+
+
+def primary_contexts(ordinals: Sequence[int]) -> set[int] | None:
+    """Which of these devices (this process's CUDA ordinals) have an active primary context; ``None`` when the
+    driver cannot be asked. Asking creates no context."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    if driver.cuInit(0) != 0:
+        return None
+    found = set()
+    for ordinal in ordinals:
+        device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+        if driver.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+            return None
+        if driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) != 0:
+            return None
+        if active.value:
+            found.add(ordinal)
+    return found
+
+
+def process_memory(pid: int) -> dict[str, int | None]:
+    """GPU UUID -> bytes that process ``pid`` holds there, for each GPU where NVML lists it."""
+    from gpu_magics.monitor.sources import default_source
+
+    source = default_source()
+    try:
+        readings, _ = source.read(slow=True)
+    finally:
+        source.close()
+    found: dict[str, int | None] = {}
+    for reading in readings:
+        for process in reading.processes or ():
+            if process.pid == pid:
+                found[reading.uuid] = process.used_memory
+    return found

@@ -3,7 +3,8 @@
 The displays are static HTML with a plain-text fallback by default: that renders in a live kernel, a saved
 notebook, nbconvert and a terminal alike. ``set_mode("widget")`` (or ``"auto"``: only in a kernel) wraps the HTML
 in an ipywidgets ``HTML`` whose bundle still carries the HTML and text fallbacks. Note that JupyterLab prefers the
-widget view and, reopening a notebook saved without widget state, shows only the text fallback.
+widget view: a notebook saved without widget state and reopened after its kernel is gone shows "model not found"
+there (nbconvert and other front ends show the HTML fallback). The magics' live panels use no widget.
 """
 
 from __future__ import annotations

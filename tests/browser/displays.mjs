@@ -1,6 +1,8 @@
 // The rich displays in real JupyterLab: run tests/notebooks/displays.ipynb and check each display rendered
 // (arrays with their chunk-grid SVG, graph summaries with their DAG SVG, an escaped <script> name that never runs,
-// the widget mode). Screenshots go to $ARTIFACTS. Usage: node displays.mjs BASE_URL TOKEN NOTEBOOK_PATH
+// the widget mode, %%gpurun's progress and summary, --compare, the cluster view, %gpumonitor), take light and
+// dark screenshots, then save, shut the kernel down, reload and check the saved outputs still show (no widget
+// model needed). Screenshots go to $ARTIFACTS. Usage: node displays.mjs BASE_URL TOKEN NOTEBOOK_PATH
 import fs from 'node:fs';
 import path from 'node:path';
 import { launch } from './chromium.mjs';
@@ -29,6 +31,21 @@ async function main() {
     );
     step('running every cell');
     await page.evaluate(() => void window.jupyterapp.commands.execute('notebook:run-all-cells'));
+    const progress = await page
+      .waitForFunction(
+        () => {
+          const line = document.querySelector('.gpu-magics-progress');
+          return line && /elapsed · \d+ \/ \d+ dask tasks/.test(line.textContent || '') ? line.textContent : null;
+        },
+        null,
+        { timeout: 240000, polling: 100 }
+      )
+      .then(handle => handle.jsonValue())
+      .catch(() => null);
+    step(`progress while %%gpurun ran: ${progress}`);
+    if (!progress) problems.push('no elapsed time and task count in the live panel while %%gpurun ran');
+    else await page.locator('.gpu-magics-monitor', { has: page.locator('.gpu-magics-progress') }).first()
+      .screenshot({ path: path.join(artifacts, 'displays-progress.png') });
     await page.waitForFunction(
       () => {
         const prompts = Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'));
@@ -59,8 +76,39 @@ async function main() {
     if (counts.tracebacks > 0) problems.push(`${counts.tracebacks} outputs show an error`);
     if (!counts.escaped) problems.push('the <script> array name is not shown as text');
     if (counts.widgets < 1) problems.push('the widget-mode display did not render as a widget');
-    await page.locator('.gpu-magics-array').first().screenshot({ path: path.join(artifacts, 'displays-array.png') });
-    await page.locator('.gpu-magics-graph').nth(1).screenshot({ path: path.join(artifacts, 'displays-graph.png') });
+    problems.push(...(await checkMagicOutputs(page)));
+    await screenshots(page, 'light');
+    step('dark theme');
+    await page.evaluate(() => window.jupyterapp.commands.execute('apputils:change-theme', { theme: 'JupyterLab Dark' }));
+    await page.waitForFunction(() => document.body.dataset.jpThemeLight === 'false', null, { timeout: 60000 });
+    await page.waitForTimeout(1000);
+    await screenshots(page, 'dark');
+    step('saving, shutting the kernel down and reloading');
+    await page.evaluate(async () => {
+      const panel = window.jupyterapp.shell.currentWidget;
+      await panel.context.save();
+      await panel.sessionContext.shutdown();
+    });
+    await page.reload();
+    await page.waitForSelector('.jp-Notebook .gpu-magics-cluster', { timeout: 120000 });
+    await page.waitForTimeout(2000);
+    const reloaded = await page.evaluate(() => ({
+      monitors: Array.from(document.querySelectorAll('.jp-OutputArea-output .gpu-magics-monitor')).map(
+        m => m.textContent || ''
+      ),
+      missingModel: Array.from(document.querySelectorAll('.jp-CodeCell'))
+        .filter(c => /^%%?gpu/.test(c.querySelector('.jp-InputArea-editor')?.textContent || ''))
+        .some(c => /model not found/i.test(c.querySelector('.jp-OutputArea')?.textContent || '')),
+      runs: document.querySelectorAll('.jp-OutputArea-output .gpu-magics-run').length
+    }));
+    step(`after reload: ${JSON.stringify({ ...reloaded, monitors: reloaded.monitors.map(m => m.slice(0, 60)) })}`);
+    if (reloaded.missingModel) problems.push('a saved output says "model not found" after the kernel went away');
+    if (!reloaded.monitors.some(m => m.includes('stopped') && m.includes('GPU 1'))) {
+      problems.push('the %gpumonitor panel did not keep its last view after a reload');
+    }
+    if (reloaded.runs < 1) problems.push('the %%gpurun summary is gone after a reload');
+    await page.locator('.jp-OutputArea-output .gpu-magics-monitor').first()
+      .screenshot({ path: path.join(artifacts, 'displays-monitor-reloaded-dark.png') });
   } finally {
     await browser.close();
   }
@@ -69,6 +117,56 @@ async function main() {
     process.exit(1);
   }
   step('all displays rendered');
+}
+
+// What the magics left in the notebook: one output each, headline first, no empty outputs.
+async function checkMagicOutputs(page) {
+  const found = await page.evaluate(() => {
+    const cells = Array.from(document.querySelectorAll('.jp-CodeCell'));
+    const source = cell => cell.querySelector('.jp-InputArea-editor')?.textContent || '';
+    const outputs = cell => Array.from(cell.querySelectorAll('.jp-OutputArea-output'));
+    const gpurun = cells.filter(c => source(c).startsWith('%%gpurun'));
+    return {
+      gpurunOutputs: gpurun.map(c => outputs(c).map(o => (o.textContent || '').trim().slice(0, 80))),
+      run: document.querySelector('.gpu-magics-run')?.textContent || '',
+      compare: document.querySelector('.gpu-magics-compare')?.textContent || '',
+      cluster: document.querySelector('.gpu-magics-cluster')?.textContent || '',
+      stopped: Array.from(document.querySelectorAll('.gpu-magics-monitor')).some(m =>
+        (m.textContent || '').includes('stopped')
+      )
+    };
+  });
+  console.log(`[displays] magic outputs: ${JSON.stringify(found)}`);
+  const problems = [];
+  for (const texts of found.gpurunOutputs) {
+    if (texts.some(t => t === '')) problems.push(`an empty output under a %%gpurun cell: ${JSON.stringify(texts)}`);
+  }
+  if (!/^cpu-threads · /.test(found.run.trim())) problems.push(`the %%gpurun summary does not start with its headline`);
+  if (found.run.includes('\u23f1')) problems.push('the %%gpurun summary still has the stopwatch emoji');
+  if (!/Skipped: gpu \(/.test(found.compare)) problems.push('the skipped backends are not listed under the table');
+  if (!found.compare.includes('best of 2')) problems.push('the bars do not say "best of 2"');
+  if (!found.cluster.includes('node-a') || !found.cluster.includes('unreadable')) {
+    problems.push('the cluster view lacks its per-host GPU rows');
+  }
+  if (!found.stopped) problems.push('%gpumonitor --stop did not leave the last view');
+  return problems;
+}
+
+async function screenshots(page, theme) {
+  const shots = [
+    ['.gpu-magics-run', 0, 'run'],
+    ['.gpu-magics-compare', 0, 'compare'],
+    ['.gpu-magics-cluster', 0, 'cluster'],
+    ['.gpu-magics-monitor', 0, 'monitor'],
+    ['.gpu-magics-array', 0, 'array'],
+    ['.gpu-magics-graph', 0, 'graph'],
+    ['.gpu-magics-graph', 1, 'graph-big']
+  ];
+  for (const [selector, nth, name] of shots) {
+    const target = page.locator(`.jp-OutputArea-output ${selector}`).nth(nth);
+    await target.scrollIntoViewIfNeeded();
+    await target.screenshot({ path: path.join(artifacts, `displays-${name}-${theme}.png`) });
+  }
 }
 
 main().catch(error => {

@@ -143,6 +143,7 @@ class WorkersInput extends Widget implements Dialog.IBodyWidget<number | null> {
     label.appendChild(this._input);
     this.node.append(label, this._message);
     this._input.addEventListener('input', () => this._check());
+    this._input.addEventListener('focus', () => this._input.select());
   }
 
   getValue(): number | null {

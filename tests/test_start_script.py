@@ -1,0 +1,69 @@
+"""``scripts/start.sh``: the JupyterLab command it ends with prints, for ``--no-browser``, the quickstart
+notebook's URL with its token (not the Launcher's), and that URL opens the notebook. Runs the script's own command
+line (set-up skipped) as a real server; every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK_URL = re.compile(r"http://127\.0\.0\.1:(\d+)/lab/tree/examples/quickstart\.ipynb\?token=([0-9a-f]+)")
+
+
+def jupyter_command() -> list[str]:
+    """The ``exec .venv/bin/jupyter lab ...`` line of start.sh, continuation lines joined, without the
+    shell-only arguments (root flag, the script's own arguments)."""
+    text = (REPO / "scripts" / "start.sh").read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("exec .venv/bin/jupyter lab"))
+    words = shlex.split(line.split("#")[0])[1:]
+    return [word for word in words if not word.startswith("${") and word != "$@"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> None:
+    command = jupyter_command()
+    assert command[:2] == [".venv/bin/jupyter", "lab"]
+    command[0] = str(Path(sys.executable).parent / "jupyter")
+    command += ["--no-browser", f"--port={free_port()}", "--ServerApp.port_retries=0"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path)}
+    log = tmp_path / "lab.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        found = None
+        deadline = time.monotonic() + 90
+        while found is None and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.5)
+            found = NOTEBOOK_URL.search(log.read_text())
+        assert found is not None, log.read_text()[-3000:]
+        assert "/lab?token=" not in log.read_text()  # no Launcher URL beside it
+        with urllib.request.urlopen(found.group(0), timeout=30) as response:
+            page = response.read().decode()
+            assert response.status == 200
+        assert '"treePath": "examples/quickstart.ipynb"' in page
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)

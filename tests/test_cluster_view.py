@@ -146,7 +146,7 @@ def test_worker_gpus_grouped_by_host_with_utilization_and_memory() -> None:
     lines = view.text().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("host"))
     table = lines[header:]
-    assert table[0].split() == ["host", "worker", "GPU", "util", "memory", "this", "worker", "status", "threads"]
+    assert table[0].split() == ["host", "worker", "GPU", "util", "memory", "worker", "holds", "status", "threads"]
     assert table[1].startswith("node-a  a-0") and "GPU 0 · NVIDIA H200" in table[1] and "72%" in table[1]
     assert "10.0 GiB / 141 GiB" in table[1] and "9.0 GiB" in table[1] and "running" in table[1]
     assert table[2].startswith("      ") and "GPU 1 · NVIDIA H200" in table[2]  # same worker: host, name once

@@ -66,3 +66,11 @@ def test_dag_levels_and_width_bound() -> None:
     drawing = svg.layered_dag(nodes, [])
     root = ET.fromstring(drawing)
     assert float(root.attrib["width"]) <= svg.MAX_WIDTH
+
+
+def test_long_box_labels_keep_their_number_and_fit() -> None:
+    assert svg.shorten_name("mean_combine-partial-aggregate ×7", 26) == "mean_combine-partial-a… ×7"
+    assert svg.shorten_name("add #2", 26) == "add #2"
+    assert svg.shorten_name("a" * 30, 26) == "a" * 25 + "…"
+    drawing = svg.layered_dag([svg.DagNode(label="mean_combine-partial #12", detail="", title="")], [])
+    assert ">mean_combine-partial #12<" in drawing and 'textLength="140"' in drawing

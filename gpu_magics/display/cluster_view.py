@@ -24,7 +24,7 @@ from gpu_magics.display.format import (
     text_table,
 )
 
-HEADER = ("host", "worker", "GPU", "util", "memory", "this worker", "status", "threads")
+HEADER = ("host", "worker", "GPU", "util", "memory", "worker holds", "status", "threads")
 NUMERIC = (3, 4, 5, 7)
 FRESH_S = 10.0
 """A cluster younger than its start-up time plus this many seconds shows how its start went; older ones show

@@ -18,7 +18,7 @@ from gpu_magics.display import svg
 from gpu_magics.display.format import DASH, STYLE, format_bytes
 
 MAX_NODES = 60
-DETAILED = 12  # graphs of up to this many layers show every layer; larger ones collapse plain chains
+DETAILED = 8  # graphs of up to this many layers show every layer; larger ones collapse plain chains
 MIN_CHAIN = 3  # the shortest chain of different operations drawn as one box
 EXACT_LIMIT = 5_000  # graphs up to this many tasks get the exact optimized count (full optimization is cheap)
 

@@ -38,6 +38,15 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def shorten_name(text: str, limit: int) -> str:
+    """``shorten``, keeping a trailing count or number: ``'mean_combine-partial-aggregate ×7'`` ->
+    ``'mean_combine-partial-a… ×7'``."""
+    head, space, tail = text.rpartition(" ")
+    if space and tail[:1] in "×#" and len(tail) < limit // 2:
+        return text if len(text) <= limit else shorten(head, limit - len(tail) - 1) + " " + tail
+    return shorten(text, limit)
+
+
 @dataclass(frozen=True)
 class AxisLines:
     """Where to draw chunk boundaries along one axis, as fractions of its length."""
@@ -240,6 +249,11 @@ def _mean(values: Sequence[float], fallback: float) -> float:
     return sum(values) / len(values) if values else fallback
 
 
+def _fit(label: str) -> str:
+    """Attributes that squeeze a long box label into the box."""
+    return f' textLength="{BOX_W - 10:.0f}" lengthAdjust="spacingAndGlyphs"' if len(label) > 20 else ""
+
+
 def _curve(x1: float, y1: float, x2: float, y2: float) -> str:
     mid = (y1 + y2) / 2
     return f"C{x1:.1f} {mid:.1f} {x2:.1f} {mid:.1f} {x2:.1f} {y2:.1f}"
@@ -305,13 +319,14 @@ def layered_dag(nodes: Sequence[DagNode], edges: Sequence[tuple[int, int]]) -> s
         fill, stroke = COLOURS.get(node.kind, COLOURS["other"])
         left, top = x[i] - BOX_W / 2, y[i]
         share = min(1.0, max(0.0, node.weight))
+        label = shorten_name(node.label, 26)
         parts.append(
             f'<g><title>{escape(node.title)}</title><rect x="{left:.1f}" y="{top:.1f}" width="{BOX_W}" '
             f'height="{BOX_H}" rx="4" fill="{fill}" stroke="{stroke}"/>'
             f'<rect x="{left + 1:.1f}" y="{top + BOX_H - 4:.1f}" width="{(BOX_W - 2) * share:.1f}" height="3" '
             f'fill="{stroke}" opacity=".6"/>'
             f'<text x="{x[i]:.1f}" y="{top + 15:.1f}" text-anchor="middle" style="{LABEL};font-weight:bold" '
-            f'fill="#222">{escape(shorten(node.label, 24))}</text>'
+            f'fill="#222"{_fit(label)}>{escape(label)}</text>'
             f'<text x="{x[i]:.1f}" y="{top + 28:.1f}" text-anchor="middle" style="{LABEL}" '
             f'fill="#333">{escape(shorten(node.detail, 28))}</text></g>'
         )

@@ -107,8 +107,10 @@ async function main() {
       problems.push('the %gpumonitor panel did not keep its last view after a reload');
     }
     if (reloaded.runs < 1) problems.push('the %%gpurun summary is gone after a reload');
-    await page.locator('.jp-OutputArea-output .gpu-magics-monitor').first()
-      .screenshot({ path: path.join(artifacts, 'displays-monitor-reloaded-dark.png') });
+    const monitor = page.locator('.jp-OutputArea-output .gpu-magics-monitor').first();
+    await monitor.scrollIntoViewIfNeeded();
+    await page.waitForTimeout(500);
+    await monitor.screenshot({ path: path.join(artifacts, 'displays-monitor-reloaded-dark.png') });
   } finally {
     await browser.close();
   }

@@ -41,7 +41,7 @@ def test_text_has_one_row_per_worker() -> None:
     text = ClusterView(gpu_info()).text()
     assert "Cluster 'gpu': 4x NVIDIA H200 (4 workers), started here" in text
     assert "dashboard: http://127.0.0.1:39001/status" in text
-    assert "up in 2.26 s (workers ready 1.84 s, warm-up 420 ms)" in text
+    assert "started in 2.26 s (workers ready 1.84 s, warm-up 420 ms)" in text
     rows = [line for line in text.splitlines() if "NVIDIA H200 (GPU" in line]
     assert len(rows) == 4
     assert "1.0 GiB / 141 GiB GPU" in rows[0] and "running" in rows[0] and rows[0].rstrip().endswith("4")
@@ -104,10 +104,10 @@ NOW = 1_800_000_000.0
 
 def test_status_later_shows_uptime_and_state_not_the_start_up_again() -> None:
     fresh = ClusterView(gpu_info(started_at=NOW - 3), now=NOW).text()
-    assert "4 workers running · up 3 s" in fresh and "up in 2.26 s" in fresh
+    assert "4 workers running · up 3 s" in fresh and "started in 2.26 s" in fresh
     later = ClusterView(gpu_info(started_at=NOW - 300), now=NOW)
-    assert "4 workers running · up 5 min" in later.text() and "up in" not in later.text()
-    assert "up in" not in later.html() and "up 5 min" in later.html()
+    assert "4 workers running · up 5 min" in later.text() and "started in" not in later.text()
+    assert "started in" not in later.html() and "up 5 min" in later.html()
     attached = ClusterView(gpu_info(kind="attached", started_at=NOW - 7200), now=NOW).text()
     assert "attached 2.0 h" in attached
 

@@ -87,3 +87,23 @@ def test_seconds(seconds: float | None, expected: str) -> None:
 
 def test_one_style_for_every_display() -> None:
     assert "font-family:var(--jp-ui-font-family" in fmt.STYLE and "'" not in fmt.STYLE and '"' not in fmt.STYLE
+
+
+@pytest.mark.parametrize(("seconds", "expected"), CASES["age"])
+def test_age_matches_the_side_panel(seconds: float, expected: str) -> None:
+    assert fmt.format_age(1_800_000_000.0 - seconds, 1_800_000_000.0) == expected
+
+
+def test_tables_align_numbers_right_in_header_and_cells() -> None:
+    lines = fmt.text_table(("name", "time"), [("a", "1.00 s"), ("long name", "12 ms")], numeric=(1,))
+    assert lines == ["name         time", "a          1.00 s", "long name   12 ms"]
+    html = fmt.html_table(("name", "time"), [("<b>a</b>", "1.00 s")], numeric=(1,), titles=("tip",))
+    assert "<th style='text-align:right;padding:2px 8px;font-weight:600'>time</th>" in html
+    assert "<td style='text-align:right;padding:2px 8px'>1.00 s</td>" in html
+    assert "<th style='text-align:left;padding:2px 8px;font-weight:600'>name</th>" in html
+    assert "<td style='text-align:left;padding:2px 8px' title='tip'><b>a</b></td>" in html
+
+
+def test_style_uses_the_theme_type_scale() -> None:
+    assert "var(--jp-ui-font-size1" in fmt.STYLE and "px;" not in fmt.STYLE.replace("13px)", ")")
+    assert all(colour.startswith("var(--jp-") for colour in fmt.STATUS_COLOURS.values())

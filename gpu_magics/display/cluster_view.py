@@ -98,7 +98,7 @@ class ClusterView:
         if info.warm_s is None:
             return f"workers ready in {format_seconds(info.ready_s)}"
         return (
-            f"up in {format_seconds(took)} (workers ready {format_seconds(info.ready_s)}, "
+            f"started in {format_seconds(took)} (workers ready {format_seconds(info.ready_s)}, "
             f"warm-up {format_seconds(info.warm_s)})"
         )
 

@@ -152,7 +152,7 @@ class ProcessesHandler(GpuMagicsHandler):
         holders = await loop.run_in_executor(
             None, partial(map_owners, snapshot, kernel_pids=pids, records=records, paths=paths)
         )
-        holders = with_self_reports(holders, records, paths)
+        holders = with_self_reports(holders, records, paths, snapshot)
         unreadable = [] if snapshot is None else [g.index for g in snapshot.gpus if g.processes is None]
         self.reply(
             {

@@ -16,7 +16,6 @@ from gpu_magics.cluster.records import ClusterRecord
 from gpu_magics.monitor.models import Snapshot
 
 MAX_DEPTH = 32  # ancestors looked at per process
-LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})  # member hosts that are this server's own
 
 Ancestry = Callable[[int], list[int]]
 """``pid -> [pid, parent, grandparent, ...]``; just ``[pid]`` (or ``[]``) when the process cannot be seen."""
@@ -100,12 +99,17 @@ def map_owners(
 
 
 def with_self_reports(
-    holders: list[GpuHolder], records: Iterable[ClusterRecord], paths: Mapping[str, str]
+    holders: list[GpuHolder],
+    records: Iterable[ClusterRecord],
+    paths: Mapping[str, str],
+    snapshot: Snapshot | None,
 ) -> list[GpuHolder]:
     """``holders`` (from NVML's process lists) joined with what the kernels and their workers report about
     themselves in the cluster records: a row both give is marked "nvml+self-report" (NVML's figure kept), a
     row only a process reports is added as "self-report". Self-reports work where NVML cannot tell: in
-    containers (NVML gives host pids) and on other hosts."""
+    containers (NVML gives host pids) and on other hosts. A GPU is this server's own when ``snapshot`` has its
+    UUID (UUIDs are unique across machines)."""
+    local = {reading.uuid: reading for reading in snapshot.gpus if reading.uuid} if snapshot is not None else {}
     by_key = {(holder.gpu_uuid, holder.pid): index for index, holder in enumerate(holders)}
     joined = list(holders)
     for record in records:
@@ -116,8 +120,8 @@ def with_self_reports(
                     continue
                 pid = int(member.get("pid") or 0)
                 role = "kernel" if member.get("role") == "kernel" else "worker"
-                remote = member.get("host") not in LOCAL_HOSTS
-                found = by_key.get((str(gpu.get("uuid")), pid)) if not remote else None
+                here = local.get(str(gpu.get("uuid")))
+                found = by_key.get((str(gpu.get("uuid")), pid)) if here is not None else None
                 if found is not None:
                     joined[found] = replace(
                         joined[found],
@@ -129,15 +133,15 @@ def with_self_reports(
                 joined.append(
                     GpuHolder(
                         pid=pid,
-                        gpu=int(gpu.get("nvml_index") if gpu.get("nvml_index") is not None else gpu.get("index") or 0),
+                        gpu=here.index if here is not None else int(gpu.get("nvml_index") or gpu.get("index") or 0),
                         gpu_uuid=str(gpu.get("uuid") or ""),
                         used_memory=held,
                         kernel_id=record.kernel_id,
                         path=paths.get(record.kernel_id) if record.kernel_id else None,
                         cluster=record.name,
                         role=role,
-                        gpu_label=str(gpu.get("label") or ""),
-                        host=str(member.get("host_label")) if remote else None,
+                        gpu_label=here.label if here is not None else str(gpu.get("label") or ""),
+                        host=None if here is not None else str(member.get("host_label")),
                         worker=str(member.get("name")) if role == "worker" else None,
                         source="self-report",
                     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpu_magics.cluster.records import ClusterRecord
 from gpu_magics.monitor.models import GpuProcess, GpuReading, HostReading, Snapshot
-from gpu_magics.server.owners import map_owners
+from gpu_magics.server.owners import map_owners, with_self_reports
 
 
 def _gpu(index: int, *pids: int) -> GpuReading:
@@ -58,3 +58,35 @@ def test_no_snapshot_or_unreadable_processes() -> None:
     unreadable = _gpu(0)
     unreadable = GpuReading(**{**unreadable.__dict__, "processes": None})
     assert map_owners(_snapshot(unreadable), kernel_pids={}, records=[], paths={}) == []
+
+
+def _member(name: str, pid: int, uuid: str, held: int, host: str = "gpu-node-1") -> dict[str, object]:
+    gpu = {"index": 0, "nvml_index": 3, "uuid": uuid, "name": "GPU", "label": f"{host} · GPU 3", "process_memory": held}
+    return {"name": name, "pid": pid, "host": "10.0.0.5", "host_label": host, "role": "worker", "gpus": [gpu]}
+
+
+def test_self_reports_join_nvml_rows_on_this_host_and_add_the_others() -> None:
+    snapshot = _snapshot(_gpu(0, 300))
+    record = ClusterRecord(
+        name="gpu", scheduler_address="tcp://x:1", dashboard_url=None, kind="attached", workers=2, pid=100,
+        kernel_id="k1", started_at=0.0,
+        members=(_member("w-here", 300, "GPU-0", 250), _member("w-far", 77, "GPU-far", 2**30),
+                 _member("w-idle", 78, "GPU-far2", 0)),
+    )  # fmt: skip
+    holders = map_owners(
+        snapshot, kernel_pids={100: "k1"}, records=[record], paths={"k1": "a.ipynb"}, ancestry=ancestry
+    )
+    joined = with_self_reports(holders, [record], {"k1": "a.ipynb"}, snapshot)
+    by_pid = {holder.pid: holder for holder in joined}
+    assert set(by_pid) == {300, 77}  # a worker holding nothing adds no row
+    here = by_pid[300]
+    assert (here.source, here.used_memory, here.gpu_label, here.host) == ("nvml+self-report", 300, "GPU 0", None)
+    assert here.worker == "w-here" and here.cluster == "gpu"
+    far = by_pid[77]
+    assert (far.source, far.used_memory, far.host, far.gpu_label) == (
+        "self-report",
+        2**30,
+        "gpu-node-1",
+        "gpu-node-1 · GPU 3",
+    )
+    assert (far.kernel_id, far.path, far.role, far.worker) == ("k1", "a.ipynb", "worker", "w-far")

@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 
@@ -99,7 +100,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cpu-workers", type=int, default=0)
     parser.add_argument("--n", type=int, default=40_000, help="side of the array the cluster holds")
+    parser.add_argument(
+        "--attach",
+        action="store_true",
+        help="attach to a cluster started with Dask's CLI (dask scheduler + dask cuda worker on the last GPU)",
+    )
     args = parser.parse_args()
+    if args.attach:
+        from tests.cli_cluster import cli_cluster
+
+        gpu = str(int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")) - 1)
+        workers = {"cli-worker": ("127.0.0.1", {"CUDA_VISIBLE_DEVICES": gpu, "GPU_MAGICS_SOURCE": "nvml"})}
+        logs = tempfile.mkdtemp(prefix="gpu-magics-cli-")
+        with cli_cluster(workers, Path(logs), worker_command=("dask", "cuda", "worker"), worker_args=()) as cli:
+            check(args, f"--address {cli.address}", attached=True)
+    else:
+        start = f"--cpu-workers {args.cpu_workers}" if args.cpu_workers else "--no-dashboard"
+        check(args, start, attached=False)
+
+
+def check(args: argparse.Namespace, start: str, *, attached: bool) -> None:
+    """Serve, start or attach the cluster from a notebook's kernel, compute, and fetch every endpoint."""
     token = secrets.token_hex(16)
     port = free_port()
     base = f"http://127.0.0.1:{port}/"
@@ -131,7 +152,6 @@ def main() -> None:
         )
         kernel_id = session["kernel"]["id"]
         print(f"notebook gpu-check.ipynb, kernel {kernel_id}")
-        start = f"--cpu-workers {args.cpu_workers}" if args.cpu_workers else "--no-dashboard"
         code = f"%load_ext gpu_magics\n%gpucluster {start} --name check\n"
         print("".join(asyncio.run(execute(base, token, kernel_id, code))))
         cell = (
@@ -140,12 +160,17 @@ def main() -> None:
             "z = (y + 1).persist()\nz[::2, ::2].mean().compute()\n"
         )
         print("".join(asyncio.run(execute(base, token, kernel_id, cell))))
-        time.sleep(3)  # a slow-field read (processes) after the workers hold memory
+        time.sleep(8 if attached else 3)  # a slow-field read (processes), then the record takes it in
         for route in ("devices", "clusters", "processes", "history?limit=2"):
             status, body = fetch(base + f"gpu-magics/api/{route}", token)
             show(route, status, body)
             if status != 200:
                 failures.append(route)
+            if attached and route == "processes" and status == 200:
+                joined = [row for row in body["processes"] if row["source"] != "nvml" and row["worker"]]
+                print(f"    rows from the workers' own reports: {len(joined)}")
+                if not joined:
+                    failures.append("no self-reported worker row in processes")
             anonymous, _ = fetch(base + f"gpu-magics/api/{route}", None)
             print(f"    without a token: HTTP {anonymous}")
             if anonymous != 403:

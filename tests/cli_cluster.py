@@ -76,9 +76,11 @@ def cli_cluster(
     *,
     dashboard: bool = False,
     worker_args: tuple[str, ...] = ("--no-nanny", "--nthreads", "1"),
+    worker_command: tuple[str, ...] = ("distributed.cli.dask_worker",),
 ) -> Iterator[CliCluster]:
-    """``dask scheduler`` on 127.0.0.1 plus one ``dask worker`` per entry of ``workers`` (name -> (host to
-    listen on, extra environment)); yields once every worker has registered."""
+    """``dask scheduler`` on 127.0.0.1 plus one worker per entry of ``workers`` (name -> (host to listen on,
+    extra environment)), ``dask worker`` unless ``worker_command`` names another module and arguments
+    (``("dask", "cuda", "worker")``); yields once every worker has registered."""
     from distributed import Client
 
     logs.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,106 @@
+"""A GPU cluster started outside the kernel, as cluster managers start one: ``dask scheduler`` plus
+``dask cuda worker`` from Dask's own CLI, attached with ``%gpucluster --address``.
+
+On a machine with 3 or more GPUs the workers get GPUs 2.. and the kernel sees only GPU 0 (the issue's setup);
+on one or two GPUs the worker gets the last GPU and listens on 127.0.0.2, so it counts as another host. Either
+way the workers are found to have GPUs by asking them, the seed workload runs on CuPy chunks there, and the
+cell's figures show the workers' GPUs and not the kernel's own.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from gpu_magics import gpus
+from gpu_magics.cluster import lifecycle as cluster
+from tests.cli_cluster import CliCluster, cli_cluster
+from tests.gpu.conftest import GPU_COUNT
+
+SEED = (
+    "import dask.array as da\n"
+    "t_x = da.random.normal(10, 1, size=(40_000, 40_000), chunks=10_000)\n"
+    "(t_x + 1)[::2, ::2].mean().compute()\n"
+)
+
+
+def worker_gpus() -> list[int]:
+    return list(range(2, GPU_COUNT)) if GPU_COUNT >= 3 else [GPU_COUNT - 1]
+
+
+@pytest.fixture(scope="module")
+def dask_cuda_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
+    devices = ",".join(str(index) for index in worker_gpus())
+    host = "127.0.0.1" if GPU_COUNT >= 3 else "127.0.0.2"
+    workers = {"cuda": (host, {"CUDA_VISIBLE_DEVICES": devices, "GPU_MAGICS_SOURCE": "nvml"})}
+    with cli_cluster(
+        workers,
+        tmp_path_factory.mktemp("dask-cuda-cli"),
+        worker_command=("dask", "cuda", "worker"),
+        worker_args=(),
+    ) as started:
+        yield started
+
+
+@pytest.fixture
+def attached(
+    ip: InteractiveShell, dask_cuda_cluster: CliCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[None]:
+    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path / "runtime"))
+    if GPU_COUNT >= 3:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+        previous = gpus.set_inventory(None)
+    else:
+        previous = gpus.inventory()
+    cluster.stop()
+    try:
+        with capture_output():
+            ip.run_line_magic("gpucluster", f"--address {dask_cuda_cluster.address} --name cli")
+        telemetry = cluster.telemetry()
+        assert telemetry is not None
+        deadline = time.monotonic() + 60
+        while len(telemetry.gpus()) < len(worker_gpus()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield
+    finally:
+        cluster.stop()
+        gpus.set_inventory(previous)
+
+
+def expected_labels() -> set[str]:
+    if GPU_COUNT >= 3:
+        return {f"{socket.gethostname()} · GPU {index}" for index in worker_gpus()}
+    return {f"{socket.gethostname()} · GPU {worker_gpus()[0]}"}
+
+
+def test_dask_cuda_workers_are_found_to_have_gpus(ip: InteractiveShell, attached: None) -> None:
+    assert cluster.has_gpu_workers()
+    info = cluster.status()
+    assert "NVIDIA" in info.hardware and "CPU" not in info.hardware
+    labels = {gpu.label for worker in info.workers for gpu in worker.gpus}
+    assert labels == expected_labels()
+
+
+def test_seed_runs_on_cupy_chunks_on_the_workers_gpus(ip: InteractiveShell, attached: None) -> None:
+    with capture_output():
+        value = ip.run_cell_magic("gpurun", "multi-gpu -o t_attached", SEED)
+    assert float(value) == pytest.approx(11.0, abs=0.01)
+    result = ip.user_ns["t_attached"]
+    assert not any("numpy" in note.lower() or "cpu" in note.lower() for note in result.notes), result.notes
+    figures = result.monitor
+    assert figures.kind == "gpu"
+    assert {gpu.label for gpu in figures.gpus} == expected_labels()  # the kernel's GPU 0 is absent
+    telemetry = cluster.telemetry()
+    assert telemetry is not None
+    deadline = time.monotonic() + 15
+    held: list[int] = []
+    while time.monotonic() < deadline and not held:
+        held = [g.gpu.process_memory or 0 for g in telemetry.gpus() if (g.gpu.process_memory or 0) > 0]
+        time.sleep(0.5)
+    assert held, "the workers report what their CuPy/RMM pools hold"

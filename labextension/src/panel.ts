@@ -31,7 +31,7 @@ import {
   IGpuView,
   ModelChange
 } from './model';
-import type { ICluster, IClusterMember, IHolder, IMemberGpu } from './types';
+import type { ICluster, IClusterMember, IGpuReading, IHolder, IMemberGpu } from './types';
 
 const CHART_W = 240;
 const CHART_H = 40;
@@ -225,7 +225,7 @@ export class GpuPanel extends Widget {
       el(
         'div',
         { class: 'jp-GpuMagics-cardTitle' },
-        el('span', { class: 'jp-GpuMagics-gpuIndex' }, r.host ? `${r.host} \u00b7 GPU ${r.nvml_index ?? r.index}` : `GPU ${r.index}`),
+        el('span', { class: 'jp-GpuMagics-gpuIndex' }, cardLabel(r)),
         el('span', { class: 'jp-GpuMagics-gpuName', title: r.uuid }, r.name)
       )
     );
@@ -523,6 +523,11 @@ function miniBar(percent: number | null, what: string): HTMLElement {
 
 function clusterKey(cluster: ICluster): string {
   return `${cluster.pid}/${cluster.name}`;
+}
+
+/** "GPU 0", or "127.0.0.2 \u00b7 GPU 1" for a GPU read on another host. */
+function cardLabel(reading: IGpuReading): string {
+  return reading.host ? `${reading.host} \u00b7 GPU ${reading.nvml_index ?? reading.index}` : `GPU ${reading.index}`;
 }
 
 function metric(label: string, value: string, name: string, title: string): HTMLElement {

@@ -78,3 +78,24 @@ def test_no_schemes_without_distributed_ucxx(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert protocols.ucxx_schemes() == frozenset()
     assert protocols.legacy_ucx_py() is False
+
+
+def warns(message: str) -> int:
+    import warnings
+
+    warnings.warn(message, FutureWarning, stacklevel=1)
+    return 1
+
+
+@pytest.mark.parametrize("spelling", ["ucx", "ucxx"])
+def test_ucx_py_deprecation_warning_is_silenced_for_ucx_only(spelling: str) -> None:
+    import warnings
+
+    ucx_py = "Using protocol='ucx' with UCX-Py is deprecated,\nplease install distributed-ucxx"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert protocols.quiet_ucx_deprecations(lambda: warns(ucx_py), spelling)() == 1
+        assert caught == []
+        protocols.quiet_ucx_deprecations(lambda: warns("something else"), spelling)()
+        protocols.quiet_ucx_deprecations(lambda: warns(ucx_py), "tcp")()
+    assert [str(w.message) for w in caught] == ["something else", ucx_py]

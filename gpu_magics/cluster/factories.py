@@ -85,13 +85,14 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
             await dashboard_close.stop_dashboard(self)
             await super()._close()
 
-    return functools.partial(
+    factory = functools.partial(
         QuietLocalCluster,
         n_workers=options.cpu_workers,
         processes=True,
         plugins=worker_plugins(gpu=False),
         **_common_kwargs(options),
     )
+    return protocols.quiet_ucx_deprecations(factory, options.protocol)
 
 
 def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Callable[[], LocalCluster]:
@@ -130,4 +131,4 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
         **_common_kwargs(options),
         **extra,
     )
-    return factory
+    return protocols.quiet_ucx_deprecations(factory, options.protocol)

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
 
 from IPython.core.error import UsageError
+
+T = TypeVar("T")
 
 UCX_SPELLINGS = frozenset({"ucx", "ucxx"})
 BACKENDS_GROUP = "distributed.comm.backends"
@@ -61,3 +66,17 @@ def legacy_ucx_py() -> bool:
     except ImportError:
         return False
     return not hasattr(ucx, "_raise_deprecated")
+
+
+def quiet_ucx_deprecations(make: Callable[[], T], protocol: str) -> Callable[[], T]:
+    """``make`` with the ``FutureWarning`` about UCX-Py's deprecation silenced while it runs (dask-cuda before
+    25.10 warns on every UCX-Py start); other protocols are left as they are."""
+    if protocol not in UCX_SPELLINGS:
+        return make
+
+    def quiet() -> T:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"(?s).*\bucx", category=FutureWarning)
+            return make()
+
+    return quiet

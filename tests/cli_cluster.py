@@ -41,6 +41,16 @@ class CliCluster:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
 
+    def add_worker(self, name: str, host: str, env: Mapping[str, str]) -> None:
+        """Start one more ``dask worker`` (no nanny), as a cluster manager scaling up would."""
+        assert self.logs is not None
+        self.workers[name] = _spawn(
+            ["distributed.cli.dask_worker", self.address, "--host", host, "--name", name, "--no-dashboard",
+             "--no-nanny", "--nthreads", "1"],
+            env,
+            self.logs / f"worker-{name}.log",
+        )  # fmt: skip
+
     def log_text(self) -> str:
         if self.logs is None:
             return ""
@@ -111,7 +121,8 @@ def cli_cluster(
             )
         deadline = time.monotonic() + START_TIMEOUT
         with Client(address, timeout=START_TIMEOUT) as client:
-            client.wait_for_workers(len(workers), timeout=max(1.0, deadline - time.monotonic()))
+            if workers:
+                client.wait_for_workers(len(workers), timeout=max(1.0, deadline - time.monotonic()))
         yield cluster
     finally:
         for process in cluster.workers.values():

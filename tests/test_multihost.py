@@ -135,7 +135,9 @@ def test_the_record_lists_members_with_their_gpus(attached: Path) -> None:
     json.dumps(record.to_json())  # the server sends it as it is
 
 
-def test_a_killed_worker_drops_out_and_nothing_raises(ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path) -> None:
+def test_a_killed_worker_drops_out_a_new_one_joins_and_nothing_raises(
+    ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path
+) -> None:
     workers = {name: (host, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"}) for name, host in (("a", HOST_A), ("b", HOST_B))}
     with cli_cluster(workers, tmp_path / "logs") as doomed:
         cluster.stop()
@@ -153,6 +155,9 @@ def test_a_killed_worker_drops_out_and_nothing_raises(ip: InteractiveShell, no_l
             assert [worker.name for worker in info.workers] == ["a"] or all(
                 not worker.gpus for worker in info.workers if worker.name == "b"
             )
+            doomed.add_worker("c", "127.0.0.4", {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"})  # joins later
+            wait_for(lambda: "127.0.0.4" in {g.host for g in telemetry.gpus()}, timeout=30, what="the new worker")
+            assert cluster.has_gpu_workers() and len(telemetry.gpus()) == 4
             with capture_output():
                 ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after", "1 + 1\n")
             assert not ip.user_ns["t_after"].failed

@@ -300,8 +300,9 @@ def scale(count: int) -> ClusterInfo:
 
 
 def dashboard_url() -> str | None:
-    """The dashboard address of the cluster in use (``None`` when it has none); ``UsageError`` without one."""
-    return inspection.dashboard_link(_require_active("dashboard").client)
+    """The dashboard link of the cluster in use, as the browser can open it (through jupyter-server-proxy
+    under JupyterHub; ``None`` when it has none); ``UsageError`` without a cluster."""
+    return dashboard_links.for_kernel(inspection.dashboard_link(_require_active("dashboard").client)).url
 
 
 def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float) -> ActiveCluster:

@@ -1,0 +1,81 @@
+"""The kernel's view of the workers' GPU reports (no cluster: reports are fed in as the event handler would)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_magics.cluster.gpu_reports import ReportedGpu, WorkerReport, host_labels
+from gpu_magics.cluster.telemetry import ClusterTelemetry
+
+
+def gpu(index: int, nvml_index: int, uuid: str, **values: Any) -> ReportedGpu:
+    return ReportedGpu(index=index, nvml_index=nvml_index, uuid=uuid, name="NVIDIA H200", **values)
+
+
+def report(worker: str, host: str, gpus: tuple[ReportedGpu, ...], *, hostname: str = "node", t: float = 100.0,
+           gone: bool = False, interval: float = 1.0) -> WorkerReport:  # fmt: skip
+    return WorkerReport(worker=f"tcp://{host}:{worker}", name=worker, host=host, hostname=hostname, pid=1, time=t,
+                        interval=interval, gpus=gpus, gone=gone)  # fmt: skip
+
+
+def telemetry(**kwargs: Any) -> ClusterTelemetry:
+    return ClusterTelemetry(None, interval=1.0, local_hostname="jupyter-host", **kwargs)  # type: ignore[arg-type]
+
+
+def test_dask_cuda_workers_seeing_every_gpu_count_each_once_under_its_worker() -> None:
+    seen = telemetry()
+    uuids = ["GPU-a", "GPU-b", "GPU-c"]
+    for k in range(3):  # dask-cuda rotates CUDA_VISIBLE_DEVICES: worker k computes on GPU k
+        order = [(k + j) % 3 for j in range(3)]
+        gpus = tuple(gpu(j, order[j], uuids[order[j]]) for j in range(3))
+        seen.receive(report(str(k), "10.0.0.5", gpus, hostname="gpu-node-1"), received=100.0)
+    members = seen.members(now=100.5)
+    assert [[g.label for g in m.gpus] for m in members] == [[f"gpu-node-1 · GPU {k}"] for k in range(3)]
+    assert len(seen.gpus(now=100.5)) == 3
+
+
+def test_the_kernels_own_gpus_keep_its_numbering() -> None:
+    seen = telemetry(local_uuids={"GPU-mine": 1})
+    seen.receive(report("0", "127.0.0.1", (gpu(0, 5, "GPU-mine"),), hostname="jupyter-host"), received=100.0)
+    (only,) = seen.gpus(now=100.0)
+    assert only.label == "GPU 1" and only.key == 1
+
+
+def test_silent_or_leaving_workers_drop_out() -> None:
+    seen = telemetry()
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1"),)), received=100.0)
+    seen.receive(report("b", "127.0.0.3", (gpu(0, 0, "GPU-2"),)), received=100.0)
+    assert len(seen.gpus(now=102.9)) == 2
+    assert [g.host for g in seen.gpus(now=103.5)] == []  # both silent for more than 3 intervals
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1"),)), received=104.0)
+    seen.receive(report("b", "127.0.0.3", (), gone=True), received=104.0)
+    assert [g.host for g in seen.gpus(now=104.0)] == ["127.0.0.2"]
+
+
+def test_hosts_are_named_by_hostname_unless_several_addresses_share_it() -> None:
+    reports = [report("a", "10.0.0.1", (), hostname="n1"), report("b", "10.0.0.2", (), hostname="n2")]
+    assert host_labels(reports) == {"10.0.0.1": "n1", "10.0.0.2": "n2"}
+    reports = [report("a", "127.0.0.2", (), hostname="box"), report("b", "127.0.0.3", (), hostname="box")]
+    assert host_labels(reports) == {"127.0.0.2": "127.0.0.2", "127.0.0.3": "127.0.0.3"}
+
+
+def test_messages_round_trip_and_foreign_ones_are_ignored() -> None:
+    original = report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", memory_used=5, process_memory=3, error=None),))
+    assert WorkerReport.from_message(original.to_message()) == original
+    seen = telemetry()
+    seen._on_event((1.0, {"v": 99, "worker": "x"}))
+    seen._on_event((1.0, "hello"))
+    seen._on_event((1.0, original.to_message()))
+    assert seen.ignored == 2 and len(seen.fresh_reports(now=original.time)) == 1
+
+
+def test_the_feed_gives_snapshots_with_every_cluster_gpu() -> None:
+    seen = telemetry()
+    got: list[Any] = []
+    unsubscribe = seen.subscribe(got.append)
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=50.0),)), received=100.0)
+    unsubscribe()
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=60.0),)), received=100.6)
+    assert len(got) == 1 and got[0].gpus[0].gpu_util == 50.0
+    assert [s.gpus[0].gpu_util for s in seen.history(since=99.0)] == [50.0, 60.0]
+    assert seen.snapshot(now=200.0).status == "no worker has reported its GPUs yet"

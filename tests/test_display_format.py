@@ -70,6 +70,10 @@ def test_counts_percent_and_unknowns() -> None:
         (8.71e-5, "87.1 us"),
         (0.0124, "12.4 ms"),
         (0.5234, "523 ms"),
+        (0.076, "76.0 ms"),  # three significant digits, as "54.2 ms" beside it
+        (0.005, "5.00 ms"),
+        (0.0099996, "10.0 ms"),
+        (2e-6, "2.00 us"),
         (0.99996, "1.00 s"),  # never "1e+03 ms"
         (2.3111, "2.31 s"),
         (12.34, "12.3 s"),

@@ -82,7 +82,8 @@ def format_count(n: float | None) -> str:
 
 
 def format_seconds(seconds: float | None) -> str:
-    """A duration: ``'87.1 us'``, ``'12.4 ms'``, ``'2.31 s'``, ``'12.3 s'``, ``'2 min 5 s'``, ``'1 h 4 min'``."""
+    """A duration, three significant digits below two minutes: ``'87.1 us'``, ``'76.0 ms'``, ``'2.31 s'``,
+    ``'12.3 s'``, then ``'2 min 5 s'``, ``'1 h 4 min'``."""
     if seconds is None or not _known(seconds):
         return DASH
     if seconds >= 120:  # whole units, rounded before they are split: never "2 min 60 s"
@@ -99,8 +100,14 @@ def format_seconds(seconds: float | None) -> str:
     if milliseconds >= 1000:
         return "1.00 s"
     if milliseconds >= 1:
-        return f"{milliseconds:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
+        return f"{_three_digits(milliseconds)} ms"
+    return f"{_three_digits(seconds * 1e6)} us"
+
+
+def _three_digits(value: float) -> str:
+    """Three significant digits, trailing zeros kept: ``76.0``, ``5.00``, ``523``."""
+    rounded = float(f"{value:.3g}")
+    return f"{rounded:.{2 if rounded < 10 else 1 if rounded < 100 else 0}f}"
 
 
 def format_age(started_at: float, now: float) -> str:

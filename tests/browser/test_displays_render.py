@@ -52,6 +52,15 @@ def check_saved_notebook(path: Path) -> None:
     )
     assert exported.returncode == 0, exported.stderr
     page = exported.stdout
-    (REPO / "test-artifacts" / "browser" / "displays-export.html").write_text(page, "utf-8")
+    export = REPO / "test-artifacts" / "browser" / "displays-export.html"
+    export.write_text(page, "utf-8")
     for marker in ("gpu-magics-run", "gpu-magics-compare", "gpu-magics-cluster", "gpu-magics-monitor", "stopped"):
         assert marker in page, marker
+    shown = subprocess.run(
+        ["node", str(HERE / "export_view.mjs"), str(export)],
+        env={**os.environ, "ARTIFACTS": str(export.parent)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr

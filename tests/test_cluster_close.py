@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -96,6 +98,52 @@ def test_cluster_stopped_while_a_cell_runs_is_one_line(
     assert len(lines) == 1 and "%gpucluster" in lines[0]
     assert "cancelled for reason" not in text and "Traceback" not in text and "gpu_magics" not in text
     assert lifecycle.active() is None
+
+
+SCHEDULER_SCRIPT = """
+import time
+from distributed import LocalCluster
+if __name__ == "__main__":
+    cluster = LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, host="127.0.0.1", protocol="tcp"
+    )
+    print(cluster.scheduler_address, flush=True)
+    time.sleep(300)
+"""
+
+
+def test_scheduler_gone_while_a_cell_runs_is_one_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "scheduler.py"
+    script.write_text(SCHEDULER_SCRIPT)
+    scheduler = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert scheduler.stdout is not None
+        address = scheduler.stdout.readline().strip()  # bounded: the test's timeout
+        assert address.startswith("tcp://127.0.0.1:")
+        shell.run_line_magic("gpucluster", f"--address {address} --name remote")
+        killed: list[bool] = []
+
+        def kill_when_running() -> None:
+            killed.append(wait_for_processing(30))
+            scheduler.kill()
+
+        killer = threading.Thread(target=kill_when_running, daemon=True)
+        killer.start()
+        began = time.monotonic()
+        outcome = shell.run_cell("%%gpurun multi-gpu\nimport time, dask\ndask.delayed(time.sleep)(60).compute()\n")
+        killer.join(30)
+        text = "".join(capsys.readouterr())
+        assert killed == [True]
+        assert time.monotonic() - began < 45
+        assert not outcome.success
+        lines = [line for line in text.splitlines() if "scheduler went away while this cell ran" in line]
+        assert len(lines) == 1 and "%gpucluster" in lines[0]
+        assert "cancelled for reason" not in text and "Traceback" not in text and "gpu_magics" not in text
+    finally:
+        scheduler.kill()
+        scheduler.wait(timeout=30)
 
 
 def test_a_cancellation_while_the_cluster_runs_is_the_users_own(shell: InteractiveShell) -> None:

@@ -223,6 +223,9 @@ async function checkIcon(page) {
     () => document.querySelector('.lm-TabBar-tab[data-id="gpu-magics-panel"] svg')?.outerHTML ?? ''
   );
   check(markup.includes('evenodd'), 'the sidebar tab does not show the GPU board icon');
+  await page
+    .locator('.jp-SideBar.jp-mod-left')
+    .screenshot({ path: path.join(artifacts, 'layout-sidebar-icons.png') });
 }
 
 /** Drag the sidebar's edge as a user would, to make the panel `extra` px wider. */

@@ -219,3 +219,35 @@ def contextlib_suppress() -> Any:
     import contextlib
 
     return contextlib.suppress(OSError)
+
+
+def test_a_scheduler_that_goes_away_mid_cell_fails_the_cell_in_one_line(
+    ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path
+) -> None:
+    with cli_cluster({"w": (HOST_A, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"})}, tmp_path / "logs") as leaving:
+        cluster.stop()
+        with capture_output():
+            ip.run_line_magic("gpucluster", f"--address {leaving.address}")
+        try:
+            killer = threading.Timer(2.0, lambda: _end_scheduler(leaving))
+            killer.start()
+            cell = "import time\nfrom distributed import get_client\nget_client().submit(time.sleep, 60).result()\n"
+            began = time.monotonic()
+            with capture_output() as shown:
+                ip.run_cell_magic("gpurun", "multi-gpu -q", cell)
+            assert time.monotonic() - began < 45
+            killer.join()
+            text = shown.stdout + shown.stderr + "".join(o.data.get("text/plain", "") for o in shown.outputs)
+            assert "went away" in text and "Traceback" not in text
+            with pytest.raises(UsageError) as raised:
+                ip.run_cell_magic("gpurun", "multi-gpu -q", "1 + 1\n")
+            assert "\n" not in str(raised.value)
+        finally:
+            cluster.stop()
+
+
+def _end_scheduler(cli: CliCluster) -> None:
+    import os
+    import signal
+
+    os.killpg(cli.scheduler.pid, signal.SIGKILL)

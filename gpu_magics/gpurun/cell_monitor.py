@@ -65,7 +65,7 @@ class MonitorFigures:
                 f"<tr><td style='padding:1px 8px 1px 0'>{html.escape(f'GPU {gpu.index} · {gpu.name}')}</td>"
                 f"<td style='{right}'>mean util <b>{format_percent(gpu.mean_gpu_util)}</b></td>"
                 f"<td style='{right}'>peak memory <b>{html.escape(memory)}</b></td>"
-                f"<td style='padding:1px 0'>{timeline(times, values, '#76b900') if times else ''}</td></tr>"
+                f"<td style='padding:1px 0'>{timeline(times, values, '#76b900', height=24) if times else ''}</td></tr>"
             )
         return (
             f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>"

@@ -157,6 +157,7 @@ async function checkMagicOutputs(page) {
 async function screenshots(page, theme) {
   const shots = [
     ['.gpu-magics-run', 0, 'run'],
+    ['.gpu-magics-run', 1, 'run-gpus'],
     ['.gpu-magics-compare', 0, 'compare'],
     ['.gpu-magics-cluster', 0, 'cluster'],
     ['.gpu-magics-monitor', 0, 'monitor'],

@@ -142,6 +142,7 @@ def _stand_in(handler_class: type[handlers.GpuMagicsHandler], service: MonitorSe
     class StandIn(handler_class):
         kernel_manager = None
         session_manager = None
+        base_url = "/"
 
         def __init__(self) -> None:  # no tornado application or request
             self.sent: list[Any] = []
@@ -286,3 +287,18 @@ def test_distribution_version_is_the_package_json_version() -> None:
 
 def test_dunder_version_is_the_package_json_version() -> None:
     assert Version(gpu_magics.__version__) == package_json_version()
+
+
+def test_cluster_members_match(ts: dict[str, list[str]]) -> None:
+    """What the kernel writes into a record's ``members`` (its telemetry's own output) is what types.ts reads."""
+    from gpu_magics.cluster.gpu_reports import ReportedGpu, WorkerReport
+    from gpu_magics.cluster.telemetry import ClusterTelemetry
+
+    telemetry = ClusterTelemetry(None, interval=1.0, local_hostname="here")  # type: ignore[arg-type]
+    gpu = ReportedGpu(index=0, nvml_index=2, uuid="GPU-x", name="NVIDIA H200", process_memory=5)
+    report = WorkerReport(worker="tcp://10.0.0.2:1", name="w", host="10.0.0.2", hostname="node", pid=7,
+                          time=1.0, interval=1.0, gpus=(gpu,))  # fmt: skip
+    telemetry.receive(report, received=1.0)
+    [member] = telemetry.members_json(now=1.0)
+    assert_same_fields(member, "IClusterMember", ts)
+    assert_same_fields(member["gpus"][0], "IMemberGpu", ts)

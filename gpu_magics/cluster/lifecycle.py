@@ -27,11 +27,12 @@ from IPython.core.error import UsageError
 from gpu_magics import gpus
 from gpu_magics.cluster import dashboard_links, factories, inspection, process_memory, worker_processes
 from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.gpu_reports import ReportedGpu
 from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.record_refresh import RecordRefresher
-from gpu_magics.cluster.telemetry import ClusterTelemetry
+from gpu_magics.cluster.telemetry import ClusterGpu, ClusterTelemetry, gpu_json
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -581,6 +582,15 @@ def _kernel_member() -> dict[str, Any] | None:
     if not held or not held[0] or not devices:
         return None
     device = devices[0]
+    gpu = ReportedGpu(
+        index=0,
+        nvml_index=None,
+        uuid=device.uuid,
+        name=device.name,
+        memory_total=device.memory_total,
+        process_memory=held[0],
+        process_memory_source=held[1],
+    )
     return {
         "name": "kernel",
         "address": "",
@@ -588,21 +598,7 @@ def _kernel_member() -> dict[str, Any] | None:
         "host_label": socket.gethostname(),
         "pid": os.getpid(),
         "role": "kernel",
-        "gpus": [
-            {
-                "index": 0,
-                "nvml_index": None,
-                "uuid": device.uuid,
-                "name": device.name,
-                "label": "GPU 0",
-                "memory_total": device.memory_total,
-                "memory_used": None,
-                "gpu_util": None,
-                "process_memory": held[0],
-                "process_memory_source": held[1],
-                "error": None,
-            }
-        ],
+        "gpus": [gpu_json(ClusterGpu(key=0, host="127.0.0.1", host_label=None, worker="", gpu=gpu))],
         "time": time.time(),
     }
 

@@ -20,7 +20,7 @@ import { Backoff } from './backoff';
 import { forbiddenMessage, GpuPanelModel } from './model';
 import type { ServerMessage } from './types';
 
-const POLL_MS = 3000;
+const POLL_MS = 2000;
 
 /** The HTTP status of a failed request (`ServerConnection.ResponseError`), or `null` for any other error. */
 export function errorStatus(error: unknown): number | null {

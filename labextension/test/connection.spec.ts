@@ -105,14 +105,14 @@ describe('MonitorConnection', () => {
     delete globals['WebSocket'];
   });
 
-  it('polls clusters and holders at once, then every 3 s, and not after stop', async () => {
+  it('polls clusters and holders at once, then every 2 s, and not after stop', async () => {
     const model = new GpuPanelModel();
     const connection = connect(model);
     connection.start();
     await jest.advanceTimersByTimeAsync(0);
     expect(api.fetchClusters).toHaveBeenCalledTimes(1);
     expect(api.fetchProcesses).toHaveBeenCalledTimes(1);
-    await jest.advanceTimersByTimeAsync(3000);
+    await jest.advanceTimersByTimeAsync(2000);
     expect(api.fetchClusters).toHaveBeenCalledTimes(2);
     connection.stop();
     await jest.advanceTimersByTimeAsync(10000);

@@ -169,3 +169,11 @@ def test_dashboard_note_under_the_link() -> None:
     assert markup.index("39001/status</a>") < markup.index(note)
     link = DashboardLink("http://127.0.0.1:1/status", note=note)
     assert note in repr(link) and note in link._repr_html_()
+
+
+def test_a_cpu_cluster_shows_no_empty_gpu_or_host_columns() -> None:
+    worker = WorkerInfo("tcp://127.0.0.1:1", "0", "running", 2, host_memory_used=2**20, host_memory_limit=GIB)
+    view = ClusterView(gpu_info(kind="cpu", workers=(worker,)))
+    header = next(line for line in view.text().splitlines() if line.startswith("worker"))
+    assert header.split() == ["worker", "memory", "status", "threads"]
+    assert ">util<" not in view.html() and ">host<" not in view.html() and ">memory<" in view.html()

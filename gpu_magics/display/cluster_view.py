@@ -138,11 +138,16 @@ class ClusterView:
             lines.append(startup)
         rows = self._rows()
         if rows:
+            keep = _columns(rows)
             body = [
-                [f"unreadable ({gpu.error})" if gpu and gpu.error and cell == "unreadable" else cell for cell in cells]
+                [
+                    f"unreadable ({gpu.error})" if gpu and gpu.error and cells[i] == "unreadable" else cells[i]
+                    for i in keep
+                ]
                 for cells, _, gpu in rows
             ]
-            lines += text_table(HEADER, body, NUMERIC)
+            header, numeric = _header(keep)
+            lines += text_table(header, body, numeric)
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -163,8 +168,10 @@ class ClusterView:
             parts.append(f'<div style="{MUTED}">{esc(startup)}</div>')
         rows = self._rows()
         if rows:
-            cells = [[_cell(i, text, worker, gpu) for i, text in enumerate(texts)] for texts, worker, gpu in rows]
-            parts.append(html_table(HEADER, cells, NUMERIC))
+            keep = _columns(rows)
+            cells = [[_cell(i, texts[i], worker, gpu) for i in keep] for texts, worker, gpu in rows]
+            header, numeric = _header(keep)
+            parts.append(html_table(header, cells, numeric))
         parts.append("</div>")
         return "".join(parts)
 
@@ -179,6 +186,18 @@ class ClusterView:
 
     def __repr__(self) -> str:
         return self.text()
+
+
+def _columns(rows: list[tuple[list[str], WorkerInfo, WorkerGpu | None]]) -> list[int]:
+    """The columns worth showing: the worker's name, status and threads, and any other with something known
+    (a CPU cluster has no GPU columns, a cluster without host data no host column)."""
+    always = {HEADER.index("worker"), HEADER.index("status"), HEADER.index("threads")}
+    return [i for i in range(len(HEADER)) if i in always or any(cells[i] not in ("", DASH) for cells, _, _ in rows)]
+
+
+def _header(keep: list[int]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The kept columns' names, and which of them hold numbers."""
+    return tuple(HEADER[i] for i in keep), tuple(k for k, i in enumerate(keep) if i in NUMERIC)
 
 
 def _cell(column: int, text: str, worker: WorkerInfo, gpu: WorkerGpu | None) -> str:

@@ -274,7 +274,7 @@ def test_compare_all_runs_what_this_machine_can(ip: InteractiveShell) -> None:
     assert [row.result.backend for row in comparison.rows] == ["cpu-single", "cpu-threads"]
     assert comparison.rows[0].result.notes == ()  # skipped backends are not the reference's notes
     assert [name for name, _ in comparison.skipped] == ["gpu", "multi-gpu"]
-    skipped = str(comparison).splitlines()[-1]
+    skipped = str(comparison).splitlines()[-1].strip()
     assert skipped.startswith("Skipped: gpu (CuPy is not installed); multi-gpu (")
     assert "note" not in str(comparison)
     html = comparison._repr_html_()

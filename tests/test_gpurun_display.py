@@ -65,8 +65,8 @@ def test_compare_table_aligns_numbers_right_in_header_and_cells() -> None:
     assert html.count("best of 3") == 2  # on the bars
     text = str(comparison).splitlines()
     assert text[0].split() == ["backend", "hardware", "best", "median", "speed-up", "agreement"]
-    assert text[-2] == "cpu-threads: x has cupy chunks"
-    assert text[-1] == "Skipped: gpu (CuPy is not installed); multi-gpu (no cluster: `%gpucluster`)"
+    assert text[-2] == "  cpu-threads: x has cupy chunks"
+    assert text[-1] == "  Skipped: gpu (CuPy is not installed); multi-gpu (no cluster: `%gpucluster`)"
     assert comparison.to_json()["skipped"][0] == {"backend": "gpu", "reason": "CuPy is not installed"}
 
 

@@ -160,7 +160,7 @@ class CompareResult:
 
     def __str__(self) -> str:
         lines = text_table(self._header(), self._table(), self._numeric())
-        return "\n".join(lines + self.notes())
+        return "\n".join(lines + [f"  {note}" for note in self.notes()])  # indented: not a row
 
     def __repr__(self) -> str:
         return "<CompareResult\n" + str(self) + "\n>"

@@ -118,17 +118,23 @@ def figures_from(
     return MonitorFigures(**{**base.__dict__, "gpus": tuple(wanted), "timelines": timelines})
 
 
-def _cluster_feed(plan: BackendPlan) -> Sampler | None:
-    """For a cell on a cluster whose workers report GPUs: their readings (every GPU the cluster uses, on any
-    host), instead of this machine's GPUs."""
+def _cluster_gpus(plan: BackendPlan) -> tuple[Sampler | None, tuple[int, ...]]:
+    """For a cell on a cluster whose workers report GPUs: where to read them, and which to show. GPUs this
+    machine has are read here, at the sampler's finer rate (only those the workers use); when some are on
+    other hosts, all come from the workers' reports. ``(None, plan.gpu_indices)`` otherwise."""
     if plan.client is None:
-        return None
+        return None, plan.gpu_indices
     from gpu_magics.cluster import lifecycle
 
     telemetry = lifecycle.telemetry()
-    if telemetry is None or telemetry.client is not plan.client or not telemetry.has_gpus():
-        return None
-    return cast(Sampler, telemetry.feed())  # the sampler's interface, as the live panel and history use it
+    if telemetry is None or telemetry.client is not plan.client:
+        return None, plan.gpu_indices
+    used = telemetry.gpus()
+    if not used:
+        return None, plan.gpu_indices
+    if all(gpu.host_label is None for gpu in used):
+        return None, tuple(sorted(gpu.key for gpu in used))
+    return cast(Sampler, telemetry.feed()), ()  # the sampler's interface, as the live panel and history use it
 
 
 class CellMonitor:
@@ -146,6 +152,7 @@ class CellMonitor:
         self.show_live = show_live
         self.keep_static = keep_static
         self._sampler = sampler
+        self._gpu_indices: tuple[int, ...] = ()
         self._started_here = False
         self._start = 0.0
         self._plan: BackendPlan | None = None
@@ -153,7 +160,8 @@ class CellMonitor:
         self._handle: DisplayHandle | None = None
 
     def start(self, plan: BackendPlan) -> None:
-        sampler = self._sampler = _cluster_feed(plan) or self._sampler or get_sampler()
+        feed, self._gpu_indices = _cluster_gpus(plan)
+        sampler = self._sampler = feed or self._sampler or get_sampler()
         self._plan = plan
         self._start = time.time()
         self._started_here = not sampler.running
@@ -178,7 +186,7 @@ class CellMonitor:
         if self._started_here:
             sampler.stop()
         uses_gpu = plan.chunk_type == "cupy"
-        figures = figures_from(snapshots, "gpu" if uses_gpu else "host", self._start, plan.gpu_indices)
+        figures = figures_from(snapshots, "gpu" if uses_gpu else "host", self._start, self._gpu_indices)
         if self._panel is not None:
             self._panel.stop()
         if self._handle is not None:

@@ -183,14 +183,14 @@ def group_layers(layers: Sequence[LayerInfo], limit: int = MAX_NODES) -> list[Gr
     """Aggregate ``layers`` (topologically sorted) into at most ``limit`` groups that still form a DAG.
 
     Graphs of more than ``DETAILED`` layers first collapse their plain chains (layers one after another with
-    nothing branching off); small graphs show every layer.
+    nothing branching off) of one operation, and above twice that, of any; small graphs show every layer.
     """
     index = {la.name: i for i, la in enumerate(layers)}
     keys: list[Hashable] = list(range(len(layers)))
     if len(layers) > DETAILED:  # 1. plain chains of one operation, then of any
         keys = list(_chains(layers, index, any_op=False))
         sizes = Counter(keys)
-        if len(sizes) > DETAILED:
+        if len(sizes) > 2 * DETAILED:
             mixed = _chains(layers, index, any_op=True)
             mixed_sizes = Counter(mixed)
             keys = [m if mixed_sizes[m] >= MIN_CHAIN else k for k, m in zip(keys, mixed, strict=True)]

@@ -216,3 +216,12 @@ def test_plain_chains_collapse_in_bigger_graphs() -> None:
     assert labels == ["ones", "mul ×15, add ×15", "transpose", "sum"]
     small = group_layers(layers[:4])  # a small graph shows every layer
     assert [g.label for g in small] == ["ones", "mul #1", "add", "mul #2"]
+
+
+def test_a_middling_graph_keeps_chains_of_different_operations() -> None:
+    layers = [LayerInfo("src", "ones", 4, 64.0, "numpy.ndarray", ())]
+    for name, dependency in [("a", "src"), ("b", "src"), ("c", "a"), ("d", "b"), ("e", "c"), ("f", "d")]:
+        layers.append(LayerInfo(name, f"op_{name}", 4, 64.0, "numpy.ndarray", (dependency,)))
+    layers.append(LayerInfo("g", "join", 4, 64.0, "numpy.ndarray", ("e", "f")))
+    layers.append(LayerInfo("h", "sum", 1, 8.0, "numpy.ndarray", ("g",)))
+    assert len(group_layers(layers)) == 9  # over DETAILED layers, but no chain of one operation to fold

@@ -26,7 +26,7 @@ from IPython.utils.capture import capture_output
 
 import gpu_magics
 from gpu_magics import gpus
-from gpu_magics.cluster import factories
+from gpu_magics.cluster import factories, record_writer
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster import records as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
@@ -127,7 +127,7 @@ def test_start_binds_to_localhost_and_shows_workers(
 
     text, html = gpucluster(magics, "status")
     assert "Cluster 'shared': 2 CPU workers x 1 thread, started here" in text
-    assert text.count(" running ") == 2 and dashboard in text
+    assert text.count("  running ") == 2 and dashboard in text
     assert f'href="{dashboard}"' in html and "<table" in html
     text, html = gpucluster(magics, "dashboard")
     assert dashboard in text and f'href="{dashboard}"' in html
@@ -154,7 +154,7 @@ def test_second_start_reuses_with_notice(shared: Client, magics: ClusterMagics) 
 
 def test_scale_up_and_down(shared: Client, magics: ClusterMagics, runtime_dir: Path) -> None:
     text, _ = gpucluster(magics, "scale 3")
-    assert "scaled 'shared' to 3 worker(s)" in text and text.count(" running ") == 3
+    assert "scaled 'shared' to 3 worker(s)" in text and text.count("  running ") == 3
     assert len(shared.scheduler_info(n_workers=-1)["workers"]) == 3
     assert records(runtime_dir)[0]["workers"] == 3
     gpucluster(magics, "scale 1")
@@ -441,7 +441,7 @@ def test_an_unwritable_runtime_dir_is_said_once(
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(blocker / "runtime"))
-    monkeypatch.setattr(cluster, "_record_warned", False)
+    monkeypatch.setattr(record_writer, "_warned", False)
     cluster.stop()
     try:
         magics.gpucluster("--cpu-workers 1 --name unlisted")

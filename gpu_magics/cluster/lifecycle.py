@@ -12,27 +12,30 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
-import os
-import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import dashboard_links, factories, inspection, process_memory, worker_processes
+from gpu_magics.cluster import (
+    attach,
+    dashboard_links,
+    factories,
+    inspection,
+    record_writer,
+    status_info,
+    worker_processes,
+)
 from gpu_magics.cluster import records as cluster_records
-from gpu_magics.cluster.gpu_reports import ReportedGpu
-from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
+from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
-from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.record_refresh import RecordRefresher
-from gpu_magics.cluster.telemetry import ClusterGpu, ClusterTelemetry, gpu_json
+from gpu_magics.cluster.telemetry import ClusterTelemetry
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -46,35 +49,9 @@ _NO_CLUSTER = (
 )
 
 
-@dataclass
-class ActiveCluster:
-    """The cluster this kernel uses, and what was learnt about it."""
-
-    name: str
-    kind: Kind
-    options: ClusterOptions
-    client: Client
-    cluster: LocalCluster | None  # None when attached: not ours to stop
-    gpu_ids: tuple[str, ...] = ()  # CUDA devices given to the workers (GPU clusters)
-    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker name -> what its warm-up saw
-    started_at: float = field(default_factory=time.time)
-    ready_s: float | None = None
-    warm_s: float | None = None
-    record_path: Path | None = None
-    saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
-    telemetry: ClusterTelemetry | None = None  # the workers' own GPU reports
-    refresher: RecordRefresher | None = None  # rewrites the record as the workers report
-
-    @property
-    def owned(self) -> bool:
-        """Whether this kernel started the cluster (and so may scale, restart and stop it)."""
-        return self.cluster is not None
-
-
 _active: ActiveCluster | None = None
 _lock = threading.RLock()
 _atexit_registered = False
-_record_warned = False
 
 
 def active() -> ActiveCluster | None:
@@ -93,10 +70,15 @@ def require_client() -> Client:
     current = _active
     if current is None:
         raise UsageError(_NO_CLUSTER)
-    if current.client.status not in ("running", "connecting"):
+    status = current.client.status
+    if status == "connecting":  # it was running: the connection to its scheduler was lost
         raise UsageError(
-            f"the cluster {current.name!r} no longer answers ({current.client.status}); "
-            f"run {PROG} --replace to start a new one"
+            f"the cluster {current.name!r} does not answer: its scheduler connection was lost and the client is "
+            f"reconnecting; wait, or run {PROG} --replace"
+        )
+    if status != "running":
+        raise UsageError(
+            f"the cluster {current.name!r} no longer answers ({status}); run {PROG} --replace to start a new one"
         )
     return current.client
 
@@ -110,7 +92,7 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
     """The addresses of the workers with a GPU and of those without one (the workers' own reports, and for
     a cluster started here its kind); two empty sets without a cluster or an answer."""
     current = _active
-    if current is None:
+    if current is None or current.client.status != "running":
         return set(), set()
     try:
         workers = inspection.scheduler_workers(current.client)
@@ -138,6 +120,8 @@ def describe_hardware() -> str:
     current = _active
     if current is None:
         return "no cluster"
+    if current.client.status != "running":  # asking a scheduler that went away waits for its timeouts
+        return f"cluster {current.name!r} ({current.client.status})"
     try:
         workers = inspection.scheduler_workers(current.client)
     except Exception:
@@ -182,16 +166,18 @@ def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY
         if started.owned:
             started.saved_config = _keep_forking()
         _active = started
+        if started.kind == "gpu" or (started.kind == "attached" and has_gpu_workers()):
+            started.saved_config = {**(started.saved_config or {}), **_set_cupy_defaults()}
         if telemetry_interval > 0:
             _start_telemetry(started, telemetry_interval)
-        _write_record(started)
+        record_writer.write_record(started)
         if started.telemetry is not None:
             telemetry = started.telemetry
             started.refresher = RecordRefresher(
-                lambda: _write_record(started), lambda: telemetry.version, RECORD_REFRESH_S
+                lambda: record_writer.write_record(started), lambda: telemetry.version, RECORD_REFRESH_S
             )
         _register_atexit()
-        return _info(started)
+        return status_info.describe(started)
 
 
 def prestart_worker_server() -> None:
@@ -206,17 +192,17 @@ def status(notice: str | None = None) -> ClusterInfo:
     current = _require_active("status")
     workers = inspection.scheduler_workers(current.client)
     if current.kind == "attached":
-        _learn_attached_gpus(current, set(workers))
+        attach.learn_gpus(current.client, current.devices, set(workers))
     if not workers and notice is None:
         fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
         notice = f"{PROG}: the cluster has no workers: {fix}"
-    return _info(current, workers, notice=notice)
+    return status_info.describe(current, workers, notice=notice)
 
 
 def worker_count() -> int | None:
     """How many workers the cluster in use has now (``None`` without a cluster or an answer)."""
     current = _active
-    if current is None:
+    if current is None or current.client.status != "running":
         return None
     try:
         return len(inspection.scheduler_workers(current.client))
@@ -296,7 +282,7 @@ def scale(count: int) -> ClusterInfo:
         if new:
             devices, current.warm_s = warmup.warm_workers(current.client, current.kind, workers=new)
             current.devices.update(devices)
-        _write_record(current)
+        record_writer.write_record(current)
         return status(notice=f"{PROG}: scaled {current.name!r} to {count} worker(s)")
 
 
@@ -373,6 +359,19 @@ def _keep_forking() -> dict[str, Any]:
     return saved
 
 
+def _set_cupy_defaults() -> dict[str, Any]:
+    """Dask settings for CuPy chunks on this cluster, also outside ``%%gpurun`` (the client is the default
+    one); returns what to put back at ``stop``."""
+    import dask
+
+    from gpu_magics.gpurun.backends import cupy_cluster_defaults
+
+    settings = cupy_cluster_defaults()
+    saved = {key: dask.config.get(key, default=None) for key in settings}
+    dask.config.set(settings)
+    return saved
+
+
 def _choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
     """The ``CUDA_VISIBLE_DEVICES`` entries of the chosen GPUs (all visible ones by default)."""
     inventory = gpus.inventory()
@@ -399,69 +398,17 @@ def _choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
 
 
 def _attach(options: ClusterOptions) -> ActiveCluster:
-    from distributed import Client
-
-    address = options.address
-    assert address is not None
-    timeout = options.start_timeout
-    try:
-        client = Client(address, timeout=timeout, set_as_default=True)
-    except (OSError, TimeoutError) as error:
-        raise UsageError(
-            f"{PROG} --address {address}: no scheduler answered within {timeout:g} s ({one_line(error)})"
-        ) from None
-    except Exception as error:  # something answered, but not in Dask's protocol (a web server, say)
-        raise UsageError(
-            f"{PROG} --address {address}: what answered there is not a Dask scheduler ({one_line(error)})"
-        ) from None
-    if not _is_scheduler(client):
-        with contextlib.suppress(Exception):
-            client.close(timeout=2)
-        raise UsageError(f"{PROG} --address {address}: what answered there is not a Dask scheduler")
+    assert options.address is not None
+    client = attach.connect(options.address, options.start_timeout)
     attached = ActiveCluster(name=options.cluster_name, kind="attached", options=options, client=client, cluster=None)
     with contextlib.suppress(Exception):
-        _learn_attached_gpus(attached, set(inspection.scheduler_workers(client)))
+        attach.learn_gpus(client, attached.devices, set(inspection.scheduler_workers(client)))
     return attached
-
-
-def _is_scheduler(client: Client) -> bool:
-    try:
-        return isinstance(client.scheduler_info(n_workers=0), dict)
-    except Exception:
-        return False
-
-
-def _learn_attached_gpus(current: ActiveCluster, addresses: set[str]) -> None:
-    """Ask each worker not asked yet which GPUs it has (from inside its process: its own
-    ``CUDA_VISIBLE_DEVICES`` and NVML, or the fake its ``$GPU_MAGICS_SOURCE`` names)."""
-    from gpu_magics.cluster.telemetry_plugin import describe_gpus
-
-    names = {address: name for address, name in _worker_names(current.client).items() if address in addresses}
-    unknown = [address for address, name in names.items() if name not in current.devices]
-    if not unknown:
-        return
-    try:
-        seen = current.client.run(describe_gpus, workers=unknown, on_error="return")
-    except Exception:
-        return
-    for address, found in seen.items():
-        if isinstance(found, BaseException) or not isinstance(found, list):
-            continue
-        first = found[0] if found else {}
-        current.devices[names[address]] = {
-            "gpu_name": first.get("name"),
-            "gpu_memory_total": first.get("memory_total"),
-            "gpus": found,
-        }
-
-
-def _worker_names(client: Client) -> dict[str, str]:
-    return {address: str(info.get("name", address)) for address, info in inspection.scheduler_workers(client).items()}
 
 
 def _start_telemetry(current: ActiveCluster, interval: float) -> None:
     """Have every worker report its GPUs; a cluster whose workers cannot load the plugin still works."""
-    local = {device.uuid: index for index, device in enumerate(_local_devices()) if device.uuid}
+    local = {device.uuid: index for index, device in enumerate(gpus.usable_devices()) if device.uuid}
     telemetry = ClusterTelemetry(current.client, interval=interval, local_uuids=local)
     try:
         telemetry.start()
@@ -470,53 +417,6 @@ def _start_telemetry(current: ActiveCluster, interval: float) -> None:
         telemetry.close(unregister=not current.owned)
         return
     current.telemetry = telemetry
-
-
-def _local_devices() -> tuple[gpus.GpuDevice, ...]:
-    try:
-        inventory = gpus.inventory()
-        return () if inventory.simulated else inventory.devices()
-    except Exception:
-        return ()
-
-
-def _info(
-    current: ActiveCluster, workers: dict[str, dict[str, Any]] | None = None, notice: str | None = None
-) -> ClusterInfo:
-    if workers is None:
-        workers = inspection.scheduler_workers(current.client)
-    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
-    infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
-    infos = tuple(_with_reports(info, reported.get(info.address)) for info in infos)
-    link = dashboard_links.for_kernel(inspection.dashboard_link(current.client))
-    return ClusterInfo(
-        name=current.name,
-        kind=current.kind,
-        scheduler_address=inspection.scheduler_address(current.client),
-        dashboard_url=link.url,
-        hardware=inspection.hardware(current.kind, current.devices, workers, reported),
-        workers=infos,
-        ready_s=current.ready_s,
-        warm_s=current.warm_s,
-        notice=notice,
-        started_at=current.started_at,
-        dashboard_note=link.note,
-    )
-
-
-def _with_reports(info: WorkerInfo, reported: tuple[str, tuple[WorkerGpu, ...]] | None) -> WorkerInfo:
-    if reported is None:
-        return info
-    host, devices = reported
-    first = devices[0] if devices else None
-    return dataclasses.replace(
-        info,
-        host=host,
-        gpus=devices,
-        gpu_name=info.gpu_name or (first.name if first else None),
-        gpu_memory_used=first.memory_used if first and first.memory_used is not None else info.gpu_memory_used,
-        gpu_memory_total=info.gpu_memory_total or (first.memory_total if first else None),
-    )
 
 
 def _require_active(action: str) -> ActiveCluster:
@@ -534,73 +434,6 @@ def _require_owned(action: str) -> ActiveCluster:
             f"it does not {action} its workers; do that where it was started"
         )
     return current
-
-
-def _write_record(current: ActiveCluster) -> None:
-    try:
-        workers = inspection.scheduler_workers(current.client)
-        infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
-        if current.kind == "gpu":
-            gpus = tuple(info.gpu_device or info.name for info in infos)
-        else:
-            gpus = tuple(info.gpu_name for info in infos if info.gpu_name)
-        record = cluster_records.ClusterRecord(
-            name=current.name,
-            scheduler_address=inspection.scheduler_address(current.client),
-            dashboard_url=inspection.dashboard_link(current.client),
-            kind=current.kind,
-            workers=len(infos),
-            gpus=gpus,
-            kernel_id=cluster_records.current_kernel_id(),
-            started_at=current.started_at,
-            members=tuple(_members(current)),
-        )
-        if current.record_path is not None and current.record_path.name != record.filename:
-            cluster_records.remove_record(current.record_path)
-        current.record_path = cluster_records.write_record(record)
-    except Exception as error:  # the cluster works without its record; say so once per kernel
-        global _record_warned
-        if not _record_warned:
-            _record_warned = True
-            print(
-                f"{PROG}: the JupyterLab side panel will not list this cluster: its record could not be "
-                f"written ({one_line(error)})",
-                file=sys.stderr,
-            )
-
-
-def _members(current: ActiveCluster) -> list[dict[str, Any]]:
-    members = current.telemetry.members_json() if current.telemetry is not None else []
-    kernel = _kernel_member()
-    return [*members, kernel] if kernel is not None else members
-
-
-def _kernel_member() -> dict[str, Any] | None:
-    """The kernel's own GPU memory (its CuPy/RMM pool), as a record member; ``None`` when it holds none."""
-    held = process_memory.pool_bytes() if process_memory.has_cuda_context() else None
-    devices = _local_devices()
-    if not held or not held[0] or not devices:
-        return None
-    device = devices[0]
-    gpu = ReportedGpu(
-        index=0,
-        nvml_index=None,
-        uuid=device.uuid,
-        name=device.name,
-        memory_total=device.memory_total,
-        process_memory=held[0],
-        process_memory_source=held[1],
-    )
-    return {
-        "name": "kernel",
-        "address": "",
-        "host": "127.0.0.1",
-        "host_label": socket.gethostname(),
-        "pid": os.getpid(),
-        "role": "kernel",
-        "gpus": [gpu_json(ClusterGpu(key=0, host="127.0.0.1", host_label=None, worker="", gpu=gpu))],
-        "time": time.time(),
-    }
 
 
 def _register_atexit() -> None:

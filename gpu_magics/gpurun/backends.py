@@ -249,6 +249,15 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
     )
 
 
+def cupy_cluster_defaults() -> dict[str, Any]:
+    """Settings for CuPy chunks on a distributed cluster, where the user's dask config leaves dask's defaults:
+    rechunk by tasks, since distributed's P2P rechunk (dask's pick for big rechunks under a client) fails to
+    move CuPy chunks ("P2P ... failed during transfer phase"). ``array.rechunk.method`` set by the user wins."""
+    if dask.config.get("array.rechunk.method", default=None) is None:
+        return {"array.rechunk.method": "tasks"}
+    return {}
+
+
 def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
     from gpu_magics.cluster import lifecycle
 
@@ -275,7 +284,11 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
         name="multi-gpu",
         hardware=lifecycle.describe_hardware(),
         chunk_type="cupy" if on_gpus else "numpy",
-        config={"scheduler": "dask.distributed", "array.backend": "cupy" if on_gpus else "numpy"},
+        config={
+            "scheduler": "dask.distributed",
+            "array.backend": "cupy" if on_gpus else "numpy",
+            **(cupy_cluster_defaults() if on_gpus else {}),
+        },
         client=client,
         notes=notes,
         annotations=annotations,

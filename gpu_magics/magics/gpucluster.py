@@ -58,7 +58,8 @@ class ClusterMagics(Magics):
           --threads-per-worker N    threads per worker (default 4 for GPU workers, 1 for CPU workers)
           --device-memory-limit S   spill from GPU to host memory above S (10GB, or a fraction like 0.8)
           --rmm-pool-size S         RMM memory pool per GPU (needs rmm)
-          --protocol tcp|ucx        communication protocol (default tcp)
+          --protocol tcp|ucx        communication protocol (default tcp; ucx, also spelt ucxx, needs
+                                    distributed-ucxx)
           --dashboard/--no-dashboard   the Dask dashboard, on a free port (default on)
           --host HOST               address to bind scheduler, workers and dashboard (default 127.0.0.1)
           --name NAME               the cluster's name (shown in the JupyterLab panel)

@@ -1,0 +1,40 @@
+"""The cluster a kernel uses and what it learnt about it: plain state shared by the lifecycle's modules."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpu_magics.cluster.options import ClusterOptions, Kind
+from gpu_magics.cluster.record_refresh import RecordRefresher
+from gpu_magics.cluster.telemetry import ClusterTelemetry
+
+if TYPE_CHECKING:
+    from distributed import Client, LocalCluster
+
+
+@dataclass
+class ActiveCluster:
+    """The cluster this kernel uses, and what was learnt about it."""
+
+    name: str
+    kind: Kind
+    options: ClusterOptions
+    client: Client
+    cluster: LocalCluster | None  # None when attached: not ours to stop
+    gpu_ids: tuple[str, ...] = ()  # CUDA devices given to the workers (GPU clusters)
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker name -> what its warm-up saw
+    started_at: float = field(default_factory=time.time)
+    ready_s: float | None = None
+    warm_s: float | None = None
+    record_path: Path | None = None
+    saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
+    telemetry: ClusterTelemetry | None = None  # the workers' own GPU reports
+    refresher: RecordRefresher | None = None  # rewrites the record as the workers report
+
+    @property
+    def owned(self) -> bool:
+        """Whether this kernel started the cluster (and so may scale, restart and stop it)."""
+        return self.cluster is not None

@@ -1,0 +1,87 @@
+"""Writing a cluster's discovery record: what the side panel knows of it, its workers and their GPUs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from gpu_magics import gpus
+from gpu_magics.cluster import inspection, process_memory
+from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.gpu_reports import ReportedGpu
+from gpu_magics.cluster.inspection import one_line
+from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.telemetry import ClusterGpu, gpu_json
+
+_warned = False
+
+
+def write_record(current: ActiveCluster) -> None:
+    try:
+        workers = inspection.scheduler_workers(current.client)
+        infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
+        if current.kind == "gpu":
+            gpus = tuple(info.gpu_device or info.name for info in infos)
+        else:
+            gpus = tuple(info.gpu_name for info in infos if info.gpu_name)
+        record = cluster_records.ClusterRecord(
+            name=current.name,
+            scheduler_address=inspection.scheduler_address(current.client),
+            dashboard_url=inspection.dashboard_link(current.client),
+            kind=current.kind,
+            workers=len(infos),
+            gpus=gpus,
+            kernel_id=cluster_records.current_kernel_id(),
+            started_at=current.started_at,
+            members=tuple(_members(current)),
+        )
+        if current.record_path is not None and current.record_path.name != record.filename:
+            cluster_records.remove_record(current.record_path)
+        current.record_path = cluster_records.write_record(record)
+    except Exception as error:  # the cluster works without its record; say so once per kernel
+        global _warned
+        if not _warned:
+            _warned = True
+            print(
+                f"{PROG}: the JupyterLab side panel will not list this cluster: its record could not be "
+                f"written ({one_line(error)})",
+                file=sys.stderr,
+            )
+
+
+def _members(current: ActiveCluster) -> list[dict[str, Any]]:
+    members = current.telemetry.members_json() if current.telemetry is not None else []
+    kernel = _kernel_member()
+    return [*members, kernel] if kernel is not None else members
+
+
+def _kernel_member() -> dict[str, Any] | None:
+    """The kernel's own GPU memory (its CuPy/RMM pool), as a record member; ``None`` when it holds none."""
+    held = process_memory.pool_bytes() if process_memory.has_cuda_context() else None
+    devices = gpus.usable_devices()
+    if not held or not held[0] or not devices:
+        return None
+    device = devices[0]
+    gpu = ReportedGpu(
+        index=0,
+        nvml_index=None,
+        uuid=device.uuid,
+        name=device.name,
+        memory_total=device.memory_total,
+        process_memory=held[0],
+        process_memory_source=held[1],
+    )
+    return {
+        "name": "kernel",
+        "address": "",
+        "host": "127.0.0.1",
+        "host_label": socket.gethostname(),
+        "pid": os.getpid(),
+        "role": "kernel",
+        "gpus": [gpu_json(ClusterGpu(key=0, host="127.0.0.1", host_label=None, worker="", gpu=gpu))],
+        "time": time.time(),
+    }

@@ -1,0 +1,51 @@
+"""Describing the cluster in use for ``%gpucluster``: the scheduler's view joined with the workers' reports."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpu_magics.cluster import dashboard_links, inspection
+from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
+
+
+def describe(
+    current: ActiveCluster, workers: dict[str, dict[str, Any]] | None = None, notice: str | None = None
+) -> ClusterInfo:
+    """What ``%gpucluster`` shows of ``current``: its scheduler's workers (fetched unless given), with the GPUs
+    each reports about itself, and the dashboard link as the browser can open it."""
+    if workers is None:
+        workers = inspection.scheduler_workers(current.client)
+    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
+    infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
+    infos = tuple(_with_reports(info, reported.get(info.address)) for info in infos)
+    link = dashboard_links.for_kernel(inspection.dashboard_link(current.client))
+    return ClusterInfo(
+        name=current.name,
+        kind=current.kind,
+        scheduler_address=inspection.scheduler_address(current.client),
+        dashboard_url=link.url,
+        hardware=inspection.hardware(current.kind, current.devices, workers, reported),
+        workers=infos,
+        ready_s=current.ready_s,
+        warm_s=current.warm_s,
+        notice=notice,
+        started_at=current.started_at,
+        dashboard_note=link.note,
+    )
+
+
+def _with_reports(info: WorkerInfo, reported: tuple[str, tuple[WorkerGpu, ...]] | None) -> WorkerInfo:
+    if reported is None:
+        return info
+    host, devices = reported
+    first = devices[0] if devices else None
+    return dataclasses.replace(
+        info,
+        host=host,
+        gpus=devices,
+        gpu_name=info.gpu_name or (first.name if first else None),
+        gpu_memory_used=first.memory_used if first and first.memory_used is not None else info.gpu_memory_used,
+        gpu_memory_total=info.gpu_memory_total or (first.memory_total if first else None),
+    )

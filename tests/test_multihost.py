@@ -251,3 +251,19 @@ def _end_scheduler(cli: CliCluster) -> None:
     import signal
 
     os.killpg(cli.scheduler.pid, signal.SIGKILL)
+
+
+def test_gpumonitor_shows_the_clusters_gpus_when_this_machine_has_none(ip: InteractiveShell, attached: Path) -> None:
+    kernel = object()
+    ip.kernel = kernel  # type: ignore[attr-defined]  # as in a kernel: panels redraw in place
+    try:
+        with capture_output() as shown:
+            ip.run_line_magic("gpumonitor", "")
+            time.sleep(1.5)
+            ip.run_line_magic("gpumonitor", "--stop")
+    finally:
+        del ip.kernel  # type: ignore[attr-defined]
+    text = "".join(output.data.get("text/plain", "") for output in shown.outputs)
+    assert "cluster 'remote' · 4 GPUs on 2 hosts" in text
+    for label in LABELS:
+        assert label in text

@@ -18,9 +18,15 @@ from typing import Any
 _WRAPPED = "_gpu_magics_original_do_shutdown"
 
 
-def close_everything() -> None:
-    """Stop the cluster (or disconnect from an attached one), then the worker server and resource tracker."""
+def close_everything(shell: Any = None) -> None:
+    """Freeze ``%gpumonitor`` panels (a saved notebook keeps their last view, marked stopped), stop the cluster
+    (or disconnect from an attached one), then the worker server and resource tracker."""
     from gpu_magics.cluster import lifecycle, worker_processes
+
+    monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
+    if monitor is not None:
+        with contextlib.suppress(Exception):
+            monitor.close()
 
     with contextlib.suppress(Exception):
         lifecycle.stop()
@@ -37,7 +43,7 @@ def install(shell: Any) -> bool:
 
     @functools.wraps(original)
     def do_shutdown(*args: Any, **kwargs: Any) -> Any:
-        close_everything()
+        close_everything(shell)
         return original(*args, **kwargs)
 
     setattr(kernel, _WRAPPED, original)

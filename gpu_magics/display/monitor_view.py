@@ -63,7 +63,7 @@ def timeline(
 
 def gpu_row(reading: GpuReading, history: Sequence[float | None]) -> str:
     """One live row: name, utilization and memory bars, temperature, power, recent utilization."""
-    name = html.escape(f"GPU {reading.index} · {reading.name}")
+    name = html.escape(f"{reading.label} · {reading.name}")
     if reading.error is not None:
         return f"<tr><td>{name}</td><td colspan='5' style='{MUTED}'>{html.escape(reading.error)}</td></tr>"
     memory_percent = (
@@ -130,10 +130,10 @@ def live_panel_text(snapshot: Snapshot | None) -> str:
     lines = []
     for r in snapshot.gpus:
         if r.error:
-            lines.append(f"GPU {r.index} {r.name}: {r.error}")
+            lines.append(f"{r.label} {r.name}: {r.error}")
             continue
         lines.append(
-            f"GPU {r.index} {r.name}: util {format_percent(r.gpu_util)}, memory {format_bytes(r.memory_used)} / "
+            f"{r.label} {r.name}: util {format_percent(r.gpu_util)}, memory {format_bytes(r.memory_used)} / "
             f"{format_bytes(r.memory_total)}, {format_number(r.temperature, '°C')}, "
             f"{format_number(r.power, 'W')}"
         )

@@ -36,7 +36,7 @@ class MonitorFigures:
             text = f"host CPU: mean {format_percent(self.host_mean_cpu)}, peak {format_percent(self.host_peak_cpu)}"
             return text + (f" ({self.status})" if self.status and self.kind == "gpu" else "")
         return "\n".join(
-            f"GPU {g.index}: mean util {format_percent(g.mean_gpu_util)}, "
+            f"{g.label or f'GPU {g.index}'}: mean util {format_percent(g.mean_gpu_util)}, "
             f"peak memory {format_bytes(g.peak_memory_used)}"
             for g in self.gpus
         )
@@ -61,8 +61,10 @@ class MonitorFigures:
             times, values = self.timelines.get(gpu.index, ((), ()))
             memory = f"{format_bytes(gpu.peak_memory_used)} / {format_bytes(gpu.memory_total)}"
             right = "text-align:right;padding:1px 8px"
+            label = gpu.label or f"GPU {gpu.index}"
+            name = html.escape(f"{label} · {gpu.name}")
             rows.append(
-                f"<tr><td style='padding:1px 8px 1px 0'>{html.escape(f'GPU {gpu.index} · {gpu.name}')}</td>"
+                f"<tr><td style='padding:1px 8px 1px 0'>{name}</td>"
                 f"<td style='{right}'>mean util <b>{format_percent(gpu.mean_gpu_util)}</b></td>"
                 f"<td style='{right}'>peak memory <b>{html.escape(memory)}</b></td>"
                 f"<td style='padding:1px 0'>{timeline(times, values, '#76b900', height=24) if times else ''}</td></tr>"

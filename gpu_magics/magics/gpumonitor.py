@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -9,7 +11,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from gpu_magics.argparsing import MagicArgumentParser, positive_float
 from gpu_magics.display.format import format_seconds
 from gpu_magics.display.monitor_view import live_panel_text
-from gpu_magics.monitor.sampler import MIN_INTERVAL, get_sampler, shutdown_sampler
+from gpu_magics.monitor.sampler import MIN_INTERVAL, Sampler, get_sampler, shutdown_sampler
 from gpu_magics.monitor.sources import source_from_env
 
 
@@ -39,7 +41,9 @@ class MonitorMagics(Magics):
             %gpumonitor --interval 0.25  sample every 0.25 s (at least 0.1 s; default 0.5 s)
             %gpumonitor --stop           stop the panels and the sampler thread
 
-        The host's CPU and memory use are shown beneath the GPUs. The panel is plain HTML redrawn in place, so
+        When the cluster in use (``%gpucluster``) has GPUs on other hosts, a second panel shows them, as its
+        workers report them ("gpu-node-1 · GPU 2"); on a machine without GPUs, only that one. The host's CPU and
+        memory use are shown beneath this machine's GPUs. The panel is plain HTML redrawn in place, so
         a saved notebook shows its last view; ``--stop`` freezes it. In a terminal IPython, which cannot redraw
         outputs, it prints one snapshot instead. GPUs that cannot be read (no driver, no permission, a lost
         GPU) are listed with the reason; the others keep updating.
@@ -61,17 +65,30 @@ class MonitorMagics(Magics):
         from gpu_magics.display.live import LivePanel, can_show_widgets
 
         simulated = " (simulated: $GPU_MAGICS_SOURCE)" if source_from_env().simulated else ""
+        here = sampler.tick()
+        cluster = _cluster_elsewhere()
         if not can_show_widgets(self.shell):
             if simulated:
                 print(f"GPUs{simulated}")
-            print(live_panel_text(sampler.tick()))
+            if here.gpus or cluster is None:
+                print(live_panel_text(here))
+            if cluster is not None:
+                print(cluster[1])
+                print(live_panel_text(cluster[0].tick()))
             return
-        sampler.start()
-        sampler.tick()
-        panel = LivePanel(sampler, title=f"GPUs{simulated} · every {format_seconds(sampler.interval)}")
-        panel.show(in_slot=False)
-        panel.start()
-        self._panels.append(panel)
+        if here.gpus or cluster is None:  # this machine's GPUs, unless it has none and a cluster has some
+            sampler.start()
+            panel = LivePanel(sampler, title=f"GPUs{simulated} · every {format_seconds(sampler.interval)}")
+            panel.show(in_slot=False)
+            panel.start()
+            self._panels.append(panel)
+        if cluster is not None:
+            feed, title = cluster
+            feed.tick()
+            remote = LivePanel(feed, title=title)
+            remote.show(in_slot=False)
+            remote.start()
+            self._panels.append(remote)
 
     def close(self) -> None:
         """Stop every panel, leaving its last view in place, and the sampler thread (``--stop``, ``%unload_ext``)."""
@@ -84,3 +101,20 @@ class MonitorMagics(Magics):
                     panel.handle.update(panel.snapshot())
         self._panels.clear()
         shutdown_sampler()
+
+
+def _cluster_elsewhere() -> tuple[Sampler, str] | None:
+    """The GPUs the cluster in use has on other hosts (its workers' reports) and a title, or ``None``."""
+    from gpu_magics.cluster import lifecycle
+
+    telemetry = lifecycle.telemetry()
+    current = lifecycle.active()
+    if telemetry is None or current is None:
+        return None
+    used = telemetry.gpus()
+    if not any(gpu.host_label is not None for gpu in used):
+        return None
+    hosts = {gpu.host for gpu in used}
+    where = f"on {len(hosts)} hosts" if len(hosts) > 1 else f"on {next(iter(hosts))}"
+    title = f"cluster {current.name!r} · {len(used)} GPUs {where} · every {format_seconds(telemetry.interval)}"
+    return cast(Sampler, telemetry.feed()), title

@@ -74,11 +74,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--cells", type=int, default=15)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--loopback-hosts", action="store_true", help="each worker on its own 127.0.0.x, standing for its own host"
+    )
     args = parser.parse_args()
     rates = [float(hz) for hz in args.hz.split(",")]
     total_gpus = args.workers * args.gpus
     env = {"GPU_MAGICS_SOURCE": f"fake:{args.gpus}"}
-    workers = {f"w{i:02d}": (f"127.0.0.{2 + i}", env) for i in range(args.workers)}
+    workers = {
+        f"w{i:02d}": (f"127.0.0.{2 + i}" if args.loopback_hosts else "127.0.0.1", env) for i in range(args.workers)
+    }
     shell = start_ipython()
     shell.run_line_magic("load_ext", "gpu_magics")
     results: dict[str, Any] = {"workers": args.workers, "gpus": total_gpus, "rates": {}}

@@ -2,9 +2,11 @@
 # Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; the log goes to $OUT/gpu-check.log
 # (default OUT: ./gpu-logs), executed example notebooks to $OUT/executed.
 #   bash scripts/gpu-check.sh [STAGE...]
-#     stages: env tests seed cluster scaling display monitor server examples (default: all)
+#     stages: env tests seed cluster scaling display monitor telemetry server attach examples (default: all)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
 #     scaling: the speed-cubing example at full size on 1, 2, 4... GPUs (CUDA_VISIBLE_DEVICES)
+#     telemetry: the workers' GPU telemetry from 128 simulated GPUs (16 workers x 8) at 1 and 4 Hz
+#     attach: the server's endpoints for a cluster from Dask's CLI (dask cuda worker), memory by notebook
 # Python packages the machine lacks can be brought as wheels in .whl/ (installed into /tmp/site first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ else
   export PYTHONPATH=$PWD
 fi
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster scaling display monitor server examples)
+[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster scaling display monitor telemetry server attach examples)
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 counts=""  # 1, 2, 4, ... up to the GPU count, and the count itself
 for k in 1 2 4 8 16; do [ "$k" -le "$gpus" ] && counts="$counts,$k"; done
@@ -50,7 +52,10 @@ for stage in "${stages[@]}"; do
     monitor)
       run monitor-slow5 python3 -m benchmarks.sampler_cost --seconds 20 --slow-interval 5
       run monitor-slow2 python3 -m benchmarks.sampler_cost --seconds 20 --slow-interval 2 ;;
+    telemetry) run telemetry python3 -m benchmarks.telemetry_cost --workers 16 --gpus 8 --hz 1,4 --seconds 20 \
+        --cells 15 --json "$OUT/telemetry.json" ;;
     server) run server python3 benchmarks/server_gpu_check.py ;;
+    attach) run server-attach python3 benchmarks/server_gpu_check.py --attach ;;
     examples) run examples python3 scripts/run_examples.py --full --out "$OUT/executed" ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac

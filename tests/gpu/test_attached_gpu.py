@@ -34,11 +34,23 @@ def worker_gpus() -> list[int]:
     return list(range(2, GPU_COUNT)) if GPU_COUNT >= 3 else [GPU_COUNT - 1]
 
 
+def _other_loopback() -> str:
+    """127.0.0.2 where this machine lets a process listen there (it then stands for another host)."""
+    try:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.2", 0))
+        return "127.0.0.2"
+    except OSError:
+        return "127.0.0.1"
+
+
+WORKER_HOST = "127.0.0.1" if GPU_COUNT >= 3 else _other_loopback()
+
+
 @pytest.fixture(scope="module")
 def dask_cuda_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
     devices = ",".join(str(index) for index in worker_gpus())
-    host = "127.0.0.1" if GPU_COUNT >= 3 else "127.0.0.2"
-    workers = {"cuda": (host, {"CUDA_VISIBLE_DEVICES": devices, "GPU_MAGICS_SOURCE": "nvml"})}
+    workers = {"cuda": (WORKER_HOST, {"CUDA_VISIBLE_DEVICES": devices, "GPU_MAGICS_SOURCE": "nvml"})}
     with cli_cluster(
         workers,
         tmp_path_factory.mktemp("dask-cuda-cli"),
@@ -74,8 +86,10 @@ def attached(
 
 
 def expected_labels() -> set[str]:
-    if GPU_COUNT >= 3:
+    if GPU_COUNT >= 3:  # GPUs the kernel does not see: named by host and number
         return {f"{socket.gethostname()} · GPU {index}" for index in worker_gpus()}
+    if WORKER_HOST == "127.0.0.1":  # the kernel's own GPU, on its own host: its own numbering
+        return {f"GPU {worker_gpus()[0]}"}
     return {f"{socket.gethostname()} · GPU {worker_gpus()[0]}"}
 
 
@@ -95,7 +109,7 @@ def test_seed_runs_on_cupy_chunks_on_the_workers_gpus(ip: InteractiveShell, atta
     assert not any("numpy" in note.lower() or "cpu" in note.lower() for note in result.notes), result.notes
     figures = result.monitor
     assert figures.kind == "gpu"
-    assert {gpu.label for gpu in figures.gpus} == expected_labels()  # the kernel's GPU 0 is absent
+    assert {gpu.label for gpu in figures.gpus} == expected_labels()  # and no GPU the workers do not use
     telemetry = cluster.telemetry()
     assert telemetry is not None
     deadline = time.monotonic() + 15

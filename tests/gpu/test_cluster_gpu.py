@@ -90,6 +90,30 @@ def test_seed_workload_on_cupy_chunks(magics: ClusterMagics) -> None:
     print(f"\nseed 8000^2 first {first:.3f} s, warm {warm:.3f} s")
 
 
+def test_rechunk_across_the_other_axis_on_the_gpu_cluster(magics: ClusterMagics) -> None:
+    """Rechunking CuPy chunks across the cluster works by default (tasks; distributed's P2P rechunk cannot
+    move CuPy chunks), and what P2P does here is printed for the record."""
+    import dask
+    import dask.array as da
+
+    client = cluster.require_client()
+    assert dask.config.get("array.rechunk.method") == "tasks"
+    with dask.config.set({"array.backend": "cupy"}):
+        x = da.random.random((16_000, 16_000), chunks=(16_000, 500)).persist()
+        expected = float(client.compute(x.sum()).result())
+        began = time.perf_counter()
+        total = float(client.compute(x.rechunk((500, 16_000)).sum()).result())
+        took = time.perf_counter() - began
+        assert total == pytest.approx(expected, rel=1e-9)
+        try:
+            with dask.config.set({"array.rechunk.method": "p2p"}):
+                client.compute(x.rechunk((500, 16_000)).sum()).result(timeout=120)
+            p2p = "worked"
+        except Exception as error:
+            p2p = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    print(f"\nrechunk 16000^2 by tasks {took:.3f} s; the same by p2p {p2p}")
+
+
 def test_chosen_gpus_and_limits(magics: ClusterMagics, gpu_count: int) -> None:
     visible = [device.cuda_id for device in gpus.inventory().devices()]
     with pytest.raises(UsageError, match=f"no GPU {gpu_count} here"):

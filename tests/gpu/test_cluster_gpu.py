@@ -65,7 +65,8 @@ def test_one_warm_worker_per_gpu(magics: ClusterMagics, gpu_count: int) -> None:
     names = {info["gpu_name"] for info in current.devices.values()}
     assert len(names) == 1
     (name,) = names
-    assert cluster.describe_hardware() == f"{gpu_count}x {name} ({gpu_count} workers)"
+    workers_text = f"{gpu_count} worker{'s' if gpu_count != 1 else ''}"
+    assert cluster.describe_hardware() == f"{gpu_count}x {name} ({workers_text})"
     assert text.count(name) >= gpu_count and " running " in text
     assert set(cluster.gpu_worker_devices(client).values()) == {name}
     print(f"\nstart+warm {elapsed:.2f} s (ready {current.ready_s:.2f} s, warm {current.warm_s:.2f} s)")

@@ -52,7 +52,7 @@ for stage in "${stages[@]}"; do
     monitor)
       run monitor-slow5 python3 -m benchmarks.sampler_cost --seconds 20 --slow-interval 5
       run monitor-slow2 python3 -m benchmarks.sampler_cost --seconds 20 --slow-interval 2 ;;
-    telemetry) run telemetry python3 -m benchmarks.telemetry_cost --workers 16 --gpus 8 --hz 1,4 --seconds 20 \
+    telemetry) run telemetry python3 -m benchmarks.telemetry_cost --workers 16 --gpus 8 --hz 1,4 --seconds 20 --loopback-hosts \
         --cells 15 --json "$OUT/telemetry.json" ;;
     server) run server python3 benchmarks/server_gpu_check.py ;;
     attach) run server-attach python3 benchmarks/server_gpu_check.py --attach ;;

@@ -261,3 +261,16 @@ def test_ucx_without_distributed_ucxx_is_one_line_and_no_warning(
         assert lifecycle.active() is None
     text = "".join(capfd.readouterr())
     assert "FutureWarning" not in text and "failed to start" not in text
+
+
+def test_a_cluster_stopped_mid_cell_leaves_dask_on_its_local_scheduler(shell: InteractiveShell) -> None:
+    """The stopped cluster's client took its scheduler setting back; the cell's own config must not restore it."""
+    shell.run_line_magic("gpucluster", "--cpu-workers 1 --no-dashboard --name leaving")
+    stopper = threading.Thread(target=lambda: (wait_for_processing(30), lifecycle.stop()), daemon=True)
+    stopper.start()
+    shell.run_cell("%%gpurun multi-gpu -q\nimport time, dask\ndask.delayed(time.sleep)(60).compute()\n")
+    stopper.join(30)
+    import dask
+
+    assert dask.config.get("scheduler", default=None) is None
+    assert dask.delayed(sum)([1, 2]).compute() == 3

@@ -174,7 +174,7 @@ def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY
         if started.telemetry is not None:
             telemetry = started.telemetry
             started.refresher = RecordRefresher(
-                lambda: record_writer.write_record(started), lambda: telemetry.version, RECORD_REFRESH_S
+                lambda: record_writer.write_record(started, refresh=True), lambda: telemetry.version, RECORD_REFRESH_S
             )
         _register_atexit()
         return status_info.describe(started)

@@ -20,7 +20,9 @@ from gpu_magics.cluster.telemetry import ClusterGpu, gpu_json
 _warned = False
 
 
-def write_record(current: ActiveCluster) -> None:
+def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
+    """Write ``current``'s record (``refresh``: again, as its workers report, without waiting for the disk);
+    a failure is said once per kernel: the cluster works without its record."""
     try:
         workers = inspection.scheduler_workers(current.client)
         infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
@@ -41,7 +43,7 @@ def write_record(current: ActiveCluster) -> None:
         )
         if current.record_path is not None and current.record_path.name != record.filename:
             cluster_records.remove_record(current.record_path)
-        current.record_path = cluster_records.write_record(record)
+        current.record_path = cluster_records.write_record(record, durable=not refresh)
     except Exception as error:  # the cluster works without its record; say so once per kernel
         global _warned
         if not _warned:

@@ -92,8 +92,9 @@ def current_kernel_id() -> str | None:
     return stem.removeprefix("kernel-") or None
 
 
-def write_record(record: ClusterRecord) -> Path:
-    """Write (or replace) ``record`` atomically, readable by its owner only; returns its path."""
+def write_record(record: ClusterRecord, *, durable: bool = True) -> Path:
+    """Write (or replace) ``record`` atomically, readable by its owner only; returns its path. ``durable``
+    waits for the disk (fsync) too; refreshes of a record that exists skip that wait."""
     directory = runtime_dir()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / record.filename
@@ -103,7 +104,8 @@ def write_record(record: ClusterRecord) -> Path:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             json.dump(record.to_json(), file, indent=1)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -35,6 +35,7 @@ STALE_INTERVALS = 3.0  # reports missed before a worker counts as gone
 MIN_STALE_S = 3.0
 REMOTE_INDEX_BASE = 1000  # keys of GPUs the kernel cannot see itself start here (theirs: 0, 1, ...)
 HISTORY = 600  # snapshots kept for the feed
+REUSE_S = 0.5  # seconds a computed view is reused while no new report came
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class ClusterTelemetry:
         self.version = 0  # counts the reports received: a cheap "has anything changed"
         self.ignored = 0  # messages that were not telemetry this kernel understands
         self._started = False
+        self._worker_gpus: tuple[int, float, dict[str, tuple[str, tuple[WorkerGpu, ...]]]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -199,7 +201,18 @@ class ClusterTelemetry:
         return any(report.gpus for report, _ in self.fresh_reports())
 
     def worker_gpus(self, now: float | None = None) -> dict[str, tuple[str, tuple[WorkerGpu, ...]]]:
-        """Worker address -> (its host label, its GPUs) for ``%gpucluster status``."""
+        """Worker address -> (its host label, its GPUs) for ``%gpucluster status`` and the backend's plan;
+        asked several times per cell, so kept for ``REUSE_S`` while no report comes."""
+        if now is None:
+            cached = self._worker_gpus
+            if cached is not None and cached[0] == self.version and time.time() - cached[1] < REUSE_S:
+                return cached[2]
+            found = self._worker_gpus_at(time.time())
+            self._worker_gpus = (self.version, time.time(), found)
+            return found
+        return self._worker_gpus_at(now)
+
+    def _worker_gpus_at(self, now: float) -> dict[str, tuple[str, tuple[WorkerGpu, ...]]]:
         return {
             member.report.worker: (
                 member.host_label,

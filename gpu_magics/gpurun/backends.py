@@ -53,12 +53,15 @@ class BackendPlan:
         """Apply the dask configuration for the duration of the block (and make the plan's client the current
         one: the config names the distributed scheduler, never the ``Client`` object, so the config stays
         picklable for the processes a nanny starts while the cell runs)."""
-        with dask.config.set(self.config), dask.annotate(**self.annotations):
-            if self.client is None:
-                yield
-            else:
-                with self.client.as_current(), _quiet_serialization_log():
+        try:
+            with dask.config.set(self.config), dask.annotate(**self.annotations):
+                if self.client is None:
                     yield
+                else:
+                    with self.client.as_current(), _quiet_serialization_log():
+                        yield
+        finally:
+            _forget_closed_client(self.client)
 
     def synchronize(self) -> None:
         """Wait for the GPU work this backend queued; called before the clock stops."""
@@ -67,6 +70,15 @@ class BackendPlan:
                 self.client.run(_synchronize_worker_device, workers=self.annotations.get("workers"))
         elif self.gpu_indices:
             devices.synchronize(self.gpu_indices)
+
+
+def _forget_closed_client(client: Client | None) -> None:
+    """A default client sets ``scheduler = "dask.distributed"`` and takes it back when it closes. When it closed
+    while the cell ran (the cluster was stopped meanwhile), leaving the cell's config put that setting back with
+    no client behind it, and every later ``compute()`` would fail: take it out again."""
+    closed = client is not None and client.status in ("closing", "closed")
+    if closed and dask.config.get("scheduler", default=None) in ("dask.distributed", "distributed"):
+        dask.config.config.pop("scheduler", None)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.record_refresh import RecordRefresher
+from gpu_magics.cluster.records import ClusterRecord
 from gpu_magics.cluster.telemetry import ClusterTelemetry
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class ActiveCluster:
     ready_s: float | None = None
     warm_s: float | None = None
     record_path: Path | None = None
+    record: ClusterRecord | None = None  # the last record written
     saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
     telemetry: ClusterTelemetry | None = None  # the workers' own GPU reports
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report

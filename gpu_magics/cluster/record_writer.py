@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -24,6 +25,13 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
     """Write ``current``'s record (``refresh``: again, as its workers report, without waiting for the disk);
     a failure is said once per kernel: the cluster works without its record."""
     try:
+        if refresh and current.record is not None:  # only the members change: no round trip to the scheduler
+            members = tuple(_members(current))
+            reporting = sum(1 for member in members if member.get("role") == "worker")
+            record = dataclasses.replace(current.record, members=members, workers=reporting or current.record.workers)
+            current.record_path = cluster_records.write_record(record, durable=False)
+            current.record = record
+            return
         workers = inspection.scheduler_workers(current.client)
         infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
         if current.kind == "gpu":
@@ -44,6 +52,7 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
         if current.record_path is not None and current.record_path.name != record.filename:
             cluster_records.remove_record(current.record_path)
         current.record_path = cluster_records.write_record(record, durable=not refresh)
+        current.record = record
     except Exception as error:  # the cluster works without its record; say so once per kernel
         global _warned
         if not _warned:

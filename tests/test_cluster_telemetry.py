@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpu_magics.cluster.gpu_reports import ReportedGpu, WorkerReport, host_labels
@@ -69,13 +70,27 @@ def test_messages_round_trip_and_foreign_ones_are_ignored() -> None:
     assert seen.ignored == 2 and len(seen.fresh_reports(now=original.time)) == 1
 
 
-def test_the_feed_gives_snapshots_with_every_cluster_gpu() -> None:
-    seen = telemetry()
+def test_the_feed_makes_snapshots_only_while_watched() -> None:
+    seen = ClusterTelemetry(None, interval=0.1, local_hostname="jupyter-host")  # type: ignore[arg-type]
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=50.0),), t=time.time()))
+    time.sleep(0.3)
+    assert seen.history() == []  # nobody watching: reports are kept, no snapshot is made
     got: list[Any] = []
     unsubscribe = seen.subscribe(got.append)
-    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=50.0),)), received=100.0)
+    feed = seen.feed()
+    feed.start()
+    assert feed.running
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert got and got[0].gpus[0].gpu_util == 50.0 and got[0].gpus[0].label == "node · GPU 0"
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=60.0),), t=time.time()))
+    assert feed.tick().gpus[0].gpu_util == 60.0
     unsubscribe()
-    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=60.0),)), received=100.6)
-    assert len(got) == 1 and got[0].gpus[0].gpu_util == 50.0
-    assert [s.gpus[0].gpu_util for s in seen.history(since=99.0)] == [50.0, 60.0]
-    assert seen.snapshot(now=200.0).status == "no worker has reported its GPUs yet"
+    feed.stop()
+    time.sleep(0.3)
+    settled = len(seen.history())
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=70.0),), t=time.time()))
+    time.sleep(0.3)
+    assert len(seen.history()) == settled and not feed.running
+    assert seen.snapshot(now=time.time() + 100).status == "no worker has reported its GPUs yet"

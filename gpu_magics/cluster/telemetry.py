@@ -86,7 +86,8 @@ class ClusterTelemetry:
         self._keys: dict[tuple[str, str], int] = {}  # (host, uuid) -> key
         self._history: deque[Snapshot] = deque(maxlen=HISTORY)
         self._subscribers: list[Callable[[Snapshot], None]] = []
-        self._last_emit = 0.0
+        self._watchers = 0  # subscribers and running cells that want snapshots
+        self._emitter: threading.Thread | None = None
         self.version = 0  # counts the reports received: a cheap "has anything changed"
         self.ignored = 0  # messages that were not telemetry this kernel understands
         self._started = False
@@ -138,14 +139,42 @@ class ClusterTelemetry:
             else:
                 self._reports[report.worker] = (report, now)
             self.version += 1
-            due = now - self._last_emit >= self._emit_gap()
-            if due:
-                self._last_emit = now
-        if due:
-            self._emit(now)
 
     def _emit_gap(self) -> float:
         return max(0.05, 0.5 * self.interval)
+
+    # -- snapshots, made in a thread of their own while someone watches (never on the client's event loop,
+    # -- whose replies a running cell waits for) ----------------------------------------------------------
+
+    def watch(self) -> Callable[[], None]:
+        """Keep snapshots coming (into ``history`` and to subscribers) until the returned function is called."""
+        with self._lock:
+            self._watchers += 1
+            if self._emitter is None or not self._emitter.is_alive():
+                self._emitter = threading.Thread(target=self._emit_loop, name="gpu-magics-telemetry", daemon=True)
+                self._emitter.start()
+        done = threading.Event()
+
+        def unwatch() -> None:
+            if not done.is_set():
+                done.set()
+                with self._lock:
+                    self._watchers -= 1
+
+        return unwatch
+
+    def _emit_loop(self) -> None:
+        emitted = -1
+        while True:
+            time.sleep(self._emit_gap())
+            with self._lock:
+                if self._watchers <= 0:
+                    self._emitter = None
+                    return
+                version = self.version
+            if version != emitted:
+                emitted = version
+                self._emit(time.time())
 
     def _emit(self, now: float) -> None:
         snapshot = self.snapshot(now)
@@ -294,24 +323,30 @@ class ClusterTelemetry:
     def subscribe(self, callback: Callable[[Snapshot], None]) -> Callable[[], None]:
         with self._lock:
             self._subscribers.append(callback)
+        unwatch = self.watch()
 
         def unsubscribe() -> None:
             with self._lock:
                 if callback in self._subscribers:
                     self._subscribers.remove(callback)
+            unwatch()
 
         return unsubscribe
 
 
 class TelemetryFeed:
     """The cluster's GPU snapshots behind the ``Sampler`` methods that the live panel and the cell monitor
-    use (``history``, ``subscribe``, ``latest``, ``tick``); starting and stopping it is the cluster's job."""
-
-    running = True
+    use (``history``, ``subscribe``, ``latest``, ``tick``, ``start``/``stop``). The workers sample all the
+    time; ``start`` .. ``stop`` only makes snapshots of their reports."""
 
     def __init__(self, telemetry: ClusterTelemetry) -> None:
         self.telemetry = telemetry
         self.interval = telemetry.interval
+        self._unwatch: Callable[[], None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._unwatch is not None
 
     def history(self, since: float | None = None) -> list[Snapshot]:
         return self.telemetry.history(since)
@@ -332,10 +367,14 @@ class TelemetryFeed:
         return latest
 
     def start(self) -> None:
-        """Nothing to start: the workers sample while the cluster runs."""
+        """Make snapshots of the workers' reports from now on (they report all the time)."""
+        if self._unwatch is None:
+            self._unwatch = self.telemetry.watch()
 
     def stop(self) -> None:
-        """Nothing to stop (see ``start``)."""
+        unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            unwatch()
 
 
 def gpu_json(gpu: ClusterGpu) -> dict[str, Any]:

@@ -88,7 +88,8 @@ function workerGpuModels(cluster: ICluster): string[] {
 
 /**
  * What a cluster row says it is: "CPU cluster · 2 workers", "GPU cluster · 4× NVIDIA H200",
- * "attached · tcp://10.0.0.5:8786 · 3 workers".
+ * "attached · 3 workers", "attached · 4× NVIDIA H200 on 2 hosts" (the scheduler's address is on the row's
+ * next line).
  */
 export function clusterTitle(cluster: ICluster): string {
   const workers = plural(cluster.workers, 'worker');
@@ -105,7 +106,11 @@ export function clusterTitle(cluster: ICluster): string {
         : `GPU cluster \u00b7 ${workers}`;
     case 'attached': {
       const gpus = models.length ? models : cluster.gpus;
-      return `attached \u00b7 ${cluster.scheduler_address} \u00b7 ${gpus.length ? countModels(gpus) : workers}`;
+      const hosts = new Set(
+        (cluster.members ?? []).filter(m => m.role !== 'kernel' && m.gpus.length > 0).map(m => m.host)
+      );
+      const where = hosts.size > 1 ? ` on ${hosts.size} hosts` : '';
+      return `attached \u00b7 ${gpus.length ? countModels(gpus) + where : workers}`;
     }
     default:
       return `${cluster.kind} cluster \u00b7 ${workers}`;

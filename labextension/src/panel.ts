@@ -467,13 +467,16 @@ function membersView(members: IClusterMember[]): HTMLElement {
   for (const group of membersByHost(members)) {
     view.append(
       el('div', { class: 'jp-GpuMagics-host', 'data-host': group.host, title: `host ${group.host}` }, group.host),
-      ...group.members.flatMap(memberLines)
+      // one worker on a host: its GPUs need no worker name (it is in each line's tooltip)
+      ...group.members.flatMap(member =>
+        memberLines(member, group.members.filter(m => m.role !== 'kernel').length > 1 || member.role === 'kernel')
+      )
     );
   }
   return view;
 }
 
-function memberLines(member: IClusterMember): HTMLElement[] {
+function memberLines(member: IClusterMember, named: boolean): HTMLElement[] {
   const name = memberName(member);
   if (member.gpus.length === 0) {
     return [
@@ -485,10 +488,10 @@ function memberLines(member: IClusterMember): HTMLElement[] {
       )
     ];
   }
-  return member.gpus.map(gpu => memberGpuLine(member, name, gpu));
+  return member.gpus.map(gpu => memberGpuLine(member, named ? name : null, gpu));
 }
 
-function memberGpuLine(member: IClusterMember, name: string, gpu: IMemberGpu): HTMLElement {
+function memberGpuLine(member: IClusterMember, name: string | null, gpu: IMemberGpu): HTMLElement {
   const title = [
     `${gpu.label} \u00b7 ${gpu.name}`,
     `${member.role === 'kernel' ? 'the kernel' : `worker ${member.name}`} (${member.address})`,
@@ -501,7 +504,7 @@ function memberGpuLine(member: IClusterMember, name: string, gpu: IMemberGpu): H
   const line = el(
     'div',
     { class: 'jp-GpuMagics-memberGpu', 'data-member': member.name, 'data-gpu-label': gpu.label, title },
-    el('span', { class: 'jp-GpuMagics-memberName' }, `${gpuShortLabel(gpu)} \u00b7 ${name}`)
+    el('span', { class: 'jp-GpuMagics-memberName' }, name ? `${gpuShortLabel(gpu)} \u00b7 ${name}` : gpuShortLabel(gpu))
   );
   if (gpu.error) {
     line.append(el('span', { class: 'jp-GpuMagics-unreadable', title: gpu.error }, 'unreadable'));

@@ -66,6 +66,7 @@ describe('format', () => {
     bytes: [number | null, string][];
     percent: [number | null, string][];
     number: [number | null, string, string][];
+    age: [number, string][];
   };
 
   it.each(cases.bytes)('formats %p bytes as in Python', (value, expected) => {
@@ -74,6 +75,10 @@ describe('format', () => {
 
   it.each(cases.percent)('formats %p%% as in Python', (value, expected) => {
     expect(formatPercent(value)).toBe(expected);
+  });
+
+  it.each(cases.age)('says %p seconds ago as in Python', (seconds, expected) => {
+    expect(formatAge(1000 - seconds, 1000)).toBe(expected);
   });
 
   it.each(cases.number)(

@@ -135,7 +135,24 @@ async function checkMagicOutputs(page) {
       cluster: document.querySelector('.gpu-magics-cluster')?.textContent || '',
       stopped: Array.from(document.querySelectorAll('.gpu-magics-monitor')).some(m =>
         (m.textContent || '').includes('stopped')
-      )
+      ),
+      columns: Array.from(document.querySelectorAll('.gpu-magics-compare table, .gpu-magics-cluster table')).reduce(
+        (sum, table) => sum + table.querySelectorAll('thead th, tr:first-child th').length,
+        0
+      ),
+      // each table column: its header and its cells aligned alike, as rendered in this theme
+      misaligned: Array.from(document.querySelectorAll('.gpu-magics-compare table, .gpu-magics-cluster table'))
+        .flatMap(table => {
+          const header = Array.from(table.querySelectorAll('thead th, tr:first-child th'));
+          const rows = Array.from(table.querySelectorAll('tbody tr')).filter(row => row.querySelector('td'));
+          return header.flatMap((th, column) => {
+            const wanted = getComputedStyle(th).textAlign;
+            return rows
+              .map(row => row.children[column])
+              .filter(cell => cell && cell.tagName === 'TD' && getComputedStyle(cell).textAlign !== wanted)
+              .map(cell => `${th.textContent}: header ${wanted}, cell ${getComputedStyle(cell).textAlign}`);
+          });
+        })
     };
   });
   console.log(`[displays] magic outputs: ${JSON.stringify(found)}`);
@@ -151,6 +168,8 @@ async function checkMagicOutputs(page) {
     problems.push('the cluster view lacks its per-host GPU rows');
   }
   if (!found.stopped) problems.push('%gpumonitor --stop did not leave the last view');
+  if (found.columns < 8) problems.push(`only ${found.columns} table columns found to check their alignment`);
+  if (found.misaligned.length) problems.push(`table columns misaligned: ${found.misaligned.join('; ')}`);
   return problems;
 }
 

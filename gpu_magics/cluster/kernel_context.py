@@ -9,16 +9,14 @@ catches contexts of other kinds where NVML reports this process's own PID.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from gpu_magics.cluster.process_memory import cuda_loaded, primary_contexts
 from gpu_magics.display.format import format_bytes
 from gpu_magics.gpus import GpuDevice
-
-CUDA_MODULES = ("cupy", "torch", "numba.cuda", "jax", "rmm", "cuda")
 
 
 @dataclass(frozen=True)
@@ -81,36 +79,6 @@ def report(gpu_ids: Collection[str], prog: str = "%gpucluster") -> None:
         return
     if message is not None:
         print(message, file=sys.stderr)
-
-
-def cuda_loaded() -> bool:
-    """Whether the CUDA driver library is mapped into this process (without it, no context can exist)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return any("libcuda.so" in line for line in maps)
-    except OSError:
-        return any(name in sys.modules for name in CUDA_MODULES)
-
-
-def primary_contexts(ordinals: Sequence[int]) -> set[int] | None:
-    """Which of these devices (this process's CUDA ordinals) have an active primary context; ``None`` when the
-    driver cannot be asked. Asking creates no context."""
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    if driver.cuInit(0) != 0:
-        return None
-    found = set()
-    for ordinal in ordinals:
-        device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
-        if driver.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
-            return None
-        if driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) != 0:
-            return None
-        if active.value:
-            found.add(ordinal)
-    return found
 
 
 def process_memory(pid: int) -> dict[str, int | None]:

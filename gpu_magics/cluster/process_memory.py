@@ -10,7 +10,7 @@ import contextlib
 import ctypes
 import os
 import sys
-from typing import Any
+from collections.abc import Sequence
 
 from gpu_magics.monitor.models import GpuReading
 
@@ -43,26 +43,51 @@ def pool_bytes() -> tuple[int, str] | None:
     return None
 
 
-_driver: Any = None
+CUDA_MODULES = ("cupy", "torch", "numba.cuda", "jax", "rmm", "cuda")
+
+
+_active: set[int] = set()  # devices found with a context: it lasts as long as the process
 
 
 def has_cuda_context(device: int = 0) -> bool:
-    """Whether this process's primary CUDA context on ``device`` exists; asks the driver without making one
-    (``cuDevicePrimaryCtxGetState``), so a CPU worker on a GPU host never gets a context from telemetry."""
-    global _driver
-    if "cupy" not in sys.modules and "rmm" not in sys.modules:
+    """Whether this process's primary CUDA context on ``device`` (its CUDA ordinal) exists; a CPU worker on a
+    GPU host never gets a context from asking. Cheap when asked every second: nothing is called before a CUDA
+    library is imported, and a context once found is remembered."""
+    if device in _active:
+        return True
+    if not any(name in sys.modules for name in CUDA_MODULES) or not cuda_loaded():
         return False
+    if device in (primary_contexts([device]) or set()):
+        _active.add(device)
+        return True
+    return False
+
+
+def cuda_loaded() -> bool:
+    """Whether the CUDA driver library is mapped into this process (without it, no context can exist)."""
     try:
-        if _driver is None:
-            _driver = ctypes.CDLL("libcuda.so.1")
-            if _driver.cuInit(0) != 0:
-                _driver = False
-        if not _driver:
-            return False
-        flags, active = ctypes.c_uint(), ctypes.c_int()
-        return bool(_driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) == 0) and (
-            active.value == 1
-        )
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any("libcuda.so" in line for line in maps)
     except OSError:
-        _driver = False
-        return False
+        return any(name in sys.modules for name in CUDA_MODULES)
+
+
+def primary_contexts(ordinals: Sequence[int]) -> set[int] | None:
+    """Which of these devices (this process's CUDA ordinals) have an active primary context; ``None`` when the
+    driver cannot be asked. Asking creates no context."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    if driver.cuInit(0) != 0:
+        return None
+    found = set()
+    for ordinal in ordinals:
+        device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+        if driver.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+            return None
+        if driver.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) != 0:
+            return None
+        if active.value:
+            found.add(ordinal)
+    return found

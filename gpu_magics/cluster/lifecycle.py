@@ -221,7 +221,8 @@ def stop() -> str:
             current.refresher.stop()
         cluster_records.remove_record(current.record_path)
         if current.telemetry is not None:
-            current.telemetry.close(unregister=not current.owned)
+            # an attached cluster may serve other kernels too, which the plugin also reports to: it stays
+            current.telemetry.close(unregister=False)
         if current.saved_config is not None:
             import dask
 
@@ -414,7 +415,7 @@ def _start_telemetry(current: ActiveCluster, interval: float) -> None:
         telemetry.start()
     except Exception as error:
         print(f"{PROG}: the workers will not report their GPUs ({one_line(error)})", file=sys.stderr)
-        telemetry.close(unregister=not current.owned)
+        telemetry.close(unregister=False)
         return
     current.telemetry = telemetry
 

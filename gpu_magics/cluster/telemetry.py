@@ -104,8 +104,8 @@ class ClusterTelemetry:
         self._started = True
 
     def close(self, *, unregister: bool) -> None:
-        """Stop listening; ``unregister`` also stops the plugin on the workers (an attached cluster, which
-        keeps running without this kernel)."""
+        """Stop listening; ``unregister`` also stops the plugin on the workers. A cluster this kernel attached
+        to keeps it: other kernels attached to the same scheduler listen to the same reports."""
         if not self._started:
             return
         self._started = False

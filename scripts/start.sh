@@ -28,5 +28,6 @@ as_root=()
 [ "$(id -u)" -eq 0 ] && as_root=(--allow-root)  # containers often run as root; JupyterLab refuses it otherwise
 # The URL JupyterLab prints (with its token: what to open after --no-browser) and its "/" lead to the quickstart
 # notebook rather than the Launcher.
-exec .venv/bin/jupyter lab examples/quickstart.ipynb --ServerApp.ip=127.0.0.1 \
-  --LabApp.default_url=/lab/tree/examples/quickstart.ipynb "${as_root[@]}" "$@"
+# The file browser shows examples/, so the notebook's path there is quickstart.ipynb.
+exec .venv/bin/jupyter lab --ServerApp.root_dir=examples --ServerApp.ip=127.0.0.1 \
+  --LabApp.default_url=/lab/tree/quickstart.ipynb "${as_root[@]}" "$@"

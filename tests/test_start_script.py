@@ -4,6 +4,7 @@ line (set-up skipped) as a real server; every wait is bounded."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -19,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOK_URL = re.compile(r"http://127\.0\.0\.1:(\d+)/lab/tree/examples/quickstart\.ipynb\?token=([0-9a-f]+)")
+NOTEBOOK_URL = re.compile(r"http://127\.0\.0\.1:(\d+)/lab/tree/quickstart\.ipynb\?token=([0-9a-f]+)")
 
 
 def jupyter_command() -> list[str]:
@@ -59,7 +60,11 @@ def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> 
         with urllib.request.urlopen(found.group(0), timeout=30) as response:
             page = response.read().decode()
             assert response.status == 200
-        assert '"treePath": "examples/quickstart.ipynb"' in page
+        assert '"treePath": "quickstart.ipynb"' in page
+        port, token = found.groups()  # and that path is the notebook, in the folder the file browser shows
+        contents = f"http://127.0.0.1:{port}/api/contents/quickstart.ipynb?content=0&token={token}"
+        with urllib.request.urlopen(contents, timeout=30) as response:
+            assert response.status == 200 and json.loads(response.read())["type"] == "notebook"
     finally:
         server.terminate()
         try:

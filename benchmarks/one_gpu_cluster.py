@@ -35,11 +35,14 @@ def split_one_run(shell: Any, cell: str) -> dict[str, float]:
     from gpu_magics.cluster import lifecycle
 
     client = lifecycle.require_client()
-    began = time.time()
-    with capture_output():
-        shell.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", cell)
-    ended = time.time()
-    stream = client.get_task_stream(start=began)
+    from distributed import get_task_stream
+
+    with get_task_stream(client) as recorded:
+        began = time.time()
+        with capture_output():
+            shell.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", cell)
+        ended = time.time()
+    stream = recorded.data
     starts = [part["start"] for task in stream for part in task["startstops"] if part["action"] == "compute"]
     stops = [part["stop"] for task in stream for part in task["startstops"] if part["action"] == "compute"]
     busy = sum(part["stop"] - part["start"] for task in stream for part in task["startstops"])

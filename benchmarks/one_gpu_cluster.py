@@ -1,11 +1,12 @@
 """Where a one-GPU cluster's time goes, beside the ``gpu`` backend on the same GPU (the seed workload).
 
-In one process on GPU 0: ``%%gpurun gpu`` (dask's threads), then ``%gpucluster`` with each ``--threads-per-worker``
-given, each timed as a ``%%gpurun multi-gpu`` cell (median of ``--repeat``). For the cluster runs it splits one
+In one process on GPU 0: ``%%gpurun gpu`` (dask's threads), then ``%gpucluster`` with each
+variant given, each timed as a ``%%gpurun multi-gpu`` cell (median of ``--repeat``). For the cluster runs it splits one
 run with distributed's task stream: from the call to the first task starting (graph to the scheduler and to the
 worker), the tasks' span on the worker, and from the last task's end to the result in the kernel.
 
-    python benchmarks/one_gpu_cluster.py [--n 100000] [--chunk 10000] [--threads 4,8] [--repeat 7]
+    python benchmarks/one_gpu_cluster.py [--n 100000] [--chunk 10000] [--repeat 7]
+        [--variants "--threads-per-worker 4;--threads-per-worker 8"]
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--chunk", type=int, default=10_000)
-    parser.add_argument("--threads", default="4,8")
+    parser.add_argument(
+        "--variants",
+        default="--threads-per-worker 4;--threads-per-worker 8",
+        help="%%gpucluster options of each cluster to try, separated by ';'",
+    )
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     cell = SEED.format(n=args.n, chunk=args.chunk)
@@ -67,17 +72,17 @@ def main() -> None:
     shell.run_line_magic("load_ext", "gpu_magics")
     shell.run_cell("import dask, dask.array as da", store_history=False)
     rows = [("gpu backend", statistics.median(timed(shell, "gpu", cell, args.repeat)), None)]
-    for threads in [int(t) for t in args.threads.split(",")]:
+    for variant in [v.strip() for v in args.variants.split(";") if v.strip()]:
         with capture_output():
-            shell.run_line_magic("gpucluster", f"--gpus 0 --threads-per-worker {threads} --no-dashboard --replace")
+            shell.run_line_magic("gpucluster", f"--gpus 0 {variant} --no-dashboard --replace")
         median = statistics.median(timed(shell, "multi-gpu", cell, args.repeat))
-        rows.append((f"1-GPU cluster, {threads} threads", median, split_one_run(shell, cell)))
+        rows.append((f"1-GPU cluster {variant}", median, split_one_run(shell, cell)))
     with capture_output():
         shell.run_line_magic("gpucluster", "stop")
     base = rows[0][1]
     print(f"seed {args.n}^2 in {args.chunk}^2 chunks, median of {args.repeat} warm runs")
     for name, median, split in rows:
-        line = f"{name:28s} {median:7.3f} s  x{median / base:5.2f}"
+        line = f"{name:60s} {median:7.3f} s  x{median / base:5.2f}"
         if split:
             line += (
                 f"  call->first task {split['call_to_first_task_s'] * 1e3:6.1f} ms, task span "

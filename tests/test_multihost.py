@@ -267,3 +267,30 @@ def test_gpumonitor_shows_the_clusters_gpus_when_this_machine_has_none(ip: Inter
     assert "cluster 'remote' · 4 GPUs on 2 hosts" in text
     for label in LABELS:
         assert label in text
+
+
+def test_a_mixed_clusters_cell_runs_on_its_gpu_workers_and_says_so(
+    ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path
+) -> None:
+    workers = {
+        "with-gpus": (HOST_A, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"}),
+        "cpu-only": (HOST_B, {"GPU_MAGICS_SOURCE": "fake:0"}),
+    }
+    with cli_cluster(workers, tmp_path / "logs") as mixed:
+        cluster.stop()
+        with capture_output():
+            ip.run_line_magic("gpucluster", f"--address {mixed.address}")
+        try:
+            with_gpu, without_gpu = cluster.split_workers_by_gpu()
+            assert len(with_gpu) == 1 and len(without_gpu) == 1
+            cell = (
+                "import dask\nfrom distributed import get_worker\n"
+                "t_where = set(dask.compute(*[dask.delayed(lambda i: get_worker().name)(i) for i in range(24)]))\n"
+            )
+            with capture_output():
+                ip.run_cell_magic("gpurun", "multi-gpu -q -o t_mixed", cell)
+            assert ip.user_ns["t_where"] == {"with-gpus"}
+            (note,) = [n for n in ip.user_ns["t_mixed"].notes if "mixes" in n]
+            assert "1 GPU worker and 1 without a GPU" in note and "\n" not in note
+        finally:
+            cluster.stop()

@@ -41,50 +41,19 @@ class ReportedGpu:
     @classmethod
     def from_reading(cls, reading: GpuReading, process_memory: tuple[int | None, str | None]) -> ReportedGpu:
         held, source = process_memory
-        return cls(
-            index=reading.index,
-            nvml_index=reading.nvml_index,
-            uuid=reading.uuid,
-            name=reading.name,
-            memory_total=reading.memory_total,
-            memory_used=reading.memory_used,
-            gpu_util=reading.gpu_util,
-            memory_util=reading.memory_util,
-            temperature=reading.temperature,
-            power=reading.power,
-            power_limit=reading.power_limit,
-            process_memory=held,
-            process_memory_source=source if held is not None else None,
-            error=reading.error,
-        )
+        shared = {name: getattr(reading, name) for name in _SHARED_FIELDS}
+        return cls(**shared, process_memory=held, process_memory_source=source if held is not None else None)
 
     def reading(self, *, index: int, host: str | None) -> GpuReading:
         """As a monitor reading: ``index`` is its key in the kernel's view, ``host`` its host label (``None``
-        when the kernel sees this GPU itself, as GPU ``index``)."""
-        return GpuReading(
-            index=index,
-            nvml_index=self.nvml_index,
-            name=self.name,
-            uuid=self.uuid,
-            memory_total=self.memory_total,
-            memory_used=self.memory_used,
-            gpu_util=self.gpu_util,
-            memory_util=self.memory_util,
-            temperature=self.temperature,
-            power=self.power,
-            power_limit=self.power_limit,
-            sm_clock=None,
-            pcie_rx=None,
-            pcie_tx=None,
-            nvlink_rx=None,
-            nvlink_tx=None,
-            processes=None,
-            error=self.error,
-            host=host,
-        )
+        when the kernel sees this GPU itself, as GPU ``index``); what workers do not report is ``None``."""
+        shared = {name: getattr(self, name) for name in _SHARED_FIELDS}
+        return GpuReading(**{**_UNREPORTED, **shared, "index": index, "host": host})
 
 
 _GPU_FIELD_NAMES = tuple(f.name for f in fields(ReportedGpu))
+_SHARED_FIELDS = tuple(f.name for f in fields(GpuReading) if f.name in _GPU_FIELD_NAMES)  # read from the GPU
+_UNREPORTED = {f.name: None for f in fields(GpuReading) if f.name not in _GPU_FIELD_NAMES}  # PCIe, processes...
 _GPU_FIELDS = frozenset(_GPU_FIELD_NAMES)
 
 

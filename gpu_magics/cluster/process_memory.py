@@ -47,16 +47,20 @@ CUDA_MODULES = ("cupy", "torch", "numba.cuda", "jax", "rmm", "cuda")
 
 
 _active: set[int] = set()  # devices found with a context: it lasts as long as the process
+_loaded = False  # whether the CUDA driver library is mapped into this process
 
 
 def has_cuda_context(device: int = 0) -> bool:
     """Whether this process's primary CUDA context on ``device`` (its CUDA ordinal) exists; a CPU worker on a
     GPU host never gets a context from asking. Cheap when asked every second: nothing is called before a CUDA
     library is imported, and a context once found is remembered."""
+    global _loaded
     if device in _active:
         return True
-    if not any(name in sys.modules for name in CUDA_MODULES) or not cuda_loaded():
-        return False
+    if not _loaded:  # once mapped, the driver stays: read /proc/self/maps only until then
+        _loaded = any(name in sys.modules for name in CUDA_MODULES) and cuda_loaded()
+        if not _loaded:
+            return False
     if device in (primary_contexts([device]) or set()):
         _active.add(device)
         return True

@@ -54,9 +54,9 @@ def unload_ipython_extension(shell: InteractiveShell) -> None:
 
 def client() -> Client:
     """The distributed ``Client`` of the cluster that ``%gpucluster`` started or attached to."""
-    from gpu_magics.cluster import lifecycle as cluster
+    from gpu_magics.cluster import queries
 
-    return cluster.require_client()
+    return queries.require_client()
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

@@ -1,4 +1,5 @@
-"""The cluster a kernel uses and what it learnt about it: plain state shared by the lifecycle's modules."""
+"""The cluster a kernel uses and what it learnt about it: plain state shared by the lifecycle's modules, and which
+one is in use."""
 
 from __future__ import annotations
 
@@ -40,3 +41,18 @@ class ActiveCluster:
     def owned(self) -> bool:
         """Whether this kernel started the cluster (and so may scale, restart and stop it)."""
         return self.cluster is not None
+
+
+_in_use: ActiveCluster | None = None
+
+
+def in_use() -> ActiveCluster | None:
+    """The cluster this kernel uses now, or ``None``; ``cluster.queries`` reads it, only ``lifecycle`` sets it."""
+    return _in_use
+
+
+def set_in_use(cluster: ActiveCluster | None) -> ActiveCluster | None:
+    """Make ``cluster`` the one in use (``None``: none); returns the one it replaces."""
+    global _in_use
+    previous, _in_use = _in_use, cluster
+    return previous

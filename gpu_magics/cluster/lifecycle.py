@@ -30,127 +30,64 @@ from gpu_magics.cluster import (
     worker_processes,
 )
 from gpu_magics.cluster import records as cluster_records
-from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.cluster.queries import (
+    NO_CLUSTER,
+    active,
+    active_client,
+    describe_hardware,
+    gpu_worker_devices,
+    has_gpu_workers,
+    require_client,
+    split_workers_by_gpu,
+    telemetry,
+    worker_count,
+)
 from gpu_magics.cluster.record_refresh import RecordRefresher
 from gpu_magics.cluster.telemetry import ClusterTelemetry
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
+# The lifecycle's own verbs, and the queries answered here too: the magic and scripts ask this module, while
+# ``gpurun`` asks ``cluster.queries`` only.
+__all__ = [
+    "active",
+    "active_client",
+    "dashboard_url",
+    "describe_hardware",
+    "gpu_worker_devices",
+    "has_gpu_workers",
+    "prestart_worker_server",
+    "require_client",
+    "restart",
+    "scale",
+    "split_workers_by_gpu",
+    "start",
+    "status",
+    "stop",
+    "telemetry",
+    "worker_count",
+]
+
 DEFAULT_TELEMETRY_INTERVAL = 1.0  # seconds between the GPU reports of each worker
 RECORD_REFRESH_S = 2.0  # how often the discovery record takes in new telemetry (the side panel's view)
 
-_NO_CLUSTER = (
-    f"no cluster is running: start one with {PROG} (one worker per GPU), {PROG} --cpu-workers N, "
-    f"or attach with {PROG} --address tcp://host:port"
-)
-
-
-_active: ActiveCluster | None = None
 _lock = threading.RLock()
 _atexit_registered = False
-
-
-def active() -> ActiveCluster | None:
-    """The cluster in use, or ``None``."""
-    return _active
-
-
-def active_client() -> Client | None:
-    """The ``Client`` of the cluster in use, or ``None`` when there is none."""
-    current = _active
-    return None if current is None else current.client
-
-
-def require_client() -> Client:
-    """The ``Client`` of the cluster in use; a ``UsageError`` pointing to ``%gpucluster`` without one."""
-    current = _active
-    if current is None:
-        raise UsageError(_NO_CLUSTER)
-    status = current.client.status
-    if status == "connecting":  # it was running: the connection to its scheduler was lost
-        raise UsageError(
-            f"the cluster {current.name!r} does not answer: its scheduler connection was lost and the client is "
-            f"reconnecting; wait, or run {PROG} --replace"
-        )
-    if status != "running":
-        raise UsageError(
-            f"the cluster {current.name!r} no longer answers ({status}); run {PROG} --replace to start a new one"
-        )
-    return current.client
-
-
-def has_gpu_workers() -> bool:
-    """Whether the cluster in use has workers with a GPU."""
-    return bool(split_workers_by_gpu()[0])
-
-
-def split_workers_by_gpu() -> tuple[set[str], set[str]]:
-    """The addresses of the workers with a GPU and of those without one (the workers' own reports, and for
-    a cluster started here its kind); two empty sets without a cluster or an answer."""
-    current = _active
-    if current is None or current.client.status != "running":
-        return set(), set()
-    try:
-        workers = inspection.scheduler_workers(current.client)
-    except Exception:
-        return set(), set()
-    if current.kind != "attached":
-        return (set(workers), set()) if current.kind == "gpu" else (set(), set(workers))
-    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
-    with_gpu = set()
-    for address, info in workers.items():
-        name = str(info.get("name", address))
-        if (reported.get(address) or ("", ()))[1] or current.devices.get(name, {}).get("gpu_name"):
-            with_gpu.add(address)
-    return with_gpu, set(workers) - with_gpu
-
-
-def telemetry() -> ClusterTelemetry | None:
-    """The GPU reports of the cluster in use (``None`` without a cluster, or with telemetry off)."""
-    current = _active
-    return None if current is None else current.telemetry
-
-
-def describe_hardware() -> str:
-    """``"4x NVIDIA H200 (4 workers)"``, ``"2 CPU workers x 1 thread"``, or ``"no cluster"``."""
-    current = _active
-    if current is None:
-        return "no cluster"
-    if current.client.status != "running":  # asking a scheduler that went away waits for its timeouts
-        return f"cluster {current.name!r} ({current.client.status})"
-    try:
-        workers = inspection.scheduler_workers(current.client)
-    except Exception:
-        workers = {}
-    reported = current.telemetry.worker_gpus() if current.telemetry is not None else None
-    return inspection.hardware(current.kind, current.devices, workers, reported)
-
-
-def gpu_worker_devices(client: Client) -> dict[str, str]:
-    """Worker address -> GPU model, for each worker of ``client``'s cluster that has a GPU."""
-    current = _active
-    cached = current.devices if current is not None and current.client is client else {}
-    skip_gpu = current is not None and current.client is client and current.kind == "cpu"
-    found = {}
-    for worker in inspection.worker_infos(inspection.scheduler_workers(client), cached, gpu=not skip_gpu):
-        if worker.gpu_name:
-            found[worker.address] = worker.gpu_name
-    return found
 
 
 def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL) -> ClusterInfo:
     """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``.
     Every worker then reports its GPUs every ``telemetry_interval`` seconds (0: not at all)."""
-    global _active
     began = time.perf_counter()
     with _lock:
         # check the GPU choice first: a bad --gpus must not stop the running cluster
         gpu_ids = _choose_gpus(options.gpus) if options.kind == "gpu" else ()
-        current = _active
+        current = in_use()
         if current is not None and current.client.status not in ("running", "connecting"):
             stop()  # it died under us: clean up, then start afresh
             current = None
@@ -165,16 +102,16 @@ def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY
         started = _attach(options) if options.kind == "attached" else _start_local(options, gpu_ids, began)
         if started.owned:
             started.saved_config = _keep_forking()
-        _active = started
+        set_in_use(started)
         if started.kind == "gpu" or (started.kind == "attached" and has_gpu_workers()):
             started.saved_config = {**(started.saved_config or {}), **_set_cupy_defaults()}
         if telemetry_interval > 0:
             _start_telemetry(started, telemetry_interval)
         record_writer.write_record(started)
         if started.telemetry is not None:
-            telemetry = started.telemetry
+            reports = started.telemetry
             started.refresher = RecordRefresher(
-                lambda: record_writer.write_record(started, refresh=True), lambda: telemetry.version, RECORD_REFRESH_S
+                lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
             )
         _register_atexit()
         return status_info.describe(started)
@@ -199,22 +136,10 @@ def status(notice: str | None = None) -> ClusterInfo:
     return status_info.describe(current, workers, notice=notice)
 
 
-def worker_count() -> int | None:
-    """How many workers the cluster in use has now (``None`` without a cluster or an answer)."""
-    current = _active
-    if current is None or current.client.status != "running":
-        return None
-    try:
-        return len(inspection.scheduler_workers(current.client))
-    except Exception:
-        return None
-
-
 def stop() -> str:
     """Close the cluster started here (or only disconnect from one attached to); says what it did."""
-    global _active
     with _lock:
-        current, _active = _active, None
+        current = set_in_use(None)
         if current is None:
             return f"{PROG}: no cluster is running"
         if current.refresher is not None:
@@ -365,7 +290,7 @@ def _set_cupy_defaults() -> dict[str, Any]:
     one); returns what to put back at ``stop``."""
     import dask
 
-    from gpu_magics.gpurun.backends import cupy_cluster_defaults
+    from gpu_magics.dask_settings import cupy_cluster_defaults
 
     settings = cupy_cluster_defaults()
     saved = {key: dask.config.get(key, default=None) for key in settings}
@@ -410,20 +335,20 @@ def _attach(options: ClusterOptions) -> ActiveCluster:
 def _start_telemetry(current: ActiveCluster, interval: float) -> None:
     """Have every worker report its GPUs; a cluster whose workers cannot load the plugin still works."""
     local = {device.uuid: index for index, device in enumerate(gpus.usable_devices()) if device.uuid}
-    telemetry = ClusterTelemetry(current.client, interval=interval, local_uuids=local)
+    collector = ClusterTelemetry(current.client, interval=interval, local_uuids=local)
     try:
-        telemetry.start()
+        collector.start()
     except Exception as error:
         print(f"{PROG}: the workers will not report their GPUs ({one_line(error)})", file=sys.stderr)
-        telemetry.close(unregister=False)
+        collector.close(unregister=False)
         return
-    current.telemetry = telemetry
+    current.telemetry = collector
 
 
 def _require_active(action: str) -> ActiveCluster:
-    current = _active
+    current = in_use()
     if current is None:
-        raise UsageError(f"{PROG} {action}: {_NO_CLUSTER}")
+        raise UsageError(f"{PROG} {action}: {NO_CLUSTER}")
     return current
 
 

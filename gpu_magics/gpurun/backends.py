@@ -23,6 +23,7 @@ import dask
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus as devices
+from gpu_magics.dask_settings import cupy_cluster_defaults
 from gpu_magics.gpurun.options import BACKENDS
 
 if TYPE_CHECKING:
@@ -119,9 +120,9 @@ def unavailable_reason(name: str) -> str | None:
     if name == "gpu":
         return devices.inventory().unavailable_reason()
     if name == "multi-gpu":
-        from gpu_magics.cluster import lifecycle
+        from gpu_magics.cluster import queries
 
-        return None if lifecycle.active_client() is not None else "no cluster: start one with %gpucluster"
+        return None if queries.active_client() is not None else "no cluster: start one with %gpucluster"
     return None
 
 
@@ -204,9 +205,9 @@ def available_plans(
 
 
 def _auto_choice() -> tuple[str, str]:
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster import queries
 
-    if lifecycle.active_client() is not None and lifecycle.has_gpu_workers():
+    if queries.active_client() is not None and queries.has_gpu_workers():
         return "multi-gpu", "a cluster with GPU workers is attached"
     inventory = devices.inventory()
     reason = inventory.unavailable_reason()
@@ -261,25 +262,16 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
     )
 
 
-def cupy_cluster_defaults() -> dict[str, Any]:
-    """Settings for CuPy chunks on a distributed cluster, where the user's dask config leaves dask's defaults:
-    rechunk by tasks, since distributed's P2P rechunk (dask's pick for big rechunks under a client) fails to
-    move CuPy chunks ("P2P ... failed during transfer phase"). ``array.rechunk.method`` set by the user wins."""
-    if dask.config.get("array.rechunk.method", default=None) is None:
-        return {"array.rechunk.method": "tasks"}
-    return {}
-
-
 def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster import queries
 
-    client = lifecycle.require_client()
-    if lifecycle.worker_count() == 0:
+    client = queries.require_client()
+    if queries.worker_count() == 0:
         raise UsageError(
             "%%gpurun multi-gpu: the cluster has no workers; add some with %gpucluster scale N "
             "(or start a new one with %gpucluster --replace)"
         )
-    with_gpu, without_gpu = lifecycle.split_workers_by_gpu()
+    with_gpu, without_gpu = queries.split_workers_by_gpu()
     on_gpus = bool(with_gpu)
     notes: tuple[str, ...] = ()
     annotations: dict[str, Any] = {}
@@ -294,7 +286,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
         annotations = {"workers": sorted(with_gpu), "allow_other_workers": False}
     return BackendPlan(
         name="multi-gpu",
-        hardware=lifecycle.describe_hardware(),
+        hardware=queries.describe_hardware(),
         chunk_type="cupy" if on_gpus else "numpy",
         config={
             "scheduler": "dask.distributed",

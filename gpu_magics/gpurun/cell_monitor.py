@@ -126,9 +126,9 @@ def _cluster_gpus(plan: BackendPlan) -> tuple[Sampler | None, tuple[int, ...]]:
     other hosts, all come from the workers' reports. ``(None, plan.gpu_indices)`` otherwise."""
     if plan.client is None:
         return None, plan.gpu_indices
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster import queries
 
-    telemetry = lifecycle.telemetry()
+    telemetry = queries.telemetry()
     if telemetry is None or telemetry.client is not plan.client:
         return None, plan.gpu_indices
     used = telemetry.gpus()

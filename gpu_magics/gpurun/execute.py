@@ -143,9 +143,9 @@ def run_once(shell: InteractiveShell, cell: CompiledCell, client: Client | None 
 def _lost_cluster(error: BaseException, client: Client | None) -> str | None:
     if client is None:
         return None
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster import queries
 
-    return cluster_loss.lost_cluster_message(error, client, lifecycle.active_client())
+    return cluster_loss.lost_cluster_message(error, client, queries.active_client())
 
 
 _CANNOT_PICKLE = re.compile(r"cannot pickle '([^']+)' object")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.display.format import DASH, MUTED, SMALL, STYLE, format_seconds, html_table, text_table
+from gpu_magics.gpurun.time_split import TimeSplit
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class RunResult:
     failed: bool = False
     monitor: Any = None  # per-GPU or host figures from the live monitor, when it ran
     extras: dict[str, Any] = field(default_factory=dict)
+    split: TimeSplit | None = None  # where the (best) run's time went, on GPU backends and clusters
+    advice: str | None = None  # one line derived from the split, when it points to a fix
 
     @property
     def best(self) -> float:
@@ -58,6 +61,10 @@ class RunResult:
     def __str__(self) -> str:
         lines = [self.headline()]
         lines += [f"  note: {note}" for note in self.notes]
+        if self.split is not None:
+            lines.append(f"  {self.split.line()}")
+        if self.advice:
+            lines.append(f"  advice: {self.advice}")
         if self.monitor is not None:
             lines += [f"  {line}" for line in str(self.monitor).splitlines()]
         return "\n".join(lines)
@@ -80,6 +87,10 @@ class RunResult:
             cells.append("<span style='color:var(--jp-error-color1,#c62828)'>failed</span>")
         parts = [f"<div class='gpu-magics-run' style='{STYLE}'><div>{' &middot; '.join(cells)}</div>"]
         parts += [f"<div style='{MUTED}'>note: {html.escape(note)}</div>" for note in self.notes]
+        if self.split is not None:
+            parts.append(f"<div class='gpu-magics-split'>{html.escape(self.split.line())}</div>")
+        if self.advice:
+            parts.append(f"<div class='gpu-magics-advice'><b>advice:</b> {html.escape(self.advice)}</div>")
         if self.monitor is not None:  # the monitor's figures and charts, under the headline
             details = getattr(self.monitor, "_repr_html_", None)
             parts.append(details() if callable(details) else f"<div>{html.escape(str(self.monitor))}</div>")
@@ -95,6 +106,8 @@ class RunResult:
             "tasks": self.tasks,
             "notes": list(self.notes),
             "failed": self.failed,
+            "split": None if self.split is None else self.split.to_json(),
+            "advice": self.advice,
         }
         to_json = getattr(self.monitor, "to_json", None)
         if callable(to_json):
@@ -152,8 +165,11 @@ class CompareResult:
         return lines
 
     def notes(self) -> list[str]:
-        """Each backend's own notes, then one line naming the backends skipped and why."""
+        """Each backend's own notes, where GPU backends' time went and any advice, then one line naming the
+        backends skipped and why."""
         lines = [f"{row.result.backend}: {note}" for row in self.rows for note in row.result.notes]
+        lines += [f"{row.result.backend}: {row.result.split.line()}" for row in self.rows if row.result.split]
+        lines += [f"{row.result.backend}: advice: {row.result.advice}" for row in self.rows if row.result.advice]
         if self.skipped:
             lines.append("Skipped: " + "; ".join(f"{name} ({why})" for name, why in self.skipped))
         return lines

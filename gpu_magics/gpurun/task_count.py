@@ -9,40 +9,69 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dask.callbacks import Callback
+
+from gpu_magics.gpurun import time_split
+from gpu_magics.gpurun.time_split import TaskTiming, TimeSplit
 
 if TYPE_CHECKING:
     from distributed import Client
 
 
 class LocalTaskCounter(Callback):
-    """Adds up the size of every graph the local schedulers (synchronous, threads) run."""
+    """Adds up the size of every graph the local schedulers (synchronous, threads) run; with ``timed``, also
+    records when each task ran (for the time split), per thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, timed: bool = False) -> None:
         super().__init__()
         self.tasks = 0
+        self.timed = timed
+        self.started: dict[Any, float] = {}
+        self.timings: list[TaskTiming] = []
+        self.arrivals: list[float] = []
         self._lock = threading.Lock()
 
     def _start(self, dsk: Any) -> None:
         with self._lock:
             self.tasks += len(dsk)
+            if self.timed:
+                self.arrivals.append(time.time())
+
+    def _pretask(self, key: Any, dsk: Any, state: Any) -> None:
+        if self.timed:
+            self.started[key] = time.time()
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        if self.timed:
+            began = self.started.pop(key, None)
+            if began is not None:
+                self.timings.append(TaskTiming("local", began, time.time(), key_prefix(key)))
 
 
 PLUGIN_NAME = "gpu-magics-task-counter"
 _registered: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
+TIMELINE_LIMIT = 200_000  # task records the scheduler keeps for the cells' time splits
+
+
 @functools.cache
 def _scheduler_counter_class() -> type:
+    from collections import deque
+
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class TaskCounter(SchedulerPlugin):
         """Counts tasks that went from processing to memory or erred (``count``), and tasks that entered the
-        graph to run (``submitted``: released to waiting), in the scheduler."""
+        graph to run (``submitted``: released to waiting), in the scheduler. Keeps a bounded timeline of the
+        finished tasks (worker, compute and transfer times, prefix), the graphs' arrival times and the bytes
+        each task fetched from other workers, for the cells' time splits (``time_split``)."""
 
         name = PLUGIN_NAME
         idempotent = True
@@ -50,16 +79,59 @@ def _scheduler_counter_class() -> type:
         def __init__(self) -> None:
             self.count = 0
             self.submitted = 0
+            self.timeline: deque[tuple[Any, ...]] = deque(maxlen=TIMELINE_LIMIT)
+            self.arrivals: deque[float] = deque(maxlen=1000)
+            self.recorded = 0  # records ever appended to the timeline (it keeps the last TIMELINE_LIMIT)
+            self.arrived = 0
+            self.computed_on: dict[Any, str] = {}
+            self.scheduler: Any = None
+
+        async def start(self, scheduler: Any) -> None:
+            self.scheduler = scheduler
+
+        def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
+            from time import time
+
+            self.arrivals.append(time())
+            self.arrived += 1
 
         def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
             if start == "processing" and finish in ("memory", "erred"):
                 self.count += 1
+                self._record(key, kwargs)
             elif start == "released" and finish == "waiting":
                 self.submitted += 1
+            elif finish == "forgotten":
+                self.computed_on.pop(key, None)
+
+        def _record(self, key: Any, kwargs: dict[str, Any]) -> None:
+            worker = kwargs.get("worker")
+            spans = kwargs.get("startstops") or ()
+            if worker is None or not spans:
+                return
+            compute = [(s["start"], s["stop"]) for s in spans if s.get("action") == "compute"]
+            fetched = tuple((s["start"], s["stop"]) for s in spans if s.get("action") == "transfer")
+            moved = 0
+            if fetched and self.scheduler is not None:
+                task = self.scheduler.tasks.get(key)
+                for dependency in task.dependencies if task is not None else ():
+                    if self.computed_on.get(dependency.key, worker) != worker:
+                        moved += dependency.nbytes if dependency.nbytes > 0 else 0
+            self.computed_on[key] = worker
+            if compute:
+                self.timeline.append((worker, compute[0][0], compute[-1][1], key_prefix(key), fetched, moved))
+                self.recorded += 1
 
     TaskCounter.__module__ = __name__
     TaskCounter.__qualname__ = "TaskCounter"
     return TaskCounter
+
+
+def key_prefix(key: Any) -> str:
+    """``'add-getitem-normal'`` for ``('add-getitem-normal-3b42fd...', 0, 0)``: the task's name less its token."""
+    name = str(key[0] if isinstance(key, tuple) and key else key)
+    head, _, tail = name.rpartition("-")
+    return head if head and len(tail) >= 8 else name
 
 
 def __getattr__(name: str) -> Any:
@@ -68,10 +140,36 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def read_count(dask_scheduler: Any) -> int | None:
-    """Run on the scheduler: the plugin's count, or ``None`` if it is not installed."""
+def read_mark(dask_scheduler: Any) -> tuple[int, int, int, float] | None:
+    """Run on the scheduler: (count, timeline records so far, arrivals so far, the scheduler's clock)."""
+    from time import time
+
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    return None if plugin is None else int(plugin.count)
+    if plugin is None:
+        return None
+    return int(plugin.count), int(plugin.recorded), int(plugin.arrived), time()
+
+
+def read_since(dask_scheduler: Any, records: int, arrivals: int) -> dict[str, Any] | None:
+    """Run on the scheduler: the count, and the timeline records and graph arrivals after the given marks."""
+    from time import time
+
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None:
+        return None
+    return {
+        "count": int(plugin.count),
+        "records": _after(plugin.timeline, plugin.recorded, records),
+        "arrivals": _after(plugin.arrivals, plugin.arrived, arrivals),
+        "now": time(),
+        "workers": len(dask_scheduler.workers),
+    }
+
+
+def _after(ring: Any, appended: int, mark: int) -> list[Any]:
+    """The items of a bounded deque appended after ``mark`` (``appended``: how many were ever appended)."""
+    fresh = min(max(appended - mark, 0), len(ring))
+    return list(ring)[len(ring) - fresh :] if fresh else []
 
 
 def read_progress(dask_scheduler: Any) -> tuple[int, int] | None:
@@ -93,29 +191,85 @@ def scheduler_progress(client: Client) -> tuple[int, int] | None:
     return None if counts is None else (int(counts[0]), int(counts[1]))
 
 
-def scheduler_task_count(client: Client) -> int | None:
-    """The scheduler's running count of finished tasks, or ``None`` where the plugin cannot be installed."""
+@dataclass
+class Recorded:
+    """What ``recording`` saw: the tasks a cell ran, and where its time went (``None`` where unknown)."""
+
+    tasks: int | None = None
+    split: TimeSplit | None = None
+
+
+@contextlib.contextmanager
+def recording(
+    client: Client | None, *, split: bool = False, gpu: bool = True, workers: int | None = None
+) -> Iterator[Recorded]:
+    """Count the tasks run inside the block and, with ``split``, split its wall time (``time_split``) among
+    ``workers`` (default: the cluster's workers; one device without a client)."""
+    box = Recorded()
+    if client is None:
+        counter = LocalTaskCounter(timed=split)
+        began = time.time()
+        with counter:
+            yield box
+        ended = time.time()
+        box.tasks = counter.tasks
+        if split:
+            box.split = time_split.split(began, ended, counter.timings, workers=1, arrivals=counter.arrivals, gpu=gpu)
+        return
+    mark = scheduler_mark(client)
+    began = time.time()
+    yield box
+    ended = time.time()
+    if mark is None:
+        return
+    after = _read_since(client, mark)
+    if after is None:
+        return
+    box.tasks = int(after["count"]) - mark[0]
+    if split:
+        box.split = _cluster_split(after, began, ended, gpu, workers)
+
+
+def scheduler_mark(client: Client) -> tuple[int, int, int, float] | None:
+    """The scheduler's counts before a cell (``read_mark``), or ``None`` where the plugin cannot be installed."""
     try:
         if client not in _registered:
             client.register_plugin(_scheduler_counter_class()())
             _registered.add(client)
-        count = client.run_on_scheduler(read_count)
+        return client.run_on_scheduler(read_mark)
     except Exception:
         return None
-    return None if count is None else int(count)
 
 
-@contextlib.contextmanager
-def counting(client: Client | None) -> Iterator[list[int | None]]:
-    """Count tasks run inside the block; the single list item holds the count afterwards (or ``None``)."""
-    box: list[int | None] = [None]
-    if client is None:
-        counter = LocalTaskCounter()
-        with counter:
-            yield box
-        box[0] = counter.tasks
-        return
-    before = scheduler_task_count(client)
-    yield box
-    after = scheduler_task_count(client) if before is not None else None
-    box[0] = None if before is None or after is None else after - before
+def _read_since(client: Client, mark: tuple[int, int, int, float]) -> dict[str, Any] | None:
+    try:
+        return client.run_on_scheduler(read_since, records=mark[1], arrivals=mark[2])
+    except Exception:
+        return None
+
+
+def _cluster_split(after: dict[str, Any], began: float, ended: float, gpu: bool, workers: int | None) -> TimeSplit:
+    """The split from the scheduler's records, moved to this process's clock (the scheduler's clock read at
+    the end, against the middle of the round trip)."""
+    offset = float(after["now"]) - (ended + time.time()) / 2
+    timings = [
+        TaskTiming(
+            str(worker),
+            start - offset,
+            stop - offset,
+            prefix,
+            tuple((low - offset, high - offset) for low, high in fetched),
+        )
+        for worker, start, stop, prefix, fetched, _moved in after["records"]
+    ]
+    moved = sum(int(record[5]) for record in after["records"])
+    arrivals = [float(when) - offset for when in after["arrivals"]]
+    return time_split.split(
+        began,
+        ended,
+        timings,
+        workers=workers or int(after.get("workers", 0)),
+        arrivals=arrivals,
+        transfer_bytes=moved,
+        gpu=gpu,
+    )

@@ -105,10 +105,10 @@ class MonitorMagics(Magics):
 
 def _cluster_elsewhere() -> tuple[Sampler, str] | None:
     """The GPUs the cluster in use has on other hosts (its workers' reports) and a title, or ``None``."""
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster import queries
 
-    telemetry = lifecycle.telemetry()
-    current = lifecycle.active()
+    telemetry = queries.telemetry()
+    current = queries.active()
     if telemetry is None or current is None:
         return None
     used = telemetry.gpus()

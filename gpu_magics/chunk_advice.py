@@ -1,0 +1,52 @@
+"""The chunk-size rule shared by the array display's hint and the ``%%gpurun`` advice: a task should do at least
+``WORK_PER_OVERHEAD`` times its fixed cost in work, else chunks should grow by the missing factor (keeping at
+least two chunks per worker, so every GPU still has work)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+WORK_PER_OVERHEAD = 4.0  # a task's work against its fixed cost (scheduling, messages, launching)
+WORTH_SAYING = 2.0  # suggest bigger chunks only when they should grow at least this many times
+
+
+def growth_factor(work_s: float, overhead_s: float) -> float:
+    """How many times more work each task needs so that its work is ``WORK_PER_OVERHEAD`` times its fixed
+    cost (1.0: enough already)."""
+    if work_s <= 0 or overhead_s <= 0:
+        return 1.0
+    return max(1.0, WORK_PER_OVERHEAD * overhead_s / work_s)
+
+
+def _nice(value: float) -> int:
+    """``value`` rounded to two significant digits (14142 -> 14000)."""
+    if value < 100:
+        return max(1, round(value))
+    scale = 10 ** (int(math.log10(value)) - 1)
+    return int(round(value / scale) * scale)
+
+
+def grown_chunks(
+    shape: Sequence[int], chunksize: Sequence[int], factor: float, *, min_chunks: int = 2
+) -> tuple[int, ...] | None:
+    """Chunk sizes ``factor`` times larger in elements, spread over the axes that are split, or ``None`` when
+    that would leave fewer than ``min_chunks`` chunks (too little parallel work) or change nothing."""
+    split_axes = [axis for axis, (size, chunk) in enumerate(zip(shape, chunksize, strict=True)) if chunk < size]
+    if factor < WORTH_SAYING or not split_axes:
+        return None
+    per_axis = factor ** (1 / len(split_axes))
+    grown = list(chunksize)
+    for axis in split_axes:
+        grown[axis] = min(int(shape[axis]), _nice(chunksize[axis] * per_axis))
+    count = math.prod(math.ceil(size / chunk) for size, chunk in zip(shape, grown, strict=True))
+    if tuple(grown) == tuple(chunksize) or count < min_chunks:
+        return None
+    return tuple(grown)
+
+
+def format_chunks(chunks: Sequence[int]) -> str:
+    """``'20000'`` when every axis has the same size, else ``'(20000, 5000)'``."""
+    if len(set(chunks)) == 1:
+        return str(chunks[0])
+    return "(" + ", ".join(str(c) for c in chunks) + ")"

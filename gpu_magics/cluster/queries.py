@@ -1,0 +1,124 @@
+"""What may be asked about the cluster in use without changing it: the one interface through which ``gpurun``
+(and the magics) reach the cluster engine. ``lifecycle`` starts and stops the cluster these answer about.
+
+The dependency runs one way: ``gpurun`` imports this, nothing in ``cluster`` imports ``gpurun``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from IPython.core.error import UsageError
+
+from gpu_magics.cluster import inspection
+from gpu_magics.cluster.active import ActiveCluster, in_use
+from gpu_magics.cluster.options import PROG
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from gpu_magics.cluster.telemetry import ClusterTelemetry
+
+NO_CLUSTER = (
+    f"no cluster is running: start one with {PROG} (one worker per GPU), {PROG} --cpu-workers N, "
+    f"or attach with {PROG} --address tcp://host:port"
+)
+
+
+def active() -> ActiveCluster | None:
+    """The cluster in use, or ``None``."""
+    return in_use()
+
+
+def active_client() -> Client | None:
+    """The ``Client`` of the cluster in use, or ``None`` when there is none."""
+    current = in_use()
+    return None if current is None else current.client
+
+
+def require_client() -> Client:
+    """The ``Client`` of the cluster in use; a ``UsageError`` pointing to ``%gpucluster`` without one."""
+    current = in_use()
+    if current is None:
+        raise UsageError(NO_CLUSTER)
+    status = current.client.status
+    if status == "connecting":  # it was running: the connection to its scheduler was lost
+        raise UsageError(
+            f"the cluster {current.name!r} does not answer: its scheduler connection was lost and the client is "
+            f"reconnecting; wait, or run {PROG} --replace"
+        )
+    if status != "running":
+        raise UsageError(
+            f"the cluster {current.name!r} no longer answers ({status}); run {PROG} --replace to start a new one"
+        )
+    return current.client
+
+
+def has_gpu_workers() -> bool:
+    """Whether the cluster in use has workers with a GPU."""
+    return bool(split_workers_by_gpu()[0])
+
+
+def split_workers_by_gpu() -> tuple[set[str], set[str]]:
+    """The addresses of the workers with a GPU and of those without one (the workers' own reports, and for
+    a cluster started here its kind); two empty sets without a cluster or an answer."""
+    current = in_use()
+    if current is None or current.client.status != "running":
+        return set(), set()
+    try:
+        workers = inspection.scheduler_workers(current.client)
+    except Exception:
+        return set(), set()
+    if current.kind != "attached":
+        return (set(workers), set()) if current.kind == "gpu" else (set(), set(workers))
+    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
+    with_gpu = set()
+    for address, info in workers.items():
+        name = str(info.get("name", address))
+        if (reported.get(address) or ("", ()))[1] or current.devices.get(name, {}).get("gpu_name"):
+            with_gpu.add(address)
+    return with_gpu, set(workers) - with_gpu
+
+
+def telemetry() -> ClusterTelemetry | None:
+    """The GPU reports of the cluster in use (``None`` without a cluster, or with telemetry off)."""
+    current = in_use()
+    return None if current is None else current.telemetry
+
+
+def describe_hardware() -> str:
+    """``"4x NVIDIA H200 (4 workers)"``, ``"2 CPU workers x 1 thread"``, or ``"no cluster"``."""
+    current = in_use()
+    if current is None:
+        return "no cluster"
+    if current.client.status != "running":  # asking a scheduler that went away waits for its timeouts
+        return f"cluster {current.name!r} ({current.client.status})"
+    try:
+        workers = inspection.scheduler_workers(current.client)
+    except Exception:
+        workers = {}
+    reported = current.telemetry.worker_gpus() if current.telemetry is not None else None
+    return inspection.hardware(current.kind, current.devices, workers, reported)
+
+
+def gpu_worker_devices(client: Client) -> dict[str, str]:
+    """Worker address -> GPU model, for each worker of ``client``'s cluster that has a GPU."""
+    current = in_use()
+    cached = current.devices if current is not None and current.client is client else {}
+    skip_gpu = current is not None and current.client is client and current.kind == "cpu"
+    found = {}
+    for worker in inspection.worker_infos(inspection.scheduler_workers(client), cached, gpu=not skip_gpu):
+        if worker.gpu_name:
+            found[worker.address] = worker.gpu_name
+    return found
+
+
+def worker_count() -> int | None:
+    """How many workers the cluster in use has now (``None`` without a cluster or an answer)."""
+    current = in_use()
+    if current is None or current.client.status != "running":
+        return None
+    try:
+        return len(inspection.scheduler_workers(current.client))
+    except Exception:
+        return None

@@ -1,0 +1,19 @@
+"""Dask settings both engines use: ``%gpucluster`` sets them for its cluster, ``%%gpurun multi-gpu`` for a cell.
+
+Below both engines on purpose: the cluster engine needs nothing from ``gpurun``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+
+
+def cupy_cluster_defaults() -> dict[str, Any]:
+    """Settings for CuPy chunks on a distributed cluster, where the user's dask config leaves dask's defaults:
+    rechunk by tasks, since distributed's P2P rechunk (dask's pick for big rechunks under a client) fails to
+    move CuPy chunks ("P2P ... failed during transfer phase"). ``array.rechunk.method`` set by the user wins."""
+    if dask.config.get("array.rechunk.method", default=None) is None:
+        return {"array.rechunk.method": "tasks"}
+    return {}

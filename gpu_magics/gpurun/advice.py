@@ -1,0 +1,154 @@
+"""One line of advice after a GPU cell, derived from its time split: when most GPU time went to setting up
+XORWOW generators (one per chunk), the Philox generator that avoids it; when fixed costs per task dominate, the
+chunk size that gives each task enough work (``chunk_advice``). Never changes the user's chunks or generator."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpu_magics import chunk_advice
+from gpu_magics.display.format import format_bytes, format_seconds
+from gpu_magics.gpurun.time_split import TimeSplit
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+# dask.array.random functions that draw a chunk each from a generator seeded for that chunk
+RANDOM_FUNCTIONS = frozenset(
+    {
+        "beta", "binomial", "chisquare", "exponential", "f", "gamma", "geometric", "gumbel", "hypergeometric",
+        "integers", "laplace", "logistic", "lognormal", "logseries", "negative_binomial", "noncentral_chisquare",
+        "noncentral_f", "normal", "pareto", "poisson", "power", "randint", "random", "random_integers",
+        "random_sample", "rayleigh", "standard_cauchy", "standard_exponential", "standard_gamma",
+        "standard_normal", "standard_t", "triangular", "uniform", "vonmises", "wald", "weibull", "zipf",
+    }
+)  # fmt: skip
+GENERATOR_SHARE = 0.3  # advise Philox when XORWOW set-up takes at least this share of the GPU time
+LOW_COMPUTE_SHARE = 0.6  # below this share of busy GPU time, fixed costs dominate
+
+PHILOX = (
+    "rs = da.random.RandomState(seed, RandomState=functools.partial(cupy.random.RandomState, "
+    "method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)); x = rs.normal(...)"
+)
+
+
+@dataclass(frozen=True)
+class ArrayChunks:
+    """A dask array the cell made: its name, shape and chunk size."""
+
+    name: str
+    shape: tuple[int, ...]
+    chunksize: tuple[int, ...]
+    chunk_bytes: float
+
+
+def random_chunks(split: TimeSplit) -> int:
+    """How many of the cell's tasks drew random numbers (their names hold a dask.array.random function)."""
+    return sum(count for prefix, count in split.prefixes.items() if RANDOM_FUNCTIONS.intersection(prefix.split("-")))
+
+
+def arrays_made(namespace: Mapping[str, Any], names: Iterable[str]) -> list[ArrayChunks]:
+    """The dask arrays among ``names`` in ``namespace`` with known shapes, largest first."""
+    found = []
+    for name in names:
+        value = namespace.get(name)
+        shape, chunksize = getattr(value, "shape", None), getattr(value, "chunksize", None)
+        if value is None or not hasattr(value, "__dask_graph__") or shape is None or chunksize is None:
+            continue
+        try:
+            dims, sizes = tuple(int(s) for s in shape), tuple(int(c) for c in chunksize)
+            itemsize = int(value.dtype.itemsize)
+        except (TypeError, ValueError, AttributeError):
+            continue  # unknown (NaN) sizes
+        nbytes = float(itemsize)
+        for size in sizes:
+            nbytes *= size
+        found.append(ArrayChunks(name, dims, sizes, nbytes))
+    return sorted(found, key=lambda item: -item.chunk_bytes * _count(item))
+
+
+def _count(array: ArrayChunks) -> int:
+    total = 1
+    for size, chunk in zip(array.shape, array.chunksize, strict=True):
+        total *= -(-size // chunk)
+    return total
+
+
+def advise(split: TimeSplit, arrays: list[ArrayChunks], generator_setup_s: float | None) -> str | None:
+    """The one line of advice for this split, or ``None`` when nothing measured points to a fix."""
+    draws = random_chunks(split)
+    busy = split.seconds.get("compute", 0.0)
+    if split.gpu and draws and generator_setup_s and busy > 0:
+        share = min(1.0, draws * generator_setup_s / busy)
+        if share >= GENERATOR_SHARE:
+            return (
+                f"{share:.0%} of the GPU time went to setting up {draws} XORWOW generators (one per chunk, "
+                f"{format_seconds(generator_setup_s)} each); the Philox generator needs no such set-up: {PHILOX}"
+            )
+    if split.share("compute") >= LOW_COMPUTE_SHARE or not split.tasks or not arrays:
+        return None
+    overhead = (split.seconds.get("scheduling", 0.0) + split.seconds.get("transfers", 0.0)) / split.tasks
+    factor = chunk_advice.growth_factor(split.mean_task_s, overhead)
+    biggest = arrays[0]
+    grown = chunk_advice.grown_chunks(biggest.shape, biggest.chunksize, factor, min_chunks=2 * split.workers)
+    if grown is None:
+        return None
+    return (
+        f"fixed costs dominate: each task does {format_seconds(split.mean_task_s)} of work beside about "
+        f"{format_seconds(overhead)} of overhead; {biggest.name}'s chunks of "
+        f"{chunk_advice.format_chunks(biggest.chunksize)} ({format_bytes(biggest.chunk_bytes)}) would do better "
+        f"at chunks={chunk_advice.format_chunks(grown)} where {biggest.name} is made"
+    )
+
+
+def xorwow_setup_seconds() -> float:
+    """Seconds a new CuPy ``RandomState`` (XORWOW) takes to draw its first number on this process's GPU,
+    warm (what dask pays for each random chunk)."""
+    import cupy
+
+    def once(seed: int) -> float:
+        cupy.cuda.Device().synchronize()
+        began = time.perf_counter()
+        cupy.random.RandomState(seed).standard_normal(1)
+        cupy.cuda.Device().synchronize()
+        return time.perf_counter() - began
+
+    once(1)
+    return min(once(seed) for seed in (2, 3, 4))
+
+
+@functools.cache
+def local_setup_seconds(device: int) -> float | None:
+    """``xorwow_setup_seconds`` on ``device`` in this process, measured once."""
+    try:
+        import cupy
+
+        with cupy.cuda.Device(device):
+            return xorwow_setup_seconds()
+    except Exception:
+        return None
+
+
+_cluster_costs: dict[tuple[int, str], float | None] = {}
+
+
+def cluster_setup_seconds(client: Client, workers: Iterable[str] | None = None) -> float | None:
+    """``xorwow_setup_seconds`` on one GPU worker of the cluster, measured once per worker."""
+    try:
+        candidates = sorted(workers) if workers else sorted(client.scheduler_info(n_workers=-1)["workers"])
+    except Exception:
+        return None
+    if not candidates:
+        return None
+    key = (id(client), candidates[0])
+    if key not in _cluster_costs:
+        try:
+            answer = client.run(xorwow_setup_seconds, workers=[candidates[0]])
+            _cluster_costs[key] = float(next(iter(answer.values())))
+        except Exception:
+            _cluster_costs[key] = None
+    return _cluster_costs[key]

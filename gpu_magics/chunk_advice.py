@@ -31,7 +31,7 @@ def grown_chunks(
     shape: Sequence[int], chunksize: Sequence[int], factor: float, *, min_chunks: int = 2
 ) -> tuple[int, ...] | None:
     """Chunk sizes ``factor`` times larger in elements, spread over the axes that are split, or ``None`` when
-    that would leave fewer than ``min_chunks`` chunks (too little parallel work) or change nothing."""
+    that would leave fewer than ``min_chunks`` chunks (too little parallel work) or no fewer chunks."""
     split_axes = [axis for axis, (size, chunk) in enumerate(zip(shape, chunksize, strict=True)) if chunk < size]
     if factor < WORTH_SAYING or not split_axes:
         return None
@@ -40,8 +40,9 @@ def grown_chunks(
     for axis in split_axes:
         grown[axis] = min(int(shape[axis]), _nice(chunksize[axis] * per_axis))
     count = math.prod(math.ceil(size / chunk) for size, chunk in zip(shape, grown, strict=True))
-    if tuple(grown) == tuple(chunksize) or count < min_chunks:
-        return None
+    before = math.prod(math.ceil(size / chunk) for size, chunk in zip(shape, chunksize, strict=True))
+    if count >= before or count < min_chunks:
+        return None  # no fewer tasks, or too few for every worker
     return tuple(grown)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def test_only_the_inventory_and_the_monitor_source_enumerate_devices() -> None:
 
 
 PURE = ("gpu_magics.gpurun.options", "gpu_magics.cluster.options", "gpu_magics.cluster.info")
-PURE += ("gpu_magics.cluster.records", "gpu_magics.monitor.models", "gpu_magics.argparsing")
+PURE += ("gpu_magics.cluster.records.record", "gpu_magics.monitor.models", "gpu_magics.argparsing")
 
 
 @pytest.mark.parametrize("name", PURE)
@@ -179,12 +180,31 @@ def test_the_circle_check_sees_a_lazy_circle(tmp_path: Path) -> None:
 
 def test_top_level_holds_only_entry_points_and_cross_cutting_modules() -> None:
     top = sorted(path.name for path in PACKAGE.glob("*.py"))
-    assert top == ["__init__.py", "argparsing.py", "dask_settings.py", "extension.py", "gpus.py"]
+    assert top == ["__init__.py", "argparsing.py", "chunk_advice.py", "dask_settings.py", "extension.py", "gpus.py"]
 
 
 def test_no_module_is_too_long() -> None:
     long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 460}
     assert long == {}
+
+
+def test_no_folder_holds_more_than_twelve_modules() -> None:
+    folders = Counter(path.parent for path in MODULES.values() if path.name != "__init__.py")
+    crowded = {str(folder.relative_to(PACKAGE.parent)): n for folder, n in folders.items() if n > 12}
+    assert crowded == {}
+
+
+CLUSTER_PACKAGES = sorted(n for n, p in MODULES.items() if p.name == "__init__.py" and within(n, "gpu_magics.cluster"))
+
+
+@pytest.mark.parametrize("name", CLUSTER_PACKAGES)
+def test_each_cluster_package_says_where_its_code_runs_and_imports_nothing(name: str) -> None:
+    """The server imports ``cluster.records.record`` without IPython or distributed: the packages above it import
+    nothing, and each one's docstring says in which process its code runs."""
+    path = MODULES[name]
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    assert "kernel" in docstring or "worker" in docstring
+    assert set(imports(path)) == set()
 
 
 def test_the_rules_see_a_violation(tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from IPython.core.error import UsageError
 
 from gpu_magics import gpus as devices
 from gpu_magics.dask_settings import cupy_cluster_defaults
+from gpu_magics.gpurun import gpuless, task_count
+from gpu_magics.gpurun.graphs import tuning as graph_tuning
 from gpu_magics.gpurun.options import BACKENDS
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ class BackendPlan:
     client: Client | None = None
     notes: tuple[str, ...] = ()
     annotations: dict[str, Any] = field(default_factory=dict)  # dask.annotate(...) for the cell's tasks
+    remote_chunks: bool = False  # a kernel without a GPU: NumPy metadata here, CuPy chunks made on the workers
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[None]:
@@ -59,7 +62,8 @@ class BackendPlan:
                 if self.client is None:
                     yield
                 else:
-                    with self.client.as_current(), _quiet_serialization_log():
+                    results = gpuless.host_results(self.client) if self.remote_chunks else contextlib.nullcontext()
+                    with self.client.as_current(), _quiet_serialization_log(), results:
                         yield
         finally:
             _forget_closed_client(self.client)
@@ -71,6 +75,21 @@ class BackendPlan:
                 self.client.run(_synchronize_worker_device, workers=self.annotations.get("workers"))
         elif self.gpu_indices:
             devices.synchronize(self.gpu_indices)
+
+    def explain_error(self, error: BaseException) -> str | None:
+        """One line for an error this plan's set-up explains better than its traceback (``None``: show it)."""
+        return gpuless.explain(error) if self.remote_chunks else None
+
+    @property
+    def splits_time(self) -> bool:
+        """Whether runs on this plan report where their time went (GPU backends and clusters)."""
+        return self.chunk_type == "cupy" or self.client is not None
+
+    @property
+    def worker_count(self) -> int | None:
+        """The workers the cell's tasks may run on, where the plan restricts them (``None``: all)."""
+        chosen = self.annotations.get("workers")
+        return len(chosen) if chosen else None
 
 
 def _forget_closed_client(client: Client | None) -> None:
@@ -284,18 +303,28 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
             f"GPU: this cell's dask tasks run on the GPU workers only (CuPy chunks); the others stay idle",
         )
         annotations = {"workers": sorted(with_gpu), "allow_other_workers": False}
+    installed = task_count.plugin_installed(client)
+    remote = on_gpus and not gpuless.kernel_has_gpu()
+    if remote:
+        gpuless.require_package_on_cluster(installed)
+        notes = (*notes, gpuless.NOTE)
+        config = {"scheduler": "dask.distributed", **cupy_cluster_defaults(), **gpuless.settings()}
+    else:
+        config = {
+            "scheduler": "dask.distributed",
+            "array.backend": "cupy" if on_gpus else "numpy",
+            **(cupy_cluster_defaults() if on_gpus else {}),
+            **(graph_tuning.cluster_graph_defaults() if installed else {}),
+        }
     return BackendPlan(
         name="multi-gpu",
         hardware=queries.describe_hardware(),
         chunk_type="cupy" if on_gpus else "numpy",
-        config={
-            "scheduler": "dask.distributed",
-            "array.backend": "cupy" if on_gpus else "numpy",
-            **(cupy_cluster_defaults() if on_gpus else {}),
-        },
+        config=config,
         client=client,
         notes=notes,
         annotations=annotations,
+        remote_chunks=remote,
     )
 
 

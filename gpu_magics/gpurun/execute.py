@@ -6,7 +6,7 @@ import ast
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -14,9 +14,10 @@ import numpy as np
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.gpurun import cluster_loss, task_count
+from gpu_magics.gpurun import advice, cluster_loss, task_count
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
+from gpu_magics.gpurun.time_split import TimeSplit
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -30,6 +31,7 @@ class CompiledCell:
     last_expression: Any  # code object (eval mode) or None
     names: frozenset[str]  # names the cell reads and does not assign (collections made before the cell)
     silent: bool  # the cell ends with ';'
+    bound: frozenset[str] = frozenset()  # names the cell assigns
 
 
 class CellObserver(Protocol):
@@ -58,12 +60,12 @@ def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
     if statements and isinstance(statements[-1], ast.Expr):
         last = ast.Expression(statements[-1].value)
         statements.pop()
-    names = _names_from_outside(module)
+    names, bound = _names_from_outside(module)
     compiler: Any = shell.compile  # CachingCompiler accepts AST nodes too
     body = compiler(ast.Module(statements, type_ignores=[]), filename, "exec")
     expression = compiler(last, filename, "eval") if last is not None else None
     silent = bool(shell.displayhook.semicolon_at_end_of_expression(source))
-    return CompiledCell(body=body, last_expression=expression, names=names, silent=silent)
+    return CompiledCell(body=body, last_expression=expression, names=names, silent=silent, bound=bound)
 
 
 TOP_LEVEL_AWAIT = (
@@ -86,8 +88,8 @@ def has_top_level_await(module: ast.Module) -> bool:
     return False
 
 
-def _names_from_outside(module: ast.Module) -> frozenset[str]:
-    """Names the cell reads but never binds itself: what it takes from before the cell."""
+def _names_from_outside(module: ast.Module) -> tuple[frozenset[str], frozenset[str]]:
+    """Names the cell reads but never binds itself (what it takes from before the cell), and names it binds."""
     read: set[str] = set()
     bound: set[str] = set()
     for node in ast.walk(module):
@@ -97,7 +99,7 @@ def _names_from_outside(module: ast.Module) -> frozenset[str]:
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return frozenset(read - bound)
+    return frozenset(read - bound), frozenset(bound)
 
 
 @dataclass
@@ -116,9 +118,15 @@ class Outcome:
         return isinstance(self.error, KeyboardInterrupt)
 
 
-def run_once(shell: InteractiveShell, cell: CompiledCell, client: Client | None = None) -> Outcome:
+def run_once(
+    shell: InteractiveShell,
+    cell: CompiledCell,
+    client: Client | None = None,
+    explain: Callable[[BaseException], str | None] | None = None,
+) -> Outcome:
     """Run the cell in the user namespace; a user exception shows the user's traceback, not ours. ``client`` is
-    the cluster's client the cell runs on (``multi-gpu``), if any."""
+    the cluster's client the cell runs on (``multi-gpu``), if any; ``explain`` gives one line instead of the
+    traceback for errors the backend's set-up explains."""
     try:
         exec(cell.body, shell.user_global_ns, shell.user_ns)
         value = None
@@ -128,6 +136,10 @@ def run_once(shell: InteractiveShell, cell: CompiledCell, client: Client | None 
         unsendable = unpicklable_reason(error)
         if unsendable is not None:  # one line, not distributed's chain of serialization attempts
             print(f"{type(error).__name__}: {unsendable}", file=sys.stderr)
+            return Outcome(error=error)
+        explained = explain(error) if explain is not None else None
+        if explained is not None:
+            print(explained, file=sys.stderr)
             return Outcome(error=error)
         lost = _lost_cluster(error, client)
         if lost is not None:  # one line, not "cancelled for reason: unknown" from inside the client
@@ -192,21 +204,26 @@ def run_on_backend(
     times: list[float] = []
     outcome = Outcome()
     tasks: int | None = 0
+    split = None
     if observer is not None:
         observer.start(plan)
     try:
         with plan.activate():
             for _ in range(repeat):
-                with task_count.counting(plan.client) as counted:
+                with task_count.recording(
+                    plan.client, split=plan.splits_time, gpu=plan.chunk_type == "cupy", workers=plan.worker_count
+                ) as recorded:
                     start = time.perf_counter()
-                    outcome = run_once(shell, cell, plan.client)
+                    outcome = run_once(shell, cell, plan.client, plan.explain_error)
                     if not outcome.failed:
                         try:
                             plan.synchronize()
                         except KeyboardInterrupt as error:
                             outcome = Outcome(error=error)
                     times.append(time.perf_counter() - start)
-                tasks = None if tasks is None or counted[0] is None else tasks + counted[0]
+                tasks = None if tasks is None or recorded.tasks is None else tasks + recorded.tasks
+                if recorded.split is not None and (split is None or times[-1] <= min(times)):
+                    split = recorded.split  # the split of the best run, the one the summary quotes
                 if outcome.failed:
                     break
     finally:
@@ -221,13 +238,34 @@ def run_on_backend(
         notes=(*plan.notes, *notes),
         failed=outcome.failed,
         monitor=figures,
+        split=None if outcome.failed else split,
+        advice=None if outcome.failed or split is None else _advice(shell, cell, plan, split),
     )
     return result, outcome
 
 
+def _advice(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan, split: TimeSplit) -> str | None:
+    """The one line of advice for the split (``advice``), measuring the GPU's generator set-up only when the
+    cell drew random chunks on a GPU."""
+    setup = None
+    if split.gpu and advice.random_chunks(split):
+        if plan.client is not None:
+            setup = advice.cluster_setup_seconds(plan.client, plan.annotations.get("workers"))
+        elif plan.gpu_indices:
+            setup = advice.local_setup_seconds(plan.gpu_indices[0])
+    arrays = advice.arrays_made(shell.user_ns, sorted(cell.bound | cell.names))
+    try:
+        return advice.advise(split, arrays, setup)
+    except Exception:  # advice is a courtesy: never fail a cell over it
+        return None
+
+
 def chunk_mismatches(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan) -> list[str]:
-    """Notes for dask collections the cell reads whose chunk type does not match the backend's."""
-    notes = []
+    """Notes for dask collections the cell reads whose chunk type does not match the backend's (none where the
+    chunks are made on the workers whatever the metadata here says)."""
+    notes: list[str] = []
+    if plan.remote_chunks:
+        return notes
     for name in sorted(cell.names):
         value = shell.user_ns.get(name)
         meta = getattr(value, "_meta", None)

@@ -181,10 +181,9 @@ def read_progress(dask_scheduler: Any) -> tuple[int, int] | None:
 def scheduler_progress(client: Client) -> tuple[int, int] | None:
     """The scheduler's running (finished, submitted) task counts, or ``None`` where the plugin cannot be
     installed."""
+    if not plugin_installed(client):
+        return None
     try:
-        if client not in _registered:
-            client.register_plugin(_scheduler_counter_class()())
-            _registered.add(client)
         counts = client.run_on_scheduler(read_progress)
     except Exception:
         return None
@@ -230,12 +229,24 @@ def recording(
         box.split = _cluster_split(after, began, ended, gpu, workers)
 
 
+def plugin_installed(client: Client) -> bool:
+    """Install the counting plugin on the client's scheduler once; whether it is there (the scheduler could
+    import this package)."""
+    if client in _registered:
+        return True
+    try:
+        client.register_plugin(_scheduler_counter_class()())
+    except Exception:
+        return False
+    _registered.add(client)
+    return True
+
+
 def scheduler_mark(client: Client) -> tuple[int, int, int, float] | None:
     """The scheduler's counts before a cell (``read_mark``), or ``None`` where the plugin cannot be installed."""
+    if not plugin_installed(client):
+        return None
     try:
-        if client not in _registered:
-            client.register_plugin(_scheduler_counter_class()())
-            _registered.add(client)
         return client.run_on_scheduler(read_mark)
     except Exception:
         return None

@@ -1,0 +1,143 @@
+"""Where a cell's time went (``time_split``), the advice derived from it, and the graph tuning that cuts tasks:
+the rules on constructed timelines, then the whole path on real CPU workers through the magic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dask
+import dask.array as da
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from gpu_magics import chunk_advice
+from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.gpurun import advice
+from gpu_magics.gpurun.graphs import tuning
+from gpu_magics.gpurun.time_split import PARTS, TaskTiming, TimeSplit, split
+
+
+def test_each_worker_second_is_counted_once() -> None:
+    tasks = [
+        TaskTiming("a", 1.0, 3.0, "normal"),
+        TaskTiming("a", 2.0, 4.0, "normal"),  # overlaps the first: a's busy time is 1..4
+        TaskTiming("b", 2.0, 3.0, "sum", transfers=((1.5, 2.5),)),  # the fetch overlapping compute counts once
+    ]
+    result = split(0.0, 5.0, tasks, workers=2, arrivals=[0.5])
+    assert result.seconds["compute"] == pytest.approx(3.0 + 1.0)
+    assert result.seconds["transfers"] == pytest.approx(0.5)
+    assert result.seconds["client"] == pytest.approx(0.5 + 0.5)  # before the graph arrived, on each worker
+    assert result.seconds["result"] == pytest.approx(1.0 + 1.0)  # after the last task, on each worker
+    assert result.seconds["scheduling"] == pytest.approx(10.0 - 4.0 - 0.5 - 1.0 - 2.0)
+    assert sum(result.share(part) for part in PARTS) == pytest.approx(1.0)
+    assert result.prefixes == {"normal": 2, "sum": 1}
+
+
+def test_an_idle_worker_counts_as_waiting() -> None:
+    result = split(0.0, 2.0, [TaskTiming("a", 0.0, 2.0)], workers=2)
+    assert result.share("compute") == pytest.approx(0.5)
+    assert result.share("scheduling") == pytest.approx(0.5)
+
+
+def test_gaps_between_graphs_are_the_clients() -> None:
+    tasks = [TaskTiming("a", 1.0, 2.0), TaskTiming("a", 4.0, 5.0)]
+    result = split(0.0, 6.0, tasks, workers=1, arrivals=[1.0, 3.5])
+    assert result.seconds["client"] == pytest.approx(1.0 + 1.5)
+    assert result.seconds["scheduling"] == pytest.approx(0.5)
+    assert result.seconds["result"] == pytest.approx(1.0)
+
+
+def test_the_line_names_every_part_and_the_bytes_moved() -> None:
+    result = split(0.0, 1.0, [TaskTiming("a", 0.1, 0.5, transfers=((0.5, 0.6),))], transfer_bytes=2**20)
+    line = result.line()
+    assert line.startswith("time: GPU busy 40%")
+    assert "transfers 10% (1.0 MiB)" in line and "client 10%" in line and "result 40%" in line
+
+
+def _split(prefixes: dict[str, int], compute: float, scheduling: float, tasks: int) -> TimeSplit:
+    seconds = dict.fromkeys(PARTS, 0.0)
+    seconds.update(compute=compute, scheduling=scheduling)
+    wall = compute + scheduling
+    return TimeSplit(wall, 1, tasks, seconds, mean_task_s=compute / tasks, prefixes=prefixes)
+
+
+def test_advice_names_the_philox_generator_when_xorwow_set_up_dominates() -> None:
+    measured = _split({"add-getitem-normal-mean_chunk": 100, "mean_chunk": 100}, 0.53, 0.02, 200)
+    line = advice.advise(measured, [], generator_setup_s=0.0038)
+    assert line is not None and line.startswith("72% of the GPU time went to setting up 100 XORWOW generators")
+    assert "CURAND_RNG_PSEUDO_PHILOX4_32_10" in line
+    assert advice.advise(measured, [], generator_setup_s=0.0005) is None  # a cheap set-up is no reason
+
+
+def test_advice_grows_chunks_only_when_fixed_costs_dominate() -> None:
+    x = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8)
+    costly = _split({"add": 100}, compute=0.1, scheduling=0.4, tasks=100)  # 1 ms of work, 4 ms waiting
+    line = advice.advise(costly, [x], None)
+    assert line is not None and "x's chunks of 10000" in line and "chunks=40000 where x is made" in line
+    busy = _split({"add": 100}, compute=0.45, scheduling=0.05, tasks=100)
+    assert advice.advise(busy, [x], None) is None
+
+
+def test_grown_chunks_keep_work_for_every_worker() -> None:
+    assert chunk_advice.grown_chunks((100_000, 100_000), (10_000, 10_000), 4.0) == (20_000, 20_000)
+    assert chunk_advice.grown_chunks((100_000,), (10_000,), 3.0) == (30_000,)
+    assert chunk_advice.grown_chunks((20_000, 20_000), (10_000, 10_000), 16.0, min_chunks=4) is None
+    assert chunk_advice.grown_chunks((100_000, 100_000), (10_000, 10_000), 1.5) is None  # not worth saying
+    assert chunk_advice.growth_factor(work_s=0.004, overhead_s=0.001) == pytest.approx(1.0)
+    assert chunk_advice.growth_factor(work_s=0.001, overhead_s=0.001) == pytest.approx(4.0)
+
+
+def test_without_aliases_the_seed_graph_has_one_task_per_chunk_less() -> None:
+    x = da.random.RandomState(1).normal(10, 1, size=(400, 400), chunks=40)
+    y = (x + 1)[::2, ::2].mean()
+    graph, keys = y.__dask_graph__(), y.__dask_keys__()
+    from dask.array.optimization import optimize
+
+    plain = dict(optimize(graph, keys))
+    tuned = tuning.optimize_without_aliases(graph, keys)
+    assert len(plain) - len(tuned) == 100  # one forwarding task per chunk
+    with dask.config.set(scheduler="sync"):
+        reference = float(y.compute())
+        with dask.config.set(array_optimize=tuning.optimize_without_aliases):
+            assert float(y.compute()) == reference
+
+
+@pytest.fixture
+def cpu_cluster(ip: InteractiveShell) -> Iterator[None]:
+    cluster.stop()
+    with capture_output():
+        ip.run_line_magic("gpucluster", "--cpu-workers 2 --no-dashboard")
+    ip.run_cell("import dask.array as da", store_history=False)
+    try:
+        yield
+    finally:
+        cluster.stop()
+
+
+SEED = (
+    "t_x = da.random.RandomState(3).normal(10, 1, size=(1200, 1200), chunks={chunk})\n"
+    "(t_x + 1)[::2, ::2].mean().compute()\n"
+)
+
+
+def test_a_cluster_cell_reports_its_split_and_advice_on_cpu_workers(ip: InteractiveShell, cpu_cluster: None) -> None:
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED.format(chunk=60))
+    result = ip.user_ns["t_small"]
+    assert result.split is not None and result.split.workers == 2
+    assert sum(result.split.share(part) for part in PARTS) == pytest.approx(1.0)
+    assert result.tasks == result.split.tasks > 400  # 400 chunks: a task each, then the reduction
+    assert "\n  time: busy " in str(result)  # CPU workers: "busy", not "GPU busy"
+    assert result.advice is not None and "t_x's chunks of 60" in result.advice, result.advice
+    saved = result.to_json()
+    assert saved["split"]["tasks"] == result.split.tasks and saved["advice"] == result.advice
+
+
+def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu_cluster: None) -> None:
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_big --no-monitor", SEED.format(chunk=600))
+    result = ip.user_ns["t_big"]
+    assert result.split is not None and not any(p == "mean_chunk" for p in result.split.prefixes)
+    assert result.tasks == 4 + 1 + 1  # a task per chunk, the aggregate, the finalize
+    assert result.advice is None

@@ -1,0 +1,177 @@
+/**
+ * The clusters the kernels started, one row each: name and kind, notebook, scheduler, uptime, dashboard, the
+ * members by host, and Stop / Restart / Scale, which act through the owning kernel (see `../clusters`).
+ */
+import { ClusterAction, clusterMembers, clusterTitle } from '../clusters';
+import { Child, el } from '../dom';
+import { formatAge } from '../format';
+import type { ConnectionPhase } from '../model';
+import type { ICluster } from '../types';
+import { button, link } from './controls';
+import { membersView } from './members';
+
+export interface IClusterActions {
+  /** Run a cluster action in its kernel; resolves when the kernel has done it. */
+  cluster(cluster: ICluster, request: ClusterAction): Promise<void>;
+  /** Ask for a number of workers (a dialog); `null` when cancelled. */
+  askWorkers(cluster: ICluster): Promise<number | null>;
+  /** Confirm stopping a cluster. */
+  confirmStop(cluster: ICluster): Promise<boolean>;
+  /** Confirm restarting a cluster's workers (their data and state are lost). */
+  confirmRestart(cluster: ICluster): Promise<boolean>;
+  /** Open the notebook at `path`. */
+  openPath(path: string): void;
+}
+
+/** What the list shows (the panel's model has it). */
+export interface IClustersState {
+  readonly clusters: ICluster[];
+  readonly clustersError: string | null;
+  readonly connection: { readonly phase: ConnectionPhase };
+}
+
+export class ClustersView {
+  readonly node = el('div', { class: 'jp-GpuMagics-clusters' });
+  private _busy = new Map<string, string>(); // cluster key -> what it is doing
+  private _errors = new Map<string, string>(); // cluster key -> last error
+
+  /** `changed` is called when an action starts or ends: the owner renders the list again. */
+  constructor(
+    private readonly _actions: IClusterActions,
+    private readonly _changed: () => void
+  ) {}
+
+  /** `now`: seconds since the epoch, for the uptimes. */
+  render(state: IClustersState, now: number = Date.now() / 1000): void {
+    const children: HTMLElement[] = [];
+    // while the server refuses the panel, the banner says why; the lists' own errors would only repeat it
+    if (state.clustersError && state.connection.phase !== 'forbidden') {
+      children.push(el('div', { class: 'jp-GpuMagics-error' }, state.clustersError));
+    }
+    if (state.clusters.length === 0) {
+      children.push(
+        el('div', { class: 'jp-GpuMagics-empty' }, 'No cluster running. Start one from a notebook with %gpucluster.')
+      );
+    }
+    for (const cluster of state.clusters) {
+      children.push(this._row(cluster, now));
+    }
+    this.node.replaceChildren(...children);
+  }
+
+  private _row(cluster: ICluster, now: number): HTMLElement {
+    const key = clusterKey(cluster);
+    const busy = this._busy.get(key);
+    const canAct = cluster.kernel_running && cluster.kind !== 'attached' && !busy;
+    const notebook = cluster.path
+      ? link(cluster.path, () => this._actions.openPath(cluster.path as string))
+      : el('span', {}, cluster.kernel_id ? `kernel ${cluster.kernel_id.slice(0, 8)}` : 'no kernel');
+    const row = el(
+      'div',
+      { class: 'jp-GpuMagics-cluster', 'data-cluster': cluster.name },
+      el(
+        'div',
+        { class: 'jp-GpuMagics-clusterTitle' },
+        el('strong', {}, cluster.name),
+        el('span', { class: 'jp-GpuMagics-clusterKind' }, clusterTitle(cluster))
+      ),
+      el(
+        'div',
+        { class: 'jp-GpuMagics-clusterMeta' },
+        notebook,
+        el('span', {}, ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.started_at, now)}`),
+        ...dashboardLink(cluster)
+      )
+    );
+    const members = clusterMembers(cluster);
+    if (members.length) {
+      row.append(membersView(members));
+    }
+    if (cluster.dashboard_note && (cluster.dashboard_link ?? cluster.dashboard_url)) {
+      row.append(el('div', { class: 'jp-GpuMagics-note jp-GpuMagics-dashboardNote' }, cluster.dashboard_note));
+    }
+    row.append(
+      el(
+        'div',
+        { class: 'jp-GpuMagics-buttons' },
+        button('Stop', canAct, () => void this._stop(cluster)),
+        button('Restart', canAct, () => void this._restart(cluster)),
+        button('Scale', canAct, () => void this._scale(cluster))
+      )
+    );
+    if (busy) {
+      row.append(el('div', { class: 'jp-GpuMagics-busy' }, `${busy}\u2026 (waits for the kernel if it is busy)`));
+    }
+    const error = this._errors.get(key);
+    if (error) {
+      row.append(el('div', { class: 'jp-GpuMagics-error' }, error));
+    }
+    if (!cluster.kernel_running) {
+      row.append(
+        el('div', { class: 'jp-GpuMagics-note' }, 'Its kernel is not one of this server\u2019s: manage it from there.')
+      );
+    }
+    return row;
+  }
+
+  private async _stop(cluster: ICluster): Promise<void> {
+    if (await this._actions.confirmStop(cluster)) {
+      await this._act(cluster, { action: 'stop' }, 'Stopping');
+    }
+  }
+
+  private async _restart(cluster: ICluster): Promise<void> {
+    if (await this._actions.confirmRestart(cluster)) {
+      await this._act(cluster, { action: 'restart' }, 'Restarting');
+    }
+  }
+
+  private async _scale(cluster: ICluster): Promise<void> {
+    const workers = await this._actions.askWorkers(cluster);
+    if (workers !== null) {
+      await this._act(cluster, { action: 'scale', workers }, `Scaling to ${workers}`);
+    }
+  }
+
+  /** Runs the action with the row saying what it does meanwhile, and its error (if any) after. */
+  private async _act(cluster: ICluster, request: ClusterAction, doing: string): Promise<void> {
+    const key = clusterKey(cluster);
+    this._busy.set(key, doing);
+    this._errors.delete(key);
+    this._changed();
+    try {
+      await this._actions.cluster(cluster, request);
+    } catch (error) {
+      this._errors.set(key, error instanceof Error ? error.message : String(error));
+    } finally {
+      this._busy.delete(key);
+      this._changed();
+    }
+  }
+}
+
+function clusterKey(cluster: ICluster): string {
+  return `${cluster.pid}/${cluster.name}`;
+}
+
+/** " · dashboard ↗": the Dask dashboard, through the link made for this browser where the server has one. */
+function dashboardLink(cluster: ICluster): Child[] {
+  const href = cluster.dashboard_link ?? cluster.dashboard_url;
+  if (!href) {
+    return [];
+  }
+  return [
+    ' \u00b7 ',
+    el(
+      'a',
+      {
+        class: 'jp-GpuMagics-link jp-GpuMagics-dashboard',
+        href,
+        target: '_blank',
+        rel: 'noopener noreferrer',
+        title: cluster.dashboard_note ?? `The Dask dashboard: ${href}`
+      },
+      'dashboard \u2197'
+    )
+  ];
+}

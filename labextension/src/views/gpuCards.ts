@@ -1,0 +1,146 @@
+/** The GPU cards: per GPU its name, four metrics, a memory bar and a chart of utilization and memory over time. */
+import { chartSpanLabel, sparklinePath } from '../chart';
+import { el, svg } from '../dom';
+import { formatBytes, formatBytesPair, formatNumber, formatNumberPair, formatPercent, memoryPercent } from '../format';
+import type { IGpuView } from '../model';
+import type { IGpuReading } from '../types';
+import { barFill } from './controls';
+
+const CHART_W = 240;
+const CHART_H = 40;
+
+/** What the cards show (the panel's model has it). */
+export interface ICardsState {
+  /** The server samples and has no GPU to show: a notice takes the cards' place. */
+  readonly noGpu: boolean;
+  readonly unavailableReason: string | null;
+  readonly gpus: IGpuView[];
+}
+
+export class GpuCardsView {
+  readonly node = el('div', { class: 'jp-GpuMagics-cards' });
+
+  render(state: ICardsState): void {
+    if (state.noGpu) {
+      this.node.replaceChildren(noGpuNotice(state.unavailableReason));
+      return;
+    }
+    this.node.replaceChildren(...state.gpus.map(gpuCard));
+  }
+}
+
+/** One GPU's card; a GPU that cannot be read shows its error instead of metrics. */
+export function gpuCard(view: IGpuView): HTMLElement {
+  const r = view.reading;
+  const card = el(
+    'div',
+    { class: 'jp-GpuMagics-card', 'data-gpu': String(r.index) },
+    el(
+      'div',
+      { class: 'jp-GpuMagics-cardTitle' },
+      el('span', { class: 'jp-GpuMagics-gpuIndex' }, cardLabel(r)),
+      el('span', { class: 'jp-GpuMagics-gpuName', title: r.uuid }, r.name)
+    )
+  );
+  if (r.error) {
+    card.append(el('div', { class: 'jp-GpuMagics-error' }, r.error));
+    return card;
+  }
+  card.append(
+    el(
+      'div',
+      { class: 'jp-GpuMagics-metrics' },
+      metric('Util', formatPercent(r.gpu_util), 'util', 'GPU utilization'),
+      metric('Power', formatNumberPair(r.power, r.power_limit, 'W'), 'power', 'Power draw / limit'),
+      metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature', 'GPU temperature'),
+      metric('Clock', formatNumber(r.sm_clock, 'MHz'), 'clock', 'SM clock')
+    ),
+    memoryBar(r.memory_used, r.memory_total, memoryPercent(r.memory_used, r.memory_total)),
+    chart(view)
+  );
+  return card;
+}
+
+/** The place of the cards when the server has no GPU to sample: what to do next, not an error. */
+export function noGpuNotice(reason: string | null): HTMLElement {
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-noGpu' },
+    el('div', { class: 'jp-GpuMagics-noGpuTitle' }, 'No GPU on this server'),
+    el(
+      'div',
+      {},
+      'The CPU backends work without one: ',
+      el('code', {}, '%%gpurun cpu-threads'),
+      ' runs a cell on every core, ',
+      el('code', {}, '%gpucluster --cpu-workers 4'),
+      ' starts a CPU cluster.'
+    ),
+    reason ? el('div', { class: 'jp-GpuMagics-note' }, reason) : null
+  );
+}
+
+/** "GPU 0", or "127.0.0.2 \u00b7 GPU 1" for a GPU read on another host. */
+export function cardLabel(reading: IGpuReading): string {
+  return reading.host ? `${reading.host} \u00b7 GPU ${reading.nvml_index ?? reading.index}` : `GPU ${reading.index}`;
+}
+
+function metric(label: string, value: string, name: string, title: string): HTMLElement {
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-metric', 'data-metric': name, title },
+    el('span', { class: 'jp-GpuMagics-label' }, label),
+    el('span', { class: 'jp-GpuMagics-value' }, value)
+  );
+}
+
+/** Memory: used / total, and a bar of the share in use (0 to the total). */
+function memoryBar(used: number | null, total: number | null, percent: number | null): HTMLElement {
+  return el(
+    'div',
+    {
+      class: 'jp-GpuMagics-memoryBar',
+      'data-metric': 'memory',
+      title: `GPU memory in use: ${formatPercent(percent)} of ${formatBytes(total)}`
+    },
+    el('span', { class: 'jp-GpuMagics-label' }, 'Memory'),
+    el('div', { class: 'jp-GpuMagics-bar' }, barFill(percent)),
+    el('span', { class: 'jp-GpuMagics-value' }, formatBytesPair(used, total))
+  );
+}
+
+/** Utilization and memory (both 0-100%) over the samples kept, with a scale, a legend and the time span. */
+function chart(view: IGpuView): HTMLElement {
+  const mid = (CHART_H / 2).toFixed(1);
+  const plot = svg(
+    'svg',
+    {
+      class: 'jp-GpuMagics-chart',
+      viewBox: `0 0 ${CHART_W} ${CHART_H}`,
+      preserveAspectRatio: 'none',
+      role: 'img',
+      'aria-label': 'utilization and memory in use over time, 0 to 100%'
+    },
+    svg('path', { class: 'jp-GpuMagics-grid', d: `M0,${mid} L${CHART_W},${mid}` }),
+    svg('path', { class: 'jp-GpuMagics-lineMemory', d: sparklinePath(view.memory.values(), CHART_W, CHART_H) }),
+    svg('path', { class: 'jp-GpuMagics-lineUtil', d: sparklinePath(view.util.values(), CHART_W, CHART_H) })
+  );
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-chartBox' },
+    el(
+      'div',
+      { class: 'jp-GpuMagics-plot' },
+      plot,
+      el('span', { class: 'jp-GpuMagics-axis jp-GpuMagics-axisTop' }, '100%'),
+      el('span', { class: 'jp-GpuMagics-axis jp-GpuMagics-axisBottom' }, '0%')
+    ),
+    el(
+      'div',
+      { class: 'jp-GpuMagics-legend' },
+      el('span', { class: 'jp-GpuMagics-key jp-GpuMagics-keyUtil' }, 'util'),
+      el('span', { class: 'jp-GpuMagics-key jp-GpuMagics-keyMemory' }, 'memory'),
+      el('span', { class: 'jp-GpuMagics-span' }, chartSpanLabel(view.times.values()))
+    )
+  );
+}

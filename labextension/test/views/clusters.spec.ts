@@ -1,0 +1,202 @@
+/** @jest-environment jsdom */
+import type { ClusterAction } from '../../src/clusters';
+import type { ICluster } from '../../src/types';
+import { ClustersView, IClusterActions, IClustersState } from '../../src/views/clusters';
+import { cluster, member, memberGpu } from '../fixtures';
+
+function text(node: Element | null | undefined): string {
+  return node?.textContent ?? '';
+}
+
+/** Actions that record what they were asked, with answers and outcomes set per test. */
+class FakeActions implements IClusterActions {
+  calls: Array<[string, ClusterAction]> = [];
+  opened: string[] = [];
+  confirm = true;
+  workers: number | null = 3;
+  outcome: Promise<void> = Promise.resolve();
+
+  cluster(c: ICluster, request: ClusterAction): Promise<void> {
+    this.calls.push([c.name, request]);
+    return this.outcome;
+  }
+  askWorkers(): Promise<number | null> {
+    return Promise.resolve(this.workers);
+  }
+  confirmStop(): Promise<boolean> {
+    return Promise.resolve(this.confirm);
+  }
+  confirmRestart(): Promise<boolean> {
+    return Promise.resolve(this.confirm);
+  }
+  openPath(path: string): void {
+    this.opened.push(path);
+  }
+}
+
+function state(clusters: ICluster[], overrides: Partial<IClustersState> = {}): IClustersState {
+  return { clusters, clustersError: null, connection: { phase: 'open' }, ...overrides };
+}
+
+/** A view that renders again whenever it says it changed, as the panel does (there a frame later). */
+function setUp(clusters: ICluster[]): { view: ClustersView; actions: FakeActions } {
+  const actions = new FakeActions();
+  const view: ClustersView = new ClustersView(actions, () => view.render(state(clusters), 1000));
+  view.render(state(clusters), 1000);
+  return { view, actions };
+}
+
+function buttons(view: ClustersView): HTMLButtonElement[] {
+  return Array.from(view.node.querySelectorAll<HTMLButtonElement>('.jp-GpuMagics-buttons button'));
+}
+
+function click(view: ClustersView, label: string): void {
+  const target = buttons(view).find(b => b.textContent === label);
+  if (target === undefined) {
+    throw new Error(`no ${label} button`);
+  }
+  target.click();
+}
+
+/** Let the promises of a click settle (dialogs, then the kernel's answer). */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) {
+    await Promise.resolve();
+  }
+}
+
+describe('ClustersView', () => {
+  it('says how to start a cluster when there is none, and the list error unless the server refused the panel', () => {
+    const view = new ClustersView(new FakeActions(), () => undefined);
+    view.render(state([], { clustersError: 'Cannot list clusters' }));
+    expect(Array.from(view.node.children, text)).toEqual([
+      'Cannot list clusters',
+      'No cluster running. Start one from a notebook with %gpucluster.'
+    ]);
+    view.render(state([], { clustersError: 'Cannot list clusters', connection: { phase: 'forbidden' } }));
+    expect(view.node.querySelector('.jp-GpuMagics-error')).toBeNull();
+  });
+
+  it('renders a row per cluster: name, kind, notebook, scheduler, uptime and dashboard', () => {
+    const c = cluster({ name: 'work', kind: 'cpu', workers: 2, started_at: 880 });
+    const { view } = setUp([c]);
+    const row = view.node.querySelector('[data-cluster="work"]') as HTMLElement;
+    expect(text(row.querySelector('.jp-GpuMagics-clusterTitle strong'))).toBe('work');
+    expect(text(row.querySelector('.jp-GpuMagics-clusterKind'))).toBe('CPU cluster \u00b7 2 workers');
+    expect(text(row.querySelector('.jp-GpuMagics-clusterMeta'))).toBe(
+      'a.ipynb \u00b7 tcp://127.0.0.1:8786 \u00b7 up 2 min \u00b7 dashboard \u2197'
+    );
+    const dashboard = row.querySelector('a.jp-GpuMagics-dashboard') as HTMLAnchorElement;
+    expect(dashboard.getAttribute('href')).toBe('http://127.0.0.1:8787/status');
+    expect(dashboard.getAttribute('target')).toBe('_blank');
+    expect(dashboard.getAttribute('title')).toBe('The Dask dashboard: http://127.0.0.1:8787/status');
+    expect(row.querySelector('.jp-GpuMagics-dashboardNote')).toBeNull();
+    expect(row.querySelector('.jp-GpuMagics-members')).toBeNull();
+    expect(buttons(view).map(b => [b.textContent, b.disabled])).toEqual([
+      ['Stop', false],
+      ['Restart', false],
+      ['Scale', false]
+    ]);
+  });
+
+  it('prefers the link made for this browser, with its note, and leaves the dashboard out without one', () => {
+    const proxied = cluster({ name: 'p', dashboard_link: '/proxy/8787/status', dashboard_note: 'through the proxy' });
+    const none = cluster({ name: 'n', dashboard_url: null, dashboard_note: 'no dashboard' });
+    const { view } = setUp([proxied, none]);
+    const p = view.node.querySelector('[data-cluster="p"]') as HTMLElement;
+    const link = p.querySelector('a.jp-GpuMagics-dashboard');
+    expect(link?.getAttribute('href')).toBe('/proxy/8787/status');
+    expect(link?.getAttribute('title')).toBe('through the proxy');
+    expect(text(p.querySelector('.jp-GpuMagics-dashboardNote'))).toBe('through the proxy');
+    const n = view.node.querySelector('[data-cluster="n"]') as HTMLElement;
+    expect(n.querySelector('a.jp-GpuMagics-dashboard')).toBeNull();
+    expect(n.querySelector('.jp-GpuMagics-dashboardNote')).toBeNull();
+  });
+
+  it('opens the notebook from its link, and names the kernel where there is no notebook', () => {
+    const { view, actions } = setUp([
+      cluster({ name: 'a', path: 'dir/a.ipynb' }),
+      cluster({ name: 'b', path: null, kernel_id: '0123456789abcdef' }),
+      cluster({ name: 'c', path: null, kernel_id: null })
+    ]);
+    const link = view.node.querySelector('[data-cluster="a"] a.jp-GpuMagics-link') as HTMLAnchorElement;
+    const event = new MouseEvent('click', { bubbles: true, cancelable: true });
+    link.dispatchEvent(event);
+    expect(event.defaultPrevented).toBe(true);
+    expect(actions.opened).toEqual(['dir/a.ipynb']);
+    const metas = Array.from(view.node.querySelectorAll('.jp-GpuMagics-clusterMeta'), m => text(m.firstElementChild));
+    expect(metas).toEqual(['dir/a.ipynb', 'kernel 01234567', 'no kernel']);
+  });
+
+  it('disables the buttons of attached clusters and of kernels this server does not run', () => {
+    const { view } = setUp([
+      cluster({ name: 'att', kind: 'attached' }),
+      cluster({ name: 'far', kernel_running: false })
+    ]);
+    expect(buttons(view).every(b => b.disabled)).toBe(true);
+    expect(view.node.querySelector('[data-cluster="att"] .jp-GpuMagics-note')).toBeNull();
+    expect(text(view.node.querySelector('[data-cluster="far"] .jp-GpuMagics-note'))).toBe(
+      'Its kernel is not one of this server\u2019s: manage it from there.'
+    );
+  });
+
+  it('shows the members by host', () => {
+    const members = [member('w0', '10.0.0.1', [memberGpu('10.0.0.1', 0)])];
+    const { view } = setUp([cluster({ kind: 'gpu', workers: 1, members })]);
+    expect(Array.from(view.node.querySelectorAll('.jp-GpuMagics-host'), text)).toEqual(['10.0.0.1']);
+    expect(view.node.querySelectorAll('.jp-GpuMagics-memberGpu')).toHaveLength(1);
+  });
+
+  it('stops a cluster once confirmed, saying so while the kernel works', async () => {
+    const { view, actions } = setUp([cluster({ name: 'c' })]);
+    let finish: () => void = () => undefined;
+    actions.outcome = new Promise<void>(resolve => (finish = resolve));
+    click(view, 'Stop');
+    await settle();
+    expect(actions.calls).toEqual([['c', { action: 'stop' }]]);
+    expect(text(view.node.querySelector('.jp-GpuMagics-busy'))).toBe(
+      'Stopping\u2026 (waits for the kernel if it is busy)'
+    );
+    expect(buttons(view).every(b => b.disabled)).toBe(true);
+    finish();
+    await settle();
+    expect(view.node.querySelector('.jp-GpuMagics-busy')).toBeNull();
+    expect(buttons(view).some(b => b.disabled)).toBe(false);
+  });
+
+  it('does nothing when a Stop or Restart is not confirmed, or a Scale is cancelled', async () => {
+    const { view, actions } = setUp([cluster()]);
+    actions.confirm = false;
+    actions.workers = null;
+    click(view, 'Stop');
+    click(view, 'Restart');
+    click(view, 'Scale');
+    await settle();
+    expect(actions.calls).toEqual([]);
+    expect(view.node.querySelector('.jp-GpuMagics-busy')).toBeNull();
+  });
+
+  it('restarts and scales to the number asked for', async () => {
+    const { view, actions } = setUp([cluster({ name: 'c' })]);
+    click(view, 'Restart');
+    await settle();
+    click(view, 'Scale');
+    await settle();
+    expect(actions.calls).toEqual([
+      ['c', { action: 'restart' }],
+      ['c', { action: 'scale', workers: 3 }]
+    ]);
+  });
+
+  it('shows the kernel\u2019s error on the row until the next action', async () => {
+    const { view, actions } = setUp([cluster({ name: 'c' })]);
+    actions.outcome = Promise.reject(new Error('UsageError: no cluster'));
+    click(view, 'Scale');
+    await settle();
+    expect(text(view.node.querySelector('[data-cluster="c"] .jp-GpuMagics-error'))).toBe('UsageError: no cluster');
+    actions.outcome = Promise.resolve();
+    click(view, 'Stop');
+    await settle();
+    expect(view.node.querySelector('.jp-GpuMagics-error')).toBeNull();
+  });
+});

@@ -21,7 +21,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.cluster import lifecycle
-from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.records import record as cluster_records
 
 pytestmark = pytest.mark.slow
 

@@ -26,9 +26,10 @@ from IPython.utils.capture import capture_output
 
 import gpu_magics
 from gpu_magics import gpus
-from gpu_magics.cluster import factories, record_writer
+from gpu_magics.cluster import factories
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.magics.gpucluster import ClusterMagics
 
 pytestmark = pytest.mark.slow
@@ -172,7 +173,7 @@ def test_workers_fork_from_the_prepared_server_and_warm_while_starting(shared: C
 
         return {
             "parent": " ".join(psutil.Process(os.getppid()).cmdline()),
-            "preloaded": "gpu_magics.cluster.forkserver_preload" in sys.modules,
+            "preloaded": "gpu_magics.cluster.workers.forkserver_preload" in sys.modules,
             "threads_env": os.environ.get("OMP_NUM_THREADS"),
             "hash_seed": os.environ.get("PYTHONHASHSEED"),
         }
@@ -296,7 +297,7 @@ def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, ru
 def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
     magics: ClusterMagics, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpu_magics.cluster.warmup import WarmUp
+    from gpu_magics.cluster.workers.warmup import WarmUp
 
     cluster.stop()
     children = {child.pid for child in psutil.Process().children(recursive=True)}

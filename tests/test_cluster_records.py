@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_magics.cluster import records as cluster_records
-from gpu_magics.cluster.records import ClusterRecord
+from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.records.record import ClusterRecord
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpu_magics.cluster.gpu_reports import ReportedGpu, WorkerReport, host_labels
-from gpu_magics.cluster.telemetry import ClusterTelemetry
+from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
+from gpu_magics.cluster.telemetry.reports import ReportedGpu, WorkerReport, host_labels
 
 
 def gpu(index: int, nvml_index: int, uuid: str, **values: Any) -> ReportedGpu:

@@ -34,7 +34,7 @@ except ImportError:  # before the monitor's models moved to their own module
     from gpu_magics.monitor.source import GpuProcess, GpuReading, HostReading, Snapshot
 
 try:
-    from gpu_magics.cluster.records import ClusterRecord, write_record
+    from gpu_magics.cluster.records.record import ClusterRecord, write_record
 except ImportError:  # before the cluster modules moved into a package
     from gpu_magics.cluster_records import ClusterRecord, write_record
 
@@ -291,8 +291,8 @@ def test_dunder_version_is_the_package_json_version() -> None:
 
 def test_cluster_members_match(ts: dict[str, list[str]]) -> None:
     """What the kernel writes into a record's ``members`` (its telemetry's own output) is what types.ts reads."""
-    from gpu_magics.cluster.gpu_reports import ReportedGpu, WorkerReport
-    from gpu_magics.cluster.telemetry import ClusterTelemetry
+    from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
+    from gpu_magics.cluster.telemetry.reports import ReportedGpu, WorkerReport
 
     telemetry = ClusterTelemetry(None, interval=1.0, local_hostname="here")  # type: ignore[arg-type]
     gpu = ReportedGpu(index=0, nvml_index=2, uuid="GPU-x", name="NVIDIA H200", process_memory=5)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dask
 import pytest
 
-from gpu_magics.cluster import dashboard_links
-from gpu_magics.cluster.dashboard_links import link_for
+from gpu_magics.cluster.dashboard import links as dashboard_links
+from gpu_magics.cluster.dashboard.links import link_for
 
 RAW = "http://127.0.0.1:8787/status"
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from gpu_magics import gpus
-from gpu_magics.cluster import kernel_context
-from gpu_magics.cluster.kernel_context import HeldGpu, find_held, held_message
+from gpu_magics.cluster.workers import kernel_context
+from gpu_magics.cluster.workers.kernel_context import HeldGpu, find_held, held_message
 
 H200 = "NVIDIA H200"
 DEVICES = (

@@ -174,7 +174,7 @@ def test_a_task_that_kills_its_worker_raises_and_the_worker_comes_back(kernel: K
         time.sleep(0.5)
     forked = kernel.ok(
         "import sys\nprint(set(gpu_magics.client().run("
-        "lambda: 'gpu_magics.cluster.forkserver_preload' in sys.modules).values()))"
+        "lambda: 'gpu_magics.cluster.workers.forkserver_preload' in sys.modules).values()))"
     )
     assert forked.strip().splitlines()[-1] == "{True}"  # replacements fork from the prepared server too
     assert len(pids) == 2

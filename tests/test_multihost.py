@@ -23,7 +23,7 @@ from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster.records import list_records
+from gpu_magics.cluster.records.record import list_records
 from tests.cli_cluster import CliCluster, cli_cluster
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,9 @@ from typing import Any
 import dask
 import pytest
 
-from gpu_magics.cluster import factories, worker_processes
-from gpu_magics.cluster import warmup as worker_warmup
+from gpu_magics.cluster import factories
+from gpu_magics.cluster.workers import forkserver
+from gpu_magics.cluster.workers import warmup as worker_warmup
 
 PRE_SPAWN_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
 
@@ -42,10 +43,10 @@ def test_pre_spawn_environment_follows_distributed_and_the_users_config() -> Non
         """
         import json, sys
         import dask
-        from gpu_magics.cluster import worker_processes
-        default = worker_processes._pre_spawn_environment()
+        from gpu_magics.cluster.workers import forkserver
+        default = forkserver._pre_spawn_environment()
         with dask.config.set({"distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS": 3}):
-            chosen = worker_processes._pre_spawn_environment()
+            chosen = forkserver._pre_spawn_environment()
         print(json.dumps({"default": default, "chosen": chosen, "distributed": "distributed" in sys.modules}))
         """
     )
@@ -123,6 +124,6 @@ def test_worker_start_config_forks_workers() -> None:
     import distributed  # noqa: F401
 
     with factories.worker_start_config("gpu"):
-        assert dask.config.get(worker_processes.METHOD_KEY) == "forkserver"
+        assert dask.config.get(forkserver.METHOD_KEY) == "forkserver"
         assert dask.config.get("distributed.scheduler.worker-saturation") == math.inf
-    assert dask.config.get(worker_processes.METHOD_KEY) == "spawn"
+    assert dask.config.get(forkserver.METHOD_KEY) == "spawn"

@@ -1,3 +1,8 @@
-"""The ``%gpucluster`` engine: options, lifecycle, cluster factories, warm-up, worker processes, cluster info
-as plain data and the discovery records the server reads. Importing this package imports nothing else: the
-server imports ``records`` without IPython or distributed."""
+"""The ``%gpucluster`` engine, in the kernel: options, lifecycle (start, attach, scale, restart, stop), the
+queries ``gpurun`` asks (``queries``), cluster factories, inspection, interrupts and shutdown. Its sub-packages
+say where their code runs: ``workers/`` (the worker processes and what starts them), ``telemetry/`` (the
+workers' GPU reports), ``records/`` (what the kernel writes about its cluster: the record the server reads, the
+status ``%gpucluster`` shows), ``dashboard/`` (dashboard links and closing).
+
+Importing this package (or a sub-package) imports nothing else: the server imports ``records.record`` without
+IPython or distributed."""

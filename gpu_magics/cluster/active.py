@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.options import ClusterOptions, Kind
-from gpu_magics.cluster.record_refresh import RecordRefresher
-from gpu_magics.cluster.records import ClusterRecord
-from gpu_magics.cluster.telemetry import ClusterTelemetry
+from gpu_magics.cluster.records.record import ClusterRecord
+from gpu_magics.cluster.records.refresh import RecordRefresher
+from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster

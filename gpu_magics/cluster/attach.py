@@ -48,7 +48,7 @@ def learn_gpus(client: Client, devices: dict[str, dict[str, Any]], addresses: se
     """Ask each worker at ``addresses`` not in ``devices`` yet (by name) which GPUs it has, from inside its
     process (its own ``CUDA_VISIBLE_DEVICES`` and NVML, or the fake its ``$GPU_MAGICS_SOURCE`` names), and
     add what it says to ``devices``."""
-    from gpu_magics.cluster.telemetry_plugin import describe_gpus
+    from gpu_magics.cluster.telemetry.plugin import describe_gpus
 
     names = {
         address: str(info.get("name", address))

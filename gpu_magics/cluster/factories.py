@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import dashboard_close, kernel_context, protocols, worker_processes
+from gpu_magics.cluster import protocols
+from gpu_magics.cluster.dashboard import close as dashboard_close
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+from gpu_magics.cluster.workers import forkserver, kernel_context
 
 if TYPE_CHECKING:
     from distributed import LocalCluster
@@ -34,8 +36,8 @@ def worker_start_config(kind: Kind | None = None) -> contextlib.AbstractContextM
     also the config their scheduler starts with (``scheduler_defaults``). Call after importing distributed."""
     import dask
 
-    worker_processes.mark_preload_set()
-    settings = {**(scheduler_defaults(kind) if kind is not None else {}), **worker_processes.config()}
+    forkserver.mark_preload_set()
+    settings = {**(scheduler_defaults(kind) if kind is not None else {}), **forkserver.config()}
     return dask.config.set(settings)
 
 
@@ -56,7 +58,7 @@ def scheduler_defaults(kind: Kind) -> dict[str, Any]:
 
 
 def worker_plugins(gpu: bool) -> tuple[Any, ...]:
-    from gpu_magics.cluster.warmup import WarmUp
+    from gpu_magics.cluster.workers.warmup import WarmUp
 
     return (WarmUp(gpu),)
 
@@ -79,7 +81,7 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
     from distributed import LocalCluster
 
     class QuietLocalCluster(LocalCluster):
-        """distributed's cluster, closing its dashboard first (``dashboard_close``)."""
+        """distributed's cluster, closing its dashboard first (``dashboard.close``)."""
 
         async def _close(self) -> None:
             await dashboard_close.stop_dashboard(self)

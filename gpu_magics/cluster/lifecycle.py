@@ -20,17 +20,9 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import (
-    attach,
-    dashboard_links,
-    factories,
-    inspection,
-    record_writer,
-    status_info,
-    worker_processes,
-)
-from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster import attach, factories, inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
+from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG, ClusterOptions
@@ -46,8 +38,12 @@ from gpu_magics.cluster.queries import (
     telemetry,
     worker_count,
 )
-from gpu_magics.cluster.record_refresh import RecordRefresher
-from gpu_magics.cluster.telemetry import ClusterTelemetry
+from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.records import status_info
+from gpu_magics.cluster.records import writer as record_writer
+from gpu_magics.cluster.records.refresh import RecordRefresher
+from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
+from gpu_magics.cluster.workers import forkserver
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -118,10 +114,10 @@ def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY
 
 
 def prestart_worker_server() -> None:
-    """Launch the server that worker processes fork from (``worker_processes``) ahead of a first start; a
+    """Launch the server that worker processes fork from (``workers.forkserver``) ahead of a first start; a
     failure here only makes that start slower."""
     with contextlib.suppress(Exception):
-        worker_processes.start_server()
+        forkserver.start_server()
 
 
 def status(notice: str | None = None) -> ClusterInfo:
@@ -166,7 +162,7 @@ def stop() -> str:
 
 def restart() -> ClusterInfo:
     """Restart every worker process of the cluster started here (frees their memory), then warm them again."""
-    from gpu_magics.cluster import warmup
+    from gpu_magics.cluster.workers import warmup
 
     with _lock:
         current = _require_owned("restart")
@@ -183,7 +179,7 @@ def restart() -> ClusterInfo:
 
 def scale(count: int) -> ClusterInfo:
     """Grow or shrink the cluster started here to ``count`` workers (at most one per chosen GPU)."""
-    from gpu_magics.cluster import warmup
+    from gpu_magics.cluster.workers import warmup
 
     with _lock:
         current = _require_owned("scale")
@@ -221,7 +217,7 @@ def dashboard_url() -> str | None:
 def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float) -> ActiveCluster:
     """Start the cluster and warm it; ``ready_s`` counts from ``began`` (the magic's start) until every worker
     answered, ``warm_s`` from then until the warm-up is done: together, the magic's wall time."""
-    from gpu_magics.cluster import warmup
+    from gpu_magics.cluster.workers import warmup
 
     cluster: LocalCluster | None = None
     client: Client | None = None
@@ -230,7 +226,7 @@ def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float
         target=warmup.prepare_here, args=(options.kind == "gpu", made), name="gpu-magics-prepare", daemon=True
     )
     try:
-        worker_processes.start_server()  # unless %load_ext did: its imports overlap this process's from here on
+        forkserver.start_server()  # unless %load_ext did: its imports overlap this process's from here on
         from distributed import Client
 
         if options.kind == "gpu":
@@ -279,7 +275,7 @@ def _keep_forking() -> dict[str, Any]:
     too; returns the settings to put back at ``stop``."""
     import dask
 
-    settings = worker_processes.config()
+    settings = forkserver.config()
     saved = {key: dask.config.get(key, default=None) for key in settings}
     dask.config.set(settings)
     return saved

@@ -17,7 +17,7 @@ from gpu_magics.cluster.options import PROG
 if TYPE_CHECKING:
     from distributed import Client
 
-    from gpu_magics.cluster.telemetry import ClusterTelemetry
+    from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 
 NO_CLUSTER = (
     f"no cluster is running: start one with {PROG} (one worker per GPU), {PROG} --cpu-workers N, "

@@ -21,7 +21,8 @@ _WRAPPED = "_gpu_magics_original_do_shutdown"
 def close_everything(shell: Any = None) -> None:
     """Freeze ``%gpumonitor`` panels (a saved notebook keeps their last view, marked stopped), stop the cluster
     (or disconnect from an attached one), then the worker server and resource tracker."""
-    from gpu_magics.cluster import lifecycle, worker_processes
+    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.workers import forkserver
 
     monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
     if monitor is not None:
@@ -31,7 +32,7 @@ def close_everything(shell: Any = None) -> None:
     with contextlib.suppress(Exception):
         lifecycle.stop()
     with contextlib.suppress(Exception):
-        worker_processes.stop_server()
+        forkserver.stop_server()
 
 
 def install(shell: Any) -> bool:

@@ -14,8 +14,8 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from gpu_magics.cluster import dashboard_links
-from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.dashboard import links as dashboard_links
+from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.jsonutil import dumps
 from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids

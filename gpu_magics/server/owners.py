@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from gpu_magics.cluster.records import ClusterRecord
+from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.monitor.models import Snapshot
 
 MAX_DEPTH = 32  # ancestors looked at per process

@@ -62,7 +62,7 @@ def start_kernel(lab: Lab) -> str:
 
 
 def write_cluster_record(runtime: Path, kernel_id: str) -> Path:
-    """A discovery record as a kernel writes it (gpu_magics/cluster/records.py), with members on two hosts."""
+    """A discovery record as a kernel writes it (gpu_magics/cluster/records/record.py), with members on two hosts."""
     runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
     record = {
         "name": CLUSTER, "scheduler_address": "tcp://127.0.0.1:8786", "dashboard_url": "http://127.0.0.1:8787/status",

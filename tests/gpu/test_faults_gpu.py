@@ -132,7 +132,8 @@ def test_a_kernel_without_a_context_is_told_nothing_and_gets_none(tmp_path: Path
     kernel = Kernel(tmp_path, source="nvml")
     try:
         kernel.ok("%load_ext gpu_magics")
-        kernel.ok("import cupy\nfrom gpu_magics.cluster import kernel_context")  # the driver is loaded, no context
+        # the driver is loaded, no context
+        kernel.ok("import cupy\nfrom gpu_magics.cluster.workers import kernel_context")
         check = "print(kernel_context.primary_contexts([0]))"
         assert kernel.ok(check).strip().splitlines()[-1] == "set()"
         assert HELD_LINE not in kernel.ok("kernel_context.report(['0'])")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_magics.cluster.records import ClusterRecord
+from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.monitor.models import GpuProcess, GpuReading, HostReading, Snapshot
 from gpu_magics.server.owners import map_owners, with_self_reports
 

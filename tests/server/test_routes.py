@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPResponse
 
-from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster.records import record as cluster_records
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 

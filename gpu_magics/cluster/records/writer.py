@@ -10,13 +10,14 @@ import time
 from typing import Any
 
 from gpu_magics import gpus
-from gpu_magics.cluster import inspection, process_memory
-from gpu_magics.cluster import records as cluster_records
+from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
-from gpu_magics.cluster.gpu_reports import ReportedGpu
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.telemetry import ClusterGpu, gpu_json
+from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.telemetry import process_memory
+from gpu_magics.cluster.telemetry.collector import ClusterGpu, gpu_json
+from gpu_magics.cluster.telemetry.reports import ReportedGpu
 
 _warned = False
 

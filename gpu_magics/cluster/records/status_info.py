@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpu_magics.cluster import dashboard_links, inspection
+from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
 
 

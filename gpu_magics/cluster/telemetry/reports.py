@@ -1,6 +1,6 @@
 """What a cluster worker reports about its own GPUs: the telemetry message, as plain frozen data (no I/O).
 
-Workers build ``WorkerReport``s (``cluster.telemetry_plugin``) and send them with distributed's events
+Workers build ``WorkerReport``s (``telemetry.plugin``) and send them with distributed's events
 (``Worker.log_event`` on ``TOPIC``); the kernel turns them back (``WorkerReport.from_message``) and names
 their GPUs (``host_labels``). Messages are msgpack-ready dicts with a version, so a kernel can ignore what a
 newer or older worker sends instead of failing on it.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 METHOD_KEY = "distributed.worker.multiprocessing-method"
-PRELOAD_MODULE = "gpu_magics.cluster.forkserver_preload"  # imported by the server only
+PRELOAD_MODULE = "gpu_magics.cluster.workers.forkserver_preload"  # imported by the server only
 
 
 def start_server() -> None:

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.cluster.gpu_reports import TOPIC, ReportedGpu, WorkerReport, host_labels, is_this_host
 from gpu_magics.cluster.info import WorkerGpu
+from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport, host_labels, is_this_host
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class ClusterTelemetry:
 
     def start(self) -> None:
         """Install the plugin on every worker (now and later) and listen to its reports."""
-        from gpu_magics.cluster.telemetry_plugin import GpuTelemetry
+        from gpu_magics.cluster.telemetry.plugin import GpuTelemetry
 
         self.client.subscribe_topic(TOPIC, self._on_event)
         self.client.register_plugin(GpuTelemetry(self.interval))
@@ -109,7 +109,7 @@ class ClusterTelemetry:
         if not self._started:
             return
         self._started = False
-        from gpu_magics.cluster.telemetry_plugin import PLUGIN_NAME
+        from gpu_magics.cluster.telemetry.plugin import PLUGIN_NAME
 
         with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(TOPIC)

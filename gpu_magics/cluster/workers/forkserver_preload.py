@@ -1,4 +1,4 @@
-"""Imported by the forkserver that ``%gpucluster``'s workers fork from (see ``worker_processes``), and nowhere
+"""Imported by the forkserver that ``%gpucluster``'s workers fork from (see ``forkserver``), and nowhere
 else: importing it imports what every worker imports anyway, so each worker starts with them loaded.
 
 Each import is optional: the server must come up on any machine, and a worker imports what is missing itself.
@@ -28,7 +28,7 @@ WORKER_MODULES = (
     "dask_cuda",
     "dask_cuda.initialize",
     "dask_cuda.device_host_file",
-    "gpu_magics.cluster.warmup",
+    "gpu_magics.cluster.workers.warmup",
 )
 
 # Interrupting a notebook cell sends SIGINT to the kernel's whole process group (jupyter_client uses killpg), and

@@ -2,7 +2,7 @@
 
 The plugin runs the project's own ``Sampler`` in the worker process, on the source ``$GPU_MAGICS_SOURCE``
 names there (NVML unless it says ``fake``), and sends each snapshot as a ``WorkerReport`` with
-``Worker.log_event`` on ``gpu_reports.TOPIC``: the worker's batched stream carries it to the scheduler,
+``Worker.log_event`` on ``reports.TOPIC``: the worker's batched stream carries it to the scheduler,
 which forwards it to the subscribed clients (the kernel). Registered with ``Client.register_plugin``, the
 scheduler installs it on every worker that joins later or restarts. Nothing here needs distributed's NVML
 diagnostics, and a GPU that cannot be read is reported as such instead of failing the worker.
@@ -21,8 +21,8 @@ from typing import Any
 from distributed import WorkerPlugin
 from distributed.comm import get_address_host
 
-from gpu_magics.cluster.gpu_reports import TOPIC, ReportedGpu, WorkerReport
-from gpu_magics.cluster.process_memory import held_on
+from gpu_magics.cluster.telemetry.process_memory import held_on
+from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport
 from gpu_magics.monitor.models import Snapshot
 
 PLUGIN_NAME = "gpu-magics-telemetry"

@@ -62,12 +62,12 @@ def _split(prefixes: dict[str, int], compute: float, scheduling: float, tasks: i
     return TimeSplit(wall, 1, tasks, seconds, mean_task_s=compute / tasks, prefixes=prefixes)
 
 
-def test_advice_names_the_philox_generator_when_xorwow_set_up_dominates() -> None:
+def test_advice_names_the_philox_generator_when_xorwow_draws_dominate() -> None:
     measured = _split({"add-getitem-normal-mean_chunk": 100, "mean_chunk": 100}, 0.53, 0.02, 200)
-    line = advice.advise(measured, [], generator_setup_s=0.0038)
-    assert line is not None and line.startswith("72% of the GPU time went to setting up 100 XORWOW generators")
-    assert "CURAND_RNG_PSEUDO_PHILOX4_32_10" in line
-    assert advice.advise(measured, [], generator_setup_s=0.0005) is None  # a cheap set-up is no reason
+    line = advice.advise(measured, [], draw_costs=(0.0040, 0.0008))
+    assert line is not None and line.startswith("60% of the GPU time went to drawing XORWOW random numbers")
+    assert "CURAND_RNG_PSEUDO_PHILOX4_32_10" in line and "4.00 ms a chunk" in line
+    assert advice.advise(measured, [], draw_costs=(0.0010, 0.0008)) is None  # too small a difference
 
 
 def test_advice_grows_chunks_only_when_fixed_costs_dominate() -> None:

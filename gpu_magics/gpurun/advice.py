@@ -78,16 +78,20 @@ def _count(array: ArrayChunks) -> int:
     return total
 
 
-def advise(split: TimeSplit, arrays: list[ArrayChunks], generator_setup_s: float | None) -> str | None:
-    """The one line of advice for this split, or ``None`` when nothing measured points to a fix."""
+def advise(split: TimeSplit, arrays: list[ArrayChunks], draw_costs: tuple[float, float] | None) -> str | None:
+    """The one line of advice for this split, or ``None`` when nothing measured points to a fix.
+
+    ``draw_costs``: seconds to draw one chunk of normals with XORWOW (CuPy's default) and with Philox, measured
+    on the GPU that ran the cell (``draw_seconds``)."""
     draws = random_chunks(split)
     busy = split.seconds.get("compute", 0.0)
-    if split.gpu and draws and generator_setup_s and busy > 0:
-        share = min(1.0, draws * generator_setup_s / busy)
+    if split.gpu and draws and draw_costs and busy > 0:
+        xorwow, philox = draw_costs
+        share = min(1.0, draws * max(xorwow - philox, 0.0) / busy)
         if share >= GENERATOR_SHARE:
             return (
-                f"{share:.0%} of the GPU time went to setting up {draws} XORWOW generators (one per chunk, "
-                f"{format_seconds(generator_setup_s)} each); the Philox generator needs no such set-up: {PHILOX}"
+                f"{share:.0%} of the GPU time went to drawing XORWOW random numbers, CuPy's default "
+                f"({format_seconds(xorwow)} a chunk; Philox draws one in {format_seconds(philox)}): {PHILOX}"
             )
     if split.share("compute") >= LOW_COMPUTE_SHARE or not split.tasks or not arrays:
         return None
@@ -105,50 +109,57 @@ def advise(split: TimeSplit, arrays: list[ArrayChunks], generator_setup_s: float
     )
 
 
-def xorwow_setup_seconds() -> float:
-    """Seconds a new CuPy ``RandomState`` (XORWOW) takes to draw its first number on this process's GPU,
-    warm (what dask pays for each random chunk)."""
+def draw_seconds(elements: int) -> tuple[float, float]:
+    """Seconds to draw ``elements`` float64 normals on this process's GPU with XORWOW and with Philox (a new
+    ``RandomState`` each, as dask makes one per chunk; warm, best of three)."""
     import cupy
+    from cupy.cuda import curand
 
-    def once(seed: int) -> float:
+    def once(method: int, seed: int) -> float:
         cupy.cuda.Device().synchronize()
         began = time.perf_counter()
-        cupy.random.RandomState(seed).standard_normal(1)
+        cupy.random.RandomState(seed, method=method).standard_normal(elements)
         cupy.cuda.Device().synchronize()
         return time.perf_counter() - began
 
-    once(1)
-    return min(once(seed) for seed in (2, 3, 4))
+    costs = []
+    for method in (curand.CURAND_RNG_PSEUDO_XORWOW, curand.CURAND_RNG_PSEUDO_PHILOX4_32_10):
+        once(method, 1)
+        costs.append(min(once(method, seed) for seed in (2, 3, 4)))
+    return costs[0], costs[1]
 
 
 @functools.cache
-def local_setup_seconds(device: int) -> float | None:
-    """``xorwow_setup_seconds`` on ``device`` in this process, measured once."""
+def local_draw_seconds(device: int, elements: int) -> tuple[float, float] | None:
+    """``draw_seconds`` on ``device`` in this process, measured once per chunk size."""
     try:
         import cupy
 
         with cupy.cuda.Device(device):
-            return xorwow_setup_seconds()
+            return draw_seconds(elements)
     except Exception:
         return None
 
 
-_cluster_costs: dict[tuple[int, str], float | None] = {}
+_cluster_costs: dict[tuple[int, str, int], tuple[float, float] | None] = {}
 
 
-def cluster_setup_seconds(client: Client, workers: Iterable[str] | None = None) -> float | None:
-    """``xorwow_setup_seconds`` on one GPU worker of the cluster, measured once per worker."""
+def cluster_draw_seconds(
+    client: Client, elements: int, workers: Iterable[str] | None = None
+) -> tuple[float, float] | None:
+    """``draw_seconds`` on one GPU worker of the cluster, measured once per worker and chunk size."""
     try:
         candidates = sorted(workers) if workers else sorted(client.scheduler_info(n_workers=-1)["workers"])
     except Exception:
         return None
     if not candidates:
         return None
-    key = (id(client), candidates[0])
+    key = (id(client), candidates[0], elements)
     if key not in _cluster_costs:
         try:
-            answer = client.run(xorwow_setup_seconds, workers=[candidates[0]])
-            _cluster_costs[key] = float(next(iter(answer.values())))
+            answer = client.run(draw_seconds, elements, workers=[candidates[0]])
+            xorwow, philox = next(iter(answer.values()))
+            _cluster_costs[key] = (float(xorwow), float(philox))
         except Exception:
             _cluster_costs[key] = None
     return _cluster_costs[key]

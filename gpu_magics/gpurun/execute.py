@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import re
 import sys
 import time
@@ -245,17 +246,18 @@ def run_on_backend(
 
 
 def _advice(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan, split: TimeSplit) -> str | None:
-    """The one line of advice for the split (``advice``), measuring the GPU's generator set-up only when the
-    cell drew random chunks on a GPU."""
-    setup = None
-    if split.gpu and advice.random_chunks(split):
-        if plan.client is not None:
-            setup = advice.cluster_setup_seconds(plan.client, plan.annotations.get("workers"))
-        elif plan.gpu_indices:
-            setup = advice.local_setup_seconds(plan.gpu_indices[0])
+    """The one line of advice for the split (``advice``), measuring the GPU's random draws only when the cell
+    drew random chunks on a GPU."""
     arrays = advice.arrays_made(shell.user_ns, sorted(cell.bound | cell.names))
+    costs = None
+    if split.gpu and arrays and advice.random_chunks(split):
+        elements = math.prod(arrays[0].chunksize)
+        if plan.client is not None:
+            costs = advice.cluster_draw_seconds(plan.client, elements, plan.annotations.get("workers"))
+        elif plan.gpu_indices:
+            costs = advice.local_draw_seconds(plan.gpu_indices[0], elements)
     try:
-        return advice.advise(split, arrays, setup)
+        return advice.advise(split, arrays, costs)
     except Exception:  # advice is a courtesy: never fail a cell over it
         return None
 

@@ -259,7 +259,9 @@ def _read_since(client: Client, mark: tuple[int, int, int, float]) -> dict[str, 
         return None
 
 
-def _cluster_split(after: dict[str, Any], began: float, ended: float, gpu: bool, workers: int | None) -> TimeSplit:
+def _cluster_split(
+    after: dict[str, Any], began: float, ended: float, gpu: bool, workers: int | None
+) -> time_split.TimeSplit:
     """The split from the scheduler's records, moved to this process's clock (the scheduler's clock read at
     the end, against the middle of the round trip)."""
     offset = float(after["now"]) - (ended + time.time()) / 2
@@ -273,12 +275,12 @@ def _cluster_split(after: dict[str, Any], began: float, ended: float, gpu: bool,
         )
         for worker, start, stop, prefix, fetched, _moved in after["records"]
     ]
-    moved = sum(int(record[5]) for record in after["records"])
     arrivals = [float(when) - offset for when in after["arrivals"]]
+    moved = sum(int(record[5]) for record in after["records"])
     return time_split.split(
         began,
         ended,
-        timings,
+        time_split.fit_workers(timings, (min(arrivals, default=began), ended)),
         workers=workers or int(after.get("workers", 0)),
         arrivals=arrivals,
         transfer_bytes=moved,

@@ -147,6 +147,35 @@ def active_windows(tasks: Sequence[TaskTiming], arrivals: Sequence[float]) -> li
     return merge(windows)
 
 
+def fit_workers(tasks: Sequence[TaskTiming], window: Interval) -> list[TaskTiming]:
+    """``tasks`` with each worker's times shifted, where needed, so that they lie inside ``window``.
+
+    A worker reports its times in the scheduler's clock through its own estimate of the difference
+    (distributed's ``scheduler_delay``), which a worker busy at start (creating its CUDA context) can get wrong
+    by seconds; its tasks cannot have run before the graph arrived nor after the cell ended.
+    """
+    low, high = window
+    fitted: list[TaskTiming] = []
+    for worker in sorted({task.worker for task in tasks}):
+        mine = [task for task in tasks if task.worker == worker]
+        first = min(task.start for task in mine)
+        last = max(task.stop for task in mine)
+        shift = low - first if first < low else (high - last if last > high else 0.0)
+        if shift and last - first > high - low:
+            shift = low - first  # longer than the window: keep the start, clip the end
+        fitted += [
+            TaskTiming(
+                task.worker,
+                task.start + shift,
+                task.stop + shift,
+                task.prefix,
+                tuple((a + shift, b + shift) for a, b in task.transfers),
+            )
+            for task in mine
+        ]
+    return fitted
+
+
 def split(
     began: float,
     ended: float,

@@ -27,13 +27,15 @@ GENERATOR_TO_RANDOMSTATE = {"random": "random_sample"}
 def library() -> ModuleType | None:
     """The device array library of this process, or ``None`` where chunks stay in NumPy."""
     name = os.environ.get(LIBRARY_VARIABLE) or "cupy"
-    try:
-        module = importlib.import_module(name)
-        if name == "cupy" and module.cuda.runtime.getDeviceCount() < 1:
+    if name == "cupy":
+        from gpu_magics import gpus
+
+        if gpus.inventory().unavailable_reason() is not None:  # no GPU, simulated ones, or no CuPy
             return None
+    try:
+        return importlib.import_module(name)
     except Exception:
         return None
-    return module
 
 
 def to_device(value: Any) -> Any:

@@ -1,0 +1,117 @@
+"""A kernel process that sees no GPU (``CUDA_VISIBLE_DEVICES=""``) attached to a ``dask cuda worker`` on a GPU
+(Dask's CLI, as a cluster manager starts one): the seed runs with CuPy chunks on the worker's GPU, the value
+comes back as NumPy, and the worker's telemetry shows its GPU busy and holding the chunks.
+
+The kernel runs in a process of its own: this test process has already made a CUDA context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli_cluster import CliCluster, cli_cluster
+from tests.gpu.conftest import GPU_COUNT
+from tests.gpu.test_attached_gpu import WORKER_HOST
+
+ROOT = Path(__file__).resolve().parents[2]
+
+KERNEL = r"""
+import json, sys, time
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from gpu_magics.cluster import lifecycle as cluster
+
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "gpu_magics")
+with capture_output():
+    ip.run_line_magic("gpucluster", "--address " + sys.argv[1] + " --name gpu-workers")
+telemetry = cluster.telemetry()
+deadline = time.monotonic() + 60
+while telemetry is not None and not telemetry.gpus() and time.monotonic() < deadline:
+    time.sleep(0.2)
+size, chunk = int(sys.argv[2]), int(sys.argv[3])
+cell = (
+    "import dask.array as da\n"
+    f"x = da.random.normal(10, 1, size=({size}, {size}), chunks={chunk})\n"
+    "value = (x + 1)[::2, ::2].mean().compute()\n"
+)
+with capture_output() as shown:
+    ip.run_cell_magic("gpurun", "multi-gpu -o result", cell)
+result = ip.user_ns["result"]
+held = [g.gpu.process_memory or 0 for g in telemetry.gpus()] if telemetry is not None else []
+with capture_output() as direct:
+    ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", "import cupy\ncupy.ones(3).sum()\n")
+print(json.dumps({
+    "value": float(ip.user_ns["value"]),
+    "value_type": type(ip.user_ns["value"]).__module__,
+    "failed": result.failed,
+    "notes": list(result.notes),
+    "summary": str(result),
+    "stderr": shown.stderr,
+    "gpus": [{"label": g.label, "util": g.mean_gpu_util, "peak": g.peak_memory_used} for g in result.monitor.gpus],
+    "held": held,
+    "busy": result.split.share("compute") if result.split is not None else 0.0,
+    "cupy_here": direct.stderr,
+}))
+cluster.stop()
+"""
+
+
+@pytest.fixture(scope="module")
+def dask_cuda_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
+    env = {
+        "CUDA_VISIBLE_DEVICES": str(GPU_COUNT - 1),
+        "GPU_MAGICS_SOURCE": "nvml",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    workers = {"cuda": (WORKER_HOST, env)}
+    with cli_cluster(
+        workers, tmp_path_factory.mktemp("gpuless"), worker_command=("dask", "cuda", "worker"), worker_args=()
+    ) as started:
+        yield started
+
+
+def run_kernel(address: str, size: int, chunk: int) -> dict:
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": "",
+        "GPU_MAGICS_SOURCE": "nvml",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", KERNEL, address, str(size), str(chunk)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check(report: dict) -> None:
+    assert not report["failed"], report["stderr"]
+    assert report["value"] == pytest.approx(11.0, abs=1e-3)
+    assert report["value_type"] == "numpy"
+    assert any("this kernel has no GPU" in note for note in report["notes"]), report["notes"]
+    assert report["busy"] > 0.2, report["summary"]  # the worker's tasks ran (the split, from the scheduler)
+    assert report["gpus"] and max(g["peak"] or 0 for g in report["gpus"]) > 2**30, report["summary"]
+    assert max(report["held"] or [0]) > 0, "the worker reports the GPU memory its chunks took"
+    lines = [line for line in report["cupy_here"].splitlines() if line.strip()]
+    assert len(lines) == 1 and "this kernel has no GPU" in lines[0], report["cupy_here"]
+
+
+def test_a_gpuless_kernel_runs_the_seed_on_the_workers_gpu(dask_cuda_worker: CliCluster) -> None:
+    report = run_kernel(dask_cuda_worker.address, 20_000, 5_000)
+    check(report)
+    print(report["summary"])
+
+
+def test_a_gpuless_kernel_runs_the_80_gb_seed(dask_cuda_worker: CliCluster) -> None:
+    report = run_kernel(dask_cuda_worker.address, 100_000, 10_000)
+    check(report)
+    print(report["summary"])

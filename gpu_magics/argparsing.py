@@ -74,3 +74,14 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number above 0, got {text}")
     return value
+
+
+def comma_list(text: str, what: str) -> list[str]:
+    """The entries of the comma list ``text``, stripped; an empty one (``a,,b``, or a comma at either end) is an
+    ``argparse.ArgumentTypeError`` of one line (``what`` names the entries: ``"backends"``, ``"GPU indices"``)."""
+    entries = [entry.strip() for entry in text.split(",")]
+    if "" in entries:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty entry: separate {what} with single commas, none at either end"
+        )
+    return entries

@@ -74,6 +74,8 @@ BAD_LINES = {
     "--threads-per-worker 0": "at least 1, got 0",
     "--gpus 0,x": "invalid GPU list",
     "--gpus 1,1": "named twice",
+    "--gpus 0,,1": "'0,,1' has an empty entry: separate GPU indices with single commas",
+    "--gpus 0,": "has an empty entry",
     "--protocol udp": "invalid choice: 'udp'",
     "--address nobody": "invalid scheduler address",
     "--address http://host:1": "invalid scheduler address",

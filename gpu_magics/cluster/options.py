@@ -11,7 +11,7 @@ from typing import Literal
 
 from IPython.core.error import UsageError
 
-from gpu_magics.argparsing import MagicArgumentParser, positive_float, positive_int
+from gpu_magics.argparsing import MagicArgumentParser, comma_list, positive_float, positive_int
 
 PROG = "%gpucluster"
 Action = Literal["start", "status", "stop", "restart", "scale", "dashboard"]
@@ -123,8 +123,8 @@ def parse_gpus(text: str) -> tuple[int, ...] | None:
     """``"all"`` (``None``) or a comma list of distinct GPU indices such as ``"0,2,3"``."""
     if text.strip().lower() == "all":
         return None
-    parts = [part.strip() for part in text.split(",")]
-    if not parts or any(not part.isdigit() for part in parts):
+    parts = comma_list(text, "GPU indices")
+    if any(not part.isdigit() for part in parts):
         raise argparse.ArgumentTypeError(f"invalid GPU list {text!r}: use all or indices like 0,2,3")
     indices = tuple(int(part) for part in parts)
     if len(set(indices)) != len(indices):

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 
 from IPython.core.error import UsageError
 
-from gpu_magics.argparsing import MagicArgumentParser, non_negative_int, positive_float, positive_int
+from gpu_magics.argparsing import (
+    MagicArgumentParser,
+    comma_list,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 
 BACKENDS: tuple[str, ...] = ("cpu-single", "cpu-threads", "gpu", "multi-gpu")
 CHOICES: tuple[str, ...] = (*BACKENDS, "auto")
@@ -81,9 +87,12 @@ def parse_run_line(line: str) -> RunOptions:
     backend = normalize_backend(args.backend) if args.backend else None
     compare: tuple[str, ...] = ()
     if args.compare is not None:
-        names = [part for part in args.compare.split(",") if part.strip()]
-        if not names:
+        if not args.compare.replace(",", "").strip():
             raise UsageError("%%gpurun: --compare needs backends, for example --compare cpu-threads,gpu.")
+        try:
+            names = comma_list(args.compare, "backends")
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"%%gpurun: --compare {error}.") from None
         if [name.strip().lower() for name in names] == [COMPARE_ALL]:
             compare = (COMPARE_ALL,)
         else:

@@ -11,16 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_magics import chunk_advice
 from gpu_magics.display import svg
 from gpu_magics.display.format import MUTED, STYLE, WARN, format_bytes
 
 # A distributed task costs about 1 ms of scheduling; one 10000 x 10000 float64 chunk (800e6 bytes, 763 MiB) of the
-# seed workload takes about 4 ms of GPU time on an H200. Below SMALL_CHUNK bytes per-task overhead dominates GPU work.
+# seed workload takes about 4 ms of GPU time on an H200; chunk_advice says when overhead dominates that work.
 TASK_OVERHEAD_S = 1e-3
 REFERENCE_CHUNK_BYTES = 800e6
 REFERENCE_CHUNK_S = 4e-3
-SMALL_CHUNK = 100 * 2**20
-TARGET_CHUNK = 2**30
 LARGE_CHUNK_FRACTION = 0.25  # an operation holds several chunks at once: warn above a quarter of a GPU
 
 _HINT_BACKGROUND = f"background:color-mix(in srgb,{WARN} 12%,transparent)"  # a tint that suits both themes
@@ -190,15 +189,17 @@ def _hints(
     if math.isnan(chunk_nbytes) or any(isinstance(s, float) and math.isnan(s) for s in shape):
         return ()
     smallest = min(gpus) if gpus else None
-    if kind == "cupy" and chunk_nbytes < SMALL_CHUNK and nchunks > 1:
-        work = chunk_nbytes / REFERENCE_CHUNK_BYTES * REFERENCE_CHUNK_S
-        target = TARGET_CHUNK if smallest is None else min(TARGET_CHUNK, smallest / 16)
+    work = chunk_nbytes / REFERENCE_CHUNK_BYTES * REFERENCE_CHUNK_S
+    factor = chunk_advice.growth_factor(work, TASK_OVERHEAD_S)  # the rule %%gpurun's advice follows too
+    grown = chunk_advice.grown_chunks([int(s) for s in shape], [int(c) for c in chunksize], factor)
+    if kind == "cupy" and nchunks > 1 and grown is not None:
         hints.append(
             f"Chunks of {format_bytes(chunk_nbytes)} are small for a GPU: each task costs about "
             f"{TASK_OVERHEAD_S * 1e3:.0f} ms of scheduling but only about {work * 1e3:.2g} ms of GPU work "
             f"(one {format_bytes(REFERENCE_CHUNK_BYTES)} float64 chunk takes about "
-            f"{REFERENCE_CHUNK_S * 1e3:.0f} ms on an H200), so overhead dominates. Use chunks of at least "
-            f"{format_bytes(SMALL_CHUNK)}, e.g. {_suggest(shape, chunksize, dtype, target)}."
+            f"{REFERENCE_CHUNK_S * 1e3:.0f} ms on an H200), so overhead dominates. A task should do at least "
+            f"{chunk_advice.WORK_PER_OVERHEAD:.0f} times its overhead in work: use chunks about "
+            f"{factor:.0f} times larger, e.g. x.rechunk({svg.format_shape(grown)})."
         )
     if smallest is not None and chunk_nbytes > LARGE_CHUNK_FRACTION * smallest:
         how = "does not fit in" if chunk_nbytes > smallest else f"is over {LARGE_CHUNK_FRACTION:.0%} of"

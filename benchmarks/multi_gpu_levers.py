@@ -165,9 +165,14 @@ def main() -> None:
         help="%%gpucluster options (or name=value dask settings) per cluster variant, '|'-separated; '' = defaults",
     )  # fmt: skip
     parser.add_argument("--operations", action="store_true", help="also dask-cuda's array operations")
+    parser.add_argument("--only-seed", action="store_true", help="the seed alone: gpu, the default cluster, plain")
     args = parser.parse_args()
     n, chunk, repeat = args.n, args.chunk, args.repeat
-    cells = {name: text.format(n=n, chunk=chunk) for name, text in CELLS.items()}
+    cells = {
+        name: text.format(n=n, chunk=chunk) for name, text in CELLS.items() if name == "seed" or not args.only_seed
+    }
+    if args.only_seed:
+        args.variants = ""
     ip = shell()
     figures: dict[str, Any] = {
         "n": n,
@@ -195,7 +200,7 @@ def main() -> None:
         print(f"{label}: started in {start_s:.2f} s", flush=True)
         rows.append({"setup": f"{label} start", "start_s": start_s})
         rows.append(row(f"{label}, seed", run_magic(ip, "multi-gpu", cells["seed"], repeat), reference))
-        if variant.strip():
+        if variant.strip() or args.only_seed:
             continue
         for name in ("seed-philox", "ones"):
             rows.append(row(f"{label}, {name}", run_magic(ip, "multi-gpu", cells[name], repeat), gpu[name].median))

@@ -186,6 +186,11 @@ def main() -> None:
     for name, result in gpu.items():
         rows.append(row(f"gpu backend, {name}", result, None))
     reference = gpu["seed"].median
+    import dask
+    from dask.array.optimization import optimize as dask_optimize
+
+    with dask.config.set(array_optimize=dask_optimize):
+        rows.append(row("gpu backend, seed, dask's own graph", run_magic(ip, "gpu", cells["seed"], repeat), reference))
 
     named_settings = {
         "saturation=1.1": {"distributed.scheduler.worker-saturation": 1.1000001},

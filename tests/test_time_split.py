@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import dask
 import dask.array as da
+import numpy as np
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
@@ -141,3 +142,26 @@ def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu
     assert result.split is not None and not any(p == "mean_chunk" for p in result.split.prefixes)
     assert result.tasks == 4 + 1 + 1  # a task per chunk, the aggregate, the finalize
     assert result.advice is None
+
+
+def test_cupys_random_state_is_drawn_by_a_reseeded_generator() -> None:
+    from dask.array.random import _apply_random
+
+    from gpu_magics.gpurun.graphs import device
+
+    class RandomState:  # stands for cupy.random.RandomState (CuPy needs a GPU)
+        __module__ = "cupy.random._generator"
+
+        def __init__(self, seed: object = None) -> None:
+            self.state = np.random.RandomState(seed)  # type: ignore[arg-type]
+
+        def normal(self, *args: object, **kwargs: object) -> object:
+            return self.state.normal(*args, **kwargs)  # type: ignore[arg-type]
+
+    x = da.random.RandomState(1, RandomState=RandomState).normal(size=(40, 40), chunks=20) + 1
+    rewritten = tuning.reseed_generators(x.__dask_graph__())
+    draws = [node for layer in rewritten.layers.values() for node in getattr(layer, "mapping", {}).values()]
+    assert sum(getattr(node, "func", None) is device.draw_reseeding for node in draws) == 4
+    assert not any(getattr(node, "func", None) is _apply_random for node in draws)
+    numpy_graph = da.random.RandomState(1).normal(size=(40, 40), chunks=20).__dask_graph__()
+    assert tuning.reseed_generators(numpy_graph) is numpy_graph  # NumPy's generator is left alone

@@ -276,6 +276,7 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
             "pool": device_pool(index, threads),
             "num_workers": threads,
             "array.backend": "cupy",
+            **graph_tuning.gpu_graph_defaults(),
         },
         gpu_indices=(index,),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -60,6 +61,25 @@ def to_host(value: Any) -> Any:
     if xp is not None and isinstance(value, xp.ndarray) and type(value) is not np.ndarray:
         return xp.asnumpy(value)
     return value
+
+
+_generators = threading.local()  # per thread: device id -> a CuPy RandomState kept for reseeding
+
+
+def draw_reseeding(funcname: str, state_data: Any, size: Any, args: Any, kwargs: Any) -> Any:
+    """dask's ``_apply_random`` with ``cupy.random.RandomState``, drawing the same numbers from a generator this
+    thread keeps and reseeds: a new ``RandomState`` per chunk frees its cuRAND state when the chunk is done, and
+    that waits for the whole GPU, so the next chunk's work cannot be queued meanwhile."""
+    import cupy
+
+    kept: dict[int, Any] = _generators.__dict__.setdefault("by_device", {})
+    device_id = cupy.cuda.Device().id
+    state = kept.get(device_id)
+    if state is None:
+        state = kept[device_id] = cupy.random.RandomState(state_data)
+    else:
+        state.seed(state_data)  # what the constructor does after creating the generator
+    return getattr(state, funcname)(*args, size=size, **kwargs)
 
 
 def draw_random_state(funcname: str, state_data: Any, size: Any, args: Any, kwargs: Any) -> Any:

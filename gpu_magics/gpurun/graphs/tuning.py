@@ -2,13 +2,16 @@
 dask config leaves dask's defaults.
 
 Each task on a distributed cluster costs about a millisecond of scheduling and messages, whatever it computes.
-Two sources of tasks that compute nothing are cut:
+Two sources of tasks that compute nothing are cut, and one wait on the GPU is avoided:
 
 - dask's linear fusion (``fuse_linear_task_spec``) renames each fused chain and leaves an ``Alias`` task under the
   old name for the tasks that read it: one task per chunk that only forwards its input (100 of the seed's 238).
   ``optimize_without_aliases`` runs dask's own array optimization, then points the readers at the fused task.
 - reductions combine partial results ``split_every`` at a time (dask's default 4: a tree of many small tasks);
   ``REDUCTION_SPLIT_EVERY`` makes the tree shallower (the seed's 36 combine tasks become 9).
+- dask draws each random chunk from a new ``cupy.random.RandomState``, whose cuRAND state is freed when the chunk
+  is done, waiting for the whole GPU; ``reseed_generators`` draws the same numbers from a generator each worker
+  thread keeps and reseeds (``device.draw_reseeding``).
 
 The optimization runs where dask materializes the graph (on the scheduler), so it is used only where the
 scheduler can import this package (``task_count.scheduler_mark`` found the plugin there).
@@ -25,10 +28,52 @@ REDUCTION_SPLIT_EVERY = 16  # partial results combined at once (4 x 4 for a 2-D 
 
 
 def optimize_without_aliases(dsk: Any, keys: Any, **kwargs: Any) -> Any:
-    """dask's array optimization, then without the alias tasks its linear fusion leaves behind."""
+    """dask's array optimization of the graph with reseeded generators (``reseed_generators``), then without
+    the alias tasks its linear fusion leaves behind."""
     from dask.array.optimization import optimize
 
-    return strip_aliases(optimize(dsk, keys, **kwargs), keys)
+    return strip_aliases(optimize(reseed_generators(dsk), keys, **kwargs), keys)
+
+
+def reseed_generators(dsk: Any) -> Any:
+    """The graph with each chunk drawn from CuPy's default ``RandomState`` drawn instead by ``draw_reseeding``
+    (the same numbers, one generator per worker thread). Only dask's random layers change; the rest of the
+    high-level graph stays as it is, so dask's blockwise fusion still applies."""
+    from dask.array.random import _apply_random
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    from gpu_magics.gpurun.graphs import device
+
+    if not isinstance(dsk, HighLevelGraph):
+        return dsk
+    layers = dict(dsk.layers)
+    changed = False
+    for name, layer in dsk.layers.items():
+        if not isinstance(layer, MaterializedLayer):
+            continue
+        mapping = layer.mapping
+        draws = {key: node for key, node in mapping.items() if _cupy_random_state_task(node, _apply_random)}
+        if not draws:
+            continue
+        from dask._task_spec import Task
+
+        rewritten = dict(mapping)
+        for key, node in draws.items():
+            rewritten[key] = Task(key, device.draw_reseeding, *node.args[1:], **node.kwargs)
+        layers[name] = MaterializedLayer(rewritten, annotations=layer.annotations)
+        changed = True
+    return HighLevelGraph(layers, dsk.dependencies) if changed else dsk
+
+
+def _cupy_random_state_task(node: Any, apply_random: Any) -> bool:
+    """Whether ``node`` draws a chunk with ``cupy.random.RandomState`` itself (not a partial, not another
+    generator method the user chose)."""
+    if getattr(node, "func", None) is not apply_random or not node.args:
+        return False
+    generator = node.args[0]
+    return (
+        getattr(generator, "__module__", "").startswith("cupy") and getattr(generator, "__name__", "") == "RandomState"
+    )
 
 
 def strip_aliases(graph: Any, keys: Any) -> Any:
@@ -56,6 +101,14 @@ def strip_aliases(graph: Any, keys: Any) -> Any:
         aliased = node.dependencies & targets.keys()
         stripped[key] = node.substitute({name: resolve(name) for name in aliased}) if aliased else node
     return stripped
+
+
+def gpu_graph_defaults() -> dict[str, Any]:
+    """For one GPU under dask's threads: the reseeded generators (and no alias tasks), unless the user's dask
+    config names its own ``array_optimize``."""
+    if dask.config.get("array_optimize", default=None) is None:
+        return {"array_optimize": optimize_without_aliases}
+    return {}
 
 
 def cluster_graph_defaults() -> dict[str, Any]:

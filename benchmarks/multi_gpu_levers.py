@@ -124,30 +124,35 @@ def profile(pids: dict[str, int], seconds: float, out: Path) -> threading.Thread
     return thread
 
 
-def plain_cluster_rows(n: int, chunk: int, repeat: int, reference: float) -> list[dict[str, Any]]:
-    """Plain LocalCUDACluster with its defaults, in this process, on the seed."""
+def plain_cluster_rows(cells: dict[str, tuple[str, float]], repeat: int) -> list[dict[str, Any]]:
+    """Plain LocalCUDACluster with its defaults, in this process: each cell (label -> (code, the gpu backend's
+    median)) run as plain code under ``array.backend = "cupy"`` with the client as dask's scheduler."""
     import cupy
     import dask
-    import dask.array as da
     from dask_cuda import LocalCUDACluster
     from distributed import Client
 
     rows = []
-    with LocalCUDACluster(dashboard_address=None) as cluster, Client(cluster) as client:
-        with dask.config.set({"array.backend": "cupy"}):
+    with (
+        LocalCUDACluster(dashboard_address=None) as cluster,
+        Client(cluster) as client,
+        dask.config.set({"array.backend": "cupy"}),
+    ):
+        for label, (code, reference) in cells.items():
+            namespace: dict[str, Any] = {}
+            exec("import dask, dask.array as da", namespace)
+            compiled = compile(code, "<plain>", "exec")
             times = []
             for attempt in range(repeat + 1):
                 began = time.perf_counter()
-                x = da.random.normal(10, 1, size=(n, n), chunks=chunk)
-                float((x + 1)[::2, ::2].mean().compute())
+                exec(compiled, namespace)
                 client.run(lambda: cupy.cuda.Device().synchronize())
                 if attempt:
                     times.append(time.perf_counter() - began)
-        median = statistics.median(times)
-        rows.append(
-            {"setup": "plain LocalCUDACluster defaults, seed", "median_s": median, "vs_gpu": reference / median}
-        )
-        print(f"{'plain LocalCUDACluster defaults, seed':58s} {median:7.3f} s  {reference / median:5.2f}x vs gpu")
+            median = statistics.median(times)
+            name = f"plain LocalCUDACluster defaults, {label}"
+            rows.append({"setup": name, "median_s": median, "vs_gpu": reference / median})
+            print(f"{name:58s} {median:7.3f} s  {reference / median:5.2f}x vs gpu", flush=True)
     return rows
 
 
@@ -236,17 +241,14 @@ def main() -> None:
                     ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", cells["seed"])
             thread.join()
     stop_cluster(ip)
-    try:
-        rows.extend(plain_cluster_rows(n, chunk, repeat, reference))
-    except Exception as error:  # the plain row is a reference, not the point
-        print(f"plain LocalCUDACluster failed: {type(error).__name__}: {error}")
-
+    plain_operations: dict[str, tuple[str, float]] = {}
     if args.operations:
         start_cluster(ip, "", {})
         for operation, (text, size) in OPERATIONS.items():
-            for op_chunk in (size // 8, size // 4) if operation != "svd" else (size // 16, size // 4):
+            for op_chunk in (size // 8, size // 4) if operation != "svd" else (size // 16, size // 8):
                 cell = text.format(n=size, chunk=op_chunk)
                 one = run_magic(ip, "gpu", cell, 3)
+                plain_operations[f"op {operation} n={size} chunk={op_chunk}"] = (cell, one.median)
                 rows.append(row(f"op {operation} n={size} chunk={op_chunk}: gpu", one, None))
                 rows.append(
                     row(
@@ -256,6 +258,11 @@ def main() -> None:
                     )
                 )
         stop_cluster(ip)
+    try:
+        rows.extend(plain_cluster_rows({"seed": (cells["seed"], reference), **plain_operations}, repeat))
+    except Exception as error:  # the plain row is a reference, not the point
+        print(f"plain LocalCUDACluster failed: {type(error).__name__}: {error}")
+
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
 

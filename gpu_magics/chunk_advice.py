@@ -30,20 +30,28 @@ def _nice(value: float) -> int:
 def grown_chunks(
     shape: Sequence[int], chunksize: Sequence[int], factor: float, *, min_chunks: int = 2
 ) -> tuple[int, ...] | None:
-    """Chunk sizes ``factor`` times larger in elements, spread over the axes that are split, or ``None`` when
-    that would leave fewer than ``min_chunks`` chunks (too little parallel work) or no fewer chunks."""
+    """Chunk sizes up to ``factor`` times larger in elements, spread over the axes that are split, and grown no
+    further than leaves ``min_chunks`` chunks (parallel work for every worker); ``None`` when no such growth
+    gives fewer chunks."""
     split_axes = [axis for axis, (size, chunk) in enumerate(zip(shape, chunksize, strict=True)) if chunk < size]
     if factor < WORTH_SAYING or not split_axes:
         return None
+    before = _count(shape, chunksize)
     per_axis = factor ** (1 / len(split_axes))
-    grown = list(chunksize)
-    for axis in split_axes:
-        grown[axis] = min(int(shape[axis]), _nice(chunksize[axis] * per_axis))
-    count = math.prod(math.ceil(size / chunk) for size, chunk in zip(shape, grown, strict=True))
-    before = math.prod(math.ceil(size / chunk) for size, chunk in zip(shape, chunksize, strict=True))
-    if count >= before or count < min_chunks:
-        return None  # no fewer tasks, or too few for every worker
-    return tuple(grown)
+    while per_axis > 1.0:
+        grown = list(chunksize)
+        for axis in split_axes:
+            pieces = math.ceil(shape[axis] / min(int(shape[axis]), _nice(chunksize[axis] * per_axis)))
+            grown[axis] = math.ceil(shape[axis] / pieces)  # even pieces: 4000 in 2 of 2000, not 3300 + 700
+        count = _count(shape, grown)
+        if min_chunks <= count < before:
+            return tuple(grown)
+        per_axis *= 0.8
+    return None
+
+
+def _count(shape: Sequence[int], chunks: Sequence[int]) -> int:
+    return math.prod(math.ceil(size / chunk) for size, chunk in zip(shape, chunks, strict=True))
 
 
 def format_chunks(chunks: Sequence[int]) -> str:

@@ -65,17 +65,43 @@ def _split(prefixes: dict[str, int], compute: float, scheduling: float, tasks: i
 
 def test_advice_names_the_philox_generator_when_xorwow_draws_dominate() -> None:
     measured = _split({"add-getitem-normal-mean_chunk": 100, "mean_chunk": 100}, 0.53, 0.02, 200)
-    line = advice.advise(measured, [], draw_costs=(0.0040, 0.0008))
+    x = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8, xorwow_draws={"normal": 100})
+    line = advice.advise(measured, [x], draw_costs=(0.0040, 0.0008))
     assert line is not None and line.startswith("60% of the GPU time went to drawing XORWOW random numbers")
-    assert "CURAND_RNG_PSEUDO_PHILOX4_32_10" in line and "4.00 ms a chunk" in line
-    assert advice.advise(measured, [], draw_costs=(0.0010, 0.0008)) is None  # too small a difference
+    assert "CURAND_RNG_PSEUDO_PHILOX4_32_10" in line and "4.00 ms a chunk" in line and "rs.normal(" in line
+    assert advice.advise(measured, [x], draw_costs=(0.0010, 0.0008)) is None  # too small a difference
+    chosen = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8)  # the user's own generator
+    assert advice.advise(measured, [chosen], draw_costs=(0.0040, 0.0008)) is None
+
+
+def test_only_cupys_default_generator_counts_as_xorwow() -> None:
+    import functools
+
+    class RandomState:  # stands for cupy.random.RandomState (CuPy needs a GPU)
+        __module__ = "cupy.random._generator"
+
+        def __init__(self, seed: object = None, method: int = 0) -> None:
+            self.state = np.random.RandomState(seed)  # type: ignore[arg-type]
+
+        def random_sample(self, *args: object, **kwargs: object) -> object:
+            return self.state.random_sample(*args, **kwargs)  # type: ignore[arg-type]
+
+    default = da.random.RandomState(1, RandomState=RandomState).random_sample(size=(40, 40), chunks=20) + 1
+    assert advice.xorwow_draws(default) == {"random_sample": 4}
+    philox = functools.partial(RandomState, method=5)
+    chosen = da.random.RandomState(1, RandomState=philox).random_sample(size=(40, 40), chunks=20)  # type: ignore[arg-type]
+    assert advice.xorwow_draws(chosen) == {}
+    on_cpu = da.random.RandomState(1).random_sample(size=(40, 40), chunks=20)
+    assert advice.xorwow_draws(on_cpu) == {} and advice.xorwow_draws(on_cpu, numpy_means_device=True) == {
+        "random_sample": 4
+    }
 
 
 def test_advice_grows_chunks_only_when_fixed_costs_dominate() -> None:
     x = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8)
     costly = _split({"add": 100}, compute=0.1, scheduling=0.4, tasks=100)  # 1 ms of work, 4 ms waiting
     line = advice.advise(costly, [x], None)
-    assert line is not None and "x's chunks of 10000" in line and "chunks=40000 where x is made" in line
+    assert line is not None and "x's chunks of 10000" in line and "chunks=33334 where x is made" in line
     busy = _split({"add": 100}, compute=0.45, scheduling=0.05, tasks=100)
     assert advice.advise(busy, [x], None) is None
 
@@ -122,6 +148,7 @@ SEED = (
 )
 
 
+@pytest.mark.slow  # a cluster with worker processes
 def test_a_cluster_cell_reports_its_split_and_advice_on_cpu_workers(ip: InteractiveShell, cpu_cluster: None) -> None:
     with capture_output():
         ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED.format(chunk=60))
@@ -135,6 +162,7 @@ def test_a_cluster_cell_reports_its_split_and_advice_on_cpu_workers(ip: Interact
     assert saved["split"]["tasks"] == result.split.tasks and saved["advice"] == result.advice
 
 
+@pytest.mark.slow  # a cluster with worker processes
 def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu_cluster: None) -> None:
     with capture_output():
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_big --no-monitor", SEED.format(chunk=600))

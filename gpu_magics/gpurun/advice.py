@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics import chunk_advice
@@ -32,7 +32,7 @@ LOW_COMPUTE_SHARE = 0.6  # below this share of busy GPU time, fixed costs domina
 
 PHILOX = (
     "rs = da.random.RandomState(seed, RandomState=functools.partial(cupy.random.RandomState, "
-    "method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)); x = rs.normal(...)"
+    "method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)); x = rs.{function}(...)"
 )
 
 
@@ -44,6 +44,35 @@ class ArrayChunks:
     shape: tuple[int, ...]
     chunksize: tuple[int, ...]
     chunk_bytes: float
+    xorwow_draws: dict[str, int] = field(default_factory=dict)  # dask.array.random function -> XORWOW chunks
+
+
+def xorwow_draws(array: Any, numpy_means_device: bool = False) -> dict[str, int]:
+    """The chunks of ``array``'s graph drawn from CuPy's default generator (a ``cupy.random.RandomState`` made
+    per chunk: XORWOW), by function; with ``numpy_means_device``, NumPy's ``RandomState`` counts too (a kernel
+    without a GPU, whose draws the workers make with CuPy's default). A generator the user chose (a partial with
+    Philox, say) is not counted."""
+    from dask.array.random import _apply_random
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    graph = array.__dask_graph__()
+    if not isinstance(graph, HighLevelGraph):
+        return {}
+    found: dict[str, int] = {}
+    for layer in graph.layers.values():
+        if not isinstance(layer, MaterializedLayer):
+            continue
+        for node in layer.mapping.values():
+            if getattr(node, "func", None) is not _apply_random or len(node.args) < 2:
+                continue
+            generator = node.args[0]
+            module = getattr(generator, "__module__", "") or ""
+            default = getattr(generator, "__name__", "") == "RandomState" and (
+                module.startswith("cupy") or (numpy_means_device and module.startswith("numpy"))
+            )
+            if default:
+                found[str(node.args[1])] = found.get(str(node.args[1]), 0) + 1
+    return found
 
 
 def random_chunks(split: TimeSplit) -> int:
@@ -51,8 +80,11 @@ def random_chunks(split: TimeSplit) -> int:
     return sum(count for prefix, count in split.prefixes.items() if RANDOM_FUNCTIONS.intersection(prefix.split("-")))
 
 
-def arrays_made(namespace: Mapping[str, Any], names: Iterable[str]) -> list[ArrayChunks]:
-    """The dask arrays among ``names`` in ``namespace`` with known shapes, largest first."""
+def arrays_made(
+    namespace: Mapping[str, Any], names: Iterable[str], numpy_means_device: bool = False
+) -> list[ArrayChunks]:
+    """The dask arrays among ``names`` in ``namespace`` with known shapes, largest first (``xorwow_draws``
+    says what ``numpy_means_device`` does)."""
     found = []
     for name in names:
         value = namespace.get(name)
@@ -67,7 +99,11 @@ def arrays_made(namespace: Mapping[str, Any], names: Iterable[str]) -> list[Arra
         nbytes = float(itemsize)
         for size in sizes:
             nbytes *= size
-        found.append(ArrayChunks(name, dims, sizes, nbytes))
+        try:
+            draws = xorwow_draws(value, numpy_means_device)
+        except Exception:
+            draws = {}
+        found.append(ArrayChunks(name, dims, sizes, nbytes, draws))
     return sorted(found, key=lambda item: -item.chunk_bytes * _count(item))
 
 
@@ -83,15 +119,21 @@ def advise(split: TimeSplit, arrays: list[ArrayChunks], draw_costs: tuple[float,
 
     ``draw_costs``: seconds to draw one chunk of normals with XORWOW (CuPy's default) and with Philox, measured
     on the GPU that ran the cell (``draw_seconds``)."""
-    draws = random_chunks(split)
+    by_function: dict[str, int] = {}
+    for array in arrays:
+        for function, count in array.xorwow_draws.items():
+            by_function[function] = max(by_function.get(function, 0), count)
+    draws = min(random_chunks(split), sum(by_function.values()))
     busy = split.seconds.get("compute", 0.0)
     if split.gpu and draws and draw_costs and busy > 0:
         xorwow, philox = draw_costs
         share = min(1.0, draws * max(xorwow - philox, 0.0) / busy)
         if share >= GENERATOR_SHARE:
+            function = max(by_function, key=lambda name: by_function[name])
             return (
                 f"{share:.0%} of the GPU time went to drawing XORWOW random numbers, CuPy's default "
-                f"({format_seconds(xorwow)} a chunk; Philox draws one in {format_seconds(philox)}): {PHILOX}"
+                f"({format_seconds(xorwow)} a chunk; Philox draws one in {format_seconds(philox)}): "
+                f"{PHILOX.format(function=function)}"
             )
     if split.share("compute") >= LOW_COMPUTE_SHARE or not split.tasks or not arrays:
         return None

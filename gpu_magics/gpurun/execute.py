@@ -248,10 +248,11 @@ def run_on_backend(
 def _advice(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan, split: TimeSplit) -> str | None:
     """The one line of advice for the split (``advice``), measuring the GPU's random draws only when the cell
     drew random chunks on a GPU."""
-    arrays = advice.arrays_made(shell.user_ns, sorted(cell.bound | cell.names))
+    arrays = advice.arrays_made(shell.user_ns, sorted(cell.bound | cell.names), plan.remote_chunks)
     costs = None
-    if split.gpu and arrays and advice.random_chunks(split):
-        elements = math.prod(arrays[0].chunksize)
+    drawn = [array for array in arrays if array.xorwow_draws]
+    if split.gpu and drawn and advice.random_chunks(split):
+        elements = math.prod(drawn[0].chunksize)
         if plan.client is not None:
             costs = advice.cluster_draw_seconds(plan.client, elements, plan.annotations.get("workers"))
         elif plan.gpu_indices:

@@ -86,6 +86,8 @@ def draw_random_state(funcname: str, state_data: Any, size: Any, args: Any, kwar
     """dask's ``_apply_random`` with the device library's ``RandomState`` (the same seeds as a kernel with a GPU
     and ``array.backend = "cupy"`` gives it, so the same numbers)."""
     xp = library()
+    if xp is not None and xp.__name__ == "cupy":
+        return draw_reseeding(funcname, state_data, size, args, kwargs)
     state = (np.random if xp is None else xp.random).RandomState(state_data)
     return getattr(state, funcname)(*args, size=size, **kwargs)
 

@@ -39,9 +39,12 @@ while telemetry is not None and not telemetry.gpus() and time.monotonic() < dead
 size, chunk = int(sys.argv[2]), int(sys.argv[3])
 cell = (
     "import dask.array as da\n"
-    f"x = da.random.normal(10, 1, size=({size}, {size}), chunks={chunk})\n"
+    "x = da.random.normal(10, 1, size=({size}, {size}), chunks={chunk})\n"
     "value = (x + 1)[::2, ::2].mean().compute()\n"
 )
+with capture_output():  # the worker's first cell pays for its CUDA context and kernels: not the one measured
+    ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", cell.format(size=2 * chunk, chunk=chunk))
+cell = cell.format(size=size, chunk=chunk)
 with capture_output() as shown:
     ip.run_cell_magic("gpurun", "multi-gpu -o result", cell)
 result = ip.user_ns["result"]

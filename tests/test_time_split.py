@@ -193,3 +193,26 @@ def test_cupys_random_state_is_drawn_by_a_reseeded_generator() -> None:
     assert not any(getattr(node, "func", None) is _apply_random for node in draws)
     numpy_graph = da.random.RandomState(1).normal(size=(40, 40), chunks=20).__dask_graph__()
     assert tuning.reseed_generators(numpy_graph) is numpy_graph  # NumPy's generator is left alone
+
+
+def test_bytes_moved_agree_with_the_workers_own_count(ip: InteractiveShell, cpu_cluster: None) -> None:
+    from benchmarks.transfers import incoming_bytes
+
+    client = cluster.require_client()
+    ip.run_cell("from distributed import wait", store_history=False)
+    with capture_output():
+        ip.run_cell_magic(
+            "gpurun",
+            "multi-gpu -q --no-monitor",
+            "t_rows = da.ones((800, 800), chunks=(400, 800)).persist()\nwait(t_rows)\n",
+        )
+        before = sum(client.run(incoming_bytes).values())
+        ip.run_cell_magic(
+            "gpurun",
+            "multi-gpu -q --no-monitor -o t_move",
+            "t_cols = t_rows.rechunk((800, 400), method='tasks').persist()\nwait(t_cols)\n",
+        )
+    counted = sum(client.run(incoming_bytes).values()) - before
+    split_ = ip.user_ns["t_move"].split
+    assert counted > 0 and split_.transfer_bytes == pytest.approx(counted, rel=0.05)
+    assert split_.seconds["transfers"] > 0

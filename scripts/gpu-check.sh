@@ -2,8 +2,12 @@
 # Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; the log goes to $OUT/gpu-check.log
 # (default OUT: ./gpu-logs), executed example notebooks to $OUT/executed.
 #   bash scripts/gpu-check.sh [STAGE...]
-#     stages: env tests seed cluster scaling display monitor telemetry server attach examples (default: all)
+#     stages: env tests seed cluster levers large transfers scaling display monitor telemetry server attach examples
+#             (default: all)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
+#     levers: where a multi-gpu cell's time goes and each lever against it, dask-cuda's array operations, py-spy
+#     large: the seed at 400000^2 (1.28 TB) on every GPU: gpu, %gpucluster, plain LocalCUDACluster
+#     transfers: an all-to-all rechunk over tcp and ucx (ucx needs the .whlucx wheels), bytes counted twice
 #     scaling: the speed-cubing example at full size on 1, 2, 4... GPUs (CUDA_VISIBLE_DEVICES)
 #     telemetry: the workers' GPU telemetry from 128 simulated GPUs (16 workers x 8) at 1 and 4 Hz
 #     attach: the server's endpoints for a cluster from Dask's CLI (dask cuda worker), memory by notebook
@@ -21,7 +25,8 @@ else
   export PYTHONPATH=$PWD
 fi
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster scaling display monitor telemetry server attach examples)
+[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster levers large transfers scaling display monitor telemetry server attach
+  examples)
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 counts=""  # 1, 2, 4, ... up to the GPU count, and the count itself
 for k in 1 2 4 8 16; do [ "$k" -le "$gpus" ] && counts="$counts,$k"; done
@@ -43,6 +48,11 @@ for stage in "${stages[@]}"; do
     tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ${PYTEST_ARGS:-} ;;
     seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
     cluster) run multi-gpu python3 benchmarks/seed_workload.py --multi-gpu "$counts" --only-multi-gpu --json "$OUT/multi-gpu.json" ;;
+    levers) run levers python3 benchmarks/multi_gpu_levers.py --operations --profile "$OUT/prof" --json "$OUT/levers.json" ;;
+    large) run large python3 benchmarks/multi_gpu_levers.py --n 400000 --chunk 20000 --repeat 2 --only-seed \
+        --json "$OUT/large.json" ;;
+    transfers) run transfers env UCX_WARN_UNUSED_ENV_VARS=n python3 benchmarks/transfers.py --protocols tcp,ucx \
+        --json "$OUT/transfers.json" ;;
     scaling)
       for k in ${counts//,/ }; do
         run "speed-cubing-${k}gpu" env CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((k - 1)))" \

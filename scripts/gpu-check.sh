@@ -11,14 +11,16 @@
 #     scaling: the speed-cubing example at full size on 1, 2, 4... GPUs (CUDA_VISIBLE_DEVICES)
 #     telemetry: the workers' GPU telemetry from 128 simulated GPUs (16 workers x 8) at 1 and 4 Hz
 #     attach: the server's endpoints for a cluster from Dask's CLI (dask cuda worker), memory by notebook
-# Python packages the machine lacks can be brought as wheels in .whl/ (installed into /tmp/site first).
+# Python packages the machine lacks can be brought as wheels in .whl/ or .whlucx/ (installed into /tmp/site first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+wheels=.whl
+[ -d .whlucx ] && wheels=.whlucx  # the set with the UCX stack (../shared/device/wheels-ucx.sh), where carried
+if [ -d "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl \
     || { echo "wheel install failed"; exit 1; }
   export PYTHONPATH=/tmp/site:$PWD
 else

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from typing import NoReturn
 
@@ -85,3 +86,22 @@ def comma_list(text: str, what: str) -> list[str]:
             f"{text!r} has an empty entry: separate {what} with single commas, none at either end"
         )
     return entries
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|sec|m|min|h)\s*$", re.IGNORECASE)
+_SECONDS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+DURATION_OFF = ("off", "none", "never", "0")
+
+
+def duration(text: str) -> float:
+    """``argparse`` type: seconds in ``"90s"``, ``"30m"`` or ``"2h"``, at least 1 s; ``0.0`` for ``"off"`` (or
+    ``"0"``)."""
+    if text.strip().lower() in DURATION_OFF:
+        return 0.0
+    found = _DURATION.match(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use a number and a unit (90s, 30m, 2h) or off")
+    seconds = float(found.group(1)) * _SECONDS[found.group(2).lower()]
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: at least 1s, or off")
+    return seconds

@@ -16,8 +16,14 @@ MAGICS_CLASSES: tuple[str, ...] = (
     "gpu_magics.magics.gpugraph:GraphMagics",
     "gpu_magics.magics.gpumonitor:MonitorMagics",
 )
-LOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:register",)
-UNLOAD_HOOKS: tuple[str, ...] = ("gpu_magics.display.formatters:unregister",)
+LOAD_HOOKS: tuple[str, ...] = (
+    "gpu_magics.display.formatters:register",
+    "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
+)
+UNLOAD_HOOKS: tuple[str, ...] = (
+    "gpu_magics.display.formatters:unregister",
+    "gpu_magics.cluster.records.kernel_report:uninstall",
+)
 
 _STATE_KEY = "_gpu_magics_instances"
 

@@ -95,7 +95,17 @@ BAD_LINES = {
     "--cpu-workers 2 --gpus 0": "--gpus belong to GPU clusters, not to --cpu-workers",
     "--address tcp://h:1 --rmm-pool-size 1GB": "belong to GPU clusters, not to --address",
     "--address tcp://h:1 --cpu-workers 2": "choose one of --cpu-workers N",
-    "--address tcp://h:1 --threads-per-worker 2": "takes only --name, --client, --timeout and --replace",
+    "--address tcp://h:1 --threads-per-worker 2": "takes only --name, --client, --timeout, --idle-timeout and",
+    "--gpus free:0": "invalid GPU choice 'free:0': use free, or free:N with N at least 1",
+    "--gpus free:two": "use free, or free:N",
+    "--gpus freest": "invalid GPU list 'freest': use all, free, free:N or indices",
+    "--cpu-workers 2 --gpus free": "--gpus belong to GPU clusters, not to --cpu-workers",
+    "--idle-timeout 30": "invalid duration '30': use a number and a unit (90s, 30m, 2h) or off",
+    "--idle-timeout 0.2s": "at least 1s, or off",
+    "--idle-timeout soon": "invalid duration 'soon'",
+    "status --idle-timeout 5m": "--idle-timeout belong to start, not to status",
+    "free everything": "choose kernel, workers or all (the default), not 'everything'",
+    "free kernel workers": "unexpected 'kernel workers'",
 }
 
 
@@ -107,6 +117,21 @@ def test_bad_lines_are_one_line_usage_errors(line: str) -> None:
     assert BAD_LINES[line] in message
     assert "\n" not in message
     assert message.startswith("%gpucluster")
+
+
+def test_free_gpus_idle_timeout_and_free_parse() -> None:
+    assert parse_cluster_line("--gpus free").free_gpus == 0
+    options = parse_cluster_line("--gpus FREE:2 --idle-timeout 30m --replace")
+    assert (options.free_gpus, options.gpus, options.idle_timeout) == (2, None, 1800.0)
+    assert {"gpus", "idle_timeout"} <= options.given
+    assert parse_cluster_line("--idle-timeout 90s").idle_timeout == 90.0
+    assert parse_cluster_line("--idle-timeout 2h").idle_timeout == 7200.0
+    assert parse_cluster_line("--idle-timeout off").idle_timeout == 0.0
+    assert parse_cluster_line("--address tcp://h:1 --idle-timeout 5s").idle_timeout == 5.0
+    assert parse_cluster_line("--gpus 0,1").free_gpus is None
+    for line, target in (("free", "all"), ("free kernel", "kernel"), ("free Workers", "workers")):
+        options = parse_cluster_line(line)
+        assert (options.action, options.free_target) == ("free", target)
 
 
 def test_options_are_frozen() -> None:

@@ -34,6 +34,11 @@ def test_number_matches_the_side_panel(value: float | None, unit: str, expected:
     assert fmt.format_number(value, unit) == expected
 
 
+@pytest.mark.parametrize(("seconds", "expected"), CASES["duration"])
+def test_duration_matches_the_side_panel(seconds: float, expected: str) -> None:
+    assert fmt.format_duration(seconds) == expected
+
+
 def test_shared_cases_cover_every_unit_and_rounding_rule() -> None:
     units = {text.split()[-1] for _, text in CASES["bytes"] if " " in text}
     assert units == {"B", "KiB", "MiB", "GiB", "TiB"}

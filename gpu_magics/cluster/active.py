@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpu_magics.cluster.idle import IdleWatcher
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.cluster.records.refresh import RecordRefresher
@@ -36,6 +37,7 @@ class ActiveCluster:
     saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
     telemetry: ClusterTelemetry | None = None  # the workers' own GPU reports
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report
+    idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
 
     @property
     def owned(self) -> bool:

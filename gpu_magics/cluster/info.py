@@ -16,8 +16,13 @@ class WorkerGpu:
     memory_used: int | None = None
     memory_total: int | None = None
     gpu_util: float | None = None  # percent
-    process_memory: int | None = None  # bytes the worker process itself holds on it
+    process_memory: int | None = None  # bytes the worker process itself holds on it, all of it
     error: str | None = None  # why it could not be read: shown as unreadable
+    array_memory: int | None = None  # of process_memory: in use by arrays
+    cached_memory: int | None = None  # cached by its pool (``%gpucluster free`` gives it back)
+    context_memory: int | None = None  # its CUDA context and libraries
+    others_memory: int | None = None  # held by processes that are not this cluster's or this kernel's
+    others_pids: tuple[int, ...] = ()  # those processes, where NVML names them
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,17 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True)
+class KernelGpuInfo:
+    """What the kernel itself holds on one of its GPUs (its arrays, its pool's cache, its CUDA context)."""
+
+    label: str
+    process_memory: int | None
+    array_memory: int | None = None
+    cached_memory: int | None = None
+    context_memory: int | None = None
+
+
+@dataclass(frozen=True)
 class ClusterInfo:
     """A cluster's state at one moment."""
 
@@ -53,3 +69,6 @@ class ClusterInfo:
     notice: str | None = None
     started_at: float | None = None  # seconds since the epoch, when this kernel started or attached to it
     dashboard_note: str | None = None  # why dashboard_url may not open from the browser, or None
+    idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches)
+    idle_left: float | None = None  # seconds left while it is idle; None while it runs a task
+    kernel_gpus: tuple[KernelGpuInfo, ...] = ()  # what this kernel holds on its GPUs

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import attach, factories, inspection
+from gpu_magics.cluster import attach, factories, idle, inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
@@ -38,12 +38,13 @@ from gpu_magics.cluster.queries import (
     telemetry,
     worker_count,
 )
+from gpu_magics.cluster.records import kernel_report, status_info
 from gpu_magics.cluster.records import record as cluster_records
-from gpu_magics.cluster.records import status_info
 from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 from gpu_magics.cluster.workers import forkserver
+from gpu_magics.display.format import format_duration
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -55,6 +56,7 @@ __all__ = [
     "active_client",
     "dashboard_url",
     "describe_hardware",
+    "free_workers",
     "gpu_worker_devices",
     "has_gpu_workers",
     "prestart_worker_server",
@@ -76,9 +78,12 @@ _lock = threading.RLock()
 _atexit_registered = False
 
 
-def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL) -> ClusterInfo:
+def start(
+    options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL, idle_timeout: float = 0.0
+) -> ClusterInfo:
     """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``.
-    Every worker then reports its GPUs every ``telemetry_interval`` seconds (0: not at all)."""
+    Every worker then reports its GPUs every ``telemetry_interval`` seconds (0: not at all); after
+    ``idle_timeout`` seconds without a task (0: never) the cluster closes, or an attached one is detached."""
     began = time.perf_counter()
     with _lock:
         # check the GPU choice first: a bad --gpus must not stop the running cluster
@@ -93,6 +98,9 @@ def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY
                     f"{PROG}: cluster {current.name!r} is already up; using it "
                     f"(add --replace to start a new one with these options)"
                 )
+                if "idle_timeout" in options.given:
+                    _watch_idle(current, idle_timeout)
+                    notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
                 return status(notice=notice)
             stop()
         started = _attach(options) if options.kind == "attached" else _start_local(options, gpu_ids, began)
@@ -103,9 +111,11 @@ def start(options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY
             started.saved_config = {**(started.saved_config or {}), **_set_cupy_defaults()}
         if telemetry_interval > 0:
             _start_telemetry(started, telemetry_interval)
+        _watch_idle(started, idle_timeout, write=False)
         record_writer.write_record(started)
         if started.telemetry is not None:
             reports = started.telemetry
+            reports.kernel_held = kernel_report.held_by_uuid
             started.refresher = RecordRefresher(
                 lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
             )
@@ -138,6 +148,8 @@ def stop() -> str:
         current = set_in_use(None)
         if current is None:
             return f"{PROG}: no cluster is running"
+        if current.idle is not None:
+            current.idle.stop()
         if current.refresher is not None:
             current.refresher.stop()
         cluster_records.remove_record(current.record_path)
@@ -206,6 +218,62 @@ def scale(count: int) -> ClusterInfo:
             current.devices.update(devices)
         record_writer.write_record(current)
         return status(notice=f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+
+
+def free_workers() -> tuple[int, int, list[str]]:
+    """Have every worker of the cluster in use give back what its pool caches on its GPU: (bytes released,
+    workers that answered, why some memory stays); ``UsageError`` without a cluster."""
+    from gpu_magics.cluster.telemetry.pools import free_worker
+
+    current = _require_active("free")
+    try:
+        answers = current.client.run(free_worker, on_error="return")
+    except Exception as error:
+        raise UsageError(f"{PROG} free: the workers did not answer ({one_line(error)})") from None
+    released, kept, answered = 0, set(), 0
+    for answer in answers.values():
+        if isinstance(answer, dict):
+            answered += 1
+            released += int(answer.get("released") or 0)
+            if answer.get("kept"):
+                kept.add(str(answer["kept"]))
+    return released, answered, sorted(kept)
+
+
+def _watch_idle(current: ActiveCluster, timeout: float, *, write: bool = True) -> None:
+    """Close ``current`` (attached: detach) after ``timeout`` seconds without a task; 0 stops watching."""
+    if current.idle is not None:
+        current.idle.stop()
+        current.idle = None
+    if timeout > 0:
+
+        def changed() -> None:  # idle or busy again: the record shows the time left
+            if current.record is not None:
+                record_writer.write_record(current, refresh=True)
+
+        current.idle = idle.IdleWatcher(current.client, timeout, lambda: _close_idle(current), changed)
+    if write and current.record is not None:
+        record_writer.write_record(current, refresh=True)
+
+
+def _close_idle(watched: ActiveCluster) -> None:
+    """The idle watcher's end: close the cluster it watched (if still in use) and say so in one line."""
+    with _lock:
+        if in_use() is not watched or watched.idle is None:
+            return
+        waited = format_duration(watched.idle.timeout)
+        watched.idle = None  # stop() must not wait for the thread that calls this
+        stop()
+    if watched.owned:
+        print(
+            f"{PROG}: closed cluster {watched.name!r} after {waited} without a task (--idle-timeout); "
+            f"its GPUs are free. {PROG} starts a new one"
+        )
+    else:
+        print(
+            f"{PROG}: detached from {watched.options.address} after {waited} without a task (--idle-timeout); "
+            "its scheduler and workers keep running"
+        )
 
 
 def dashboard_url() -> str | None:

@@ -16,16 +16,20 @@ from gpu_magics.display.format import (
     MUTED,
     STATUS_COLOURS,
     STYLE,
+    WARN,
     format_age,
     format_bytes,
+    format_duration,
     format_percent,
     format_seconds,
     html_table,
     text_table,
 )
 
-HEADER = ("host", "worker", "GPU", "util", "memory", "worker holds", "status", "threads")
-NUMERIC = (3, 4, 5, 7)
+HEADER = ("host", "worker", "GPU", "util", "memory", "worker holds", "arrays", "cached", "context", "status", "threads")
+NUMERIC = (3, 4, 5, 6, 7, 8, 10)
+OTHERS = "others"
+"""The marker of a GPU on which processes that are not this cluster's (nor this kernel's) hold memory."""
 FRESH_S = 10.0
 """A cluster younger than its start-up time plus this many seconds shows how its start went; older ones show
 their uptime only."""
@@ -53,6 +57,20 @@ def gpu_text(gpu: WorkerGpu, host: str | None) -> str:
     if host and label.startswith(f"{host} · "):
         label = label[len(host) + 3 :]
     return f"{label} · {gpu.name}" if gpu.name and gpu.name not in label else label
+
+
+PROG_FREE = "%gpucluster free"
+
+
+def others_text(memory: int, pids: tuple[int, ...]) -> str:
+    """``"pid 4242 holds 40.0 GiB"``, ``"2 other processes hold 40.0 GiB (pid 4242, 4343)"``, or, where NVML
+    cannot name them, ``"40.0 GiB in use that no process of yours reports"``."""
+    if not pids:
+        return f"{format_bytes(memory)} in use that no process of yours reports"
+    if len(pids) == 1:
+        return f"pid {pids[0]} holds {format_bytes(memory)}"
+    listed = ", ".join(str(pid) for pid in pids[:4]) + (", ..." if len(pids) > 4 else "")
+    return f"{len(pids)} other processes hold {format_bytes(memory)} (pid {listed})"
 
 
 def _state(workers: tuple[WorkerInfo, ...]) -> str:
@@ -113,15 +131,17 @@ class ClusterView:
             previous_host = host
             last = [worker.status, str(worker.threads)]
             if not worker.gpus:
-                cells = [worker_gpu_text(worker), DASH, worker_memory_text(worker), DASH]
+                cells = [worker_gpu_text(worker), DASH, worker_memory_text(worker), DASH, DASH, DASH, DASH]
                 rows.append(([*first, *cells, *last], worker, None))
             for k, gpu in enumerate(worker.gpus):
                 if gpu.error is not None:
-                    figures = ["unreadable", DASH, DASH]
+                    figures = ["unreadable", DASH, DASH, DASH, DASH, DASH]
                 else:
                     memory = f"{format_bytes(gpu.memory_used)} / {format_bytes(gpu.memory_total)}"
-                    figures = [format_percent(gpu.gpu_util), memory, format_bytes(gpu.process_memory)]
-                cells = [gpu_text(gpu, worker.host), *figures]
+                    held = (gpu.process_memory, gpu.array_memory, gpu.cached_memory, gpu.context_memory)
+                    figures = [format_percent(gpu.gpu_util), memory, *(format_bytes(n) for n in held)]
+                marker = f" [{OTHERS}]" if gpu.others_memory is not None else ""
+                cells = [gpu_text(gpu, worker.host) + marker, *figures]
                 rows.append(([*first, *cells, *last] if k == 0 else ["", "", *cells, "", ""], worker, gpu))
         return rows
 
@@ -136,6 +156,9 @@ class ClusterView:
         startup = self._startup()
         if startup:
             lines.append(startup)
+        idle = self._idle_line()
+        if idle:
+            lines.append(idle)
         rows = self._rows()
         if rows:
             keep = _columns(rows)
@@ -148,7 +171,36 @@ class ClusterView:
             ]
             header, numeric = _header(keep)
             lines += text_table(header, body, numeric)
+        lines += self._notes()
         return "\n".join(lines)
+
+    def _idle_line(self) -> str | None:
+        """``"closes after 30 min without a task · idle now: 25 min left"``."""
+        info = self.info
+        if info.idle_timeout is None:
+            return None
+        verb = "detaches" if info.kind == "attached" else "closes"
+        line = f"{verb} after {format_duration(info.idle_timeout)} without a task"
+        if info.idle_left is not None:
+            line += f" \u00b7 idle now: {format_duration(info.idle_left)} left"
+        return line
+
+    def _notes(self) -> list[str]:
+        """Under the table: GPUs that others use too, and what this kernel holds itself."""
+        notes = []
+        for worker in self.info.workers:
+            for gpu in worker.gpus:
+                if gpu.others_memory is None:
+                    continue
+                who = others_text(gpu.others_memory, gpu.others_pids)
+                notes.append(f"{gpu.label}: busy with work that is not this cluster's or this kernel's: {who}")
+        for held in self.info.kernel_gpus:
+            named = (("arrays", held.array_memory), ("cached", held.cached_memory), ("context", held.context_memory))
+            figures = [f"{name} {format_bytes(value)}" for name, value in named if value is not None]
+            what = " \u00b7 ".join(figures) if figures else f"{format_bytes(held.process_memory)} in all"
+            hint = f" ({PROG_FREE} gives the cached memory back)" if held.cached_memory else ""
+            notes.append(f"this kernel holds on {held.label}: {what}{hint}")
+        return notes
 
     def html(self) -> str:
         """The HTML form (every string from the cluster escaped)."""
@@ -166,12 +218,18 @@ class ClusterView:
         startup = self._startup()
         if startup:
             parts.append(f'<div style="{MUTED}">{esc(startup)}</div>')
+        idle = self._idle_line()
+        if idle:
+            parts.append(f'<div class="gpu-magics-idle" style="{MUTED}">{esc(idle)}</div>')
         rows = self._rows()
         if rows:
             keep = _columns(rows)
             cells = [[_cell(i, texts[i], worker, gpu) for i in keep] for texts, worker, gpu in rows]
             header, numeric = _header(keep)
             parts.append(html_table(header, cells, numeric))
+        for note in self._notes():
+            colour = f"color:{WARN}" if "busy with work" in note else MUTED
+            parts.append(f'<div style="{colour}">{esc(note)}</div>')
         parts.append("</div>")
         return "".join(parts)
 
@@ -212,7 +270,13 @@ def _cell(column: int, text: str, worker: WorkerInfo, gpu: WorkerGpu | None) -> 
     if HEADER[column] == "util" and gpu is not None and gpu.error is not None:
         return f'<span style="color:{ERROR}" title="{html.escape(gpu.error, quote=True)}">{escaped}</span>'
     if HEADER[column] == "GPU" and gpu is not None:
-        return f'<span title="{html.escape(gpu.uuid, quote=True)}">{escaped}</span>'
+        name = html.escape(text.removesuffix(f" [{OTHERS}]"))
+        cell = f'<span title="{html.escape(gpu.uuid, quote=True)}">{name}</span>'
+        if gpu.others_memory is not None:
+            why = html.escape(others_text(gpu.others_memory, gpu.others_pids), quote=True)
+            style = f"color:{WARN};font-weight:600"
+            cell += f' <span class="gpu-magics-others" style="{style}" title="{why}">{OTHERS}</span>'
+        return cell
     return escaped
 
 

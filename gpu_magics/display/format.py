@@ -120,6 +120,18 @@ def format_age(started_at: float, now: float) -> str:
     return f"{_to_fixed(seconds / 3600, 1)} h"
 
 
+def format_duration(seconds: float) -> str:
+    """A timeout or the time left on it: ``'45 s'``, ``'30 min'``, ``'1 h 30 min'`` (as ``formatDuration``)."""
+    seconds = max(0, _round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = _round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+
+
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = ()) -> list[str]:
     """Plain-text table lines: columns two spaces apart, the ``numeric`` columns right-aligned."""
     table = [list(header), *(list(row) for row in rows)]

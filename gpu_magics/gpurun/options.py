@@ -35,6 +35,7 @@ class RunOptions:
 
     backend: str | None
     device: int | None = None
+    device_free: bool = False  # --device free: the freest GPU, chosen when the cell runs
     workers: int | None = None
     repeat: int = 1
     compare: tuple[str, ...] = ()
@@ -64,10 +65,23 @@ def _identifier(text: str) -> str:
     return text
 
 
+FREE_DEVICE = "free"
+
+
+def _device(text: str) -> int | str:
+    """A GPU index, or ``free`` (the freest GPU)."""
+    if text.strip().lower() == FREE_DEVICE:
+        return FREE_DEVICE
+    try:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a GPU index (0, 1, ...) or free, got {text!r}") from None
+
+
 def _parser() -> MagicArgumentParser:
     parser = MagicArgumentParser("%%gpurun")
     parser.add_argument("backend", nargs="?")
-    parser.add_argument("--device", "-d", type=non_negative_int)
+    parser.add_argument("--device", "-d", type=_device)
     parser.add_argument("--workers", "-w", type=positive_int)
     parser.add_argument("--repeat", "-r", type=positive_int, default=1)
     parser.add_argument("--compare", "-c")
@@ -103,7 +117,8 @@ def parse_run_line(line: str) -> RunOptions:
             raise UsageError("%%gpurun: give either a backend or --compare, not both.")
     return RunOptions(
         backend=backend,
-        device=args.device,
+        device=args.device if isinstance(args.device, int) else None,
+        device_free=args.device == FREE_DEVICE,
         workers=args.workers,
         repeat=args.repeat,
         compare=compare,

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
-from traitlets import Bool, Float
+from traitlets import Bool, Float, TraitError, Unicode, validate
 
+from gpu_magics.argparsing import duration
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster import shutdown
-from gpu_magics.cluster.options import PROG, parse_cluster_line
+from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
+from gpu_magics.cluster.queries import NO_CLUSTER
+from gpu_magics.cluster.records import kernel_report
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
+from gpu_magics.display.format import format_bytes
+from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free, own_descendants
 
 
 @magics_class
-class ClusterMagics(Magics):
+class ClusterMagics(Magics, FreeGpuSettings):
     """The ``%gpucluster`` line magic."""
 
     prestart_workers = Bool(
@@ -35,6 +43,22 @@ class ClusterMagics(Magics):
         ),
     ).tag(config=True)
 
+    idle_timeout = Unicode(
+        "off",
+        help=(
+            "Close a cluster started here after this long without a task (like '30m', '90s' or '2h'; 'off' never); "
+            "an attached cluster is only detached. %gpucluster --idle-timeout overrides it for one cluster."
+        ),
+    ).tag(config=True)
+
+    @validate("idle_timeout")
+    def _check_idle_timeout(self, proposal: dict[str, Any]) -> str:
+        try:
+            duration(str(proposal["value"]))
+        except argparse.ArgumentTypeError as error:
+            raise TraitError(f"idle_timeout: {error}") from None
+        return str(proposal["value"])
+
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self._client_names: set[str] = set()
@@ -52,9 +76,14 @@ class ClusterMagics(Magics):
           %gpucluster --cpu-workers N       N CPU worker processes instead (machines without a GPU)
           %gpucluster --address tcp://host:port    attach to a running scheduler (stop only disconnects)
           %gpucluster status | stop | restart | scale N | dashboard
+          %gpucluster free [kernel|workers]   give back what CuPy's pools cache (default: both)
 
         Start options:
           --gpus all|0,2,3          GPUs to use, one worker each (default: all visible)
+          --gpus free|free:N        the GPUs that are free now (little memory in use, seldom busy), or the N
+                                    freest; %config ClusterMagics.free_memory (0.1) and free_utilization (10)
+          --idle-timeout 30m        close the cluster after this long without a task (attached: detach);
+                                    default %config ClusterMagics.idle_timeout ("off")
           --threads-per-worker N    threads per worker (default 4 for GPU workers, 1 for CPU workers)
           --device-memory-limit S   spill from GPU to host memory above S (10GB, or a fraction like 0.8)
           --rmm-pool-size S         RMM memory pool per GPU (needs rmm)
@@ -79,8 +108,13 @@ class ClusterMagics(Magics):
             self._forget_client_names()
             print(cluster.stop())
             return
+        if action == "free":
+            print(self._free(options.free_target))
+            return
         if action == "start":
-            info = cluster.start(options, telemetry_interval=max(0.0, self.telemetry_interval))
+            options = self._choose_free_gpus(options)
+            idle = options.idle_timeout if options.idle_timeout is not None else duration(self.idle_timeout)
+            info = cluster.start(options, telemetry_interval=max(0.0, self.telemetry_interval), idle_timeout=idle)
         elif action == "status":
             if cluster.active() is None:
                 print(f"{PROG}: no cluster is running; start one with {PROG} or {PROG} --cpu-workers N")
@@ -101,6 +135,39 @@ class ClusterMagics(Magics):
             return
         self._bind_client(options.client_name)
         display(ClusterView(info))
+
+    def _choose_free_gpus(self, options: ClusterOptions) -> ClusterOptions:
+        """``--gpus free[:N]``: the free GPUs, said in one line (not when a running cluster is reused)."""
+        if options.free_gpus is None:
+            return options
+        current = cluster.active()
+        if current is not None and not options.replace:
+            return options
+        what = f"{PROG} --gpus free" + (f":{options.free_gpus}" if options.free_gpus else "")
+        exclude = own_descendants() if current is not None and current.owned else set()
+        chosen, line = choose_free(what, options.free_gpus, self.free_rule, config="ClusterMagics", exclude=exclude)
+        print(line)
+        return dataclasses.replace(options, gpus=chosen, free_gpus=None)
+
+    def _free(self, target: FreeTarget) -> str:
+        """``%gpucluster free``: the kernel's pools and the workers' give back what they cache."""
+        said = []
+        if target in ("all", "kernel"):
+            freed = kernel_report.free()
+            if freed:
+                released = sum(item.released for item in freed.values())
+                said.append(f"this kernel gave back {format_bytes(released)}")
+            else:
+                said.append("this kernel holds no memory pool")
+        if target in ("all", "workers"):
+            if cluster.active() is None:
+                if target == "workers":
+                    raise UsageError(f"{PROG} free workers: {NO_CLUSTER}")
+            else:
+                released, answered, kept = cluster.free_workers()
+                workers = f"{answered} worker{'s' if answered != 1 else ''}"
+                said.append(f"{workers} gave back {format_bytes(released)}" + "".join(f" ({why})" for why in kept))
+        return f"{PROG} free: " + "; ".join(said)
 
     def _bind_client(self, name: str | None) -> None:
         if name is None or self.shell is None:

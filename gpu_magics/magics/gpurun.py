@@ -14,13 +14,14 @@ from gpu_magics.gpurun import backends
 from gpu_magics.gpurun import execute as run
 from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line
 from gpu_magics.gpurun.results import RunResult
+from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
 
 if TYPE_CHECKING:
     from gpu_magics.display.live import PanelSlot
 
 
 @magics_class
-class GpuMagics(Magics):
+class GpuMagics(Magics, FreeGpuSettings):
     """Run cells on CPU and GPU backends. Configure with ``%config GpuMagics.<trait> = value``."""
 
     default_backend = CaselessStrEnum(
@@ -39,6 +40,13 @@ class GpuMagics(Magics):
         help="Threads of the cpu-threads backend; 0 means every core (--workers overrides).",
     ).tag(config=True)
     monitor = Bool(True, help="Show the live GPU panel while %%gpurun cells run.").tag(config=True)
+    free_pool_after_cell = Bool(
+        False,
+        help=(
+            "After each %%gpurun cell on a GPU, give back what this kernel's CuPy memory pool caches (the next cell "
+            "allocates again, a little slower): other notebooks and %gpucluster's workers can use that memory."
+        ),
+    ).tag(config=True)
     restart_on_interrupt = Bool(
         False,
         help=(
@@ -58,7 +66,7 @@ class GpuMagics(Magics):
 
         Usage::
 
-            %%gpurun [BACKEND] [--device N] [--workers N] [--repeat N] [-o NAME] [-q] [--no-monitor]
+            %%gpurun [BACKEND] [--device N|free] [--workers N] [--repeat N] [-o NAME] [-q] [--no-monitor]
             %%gpurun --compare cpu-threads,gpu[,...] [--rtol R] [--repeat N] [-o NAME] [-q]
             %%gpurun --compare all     (every backend this machine can run)
 
@@ -66,7 +74,8 @@ class GpuMagics(Magics):
 
         - ``cpu-single``   dask's synchronous scheduler, NumPy chunks, one CPU thread.
         - ``cpu-threads``  dask's threaded scheduler on every core (``--workers N`` threads), NumPy chunks.
-        - ``gpu``          one GPU (``--device N``, default 0): ``array.backend="cupy"`` and threads bound to it.
+        - ``gpu``          one GPU (``--device N``, default 0; ``--device free``: the freest GPU, said in one
+                           line): ``array.backend="cupy"`` and threads bound to it.
         - ``multi-gpu``    the cluster from ``%gpucluster``, CuPy chunks on every GPU worker.
         - ``auto``         (the default) multi-gpu when a GPU cluster is attached, else gpu when a GPU is
                            visible, else cpu-threads. ``%config GpuMagics.default_backend = "gpu"`` changes it.
@@ -86,7 +95,7 @@ class GpuMagics(Magics):
         """
         if cell is None:
             raise UsageError("%%gpurun is a cell magic: put %%gpurun on the first line of a cell.")
-        options = parse_run_line(line)
+        options = self._choose_free_device(parse_run_line(line))
         plans, skipped = self._plans(options)
         compiled = run.compile_cell(self._shell, cell)
         if compiled is None:
@@ -94,9 +103,30 @@ class GpuMagics(Magics):
         from gpu_magics.display.live import shared_slot
 
         with shared_slot() as slot:  # the live panels, then the summary, take one output
-            if not options.compare:
-                return self._run_single(options, plans[0], compiled, slot)
-            return self._run_compare(options, plans, compiled, skipped, slot)
+            try:
+                if not options.compare:
+                    return self._run_single(options, plans[0], compiled, slot)
+                return self._run_compare(options, plans, compiled, skipped, slot)
+            finally:
+                self._after_gpu_cell(plans)
+
+    def _choose_free_device(self, options: RunOptions) -> RunOptions:
+        """``--device free``: the freest GPU, said in one line (where a backend the line runs takes --device)."""
+        if not options.device_free:
+            return options
+        names = [name or self.default_backend for name in options.backends]
+        if not any(name in ("gpu", "auto") for name in names):  # the backends' own one-line refusal
+            backends.plan(names[0], device=0, default=self.default_backend)
+        (index,), line = choose_free("%%gpurun --device free", 1, self.free_rule, config="GpuMagics")
+        print(line)
+        return dataclasses.replace(options, device=index, device_free=False)
+
+    def _after_gpu_cell(self, plans: list[backends.BackendPlan]) -> None:
+        """With ``free_pool_after_cell``, give back what the kernel's pool caches once a cell ran on a GPU here."""
+        if self.free_pool_after_cell and any(plan.gpu_indices for plan in plans):
+            from gpu_magics.cluster.records import kernel_report
+
+            kernel_report.free()
 
     def _plans(self, options: RunOptions) -> tuple[list[backends.BackendPlan], tuple[tuple[str, str], ...]]:
         """The plans to run, and the backends ``--compare all`` skips here, each with why."""

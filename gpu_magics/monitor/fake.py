@@ -16,6 +16,7 @@ A spec (a dict, or a JSON file holding one) describes the driver and its GPUs, i
                                                                  # (or [{"pid": "self", "used_memory": 2e9}]:
                                                                  # "self" is the reading process)
                "lost_at_tick": 5,                                # every call raises GpuIsLost from tick 5
+               "pools": {"kernel": {"arrays": 1e9, "cached": 1e10, "context": 5e8}},  # see fake_pools
                "handle_error": "NoPermission",                   # opening the GPU raises this
                "mig": [{"name": "... MIG 1g.18gb", "uuid": "MIG-...", "memory_total": ...}]}]}
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from gpu_magics.monitor.fake_pools import device_memory
 from gpu_magics.monitor.nvml import NvmlSource
 
 __all__ = ["ERRORS", "FakeNvml", "FakeSource", "NVMLError", "demo_spec", "load_spec"]
@@ -207,6 +209,7 @@ class FakeNvml:
         self._start = time.monotonic()
         self._epoch = time.time()
         self._lock = threading.Lock()
+        self.memory = device_memory()  # the simulated pools that processes hold (``monitor.fake_pools``)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("NVMLError_") and name[10:] in ERRORS:
@@ -290,15 +293,16 @@ class FakeNvml:
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         self._enter("nvmlDeviceGetUUID")
+        return self._uuid(handle)
+
+    def _uuid(self, handle: _Handle) -> str:
         uuid = self._entry(handle)[0].get("uuid")
-        if uuid is None:
-            prefix = "GPU-" if handle.mig is None else "MIG-"
-            uuid = prefix + _fake_uuid(f"{handle.gpu}/{handle.mig}")
-        return str(uuid)
+        return str(uuid or ("GPU-" if handle.mig is None else "MIG-") + _fake_uuid(f"{handle.gpu}/{handle.mig}"))
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> SimpleNamespace:
         self._enter("nvmlDeviceGetMemoryInfo")
         total, used = round(self._value(handle, "memory_total")), round(self._value(handle, "memory_used"))
+        used = min(total, used + sum(pool.total for pool in self.memory.on(self._uuid(handle)).values()))
         return SimpleNamespace(total=total, used=used, free=total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> SimpleNamespace:
@@ -380,13 +384,14 @@ class FakeNvml:
 
     def _process_list(self, handle: _Handle, key: str) -> list[SimpleNamespace]:
         tick = self.tick
+        pools = self.memory.on(self._uuid(handle)) if key == "processes" else {}  # the simulated pools' processes
         return [
             SimpleNamespace(
                 pid=os.getpid() if p["pid"] == "self" else int(p["pid"]),
                 usedGpuMemory=_optional(p.get("used_memory"), tick),
             )
             for p in self._value(handle, key, tick)
-        ]
+        ] + [SimpleNamespace(pid=pid, usedGpuMemory=pool.total) for pid, pool in pools.items()]
 
     def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
         self._enter("nvmlDeviceGetMigMode")

@@ -148,13 +148,29 @@ class NvmlSource:
         self._nvlink: dict[str, tuple[float, int, int, float | None, float | None]] = {}
 
     def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
+        devices, reason = self._ready()
+        return tuple(self._read_device(i, d, slow) for i, d in enumerate(devices)), reason
+
+    def _ready(self) -> tuple[tuple[_Device, ...], str | None]:
         with self._lock:
             if self._state is _State.READY and self._pid != os.getpid():
                 self._state = _State.UNINITIALIZED  # forked: NVML must start again in this process
             if self._state is _State.UNINITIALIZED:
                 self._start()
-            devices, reason = self._devices, self._reason
-        return tuple(self._read_device(i, d, slow) for i, d in enumerate(devices)), reason
+            return self._devices, self._reason
+
+    def read_processes(self) -> dict[str, tuple[GpuProcess, ...] | None]:
+        """Device UUID -> the processes on it and the memory each holds (``None`` where NVML does not say), without
+        the other slow fields: a process's own report asks this for its figure."""
+        devices, _ = self._ready()
+        found: dict[str, tuple[GpuProcess, ...] | None] = {}
+        for device in devices:
+            if device.handle is not None:
+                try:
+                    found[device.uuid] = self._processes(device.handle)
+                except Exception:
+                    found[device.uuid] = None
+        return found
 
     def close(self) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.jsonutil import dumps
 from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
-from gpu_magics.server.owners import map_owners, with_self_reports
+from gpu_magics.server.owners import map_owners, others_on_gpus, with_self_reports
 from gpu_magics.server.service import MonitorService
 
 AUTH_RESOURCE = "gpu_magics"
@@ -149,16 +149,20 @@ class ProcessesHandler(GpuMagicsHandler):
         paths = await kernel_paths(self.session_manager)
         loop = asyncio.get_running_loop()
         records = await loop.run_in_executor(None, partial(cluster_records.list_records, clean=False))
+        kernels = await loop.run_in_executor(None, partial(cluster_records.list_kernel_records, clean=True))
         holders = await loop.run_in_executor(
             None, partial(map_owners, snapshot, kernel_pids=pids, records=records, paths=paths)
         )
-        holders = with_self_reports(holders, records, paths, snapshot)
+        holders = with_self_reports(holders, records, paths, snapshot, kernels)
         unreadable = [] if snapshot is None else [g.index for g in snapshot.gpus if g.processes is None]
+        running = running_kernel_ids(self.kernel_manager)
         self.reply(
             {
                 "time": None if snapshot is None else snapshot.time,
                 "status": None if snapshot is None else snapshot.status,
                 "processes": [holder.to_json() for holder in holders],
                 "unreadable_gpus": unreadable,
+                "others": others_on_gpus(snapshot, holders),
+                "reporting_kernels": sorted(k.kernel_id for k in kernels if k.kernel_id in running),
             }
         )

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from gpu_magics.cluster.records.record import ClusterRecord
+from gpu_magics.cluster.records.record import ClusterRecord, KernelRecord
+from gpu_magics.monitor.availability import other_use
 from gpu_magics.monitor.models import Snapshot
 
 MAX_DEPTH = 32  # ancestors looked at per process
@@ -37,6 +38,9 @@ class GpuHolder:
     host: str | None = None  # the host it runs on; None for this server's host
     worker: str | None = None  # the cluster worker's name, where it is one
     source: str = "nvml"  # "nvml", "self-report" or "nvml+self-report"
+    array_memory: int | None = None  # of used_memory, as the process says: in use by arrays
+    cached_memory: int | None = None  # cached by its memory pool (Free cached gives it back)
+    context_memory: int | None = None  # its CUDA context and libraries
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,50 +107,97 @@ def with_self_reports(
     records: Iterable[ClusterRecord],
     paths: Mapping[str, str],
     snapshot: Snapshot | None,
+    kernels: Iterable[KernelRecord] = (),
 ) -> list[GpuHolder]:
     """``holders`` (from NVML's process lists) joined with what the kernels and their workers report about
-    themselves in the cluster records: a row both give is marked "nvml+self-report" (NVML's figure kept), a
-    row only a process reports is added as "self-report". Self-reports work where NVML cannot tell: in
-    containers (NVML gives host pids) and on other hosts. A GPU is this server's own when ``snapshot`` has its
-    UUID (UUIDs are unique across machines)."""
+    themselves, in the cluster records and in the kernels' own records: a row both give is marked
+    "nvml+self-report" (NVML's figure kept), a row only a process reports is added as "self-report"; either way
+    the row takes the process's own split of its memory (arrays, cached, context). Self-reports work where NVML
+    cannot tell: in containers (NVML gives host pids) and on other hosts. A GPU is this server's own when
+    ``snapshot`` has its UUID (UUIDs are unique across machines)."""
     local = {reading.uuid: reading for reading in snapshot.gpus if reading.uuid} if snapshot is not None else {}
     by_key = {(holder.gpu_uuid, holder.pid): index for index, holder in enumerate(holders)}
     joined = list(holders)
+
+    def add(gpu: Mapping[str, Any], pid: int, kernel_id: str | None, cluster: str | None, member: Any) -> None:
+        held = gpu.get("process_memory")
+        if not isinstance(held, int) or held <= 0:
+            return
+        uuid = str(gpu.get("uuid") or "")
+        role = "worker" if member is not None and member.get("role") != "kernel" else "kernel"
+        worker = str(member.get("name")) if member is not None and role == "worker" else None
+        arrays, cached, context = (_bytes(gpu.get(key)) for key in ("array_memory", "cached_memory", "context_memory"))
+        here = local.get(uuid)
+        found = by_key.get((uuid, pid))
+        if found is not None:
+            before = joined[found]
+            source = before.source if before.source != "nvml" else "nvml+self-report"
+            if before.role == "other":  # a kernel (or worker) of the user's that this server did not start
+                before = replace(before, role=role, kernel_id=kernel_id, path=paths.get(kernel_id or ""))
+            joined[found] = replace(
+                before,
+                source=source,
+                cluster=before.cluster or cluster,
+                worker=before.worker or worker,
+                array_memory=arrays,
+                cached_memory=cached,
+                context_memory=context,
+            )
+            return
+        by_key[(uuid, pid)] = len(joined)
+        joined.append(
+            GpuHolder(
+                pid=pid,
+                gpu=here.index if here is not None else int(gpu.get("nvml_index") or gpu.get("index") or 0),
+                gpu_uuid=uuid,
+                used_memory=held,
+                kernel_id=kernel_id,
+                path=paths.get(kernel_id) if kernel_id else None,
+                cluster=cluster,
+                role=role,
+                gpu_label=here.label if here is not None else str(gpu.get("label") or ""),
+                host=None if here is not None or member is None else str(member.get("host_label")),
+                worker=worker,
+                source="self-report",
+                array_memory=arrays,
+                cached_memory=cached,
+                context_memory=context,
+            )
+        )
+
+    for kernel in kernels:
+        for gpu in kernel.gpus:
+            add(gpu, kernel.pid, kernel.kernel_id, None, None)
     for record in records:
         for member in record.members:
             for gpu in member.get("gpus") or ():
-                held = gpu.get("process_memory")
-                if not isinstance(held, int) or held <= 0:
-                    continue
-                pid = int(member.get("pid") or 0)
-                role = "kernel" if member.get("role") == "kernel" else "worker"
-                here = local.get(str(gpu.get("uuid")))
-                found = by_key.get((str(gpu.get("uuid")), pid)) if here is not None else None
-                if found is not None:
-                    joined[found] = replace(
-                        joined[found],
-                        source="nvml+self-report",
-                        cluster=joined[found].cluster or record.name,
-                        worker=joined[found].worker or (str(member.get("name")) if role == "worker" else None),
-                    )
-                    continue
-                joined.append(
-                    GpuHolder(
-                        pid=pid,
-                        gpu=here.index if here is not None else int(gpu.get("nvml_index") or gpu.get("index") or 0),
-                        gpu_uuid=str(gpu.get("uuid") or ""),
-                        used_memory=held,
-                        kernel_id=record.kernel_id,
-                        path=paths.get(record.kernel_id) if record.kernel_id else None,
-                        cluster=record.name,
-                        role=role,
-                        gpu_label=here.label if here is not None else str(gpu.get("label") or ""),
-                        host=None if here is not None else str(member.get("host_label")),
-                        worker=str(member.get("name")) if role == "worker" else None,
-                        source="self-report",
-                    )
-                )
+                add(gpu, int(member.get("pid") or 0), record.kernel_id, record.name, member)
     return joined
+
+
+def _bytes(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def others_on_gpus(snapshot: Snapshot | None, holders: Iterable[GpuHolder]) -> list[dict[str, Any]]:
+    """Each of this server's GPUs on which processes that are not the user's notebooks (nor their children or
+    clusters) hold memory: by NVML's process list where its pids are comparable with ours, else the memory in use
+    that no process's own report explains (types.ts IOtherUse)."""
+    if snapshot is None:
+        return []
+    holders = list(holders)
+    found = []
+    for reading in snapshot.gpus:
+        if reading.error is not None:
+            continue
+        listed = None if reading.processes is None else [(p.pid, p.used_memory) for p in reading.processes]
+        mine = [h for h in holders if h.gpu_uuid == reading.uuid and h.host is None and h.role != "other"]
+        ours = {holder.pid: holder.used_memory for holder in mine}
+        guessed = sum(1 for h in mine if h.source == "self-report" and h.context_memory is None and h.array_memory)
+        use = other_use(reading.memory_used, reading.memory_total, listed, ours, unknown_contexts=guessed)
+        if use is not None:
+            found.append({"gpu": reading.index, "gpu_uuid": reading.uuid, "gpu_label": reading.label, **use.to_json()})
+    return found
 
 
 def _owner(

@@ -4,12 +4,17 @@
  */
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 
+import { formatDuration } from './format';
 import type { ICluster, IClusterMember, IMemberGpu } from './types';
 
 export type ClusterAction =
   | { action: 'stop' }
   | { action: 'restart' }
-  | { action: 'scale'; workers: number };
+  | { action: 'scale'; workers: number }
+  | { action: 'free' };
+
+/** What "Free cached" runs in a notebook's kernel: its own pools give back what they cache. */
+export const FREE_KERNEL_COMMAND = '%gpucluster free kernel';
 
 /** The magic line for an action (validated: a scale needs a whole number of workers >= 1). */
 export function clusterCommand(request: ClusterAction): string {
@@ -23,6 +28,8 @@ export function clusterCommand(request: ClusterAction): string {
         throw new Error('scale needs a whole number of workers, at least 1');
       }
       return `%gpucluster scale ${request.workers}`;
+    case 'free':
+      return '%gpucluster free workers';
   }
 }
 
@@ -30,14 +37,13 @@ export function clusterCommand(request: ClusterAction): string {
 export async function runInKernel(
   kernels: Kernel.IManager,
   kernelId: string,
-  code: string
+  code: string,
+  missing = 'The kernel that started this cluster is not running on this server.'
 ): Promise<void> {
   await kernels.refreshRunning();
   const model = Array.from(kernels.running()).find(k => k.id === kernelId);
   if (model === undefined) {
-    throw new Error(
-      'The kernel that started this cluster is not running on this server.'
-    );
+    throw new Error(missing);
   }
   const kernel = kernels.connectTo({ model, handleComms: false });
   try {
@@ -151,6 +157,40 @@ export function memberWithoutGpus(member: IClusterMember): string {
 /** The worker as its lines name it: "kernel" for the kernel's process, else the worker's name. */
 export function memberName(member: IClusterMember): string {
   return member.role === 'kernel' ? 'kernel' : member.name;
+}
+
+/** What the cluster's workers cache in their pools, summed; null when no worker says. */
+export function clusterCached(cluster: ICluster): number | null {
+  let cached: number | null = null;
+  for (const member of clusterMembers(cluster)) {
+    if (member.role === 'kernel') {
+      continue;
+    }
+    for (const gpu of member.gpus) {
+      if (gpu.cached_memory !== null && gpu.cached_memory !== undefined) {
+        cached = (cached ?? 0) + gpu.cached_memory;
+      }
+    }
+  }
+  return cached;
+}
+
+/**
+ * The idle timeout's line: "closes after 30 min without a task", and while idle "idle 5 min · closes in 25 min"
+ * ("detaches" for an attached cluster); null without a timeout.
+ */
+export function idleText(cluster: ICluster, now: number): string | null {
+  const timeout = cluster.idle_timeout ?? null;
+  if (timeout === null) {
+    return null;
+  }
+  const verb = cluster.kind === 'attached' ? 'detaches' : 'closes';
+  const since = cluster.idle_since ?? null;
+  if (since === null) {
+    return `${verb} after ${formatDuration(timeout)} without a task`;
+  }
+  const left = Math.max(0, since + timeout - now);
+  return `idle ${formatDuration(now - since)} \u00b7 ${verb} in ${formatDuration(left)}`;
 }
 
 // -- the Scale dialog ----------------------------------------------------------------------------

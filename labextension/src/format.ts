@@ -58,6 +58,20 @@ export function formatAge(startedAt: number, nowSeconds: number): string {
   return `${(seconds / 3600).toFixed(1)} h`;
 }
 
+/** A timeout or the time left on it: "45 s", "30 min", "1 h 30 min" (as format_duration in Python). */
+export function formatDuration(seconds: number): string {
+  const whole = Math.max(0, Math.round(seconds));
+  if (whole < 60) {
+    return `${whole} s`;
+  }
+  const minutes = Math.round(whole / 60);
+  if (minutes < 60) {
+    return `${minutes} min`;
+  }
+  const rest = minutes % 60;
+  return `${Math.floor(minutes / 60)} h${rest ? ` ${rest} min` : ''}`;
+}
+
 // -- compact pairs for the side panel's narrow cards (panel only; the notebook displays do not use them) --
 
 /** "67.2/140 GiB": the used part in the total's unit, so the pair stays short; an en dash where unknown. */

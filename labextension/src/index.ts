@@ -9,7 +9,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { clusterCommand, parseWorkers, runInKernel, scaleProblem } from './clusters';
+import { clusterCommand, FREE_KERNEL_COMMAND, parseWorkers, runInKernel, scaleProblem } from './clusters';
 import { MonitorConnection } from './connection';
 import { GpuPanelModel } from './model';
 import { GpuPanel } from './panel';
@@ -77,6 +77,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
           buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restart' })]
         });
         return result.button.accept;
+      },
+      freeCached: async owner => {
+        if (!owner.kernelId) {
+          throw new Error('This notebook has no kernel to run the command in.');
+        }
+        await runInKernel(
+          app.serviceManager.kernels,
+          owner.kernelId,
+          FREE_KERNEL_COMMAND,
+          'The notebook\u2019s kernel is not running on this server.'
+        );
+        await connection.refresh();
       },
       openPath: path => void app.commands.execute('docmanager:open', { path })
     });

@@ -4,10 +4,11 @@
  */
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { memoryPercent } from './format';
+import { formatBytes, memoryPercent } from './format';
 import { Ring } from './ring';
 import type {
   ICluster,
+  IGpuOtherUse,
   IGpuReading,
   IHolder,
   IHostReading,
@@ -55,6 +56,10 @@ export interface IOwnerTotal {
   kernelId: string | null;
   bytes: number;
   holders: IHolder[];
+  /** What the owner's kernel caches in its memory pools (null where it does not say). */
+  cached: number | null;
+  /** Its kernel runs on this server and reports its own memory: "Free cached" can run there. */
+  canFree: boolean;
 }
 
 /** How a GPU memory holder is named in the panel. */
@@ -79,6 +84,39 @@ export function holderSourceTag(holder: IHolder): { text: string; title: string 
     default:
       return { text: '', title: '' };
   }
+}
+
+/**
+ * What others hold on a GPU, in words: "pid 4242 holds 40.0 GiB", "2 other processes hold 40.0 GiB (pid 4242,
+ * 4343)", or "40.0 GiB in use that no process of yours reports" (as others_text in Python).
+ */
+export function othersText(use: { bytes: number; pids: number[] }): string {
+  const pids = use.pids ?? [];
+  if (pids.length === 0) {
+    return `${formatBytes(use.bytes)} in use that no process of yours reports`;
+  }
+  if (pids.length === 1) {
+    return `pid ${pids[0]} holds ${formatBytes(use.bytes)}`;
+  }
+  const listed = pids.slice(0, 4).join(', ') + (pids.length > 4 ? ', ...' : '');
+  return `${pids.length} other processes hold ${formatBytes(use.bytes)} (pid ${listed})`;
+}
+
+/** "1.0 GiB arrays · 9.8 GiB cached · 512 MiB context": the parts a process says it holds; '' when none. */
+export function splitText(
+  arrays: number | null | undefined,
+  cached: number | null | undefined,
+  context: number | null | undefined
+): string {
+  const parts: [number | null | undefined, string][] = [
+    [arrays, 'arrays'],
+    [cached, 'cached'],
+    [context, 'context']
+  ];
+  return parts
+    .filter(([value]) => value !== null && value !== undefined)
+    .map(([value, name]) => `${formatBytes(value as number)} ${name}`)
+    .join(' \u00b7 ');
 }
 
 /** The GPU a holder uses, as every view names it ("127.0.0.2 \u00b7 GPU 1", or "GPU 0" on this host). */
@@ -120,6 +158,8 @@ export class GpuPanelModel {
   private _clustersError: string | null = null;
   private _holders: IHolder[] = [];
   private _unreadable: number[] = [];
+  private _others = new Map<number, IGpuOtherUse>();
+  private _reporting = new Set<string>();
   private _connection: IConnectionState = {
     phase: 'idle',
     attempt: 0,
@@ -284,7 +324,14 @@ export class GpuPanelModel {
         (b.used_memory ?? 0) - (a.used_memory ?? 0)
     );
     this._unreadable = reply.unreadable_gpus;
+    this._others = new Map((reply.others ?? []).map(use => [use.gpu, use]));
+    this._reporting = new Set(reply.reporting_kernels ?? []);
     this._changed.emit('holders');
+  }
+
+  /** What others (not the user's notebooks) hold on this server's GPU `index`, or `null`. */
+  othersOn(index: number): IGpuOtherUse | null {
+    return this._others.get(index) ?? null;
   }
 
   /** GPU memory held per notebook (or kernel, or process), largest first: "who holds what". */
@@ -296,10 +343,16 @@ export class GpuPanelModel {
         owner,
         kernelId: holder.kernel_id,
         bytes: 0,
-        holders: []
+        holders: [],
+        cached: null,
+        canFree: false
       };
       entry.bytes += holder.used_memory ?? 0;
       entry.holders.push(holder);
+      if (holder.role === 'kernel' && holder.cached_memory !== null && holder.cached_memory !== undefined) {
+        entry.cached = (entry.cached ?? 0) + holder.cached_memory;
+      }
+      entry.canFree = entry.kernelId !== null && this._reporting.has(entry.kernelId);
       totals.set(owner, entry);
     }
     return Array.from(totals.values()).sort((a, b) => b.bytes - a.bytes);

@@ -11,11 +11,11 @@ import { el } from './dom';
 import { GpuPanelModel, ModelChange } from './model';
 import { ClustersView, IClusterActions } from './views/clusters';
 import { GpuCardsView } from './views/gpuCards';
-import { MemoryView } from './views/memory';
+import { IMemoryActions, MemoryView } from './views/memory';
 import { StatusView } from './views/status';
 
 /** What the panel's buttons and links do (injected: the panel runs no kernel code and opens nothing itself). */
-export type IPanelActions = IClusterActions;
+export type IPanelActions = IClusterActions & IMemoryActions;
 
 export class GpuPanel extends Widget {
   private _visibilityChanged = new Signal<this, boolean>(this);
@@ -23,7 +23,7 @@ export class GpuPanel extends Widget {
   private _status = new StatusView(() => this._retryRequested.emit());
   private _cards = new GpuCardsView();
   private _clusters: ClustersView;
-  private _memory = new MemoryView();
+  private _memory: MemoryView;
   private _pending = new Set<ModelChange>();
   private _frame: number | null = null;
 
@@ -33,6 +33,7 @@ export class GpuPanel extends Widget {
   ) {
     super();
     this._clusters = new ClustersView(actions, () => this._schedule('clusters'));
+    this._memory = new MemoryView(actions, () => this._schedule('holders'));
     this.addClass('jp-GpuMagics-panel');
     this.node.append(
       el('div', { class: 'jp-GpuMagics-header' }, el('h2', {}, 'GPUs'), this._status.status),
@@ -107,8 +108,8 @@ export class GpuPanel extends Widget {
     if (pending.has('connection') || pending.has('snapshot') || pending.has('config')) {
       this._status.render(this.model);
     }
-    if (pending.has('snapshot')) {
-      this._cards.render(this.model);
+    if (pending.has('snapshot') || pending.has('holders')) {
+      this._cards.render(this.model); // holders: which GPUs others use
     }
     if (pending.has('clusters') || pending.has('connection')) {
       this._clusters.render(this.model);

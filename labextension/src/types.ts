@@ -69,6 +69,38 @@ export interface IMemberGpu {
   process_memory_source: string | null;
   /** Why this GPU could not be read (it is shown as unreadable). */
   error: string | null;
+  /** Of process_memory: in use by arrays (null where the process does not say). */
+  array_memory: number | null;
+  /** Of process_memory: cached by its memory pool, free to give back ("Free cached"). */
+  cached_memory: number | null;
+  /** Of process_memory: its CUDA context and libraries. */
+  context_memory: number | null;
+  /** Memory that processes other than this cluster's and its kernel's hold on this GPU; null when none. */
+  others: IOtherUse | null;
+}
+
+/** What processes that are not the user's notebooks (nor their clusters) hold on a GPU. */
+export interface IOtherUse {
+  /** Bytes they hold. */
+  bytes: number;
+  /** Their process ids, where NVML names them (empty: memory in use that no process of the user reports). */
+  pids: number[];
+  /** 'nvml' (from NVML's list of processes) or 'unexplained' (memory no self-report explains). */
+  how: string;
+  /** How many of them NVML lists without their memory. */
+  unknown: number;
+}
+
+/** IOtherUse on one of this server's GPUs. */
+export interface IGpuOtherUse {
+  gpu: number;
+  gpu_uuid: string;
+  /** "GPU 0", as every view names it. */
+  gpu_label: string;
+  bytes: number;
+  pids: number[];
+  how: string;
+  unknown: number;
 }
 
 /** One worker of a cluster and its GPUs, from the telemetry it streams to the kernel. */
@@ -105,6 +137,10 @@ export interface ICluster {
   started_at: number;
   /** The schema version of the cluster's discovery record. */
   version: number;
+  /** Seconds without a task before the cluster closes (an attached one is detached); null: never. */
+  idle_timeout: number | null;
+  /** Since when it has run no task (seconds since the epoch); null while it runs one. */
+  idle_since: number | null;
   path: string | null;
   kernel_running: boolean;
 }
@@ -126,6 +162,12 @@ export interface IHolder {
   worker: string | null;
   /** Where the row comes from: NVML's process list, the process's own report, or both agreeing. */
   source: 'nvml' | 'self-report' | 'nvml+self-report';
+  /** Of used_memory, as the process says: in use by arrays (null where unknown). */
+  array_memory: number | null;
+  /** Cached by its memory pool: what "Free cached" gives back. */
+  cached_memory: number | null;
+  /** Its CUDA context and libraries. */
+  context_memory: number | null;
 }
 
 export interface IProcessesReply {
@@ -133,6 +175,10 @@ export interface IProcessesReply {
   status: string | null;
   processes: IHolder[];
   unreadable_gpus: number[];
+  /** This server's GPUs on which others (not the user's notebooks) hold memory. */
+  others: IGpuOtherUse[];
+  /** Running kernels that report their own GPU memory (gpu_magics loaded): they can free what they cache. */
+  reporting_kernels: string[];
 }
 
 export type ServerMessage =

@@ -13,7 +13,9 @@ jest.mock('../src/api', () => ({
     time: null,
     status: null,
     processes: [],
-    unreadable_gpus: []
+    unreadable_gpus: [],
+    others: [],
+    reporting_kernels: []
   })),
   requestAPI: jest.fn(async () => ({})),
   socketUrl: () => 'ws://localhost/gpu-magics/api/ws'

@@ -1,4 +1,4 @@
-import type { ICluster, IClusterMember, IGpuReading, IHolder, IMemberGpu, ISnapshot } from '../src/types';
+import type { ICluster, IClusterMember, IGpuReading, IHolder, IMemberGpu, IProcessesReply, ISnapshot } from '../src/types';
 
 export function reading(
   index: number,
@@ -59,6 +59,10 @@ export function memberGpu(
     process_memory: 4294967296,
     process_memory_source: 'cupy',
     error: null,
+    array_memory: null,
+    cached_memory: null,
+    context_memory: null,
+    others: null,
     ...overrides
   };
 }
@@ -99,6 +103,8 @@ export function cluster(overrides: Partial<ICluster> = {}): ICluster {
     version: 1,
     path: 'a.ipynb',
     kernel_running: true,
+    idle_timeout: null,
+    idle_since: null,
     ...overrides
   };
 }
@@ -117,6 +123,14 @@ export function holder(overrides: Partial<IHolder> = {}): IHolder {
     host: null,
     worker: null,
     source: 'nvml',
+    array_memory: null,
+    cached_memory: null,
+    context_memory: null,
     ...overrides
   };
+}
+
+/** A GET processes reply: no holder, no GPU others use, no kernel that reports, unless `overrides` say. */
+export function processesReply(overrides: Partial<IProcessesReply> = {}): IProcessesReply {
+  return { time: 1, status: null, processes: [], unreadable_gpus: [], others: [], reporting_kernels: [], ...overrides };
 }

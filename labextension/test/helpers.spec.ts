@@ -9,6 +9,7 @@ import { join } from 'path';
 
 import {
   formatAge,
+  formatDuration,
   formatBytes,
   formatBytesPair,
   formatNumber,
@@ -67,6 +68,7 @@ describe('format', () => {
     percent: [number | null, string][];
     number: [number | null, string, string][];
     age: [number, string][];
+    duration: [number, string][];
   };
 
   it.each(cases.bytes)('formats %p bytes as in Python', (value, expected) => {
@@ -79,6 +81,10 @@ describe('format', () => {
 
   it.each(cases.age)('says %p seconds ago as in Python', (seconds, expected) => {
     expect(formatAge(1000 - seconds, 1000)).toBe(expected);
+  });
+
+  it.each(cases.duration)('writes a timeout of %p seconds as in Python', (seconds, expected) => {
+    expect(formatDuration(seconds)).toBe(expected);
   });
 
   it.each(cases.number)(

@@ -93,6 +93,8 @@ describe('GpuPanelModel', () => {
       time: 1,
       status: null,
       unreadable_gpus: [3],
+      others: [],
+      reporting_kernels: [],
       processes: [
         holder(10, 0, 5, 'a.ipynb', 'k1'),
         holder(11, 1, 7, 'a.ipynb', 'k1'),
@@ -174,6 +176,8 @@ describe('GpuPanelModel.holders', () => {
       time: 1,
       status: null,
       unreadable_gpus: [],
+      others: [],
+      reporting_kernels: [],
       processes: [at('127.0.0.2', 0, 1), at(null, 1, 2), at('127.0.0.1', 1, 3), at('127.0.0.1', 0, 4), at(null, 1, 5)]
     });
     expect(model.holders.map(h => h.pid)).toEqual([5, 2, 4, 3, 1]);

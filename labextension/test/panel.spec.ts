@@ -10,6 +10,7 @@ const actions: IPanelActions = {
   askWorkers: () => Promise.resolve(null),
   confirmStop: () => Promise.resolve(false),
   confirmRestart: () => Promise.resolve(false),
+  freeCached: () => Promise.resolve(),
   openPath: () => undefined
 };
 
@@ -48,7 +49,7 @@ describe('GpuPanel', () => {
     model.setConnection({ phase: 'open' });
     model.applySnapshot(snapshot(1, [reading(0), reading(1)]));
     model.setClusters([cluster({ name: 'one' })]);
-    model.setHolders({ time: 1, status: null, processes: [holder()], unreadable_gpus: [] });
+    model.setHolders({ time: 1, status: null, processes: [holder()], unreadable_gpus: [], others: [], reporting_kernels: [] });
     expect(panel.node.querySelectorAll('.jp-GpuMagics-card')).toHaveLength(0);
     await frame();
     expect(panel.node.querySelector('.jp-GpuMagics-status')?.textContent).toBe('Live');

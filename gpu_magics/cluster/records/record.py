@@ -1,8 +1,10 @@
-"""Discovery records: one small JSON file per running ``%gpucluster``, in the Jupyter runtime directory.
+"""Discovery records: one small JSON file per running ``%gpucluster``, and one per kernel that holds GPU memory,
+in the Jupyter runtime directory.
 
-The server extension lists them (``list_records``) to show which kernel started which cluster. Files are
-private to the user (mode 0600, written atomically) and named ``gpu-magics-cluster-<pid>-<name>.json``; a
-record whose process has gone is removed when listed.
+The server extension lists them (``list_records``, ``list_kernel_records``) to show which kernel started which
+cluster and what each kernel holds on its GPUs. Files are private to the user (mode 0600, written atomically) and
+named ``gpu-magics-cluster-<pid>-<name>.json`` and ``gpu-magics-kernel-<pid>.json``; a record whose process has
+gone is removed when listed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 RUNTIME_DIR_ENV = "GPU_MAGICS_RUNTIME_DIR"
 PREFIX = "gpu-magics-cluster-"
-SCHEMA_VERSION = 2  # 2: members (the workers and their GPUs, from their own reports)
+KERNEL_PREFIX = "gpu-magics-kernel-"
+SCHEMA_VERSION = 3  # 2: members (the workers and their GPUs, from their own reports); 3: idle timeout
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class ClusterRecord:
     kernel_id: str | None = None
     started_at: float = field(default_factory=time.time)  # seconds since the epoch
     members: tuple[dict[str, Any], ...] = ()  # workers (and the kernel) with their GPUs: types.ts IClusterMember
+    idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches); None: never
+    idle_since: float | None = None  # since when it has run no task (seconds since the epoch); None: busy
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
@@ -58,6 +63,8 @@ class ClusterRecord:
             kernel_id=None if data.get("kernel_id") is None else str(data["kernel_id"]),
             started_at=float(data["started_at"]),
             members=tuple(dict(member) for member in data.get("members") or () if isinstance(member, dict)),
+            idle_timeout=_number(data.get("idle_timeout")),
+            idle_since=_number(data.get("idle_since")),
         )
 
     @property
@@ -92,7 +99,47 @@ def current_kernel_id() -> str | None:
     return stem.removeprefix("kernel-") or None
 
 
-def write_record(record: ClusterRecord, *, durable: bool = True) -> Path:
+_now = time.time
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """What a kernel holds on its GPUs, as it says itself: per GPU, all of it (``process_memory``) and of that the
+    memory in use by arrays, cached by its pool and taken by its CUDA context (types.ts IKernelGpu)."""
+
+    gpus: tuple[dict[str, Any], ...] = ()
+    pid: int = field(default_factory=os.getpid)
+    kernel_id: str | None = None
+    time: float = field(default_factory=_now)  # when the figures were read
+    started_at: float = field(default_factory=_now)  # when the kernel first wrote one (its pid's age)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["gpus"] = [dict(gpu) for gpu in self.gpus]
+        data["version"] = 1
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelRecord:
+        """The inverse of ``to_json``; ``KeyError``, ``TypeError`` or ``ValueError`` when malformed."""
+        return cls(
+            gpus=tuple(dict(gpu) for gpu in data.get("gpus") or () if isinstance(gpu, dict)),
+            pid=int(data["pid"]),
+            kernel_id=None if data.get("kernel_id") is None else str(data["kernel_id"]),
+            time=float(data["time"]),
+            started_at=float(data["started_at"]),
+        )
+
+    @property
+    def filename(self) -> str:
+        return f"{KERNEL_PREFIX}{self.pid}.json"
+
+
+def write_record(record: ClusterRecord | KernelRecord, *, durable: bool = True) -> Path:
     """Write (or replace) ``record`` atomically, readable by its owner only; returns its path. ``durable``
     waits for the disk (fsync) too; refreshes of a record that exists skip that wait."""
     directory = runtime_dir()
@@ -122,14 +169,23 @@ def remove_record(path: Path | None) -> None:
 
 
 def list_records(*, clean: bool = True) -> list[ClusterRecord]:
-    """Every record whose process still runs, oldest first; ``clean`` removes stale or unreadable ones."""
+    """Every cluster record whose process still runs, oldest first; ``clean`` removes stale or unreadable ones."""
+    return sorted(_list(PREFIX, ClusterRecord.from_json, clean), key=lambda record: record.started_at)
+
+
+def list_kernel_records(*, clean: bool = True) -> list[KernelRecord]:
+    """Every kernel's own report whose process still runs; ``clean`` removes stale or unreadable ones."""
+    return _list(KERNEL_PREFIX, KernelRecord.from_json, clean)
+
+
+def _list(prefix: str, parse: Any, clean: bool) -> list[Any]:
     directory = runtime_dir()
     if not directory.is_dir():
         return []
     records = []
-    for path in sorted(directory.glob(f"{PREFIX}*.json")):
+    for path in sorted(directory.glob(f"{prefix}*.json")):
         try:
-            record = ClusterRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+            record = parse(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             continue
         except (OSError, ValueError, KeyError, TypeError):
@@ -140,10 +196,10 @@ def list_records(*, clean: bool = True) -> list[ClusterRecord]:
             records.append(record)
         elif clean:
             remove_record(path)
-    return sorted(records, key=lambda record: record.started_at)
+    return records
 
 
-def _alive(record: ClusterRecord) -> bool:
+def _alive(record: ClusterRecord | KernelRecord) -> bool:
     """Whether the process that wrote ``record`` still runs (and is not a later one with the same pid)."""
     import psutil
 

@@ -8,7 +8,8 @@ from typing import Any
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.dashboard import links as dashboard_links
-from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
+from gpu_magics.cluster.info import ClusterInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
+from gpu_magics.cluster.records import kernel_report
 
 
 def describe(
@@ -34,6 +35,23 @@ def describe(
         notice=notice,
         started_at=current.started_at,
         dashboard_note=link.note,
+        idle_timeout=current.idle.timeout if current.idle is not None else None,
+        idle_left=current.idle.left() if current.idle is not None else None,
+        kernel_gpus=kernel_gpus(),
+    )
+
+
+def kernel_gpus() -> tuple[KernelGpuInfo, ...]:
+    """What this kernel holds on its GPUs, as ``%gpucluster status`` shows it."""
+    return tuple(
+        KernelGpuInfo(
+            label=f"GPU {gpu.index}",
+            process_memory=gpu.held.total,
+            array_memory=gpu.held.arrays,
+            cached_memory=gpu.held.cached,
+            context_memory=gpu.held.context,
+        )
+        for gpu in kernel_report.kernel_memory()
     )
 
 

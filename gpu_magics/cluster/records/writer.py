@@ -9,17 +9,15 @@ import sys
 import time
 from typing import Any
 
-from gpu_magics import gpus
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
-from gpu_magics.cluster.telemetry import process_memory
-from gpu_magics.cluster.telemetry.collector import ClusterGpu, gpu_json
-from gpu_magics.cluster.telemetry.reports import ReportedGpu
 
 _warned = False
+_UNREPORTED = {"nvml_index": None, "memory_used": None, "gpu_util": None, "error": None, "others": None}
 
 
 def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
@@ -29,7 +27,9 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
         if refresh and current.record is not None:  # only the members change: no round trip to the scheduler
             members = tuple(_members(current))
             reporting = sum(1 for member in members if member.get("role") == "worker")
-            record = dataclasses.replace(current.record, members=members, workers=reporting or current.record.workers)
+            record = dataclasses.replace(
+                current.record, members=members, workers=reporting or current.record.workers, **_idle(current)
+            )
             current.record_path = cluster_records.write_record(record, durable=False)
             current.record = record
             return
@@ -49,6 +49,7 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
             kernel_id=cluster_records.current_kernel_id(),
             started_at=current.started_at,
             members=tuple(_members(current)),
+            **_idle(current),
         )
         if current.record_path is not None and current.record_path.name != record.filename:
             cluster_records.remove_record(current.record_path)
@@ -65,6 +66,13 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
             )
 
 
+def _idle(current: ActiveCluster) -> dict[str, Any]:
+    watcher = current.idle
+    if watcher is None:
+        return {"idle_timeout": None, "idle_since": None}
+    return {"idle_timeout": watcher.timeout, "idle_since": watcher.idle_since}
+
+
 def _members(current: ActiveCluster) -> list[dict[str, Any]]:
     members = current.telemetry.members_json() if current.telemetry is not None else []
     kernel = _kernel_member()
@@ -72,21 +80,11 @@ def _members(current: ActiveCluster) -> list[dict[str, Any]]:
 
 
 def _kernel_member() -> dict[str, Any] | None:
-    """The kernel's own GPU memory (its CuPy/RMM pool), as a record member; ``None`` when it holds none."""
-    held = process_memory.pool_bytes() if process_memory.has_cuda_context() else None
-    devices = gpus.usable_devices()
-    if not held or not held[0] or not devices:
+    """The kernel's own GPU memory (arrays, its pool's cache, its context), as a record member; ``None`` when it
+    holds none."""
+    held = kernel_report.kernel_memory()
+    if not held:
         return None
-    device = devices[0]
-    gpu = ReportedGpu(
-        index=0,
-        nvml_index=None,
-        uuid=device.uuid,
-        name=device.name,
-        memory_total=device.memory_total,
-        process_memory=held[0],
-        process_memory_source=held[1],
-    )
     return {
         "name": "kernel",
         "address": "",
@@ -94,6 +92,6 @@ def _kernel_member() -> dict[str, Any] | None:
         "host_label": socket.gethostname(),
         "pid": os.getpid(),
         "role": "kernel",
-        "gpus": [gpu_json(ClusterGpu(key=0, host="127.0.0.1", host_label=None, worker="", gpu=gpu))],
+        "gpus": [{**gpu.to_json(), **_UNREPORTED} for gpu in held],
         "time": time.time(),
     }

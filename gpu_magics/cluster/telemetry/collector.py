@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport, host_labels, is_this_host
+from gpu_magics.cluster.telemetry.sharing import KernelHeld, others_by_gpu
+from gpu_magics.monitor.availability import OtherUse
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 
 if TYPE_CHECKING:
@@ -92,6 +94,7 @@ class ClusterTelemetry:
         self.ignored = 0  # messages that were not telemetry this kernel understands
         self._started = False
         self._worker_gpus: tuple[int, float, dict[str, tuple[str, tuple[WorkerGpu, ...]]]] | None = None
+        self.kernel_held: KernelHeld | None = None  # what this kernel holds on its GPUs (``sharing``)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -242,31 +245,34 @@ class ClusterTelemetry:
         return self._worker_gpus_at(now)
 
     def _worker_gpus_at(self, now: float) -> dict[str, tuple[str, tuple[WorkerGpu, ...]]]:
+        members = self.members(now)
+        others = self.others(members)
         return {
             member.report.worker: (
                 member.host_label,
-                tuple(
-                    WorkerGpu(
-                        label=gpu.label,
-                        name=gpu.gpu.name,
-                        uuid=gpu.gpu.uuid,
-                        memory_used=gpu.gpu.memory_used,
-                        memory_total=gpu.gpu.memory_total,
-                        gpu_util=gpu.gpu.gpu_util,
-                        process_memory=gpu.gpu.process_memory,
-                        error=gpu.gpu.error,
-                    )
-                    for gpu in member.gpus
-                ),
+                tuple(_worker_gpu(gpu, others.get((gpu.host, gpu.gpu.uuid))) for gpu in member.gpus),
             )
-            for member in self.members(now)
+            for member in members
         }
+
+    def others(self, members: list[Member]) -> dict[tuple[str, str], OtherUse]:
+        """(host, GPU UUID) -> what processes that are not this cluster's or this kernel's hold there."""
+        owners = [(member.report, gpu.gpu) for member in members for gpu in member.gpus]
+        reports = [member.report for member in members]
+        here = self._local_hostname
+
+        def kernel_host(report: WorkerReport) -> bool:
+            return is_this_host(report.host, report.hostname, here)
+
+        return others_by_gpu(owners, reports, kernel_host, self.kernel_held)
 
     def members_json(self, now: float | None = None) -> list[dict[str, Any]]:
         """The members as the discovery record holds them (``labextension/src/types.ts``: IClusterMember);
         each worker also lists what its process holds on GPUs that another worker uses."""
         found = []
-        for member in self.members(now):
+        members = self.members(now)
+        others = self.others(members)
+        for member in members:
             report = member.report
             used = {gpu.gpu.uuid for gpu in member.gpus}
             extra = [
@@ -282,7 +288,7 @@ class ClusterTelemetry:
                     "host_label": member.host_label,
                     "pid": report.pid,
                     "role": "worker",
-                    "gpus": [gpu_json(gpu) for gpu in (*member.gpus, *extra)],
+                    "gpus": [gpu_json(gpu, others.get((gpu.host, gpu.gpu.uuid))) for gpu in (*member.gpus, *extra)],
                     "time": report.time,
                 }
             )
@@ -377,7 +383,26 @@ class TelemetryFeed:
             unwatch()
 
 
-def gpu_json(gpu: ClusterGpu) -> dict[str, Any]:
+def _worker_gpu(gpu: ClusterGpu, others: OtherUse | None) -> WorkerGpu:
+    reported = gpu.gpu
+    return WorkerGpu(
+        label=gpu.label,
+        name=reported.name,
+        uuid=reported.uuid,
+        memory_used=reported.memory_used,
+        memory_total=reported.memory_total,
+        gpu_util=reported.gpu_util,
+        process_memory=reported.process_memory,
+        error=reported.error,
+        array_memory=reported.array_memory,
+        cached_memory=reported.cached_memory,
+        context_memory=reported.context_memory,
+        others_memory=None if others is None else others.bytes,
+        others_pids=() if others is None else others.pids,
+    )
+
+
+def gpu_json(gpu: ClusterGpu, others: OtherUse | None = None) -> dict[str, Any]:
     """One member GPU as the record holds it (types.ts: IMemberGpu)."""
     reported = gpu.gpu
     return {
@@ -392,6 +417,10 @@ def gpu_json(gpu: ClusterGpu) -> dict[str, Any]:
         "process_memory": reported.process_memory,
         "process_memory_source": reported.process_memory_source,
         "error": reported.error,
+        "array_memory": reported.array_memory,
+        "cached_memory": reported.cached_memory,
+        "context_memory": reported.context_memory,
+        "others": None if others is None else others.to_json(),
     }
 
 

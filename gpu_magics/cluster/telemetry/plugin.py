@@ -21,7 +21,7 @@ from typing import Any
 from distributed import WorkerPlugin
 from distributed.comm import get_address_host
 
-from gpu_magics.cluster.telemetry.process_memory import held_on
+from gpu_magics.cluster.telemetry.pools import memory_on
 from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport
 from gpu_magics.monitor.models import Snapshot
 
@@ -90,7 +90,11 @@ class GpuTelemetry(WorkerPlugin):
         }
 
     def _on_snapshot(self, snapshot: Snapshot) -> None:
-        gpus = tuple(ReportedGpu.from_reading(reading, held_on(reading)) for reading in snapshot.gpus)
+        # its pool only on the device its tasks use (visible index 0), NVML's figure for it on the others
+        gpus = tuple(
+            ReportedGpu.from_reading(reading, memory_on(reading, 0 if reading.index == 0 else None, "worker"))
+            for reading in snapshot.gpus
+        )
         report = WorkerReport(**{**self._identity(), "time": snapshot.time}, gpus=gpus, status=snapshot.status)
         self._send(report)
 
@@ -116,4 +120,4 @@ def describe_gpus(dask_worker: Any = None) -> list[dict[str, Any]]:
         readings, _ = source.read(slow=False)
     finally:
         source.close()
-    return [asdict(ReportedGpu.from_reading(reading, (None, None))) for reading in readings if not reading.error]
+    return [asdict(ReportedGpu.from_reading(reading)) for reading in readings if not reading.error]

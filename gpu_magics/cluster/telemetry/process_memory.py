@@ -1,47 +1,14 @@
-"""What this process itself holds on its GPUs: its RMM or CuPy pool, or NVML's figure for its pid.
+"""Whether this process already has a CUDA context on a device, asked without creating one.
 
-Used by the workers' telemetry and by the kernel's own report. Never creates a CUDA context: the pools are read
-only once the driver says this process already has one (``cuDevicePrimaryCtxGetState``).
+The workers' telemetry and the kernel's own report read a pool (``pools``) only once the driver says this process
+has a context there (``cuDevicePrimaryCtxGetState``); ``workers.kernel_context`` asks before a cluster starts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import os
 import sys
 from collections.abc import Sequence
-
-from gpu_magics.monitor.models import GpuReading
-
-
-def held_on(reading: GpuReading) -> tuple[int | None, str | None]:
-    """Bytes this process holds on ``reading``'s GPU, and where the figure comes from: the RMM or CuPy pool
-    on the device this worker computes on (visible index 0, once it has a CUDA context), else NVML's
-    per-process figure for this pid (absent in containers that hide host pids)."""
-    if reading.index == 0 and has_cuda_context():
-        pooled = pool_bytes()
-        if pooled is not None:
-            return pooled
-    for process in reading.processes or ():
-        if process.pid == os.getpid():
-            return process.used_memory, "nvml"
-    return None, None
-
-
-def pool_bytes() -> tuple[int, str] | None:
-    rmm = sys.modules.get("rmm")
-    if rmm is not None:
-        with contextlib.suppress(Exception):
-            resource = rmm.mr.get_current_device_resource()
-            if hasattr(resource, "pool_size"):
-                return int(resource.pool_size()), "rmm"
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        with contextlib.suppress(Exception):
-            return int(cupy.get_default_memory_pool().total_bytes()), "cupy"
-    return None
-
 
 CUDA_MODULES = ("cupy", "torch", "numba.cuda", "jax", "rmm", "cuda")
 

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from gpu_magics.cluster.telemetry.pools import ProcessMemory
 from gpu_magics.monitor.models import GpuReading
 
 TOPIC = "gpu-magics-telemetry"
-VERSION = 1
+VERSION = 1  # new fields with defaults keep it: an older kernel ignores them
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
@@ -34,15 +35,30 @@ class ReportedGpu:
     temperature: float | None = None
     power: float | None = None
     power_limit: float | None = None
-    process_memory: int | None = None  # bytes held by the reporting process
-    process_memory_source: str | None = None  # "rmm", "cupy" or "nvml"
+    process_memory: int | None = None  # bytes held by the reporting process, all of it
+    process_memory_source: str | None = None  # "rmm", "cupy", "fake" or "nvml"
     error: str | None = None
+    array_memory: int | None = None  # of process_memory: in use by arrays
+    cached_memory: int | None = None  # cached by its pool, free to give back
+    context_memory: int | None = None  # its CUDA context and libraries
+    gpu_processes: tuple[tuple[int, int | None], ...] | None = None  # NVML's (pid, bytes) on this GPU
 
     @classmethod
-    def from_reading(cls, reading: GpuReading, process_memory: tuple[int | None, str | None]) -> ReportedGpu:
-        held, source = process_memory
+    def from_reading(cls, reading: GpuReading, held: ProcessMemory | None = None) -> ReportedGpu:
+        held = held or ProcessMemory()
         shared = {name: getattr(reading, name) for name in _SHARED_FIELDS}
-        return cls(**shared, process_memory=held, process_memory_source=source if held is not None else None)
+        processes = None
+        if reading.processes is not None:
+            processes = tuple((process.pid, process.used_memory) for process in reading.processes)
+        return cls(
+            **shared,
+            process_memory=held.total,
+            process_memory_source=held.source if held.total is not None else None,
+            array_memory=held.arrays,
+            cached_memory=held.cached,
+            context_memory=held.context,
+            gpu_processes=processes,
+        )
 
     def reading(self, *, index: int, host: str | None) -> GpuReading:
         """As a monitor reading: ``index`` is its key in the kernel's view, ``host`` its host label (``None``
@@ -76,6 +92,9 @@ class WorkerReport:
         """A msgpack-ready dict (shallow copies: ``asdict``'s deep copy cost more than reading the GPUs)."""
         data = {name: getattr(self, name) for name in _REPORT_FIELDS}
         data["gpus"] = [{name: getattr(gpu, name) for name in _GPU_FIELD_NAMES} for gpu in self.gpus]
+        for gpu in data["gpus"]:
+            if gpu["gpu_processes"] is not None:
+                gpu["gpu_processes"] = [list(pair) for pair in gpu["gpu_processes"]]
         data["v"] = VERSION
         return data
 
@@ -85,10 +104,7 @@ class WorkerReport:
         try:
             if message.get("v") != VERSION:
                 raise ValueError(f"telemetry version {message.get('v')!r}, expected {VERSION}")
-            gpus = tuple(
-                ReportedGpu(**{key: value for key, value in gpu.items() if key in _GPU_FIELDS})
-                for gpu in message.get("gpus") or ()
-            )
+            gpus = tuple(_reported_gpu(gpu) for gpu in message.get("gpus") or ())
             return cls(
                 worker=str(message["worker"]),
                 name=str(message["name"]),
@@ -106,6 +122,14 @@ class WorkerReport:
 
 
 _REPORT_FIELDS = tuple(f.name for f in fields(WorkerReport))
+
+
+def _reported_gpu(gpu: Mapping[str, Any]) -> ReportedGpu:
+    known = {key: value for key, value in gpu.items() if key in _GPU_FIELDS}
+    processes = known.get("gpu_processes")
+    if processes is not None:
+        known["gpu_processes"] = tuple((int(pid), None if used is None else int(used)) for pid, used in processes)
+    return ReportedGpu(**known)
 
 
 def is_this_host(host: str, hostname: str, local_hostname: str) -> bool:

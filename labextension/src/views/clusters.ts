@@ -2,9 +2,9 @@
  * The clusters the kernels started, one row each: name and kind, notebook, scheduler, uptime, dashboard, the
  * members by host, and Stop / Restart / Scale, which act through the owning kernel (see `../clusters`).
  */
-import { ClusterAction, clusterMembers, clusterTitle } from '../clusters';
+import { ClusterAction, clusterCached, clusterMembers, clusterTitle, idleText } from '../clusters';
 import { Child, el } from '../dom';
-import { formatAge } from '../format';
+import { formatAge, formatBytes } from '../format';
 import type { ConnectionPhase } from '../model';
 import type { ICluster } from '../types';
 import { button, link } from './controls';
@@ -83,6 +83,24 @@ export class ClustersView {
         ...dashboardLink(cluster)
       )
     );
+    const idle = idleText(cluster, now);
+    if (idle) {
+      row.append(
+        el(
+          'div',
+          {
+            class: 'jp-GpuMagics-idle',
+            'data-idle': cluster.idle_since === null || cluster.idle_since === undefined ? 'busy' : 'idle',
+            title:
+              cluster.kind === 'attached'
+                ? 'After this long without a task, the notebook detaches from the cluster (it keeps running)'
+                : 'After this long without a task, the notebook closes the cluster and frees its GPUs ' +
+                  '(%gpucluster --idle-timeout)'
+          },
+          idle
+        )
+      );
+    }
     const members = clusterMembers(cluster);
     if (members.length) {
       row.append(membersView(members));
@@ -96,7 +114,8 @@ export class ClustersView {
         { class: 'jp-GpuMagics-buttons' },
         button('Stop', canAct, () => void this._stop(cluster)),
         button('Restart', canAct, () => void this._restart(cluster)),
-        button('Scale', canAct, () => void this._scale(cluster))
+        button('Scale', canAct, () => void this._scale(cluster)),
+        ...freeButton(cluster, cluster.kernel_running && !busy, () => void this._act(cluster, { action: 'free' }, 'Freeing'))
       )
     );
     if (busy) {
@@ -148,6 +167,20 @@ export class ClustersView {
       this._changed();
     }
   }
+}
+
+/** "Free cached": the workers give back what their pools cache (none on a cluster whose workers say nothing). */
+function freeButton(cluster: ICluster, enabled: boolean, onClick: () => void): HTMLButtonElement[] {
+  const cached = clusterCached(cluster);
+  if (cached === null) {
+    return [];
+  }
+  const title =
+    cached > 0
+      ? `Runs %gpucluster free workers in its kernel: the workers give the ${formatBytes(cached)} their memory ` +
+        'pools cache back to their GPUs (arrays in use stay)'
+      : 'The workers\u2019 memory pools cache nothing';
+  return [button('Free cached', enabled && cached > 0, onClick, { title })];
 }
 
 function clusterKey(cluster: ICluster): string {

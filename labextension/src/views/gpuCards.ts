@@ -2,8 +2,9 @@
 import { chartSpanLabel, sparklinePath } from '../chart';
 import { el, svg } from '../dom';
 import { formatBytes, formatBytesPair, formatNumber, formatNumberPair, formatPercent, memoryPercent } from '../format';
+import { othersText } from '../model';
 import type { IGpuView } from '../model';
-import type { IGpuReading } from '../types';
+import type { IGpuOtherUse, IGpuReading } from '../types';
 import { barFill } from './controls';
 
 const CHART_W = 240;
@@ -15,6 +16,8 @@ export interface ICardsState {
   readonly noGpu: boolean;
   readonly unavailableReason: string | null;
   readonly gpus: IGpuView[];
+  /** What others (not the user's notebooks) hold on this server's GPU `index`, or `null`. */
+  othersOn?(index: number): IGpuOtherUse | null;
 }
 
 export class GpuCardsView {
@@ -25,12 +28,17 @@ export class GpuCardsView {
       this.node.replaceChildren(noGpuNotice(state.unavailableReason));
       return;
     }
-    this.node.replaceChildren(...state.gpus.map(gpuCard));
+    this.node.replaceChildren(
+      ...state.gpus.map(view => gpuCard(view, view.reading.host ? null : state.othersOn?.(view.reading.index) ?? null))
+    );
   }
 }
 
-/** One GPU's card; a GPU that cannot be read shows its error instead of metrics. */
-export function gpuCard(view: IGpuView): HTMLElement {
+/**
+ * One GPU's card; a GPU that cannot be read shows its error instead of metrics. `others`: what processes that are
+ * not the user's notebooks hold on it, marked in the title (its height stays, whether marked or not).
+ */
+export function gpuCard(view: IGpuView, others: IGpuOtherUse | null = null): HTMLElement {
   const r = view.reading;
   const card = el(
     'div',
@@ -39,9 +47,13 @@ export function gpuCard(view: IGpuView): HTMLElement {
       'div',
       { class: 'jp-GpuMagics-cardTitle' },
       el('span', { class: 'jp-GpuMagics-gpuIndex' }, cardLabel(r)),
-      el('span', { class: 'jp-GpuMagics-gpuName', title: r.uuid }, r.name)
+      el('span', { class: 'jp-GpuMagics-gpuName', title: r.uuid }, r.name),
+      others ? othersBadge(others) : null
     )
   );
+  if (others) {
+    card.dataset.others = 'true';
+  }
   if (r.error) {
     card.append(el('div', { class: 'jp-GpuMagics-error' }, r.error));
     return card;
@@ -59,6 +71,19 @@ export function gpuCard(view: IGpuView): HTMLElement {
     chart(view)
   );
   return card;
+}
+
+/** "others · 40 GiB": this GPU is busy with work that is not the user's notebooks'; the tooltip says whose. */
+export function othersBadge(use: IGpuOtherUse): HTMLElement {
+  return el(
+    'span',
+    {
+      class: 'jp-GpuMagics-others',
+      title: `Busy with work that is not your notebooks\u2019: ${othersText(use)}`,
+      role: 'note'
+    },
+    `others \u00b7 ${formatBytes(use.bytes)}`
+  );
 }
 
 /** The place of the cards when the server has no GPU to sample: what to do next, not an error. */

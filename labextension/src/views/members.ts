@@ -2,6 +2,7 @@
 import { gpuShortLabel, memberName, membersByHost, memberWithoutGpus } from '../clusters';
 import { el } from '../dom';
 import { formatBytes, formatBytesPair, formatPercent } from '../format';
+import { othersText, splitText } from '../model';
 import type { IClusterMember, IMemberGpu } from '../types';
 import { barFill } from './controls';
 
@@ -31,7 +32,28 @@ function memberLines(member: IClusterMember, named: boolean): HTMLElement[] {
       )
     ];
   }
-  return member.gpus.map(gpu => memberGpuLine(member, named ? name : null, gpu));
+  return member.gpus.flatMap(gpu => [memberGpuLine(member, named ? name : null, gpu), ...memberGpuNotes(gpu)]);
+}
+
+/** Under a GPU's line: others' work on it (marked), and what the process says it holds there. */
+function memberGpuNotes(gpu: IMemberGpu): HTMLElement[] {
+  const notes: HTMLElement[] = [];
+  if (gpu.others) {
+    const text = othersText(gpu.others);
+    notes.push(
+      el(
+        'div',
+        { class: 'jp-GpuMagics-memberNote jp-GpuMagics-memberOthers', title: `Busy with work that is not this cluster\u2019s: ${text}` },
+        el('span', { class: 'jp-GpuMagics-others' }, 'others'),
+        ` ${text}`
+      )
+    );
+  }
+  const split = splitText(gpu.array_memory, gpu.cached_memory, gpu.context_memory);
+  if (split && !gpu.error) {
+    notes.push(el('div', { class: 'jp-GpuMagics-memberNote jp-GpuMagics-split', title: split }, split));
+  }
+  return notes;
 }
 
 function memberGpuLine(member: IClusterMember, name: string | null, gpu: IMemberGpu): HTMLElement {

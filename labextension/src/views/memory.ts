@@ -1,8 +1,18 @@
-/** GPU memory by notebook: who holds what, largest first, a line per process with its GPU and where it is known from. */
+/**
+ * GPU memory by notebook: who holds what, largest first, a line per process with its GPU and where it is known
+ * from, what the process says it holds (arrays, cached, context), and "Free cached", which runs
+ * `%gpucluster free kernel` in the notebook's kernel (as the clusters' buttons run their magic there).
+ */
 import { el } from '../dom';
 import { formatBytes } from '../format';
-import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal } from '../model';
+import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal, splitText } from '../model';
 import type { IHolder } from '../types';
+import { button } from './controls';
+
+export interface IMemoryActions {
+  /** Have the owner's kernel give back what its pools cache; resolves when it has. */
+  freeCached(owner: IOwnerTotal): Promise<void>;
+}
 
 /** What the list shows (the panel's model has it). */
 export interface IMemoryState {
@@ -14,6 +24,14 @@ export interface IMemoryState {
 
 export class MemoryView {
   readonly node = el('div', { class: 'jp-GpuMagics-holders' });
+  private _busy = new Set<string>(); // owners freeing now
+  private _errors = new Map<string, string>();
+
+  /** `changed` is called when an action starts or ends: the owner renders the list again. */
+  constructor(
+    private readonly _actions?: IMemoryActions,
+    private readonly _changed: () => void = () => undefined
+  ) {}
 
   render(state: IMemoryState): void {
     const owners = state.memoryByOwner();
@@ -21,7 +39,7 @@ export class MemoryView {
     if (owners.length === 0) {
       children.push(el('div', { class: 'jp-GpuMagics-empty' }, 'No process holds GPU memory.'));
     } else {
-      children.push(...owners.map(ownerView));
+      children.push(...owners.map(owner => this._owner(owner)));
     }
     if (state.unreadableGpus.length) {
       children.push(
@@ -34,32 +52,95 @@ export class MemoryView {
     }
     this.node.replaceChildren(...children);
   }
+
+  /** A notebook (or kernel, or process) with its total, its holders below, and Free cached where it can. */
+  private _owner(owner: IOwnerTotal): HTMLElement {
+    const view = el(
+      'div',
+      { class: 'jp-GpuMagics-owner', 'data-owner': owner.owner },
+      el(
+        'div',
+        { class: 'jp-GpuMagics-ownerTitle' },
+        el('span', { class: 'jp-GpuMagics-ownerName', title: owner.owner }, owner.owner),
+        el('span', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes))
+      ),
+      ...owner.holders.flatMap(holder => holderLines(holder, owner.holders.length > 1))
+    );
+    if (this._actions && owner.canFree && owner.cached !== null) {
+      const busy = this._busy.has(owner.owner);
+      const cached = owner.cached;
+      view.append(
+        el(
+          'div',
+          { class: 'jp-GpuMagics-buttons' },
+          button('Free cached', cached > 0 && !busy, () => void this._free(owner), {
+            title:
+              cached > 0
+                ? `Runs %gpucluster free kernel in its kernel: gives the ${formatBytes(cached)} its memory pools ` +
+                  'cache back to the GPU (arrays in use stay)'
+                : 'Its memory pools cache nothing'
+          })
+        )
+      );
+      if (busy) {
+        view.append(el('div', { class: 'jp-GpuMagics-busy' }, 'Freeing\u2026 (waits for the kernel if it is busy)'));
+      }
+    }
+    const error = this._errors.get(owner.owner);
+    if (error) {
+      view.append(el('div', { class: 'jp-GpuMagics-error' }, error));
+    }
+    return view;
+  }
+
+  private async _free(owner: IOwnerTotal): Promise<void> {
+    if (!this._actions) {
+      return;
+    }
+    this._busy.add(owner.owner);
+    this._errors.delete(owner.owner);
+    this._changed();
+    try {
+      await this._actions.freeCached(owner);
+    } catch (error) {
+      this._errors.set(owner.owner, error instanceof Error ? error.message : String(error));
+    } finally {
+      this._busy.delete(owner.owner);
+      this._changed();
+    }
+  }
 }
 
-/** A notebook (or kernel, or process) with its total, and its holders below. */
-function ownerView(owner: IOwnerTotal): HTMLElement {
-  return el(
-    'div',
-    { class: 'jp-GpuMagics-owner' },
+/**
+ * One holder: the GPU (with its host when remote), who, and where the row comes from; under it, what the process
+ * says it holds, where it says.
+ */
+function holderLines(holder: IHolder, withBytes: boolean): HTMLElement[] {
+  const tag = holderSourceTag(holder);
+  const lines = [
     el(
       'div',
-      { class: 'jp-GpuMagics-ownerTitle' },
-      el('span', { class: 'jp-GpuMagics-ownerName', title: owner.owner }, owner.owner),
-      el('span', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes))
-    ),
-    ...owner.holders.map(holder => holderLine(holder, owner.holders.length > 1))
-  );
-}
-
-/** One holder: the GPU (with its host when remote), who, and where the row comes from. */
-function holderLine(holder: IHolder, withBytes: boolean): HTMLElement {
-  const tag = holderSourceTag(holder);
-  return el(
-    'div',
-    { class: 'jp-GpuMagics-holder', 'data-source': holder.source ?? '' },
-    el('span', {}, `${holderGpuLabel(holder)} \u00b7 ${holderRole(holder)}`),
-    // one process: the notebook's total above is its figure
-    el('span', { class: 'jp-GpuMagics-num' }, withBytes ? formatBytes(holder.used_memory) : ''),
-    tag.text ? el('span', { class: 'jp-GpuMagics-tag', title: tag.title }, tag.text) : el('span', {})
-  );
+      { class: 'jp-GpuMagics-holder', 'data-source': holder.source ?? '' },
+      el('span', {}, `${holderGpuLabel(holder)} \u00b7 ${holderRole(holder)}`),
+      // one process: the notebook's total above is its figure
+      el('span', { class: 'jp-GpuMagics-num' }, withBytes ? formatBytes(holder.used_memory) : ''),
+      tag.text ? el('span', { class: 'jp-GpuMagics-tag', title: tag.title }, tag.text) : el('span', {})
+    )
+  ];
+  const split = splitText(holder.array_memory, holder.cached_memory, holder.context_memory);
+  if (split) {
+    lines.push(
+      el(
+        'div',
+        {
+          class: 'jp-GpuMagics-split',
+          title:
+            'What the process says it holds: memory in use by arrays, memory its pool caches (Free cached gives ' +
+            'it back), and its CUDA context'
+        },
+        split
+      )
+    );
+  }
+  return lines;
 }

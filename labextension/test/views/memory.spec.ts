@@ -22,6 +22,8 @@ describe('MemoryView', () => {
       time: 1,
       status: null,
       unreadable_gpus: [],
+      others: [],
+      reporting_kernels: [],
       processes: [
         holder({ pid: 1, path: 'small.ipynb', used_memory: 2 ** 30 }),
         holder({ pid: 2, path: 'big.ipynb', used_memory: 2 ** 32, role: 'kernel' }),

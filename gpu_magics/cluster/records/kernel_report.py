@@ -1,0 +1,177 @@
+"""In the kernel: what this kernel holds on its GPUs (arrays, its pool's cache, its CUDA context), told to the side
+panel through its own record (``record.KernelRecord``), and given back on ``%gpucluster free``.
+
+The record is written after each cell that changed the figures (an IPython ``post_run_cell`` hook that ``%load_ext``
+installs) and removed when the kernel holds nothing, unloads the extension or exits. Reading never starts CUDA:
+pools are read only where this process already has a context (``telemetry.pools``), and NVML's figure for this
+process needs no context at all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_magics import gpus
+from gpu_magics.cluster.records import record as records
+from gpu_magics.cluster.telemetry import pools
+from gpu_magics.cluster.telemetry.pools import Freed, ProcessMemory
+from gpu_magics.monitor.models import GpuProcess
+
+REUSE_S = 0.5  # figures read less than this long ago are reused (a cell end and a record refresh together)
+
+
+@dataclass(frozen=True)
+class KernelGpu:
+    """One device on which this kernel holds memory."""
+
+    index: int  # as this kernel numbers it (its CUDA device)
+    uuid: str
+    name: str
+    memory_total: int | None
+    held: ProcessMemory
+
+    def to_json(self) -> dict[str, Any]:
+        """As the kernel's record and the cluster record's kernel member hold it (types.ts IKernelGpu)."""
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": self.name,
+            "label": f"GPU {self.index}",
+            "memory_total": self.memory_total,
+            "process_memory": self.held.total,
+            "process_memory_source": self.held.source,
+            "array_memory": self.held.arrays,
+            "cached_memory": self.held.cached,
+            "context_memory": self.held.context,
+        }
+
+
+_lock = threading.Lock()
+_last: tuple[float, list[KernelGpu]] | None = None
+_written: tuple[Path, list[dict[str, Any]]] | None = None
+_started_at: float | None = None
+_atexit = False
+
+
+def kernel_memory(*, fresh: bool = False) -> list[KernelGpu]:
+    """Each visible device on which this kernel holds memory, with the three figures where known."""
+    global _last
+    with _lock:
+        if not fresh and _last is not None and time.monotonic() - _last[0] < REUSE_S:
+            return _last[1]
+        found = _read()
+        _last = (time.monotonic(), found)
+        return found
+
+
+def _read() -> list[KernelGpu]:
+    devices = gpus.inventory().devices()
+    held = {device.index: pools.pool_on(device.index, device.uuid, "kernel") for device in devices}
+    if not any(held.values()) and not _has_context(len(devices)):
+        return []
+    processes = _nvml_processes()
+    found = []
+    for device in devices:
+        pool = held[device.index]
+        nvml = next((p.used_memory for p in processes.get(device.uuid) or () if p.pid == os.getpid()), None)
+        if pool is None and nvml is None:
+            continue
+        if pool is None:
+            memory = ProcessMemory(total=nvml, source="nvml")
+        else:
+            context = nvml - pool.pool if nvml is not None and nvml >= pool.pool else None
+            total = nvml if nvml is not None else pool.pool
+            memory = ProcessMemory(total, pool.arrays, pool.cached, context, pool.source)
+        found.append(KernelGpu(device.index, device.uuid, device.name, device.memory_total, memory))
+    return found
+
+
+def _has_context(count: int) -> bool:
+    from gpu_magics.cluster.telemetry.process_memory import has_cuda_context
+
+    return any(has_cuda_context(ordinal) for ordinal in range(count))
+
+
+def _nvml_processes() -> dict[str, tuple[GpuProcess, ...] | None]:
+    from gpu_magics.monitor.sampler import get_sampler
+
+    source = get_sampler().source
+    reader = getattr(source, "read_processes", None)
+    if reader is None:
+        return {}
+    try:
+        found: dict[str, tuple[GpuProcess, ...] | None] = reader()
+    except Exception:
+        return {}
+    return found
+
+
+def held_by_uuid() -> dict[str, tuple[int | None, bool]]:
+    """GPU UUID -> (bytes this kernel holds there, whether that counts its CUDA context): for ``sharing``."""
+    return {
+        gpu.uuid: (gpu.held.total, gpu.held.source == "nvml" or gpu.held.context is not None) for gpu in kernel_memory()
+    }
+
+
+def free() -> dict[int, Freed]:
+    """Give back what this kernel's pools cache, on every device where it holds one; the record follows."""
+    released = {}
+    for device in gpus.inventory().devices():
+        freed = pools.free_on(device.index, device.uuid, "kernel")
+        if freed is not None:
+            released[device.index] = freed
+    refresh(fresh=True)
+    return released
+
+
+def refresh(*, fresh: bool = False) -> None:
+    """Write this kernel's record when its figures changed (remove it when it holds nothing); never raises."""
+    global _written, _started_at, _atexit
+    with contextlib.suppress(Exception):
+        found = [gpu.to_json() for gpu in kernel_memory(fresh=fresh)]
+        if _written is not None and _written[1] == found:
+            return
+        if not found:
+            remove()
+            return
+        _started_at = _started_at or time.time()
+        record = records.KernelRecord(gpus=tuple(found), kernel_id=records.current_kernel_id(), started_at=_started_at)
+        _written = (records.write_record(record, durable=False), found)
+        if not _atexit:
+            atexit.register(remove)
+            _atexit = True
+
+
+def remove() -> None:
+    """Remove this kernel's record, if it wrote one."""
+    global _written
+    written, _written = _written, None
+    if written is not None:
+        records.remove_record(written[0])
+
+
+def _after_cell(result: Any = None) -> None:
+    refresh(fresh=True)
+
+
+def install(shell: Any) -> None:
+    """After each cell, say what the kernel holds (``%load_ext``)."""
+    events = getattr(shell, "events", None)
+    if events is not None and _after_cell not in events.callbacks.get("post_run_cell", []):
+        events.register("post_run_cell", _after_cell)
+
+
+def uninstall(shell: Any) -> None:
+    """Stop reporting and remove the record (``%unload_ext``)."""
+    events = getattr(shell, "events", None)
+    if events is not None:
+        with contextlib.suppress(ValueError):
+            events.unregister("post_run_cell", _after_cell)
+    remove()

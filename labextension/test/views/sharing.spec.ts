@@ -1,0 +1,267 @@
+/** @jest-environment jsdom */
+/**
+ * The side panel on a shared GPU server: GPUs others use (marked on the cards and the members), what each process
+ * says it holds (arrays, cached, context), "Free cached" per notebook and per cluster, and the idle time left.
+ */
+import { clusterCached, clusterCommand, FREE_KERNEL_COMMAND, idleText } from '../../src/clusters';
+import type { ClusterAction } from '../../src/clusters';
+import { formatDuration } from '../../src/format';
+import { GpuPanelModel, IOwnerTotal, othersText, splitText } from '../../src/model';
+import type { ICluster, IGpuOtherUse } from '../../src/types';
+import { ClustersView, IClusterActions } from '../../src/views/clusters';
+import { GpuCardsView } from '../../src/views/gpuCards';
+import { membersView } from '../../src/views/members';
+import { MemoryView } from '../../src/views/memory';
+import { cluster, holder, member, memberGpu, processesReply, reading, snapshot } from '../fixtures';
+
+const GIB = 2 ** 30;
+
+function text(node: Element | null | undefined): string {
+  return node?.textContent ?? '';
+}
+
+function others(overrides: Partial<IGpuOtherUse> = {}): IGpuOtherUse {
+  return {
+    gpu: 0,
+    gpu_uuid: 'GPU-0',
+    gpu_label: 'GPU 0',
+    bytes: 40 * GIB,
+    pids: [4242],
+    how: 'nvml',
+    unknown: 0,
+    ...overrides
+  };
+}
+
+describe('words', () => {
+  it('say who else holds memory on a GPU', () => {
+    expect(othersText({ bytes: 40 * GIB, pids: [4242] })).toBe('pid 4242 holds 40.0 GiB');
+    expect(othersText({ bytes: 40 * GIB, pids: [1, 2] })).toBe('2 other processes hold 40.0 GiB (pid 1, 2)');
+    expect(othersText({ bytes: 3 * GIB, pids: [1, 2, 3, 4, 5] })).toBe(
+      '5 other processes hold 3.0 GiB (pid 1, 2, 3, 4, ...)'
+    );
+    expect(othersText({ bytes: 12 * GIB, pids: [] })).toBe('12.0 GiB in use that no process of yours reports');
+  });
+
+  it('split what a process holds three ways, leaving out what it does not say', () => {
+    expect(splitText(GIB, 10 * GIB, 512 * 2 ** 20)).toBe('1.0 GiB arrays \u00b7 10.0 GiB cached \u00b7 512 MiB context');
+    expect(splitText(null, 4 * GIB, null)).toBe('4.0 GiB cached');
+    expect(splitText(null, null, undefined)).toBe('');
+  });
+
+  it('give the idle timeout and the time left', () => {
+    expect(formatDuration(45)).toBe('45 s');
+    expect(formatDuration(1800)).toBe('30 min');
+    expect(formatDuration(5400)).toBe('1 h 30 min');
+    expect(formatDuration(7200)).toBe('2 h');
+    const busy = cluster({ kind: 'gpu', idle_timeout: 1800, idle_since: null });
+    expect(idleText(busy, 1000)).toBe('closes after 30 min without a task');
+    const idle = cluster({ kind: 'gpu', idle_timeout: 1800, idle_since: 1000 - 300 });
+    expect(idleText(idle, 1000)).toBe('idle 5 min \u00b7 closes in 25 min');
+    const late = cluster({ kind: 'gpu', idle_timeout: 60, idle_since: 0 });
+    expect(idleText(late, 1000)).toBe('idle 17 min \u00b7 closes in 0 s');
+    const attached = cluster({ kind: 'attached', idle_timeout: 600, idle_since: 1000 - 60 });
+    expect(idleText(attached, 1000)).toBe('idle 1 min \u00b7 detaches in 9 min');
+    expect(idleText(cluster(), 1000)).toBeNull();
+  });
+
+  it('name the magic each Free cached runs', () => {
+    expect(clusterCommand({ action: 'free' })).toBe('%gpucluster free workers');
+    expect(FREE_KERNEL_COMMAND).toBe('%gpucluster free kernel');
+  });
+});
+
+describe('GPU cards on a shared server', () => {
+  it('mark a GPU that others use, on this host only, and keep the card the same height', () => {
+    const model = new GpuPanelModel();
+    model.applySnapshot(
+      snapshot(1, [reading(0), reading(1), reading(2, { host: '127.0.0.2', uuid: 'GPU-remote', nvml_index: 0 })])
+    );
+    model.setHolders(
+      processesReply({ others: [others(), others({ gpu: 2, gpu_uuid: 'x', pids: [], how: 'unexplained' })] })
+    );
+    const view = new GpuCardsView();
+    view.render(model);
+    const cards = Array.from(view.node.querySelectorAll<HTMLElement>('.jp-GpuMagics-card'));
+    const badges = cards.map(card => card.querySelector('.jp-GpuMagics-others'));
+    expect(badges.map(text)).toEqual(['others \u00b7 40.0 GiB', '', '']);
+    expect(badges[0]?.getAttribute('title')).toBe(
+      'Busy with work that is not your notebooks\u2019: pid 4242 holds 40.0 GiB'
+    );
+    expect(cards.map(card => card.dataset.others ?? '')).toEqual(['true', '', '']);
+    // the badge sits in the title line: no line is added
+    expect(badges[0]?.parentElement?.classList.contains('jp-GpuMagics-cardTitle')).toBe(true);
+  });
+});
+
+describe('memory by notebook on a shared server', () => {
+  function owners(reporting: string[], cached = 10 * GIB): GpuPanelModel {
+    const model = new GpuPanelModel();
+    model.setHolders(
+      processesReply({
+        processes: [
+          holder({
+            pid: 7,
+            kernel_id: 'k1',
+            path: 'train.ipynb',
+            used_memory: 11.5 * GIB,
+            source: 'nvml+self-report',
+            array_memory: GIB,
+            cached_memory: cached,
+            context_memory: 0.5 * GIB
+          }),
+          holder({ pid: 4242, kernel_id: null, path: null, role: 'other', used_memory: 40 * GIB })
+        ],
+        reporting_kernels: reporting
+      })
+    );
+    return model;
+  }
+
+  it('shows what a kernel holds three ways, and Free cached where its kernel reports', async () => {
+    const freed: IOwnerTotal[] = [];
+    let finish: () => void = () => undefined;
+    const model = owners(['k1']);
+    const view: MemoryView = new MemoryView(
+      {
+        freeCached: owner => {
+          freed.push(owner);
+          return new Promise(resolve => (finish = resolve));
+        }
+      },
+      () => view.render(model)
+    );
+    view.render(model);
+    const blocks = Array.from(view.node.querySelectorAll<HTMLElement>('.jp-GpuMagics-owner'));
+    expect(blocks.map(block => block.dataset.owner)).toEqual(['pid 4242', 'train.ipynb']);
+    const notebook = blocks[1] as HTMLElement;
+    expect(text(notebook.querySelector('.jp-GpuMagics-split'))).toBe(
+      '1.0 GiB arrays \u00b7 10.0 GiB cached \u00b7 512 MiB context'
+    );
+    expect(blocks[0]?.querySelector('.jp-GpuMagics-split')).toBeNull(); // NVML alone does not say
+    expect(blocks[0]?.querySelector('button')).toBeNull(); // not a notebook of this server
+    const button = notebook.querySelector('button') as HTMLButtonElement;
+    expect(text(button)).toBe('Free cached');
+    expect(button.disabled).toBe(false);
+    expect(button.title).toContain('gives the 10.0 GiB its memory pools cache back');
+    button.click();
+    expect(freed.map(owner => owner.kernelId)).toEqual(['k1']);
+    const busy = view.node.querySelector('[data-owner="train.ipynb"]') as HTMLElement;
+    expect(text(busy.querySelector('.jp-GpuMagics-busy'))).toContain('Freeing');
+    expect((busy.querySelector('button') as HTMLButtonElement).disabled).toBe(true);
+    finish();
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(view.node.querySelector('.jp-GpuMagics-busy')).toBeNull();
+  });
+
+  it('says why Free cached failed, and offers none where nothing is cached or the kernel does not report', async () => {
+    const model = owners(['k1']);
+    const view: MemoryView = new MemoryView(
+      { freeCached: () => Promise.reject(new Error('UsageError: no pool')) },
+      () => view.render(model)
+    );
+    view.render(model);
+    (view.node.querySelector('[data-owner="train.ipynb"] button') as HTMLButtonElement).click();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(text(view.node.querySelector('[data-owner="train.ipynb"] .jp-GpuMagics-error'))).toBe(
+      'UsageError: no pool'
+    );
+
+    const nothing = new MemoryView({ freeCached: () => Promise.resolve() });
+    nothing.render(owners(['k1'], 0));
+    const idle = nothing.node.querySelector('[data-owner="train.ipynb"] button') as HTMLButtonElement;
+    expect(idle.disabled).toBe(true);
+    expect(idle.title).toBe('Its memory pools cache nothing');
+
+    const silent = new MemoryView({ freeCached: () => Promise.resolve() });
+    silent.render(owners([]));
+    expect(silent.node.querySelector('button')).toBeNull();
+  });
+});
+
+class Recorder implements IClusterActions {
+  calls: ClusterAction[] = [];
+  cluster(_: ICluster, request: ClusterAction): Promise<void> {
+    this.calls.push(request);
+    return Promise.resolve();
+  }
+  askWorkers(): Promise<number | null> {
+    return Promise.resolve(null);
+  }
+  confirmStop(): Promise<boolean> {
+    return Promise.resolve(false);
+  }
+  confirmRestart(): Promise<boolean> {
+    return Promise.resolve(false);
+  }
+  openPath(): void {
+    return undefined;
+  }
+}
+
+describe('clusters on a shared server', () => {
+  const workers = [
+    member('w-0', '127.0.0.1', [
+      memberGpu('127.0.0.1', 0, {
+        array_memory: 2 * GIB,
+        cached_memory: 6 * GIB,
+        context_memory: 0.5 * GIB,
+        others: { bytes: 40 * GIB, pids: [4242], how: 'nvml', unknown: 0 }
+      })
+    ]),
+    member('w-1', '127.0.0.1', [memberGpu('127.0.0.1', 1, { array_memory: 0, cached_memory: 2 * GIB })])
+  ];
+
+  it('show the time left before an idle cluster closes, and Free cached on its workers', () => {
+    const shown = cluster({ kind: 'gpu', members: workers, idle_timeout: 1800, idle_since: 700 });
+    expect(clusterCached(shown)).toBe(8 * GIB);
+    const actions = new Recorder();
+    const view: ClustersView = new ClustersView(actions, () => undefined);
+    view.render({ clusters: [shown], clustersError: null, connection: { phase: 'open' } }, 1000);
+    const idle = view.node.querySelector('.jp-GpuMagics-idle') as HTMLElement;
+    expect(text(idle)).toBe('idle 5 min \u00b7 closes in 25 min');
+    expect(idle.dataset.idle).toBe('idle');
+    const labels = Array.from(view.node.querySelectorAll('.jp-GpuMagics-buttons button'), text);
+    expect(labels).toEqual(['Stop', 'Restart', 'Scale', 'Free cached']);
+    const free = Array.from(view.node.querySelectorAll<HTMLButtonElement>('button')).find(
+      b => b.textContent === 'Free cached'
+    ) as HTMLButtonElement;
+    expect(free.title).toContain('the 8.0 GiB their memory pools cache');
+    free.click();
+    expect(actions.calls).toEqual([{ action: 'free' }]);
+  });
+
+  it('let an attached cluster free its workers and say it only detaches', () => {
+    const attached = cluster({ kind: 'attached', members: workers, idle_timeout: 600, idle_since: null });
+    const view = new ClustersView(new Recorder(), () => undefined);
+    view.render({ clusters: [attached], clustersError: null, connection: { phase: 'open' } }, 1000);
+    expect(text(view.node.querySelector('.jp-GpuMagics-idle'))).toBe('detaches after 10 min without a task');
+    const enabled = Array.from(view.node.querySelectorAll<HTMLButtonElement>('button'))
+      .filter(b => !b.disabled)
+      .map(text);
+    expect(enabled).toEqual(['Free cached']);
+  });
+
+  it('offer no Free cached where no worker says what it caches', () => {
+    const view = new ClustersView(new Recorder(), () => undefined);
+    view.render({ clusters: [cluster({ kind: 'cpu' })], clustersError: null, connection: { phase: 'open' } }, 1000);
+    expect(Array.from(view.node.querySelectorAll('button'), text)).toEqual(['Stop', 'Restart', 'Scale']);
+    expect(view.node.querySelector('.jp-GpuMagics-idle')).toBeNull();
+  });
+
+  it('mark a member GPU that others use, with the three figures under its line', () => {
+    const view = membersView(workers);
+    const notes = Array.from(view.querySelectorAll('.jp-GpuMagics-memberNote'), text);
+    expect(notes).toEqual([
+      'others pid 4242 holds 40.0 GiB',
+      '2.0 GiB arrays \u00b7 6.0 GiB cached \u00b7 512 MiB context',
+      '0 B arrays \u00b7 2.0 GiB cached'
+    ]);
+    expect(view.querySelector('.jp-GpuMagics-memberOthers')?.getAttribute('title')).toBe(
+      'Busy with work that is not this cluster\u2019s: pid 4242 holds 40.0 GiB'
+    );
+    // the GPU lines themselves stay one line each
+    expect(view.querySelectorAll('.jp-GpuMagics-memberGpu')).toHaveLength(2);
+  });
+});

@@ -2,9 +2,20 @@
 # Set up (once) and run the whole test suite: ruff, mypy, the extension's jest tests, pytest (CPU tests, real
 # IPython shells, LocalCluster processes, a real jupyter-server, notebooks through real kernels) and the end-to-end
 # test of the side panel in JupyterLab on headless Chromium. GPU tests (tests/gpu, marker gpu) skip without a GPU.
-# Extra arguments go to pytest (for example -k cluster, or -m "not browser").
+# pytest runs on several processes (pytest-xdist, --dist loadgroup: tests/conftest.py says what runs together);
+# GPU_MAGICS_TEST_WORKERS sets how many (default: one per CPU core, at most 4).
+# Extra arguments go to pytest (for example -k cluster, -m "not browser", or -n 0 for one process).
+#
+# bash scripts/test.sh --quick: the inner loop, in about a minute on 2 cores, with .venv already set up: ruff, ruff
+# format, mypy, jest and `pytest --quick` (the tests not marked slow, browser or gpu: no real kernel, no cluster
+# processes, no server or browser subprocess), without the set-up steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
 failed=()
 step() {  # step NAME COMMAND...: run it, remember a failure, keep going so every result is seen
   local name=$1; shift
@@ -12,15 +23,28 @@ step() {  # step NAME COMMAND...: run it, remember a failure, keep going so ever
   "$@" || failed+=("$name")
 }
 
-bash scripts/setup-env.sh "test,dev" || { echo "setup failed"; exit 1; }
-bash tests/browser/setup.sh || { echo "browser test setup failed"; exit 1; }
+if [ "$quick" = 1 ]; then
+  if ! .venv/bin/python -c "import xdist" 2>/dev/null || [ ! -d labextension/node_modules ]; then
+    echo "no test environment yet: run bash scripts/test.sh once (it sets up .venv, pytest-xdist and the extension)"
+    exit 1
+  fi
+else
+  bash scripts/setup-env.sh "test,dev" || { echo "setup failed"; exit 1; }
+  bash tests/browser/setup.sh || { echo "browser test setup failed"; exit 1; }
+fi
+cores=$(nproc 2>/dev/null || echo 2)
+workers=${GPU_MAGICS_TEST_WORKERS:-$((cores < 4 ? cores : 4))}
 
 step "ruff" .venv/bin/ruff check gpu_magics tests benchmarks scripts
 step "ruff format" .venv/bin/ruff format --check gpu_magics tests benchmarks scripts
 step "mypy" .venv/bin/mypy
 step "jest" bash -c "cd labextension && ../.venv/bin/jlpm test --ci"
-step "labextension list" bash -c ".venv/bin/jupyter labextension list 2>&1 | tee /dev/stderr | grep -E 'gpu-magics.*enabled.*OK'"
-step "pytest" .venv/bin/python -m pytest tests -p no:cacheprovider "$@"
+if [ "$quick" = 1 ]; then
+  step "pytest --quick" .venv/bin/python -m pytest tests -p no:cacheprovider --quick -n "$workers" --dist loadgroup "$@"
+else
+  step "labextension list" bash -c ".venv/bin/jupyter labextension list 2>&1 | tee /dev/stderr | grep -E 'gpu-magics.*enabled.*OK'"
+  step "pytest" .venv/bin/python -m pytest tests -p no:cacheprovider -n "$workers" --dist loadgroup "$@"
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}"

@@ -20,6 +20,8 @@ from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import device, remote_gpus
 from tests.cli_cluster import CliCluster, cli_cluster
 
+pytestmark = pytest.mark.slow  # Dask's CLI starts a scheduler and two workers
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = str(ROOT / "tests" / "data" / "worker_gpus.json")
 WORKER_ENV = {

@@ -195,6 +195,7 @@ def test_cupys_random_state_is_drawn_by_a_reseeded_generator() -> None:
     assert tuning.reseed_generators(numpy_graph) is numpy_graph  # NumPy's generator is left alone
 
 
+@pytest.mark.slow  # a cluster with worker processes
 def test_bytes_moved_agree_with_the_workers_own_count(ip: InteractiveShell, cpu_cluster: None) -> None:
     from benchmarks.transfers import incoming_bytes
 

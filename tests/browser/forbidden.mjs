@@ -38,6 +38,14 @@ async function main() {
     const before = sockets.length;
     await page.waitForTimeout(10000);
     console.log(`[forbidden] sockets opened while refused: ${sockets.length - before}`);
+    // JupyterLab's own "Server Connection Error" dialog opens when one of its polls fell in the restart (more
+    // often on a busy machine): it is not the panel's, and it covers the Retry button, so close it.
+    const lost = page.locator('.jp-Dialog', { hasText: 'Server Connection Error' });
+    if (await lost.count()) {
+      console.log('[forbidden] closing JupyterLab\u2019s connection dialog');
+      await page.keyboard.press('Escape');
+      await lost.waitFor({ state: 'detached', timeout: 10000 });
+    }
     await page.locator('.jp-GpuMagics-retry').click();
     await page.waitForFunction(p => eval(`(${p})()`) === 'forbidden', phase.toString(), { timeout: 60000 });
     console.log(`[forbidden] retry opened ${sockets.length - before} socket(s) and is refused again`);

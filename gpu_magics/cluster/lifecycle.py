@@ -86,12 +86,14 @@ def start(
     ``idle_timeout`` seconds without a task (0: never) the cluster closes, or an attached one is detached."""
     began = time.perf_counter()
     with _lock:
-        # check the GPU choice first: a bad --gpus must not stop the running cluster
-        gpu_ids = _choose_gpus(options.gpus) if options.kind == "gpu" else ()
         current = in_use()
         if current is not None and current.client.status not in ("running", "connecting"):
             stop()  # it died under us: clean up, then start afresh
             current = None
+        # check the GPU choice before anything stops: a bad --gpus must not stop the running cluster (a line that
+        # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
+        reuse = current is not None and not options.replace and "gpus" not in options.given
+        gpu_ids = _choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
         if current is not None:
             if not options.replace:
                 notice = (

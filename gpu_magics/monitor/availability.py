@@ -93,7 +93,7 @@ def assess(
     for device in devices:
         readings = [r for s in snapshots if (r := _match(s.gpus, device)) is not None]
         good = [r for r in readings if r.error is None]
-        if not good:
+        if not good or readings[-1].error is not None:  # unreadable now: whatever it was before
             error = readings[-1].error if readings else "no reading"
             judged.append(Assessment(device.index, device.uuid, False, None, None, None, 0, False, False, error))
             continue

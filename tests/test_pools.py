@@ -1,0 +1,185 @@
+"""Memory given back, in the kernel, on simulated GPUs: what the kernel holds three ways (arrays, its pool's cache,
+its CUDA context) in its own record for the side panel, ``%gpucluster free`` and ``free_pool_after_cell``.
+
+The pools are the fake spec's (``tests/data/shared_gpus.json``: this kernel holds 1 GiB of arrays, 10 GiB cached
+and a 512 MiB context on GPU 1), kept in a state file that the fake NVML of every process reads, as a real device
+is one for all processes. Nothing here imports CuPy or starts CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from gpu_magics import gpus
+from gpu_magics.cluster.records import kernel_report
+from gpu_magics.cluster.records import record as records
+from gpu_magics.cluster.telemetry import pools
+from gpu_magics.gpurun.backends import BackendPlan
+from gpu_magics.monitor import fake_pools
+from gpu_magics.monitor.fake import FakeSource
+from gpu_magics.monitor.fake_pools import FakeDeviceMemory, FakePool
+from gpu_magics.monitor.sampler import shutdown_sampler
+
+SHARED = Path(__file__).parent / "data" / "shared_gpus.json"
+GIB = 2**30
+GPU1 = "GPU-5a4e0000-0000-0000-0000-000000000001"
+
+
+@pytest.fixture
+def shared(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """This process is a kernel on the shared server's simulated GPUs; returns the runtime dir of its record."""
+    runtime = tmp_path / "runtime"
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", f"fake:{SHARED}")
+    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv(fake_pools.STATE_ENV, str(tmp_path / "fake-state.json"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    shutdown_sampler()
+    previous = gpus.set_inventory(None)
+    kernel_report.remove()
+    try:
+        yield runtime
+    finally:
+        fake_pools.device_memory().release()
+        kernel_report.remove()
+        kernel_report.kernel_memory(fresh=True)
+        shutdown_sampler()
+        gpus.set_inventory(previous)
+
+
+def kernel_records(runtime: Path) -> list[dict[str, object]]:
+    return [json.loads(path.read_text()) for path in sorted(runtime.glob("gpu-magics-kernel-*.json"))]
+
+
+def test_a_pool_held_in_one_process_is_seen_by_every_process_s_nvml(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    held = FakeDeviceMemory(state)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from gpu_magics.monitor.fake_pools import FakeDeviceMemory, FakePool
+            FakeDeviceMemory({str(state)!r}).hold({GPU1!r}, FakePool(2**30, 4 * 2**30, 2**29))
+            print("held", flush=True)
+            sys.stdin.readline()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        assert held.on(GPU1) == {child.pid: FakePool(GIB, 4 * GIB, GIB // 2)}
+        source = FakeSource(spec=SHARED, tick_seconds=None)
+        source.nvml.memory = held
+        readings, _ = source.read(slow=True)
+        gpu1 = readings[1]
+        assert gpu1.memory_used == GIB // 2 + 5 * GIB + GIB // 2  # the spec's own, plus the pool and context
+        assert [(p.pid, p.used_memory) for p in gpu1.processes or ()] == [(child.pid, 5 * GIB + GIB // 2)]
+        assert (state.stat().st_mode & 0o777) != 0  # a plain file, written atomically
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert held.on(GPU1) == {}  # a process that ended holds nothing
+    assert FakeSource(spec=SHARED, tick_seconds=None).read(slow=False)[0][1].memory_used == GIB // 2
+
+
+def test_without_cupy_nothing_is_read_and_cupy_is_not_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPU_MAGICS_SOURCE", raising=False)
+    assert "cupy" not in sys.modules
+    assert pools.pool_on(0, "GPU-x", "kernel") is None
+    assert pools.free_on(0, "GPU-x", "kernel") is None
+    assert "cupy" not in sys.modules
+
+
+def test_the_kernel_reports_its_memory_three_ways_after_a_cell(ip: InteractiveShell, shared: Path) -> None:
+    ip.run_cell("t_x = 1")
+    [report] = kernel_records(shared)
+    assert report["pid"] == os.getpid() and report["version"] == 1
+    [gpu] = report["gpus"]  # type: ignore[misc]
+    assert gpu["uuid"] == GPU1 and gpu["label"] == "GPU 1"
+    assert (gpu["array_memory"], gpu["cached_memory"], gpu["context_memory"]) == (GIB, 10 * GIB, GIB // 2)
+    assert gpu["process_memory"] == GIB + 10 * GIB + GIB // 2  # NVML's figure for this process: all of it
+    assert gpu["process_memory_source"] == "fake"
+    assert (next(shared.glob("gpu-magics-kernel-*.json")).stat().st_mode & 0o777) == 0o600
+    [listed] = records.list_kernel_records()
+    assert listed.pid == os.getpid() and listed.gpus[0]["cached_memory"] == 10 * GIB
+
+
+def test_gpucluster_free_gives_the_kernel_s_cache_back(ip: InteractiveShell, shared: Path) -> None:
+    ip.run_cell("t_x = 1")
+    before = FakeSource(spec=SHARED, tick_seconds=None).read(slow=False)[0][1].memory_used
+    with capture_output() as captured:
+        ip.run_line_magic("gpucluster", "free")
+    assert captured.stdout.strip() == "%gpucluster free: this kernel gave back 10.0 GiB"
+    [gpu] = kernel_records(shared)[0]["gpus"]  # type: ignore[misc]
+    assert (gpu["array_memory"], gpu["cached_memory"], gpu["context_memory"]) == (GIB, 0, GIB // 2)
+    after = FakeSource(spec=SHARED, tick_seconds=None).read(slow=False)[0][1].memory_used
+    assert before - after == 10 * GIB  # the device has it back, as every process's NVML sees
+    with capture_output() as captured:
+        ip.run_line_magic("gpucluster", "free kernel")
+    assert captured.stdout.strip() == "%gpucluster free: this kernel gave back 0 B"
+
+
+def test_free_without_a_pool_or_a_cluster(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:2")
+    previous = gpus.set_inventory(None)
+    try:
+        with capture_output() as captured:
+            ip.run_line_magic("gpucluster", "free")
+        assert captured.stdout.strip() == "%gpucluster free: this kernel holds no memory pool"
+        with pytest.raises(UsageError, match=r"^%gpucluster free workers: no cluster is running: start one"):
+            ip.run_line_magic("gpucluster", "free workers")
+        with pytest.raises(UsageError, match="choose kernel, workers or all"):
+            ip.run_line_magic("gpucluster", "free everything")
+    finally:
+        gpus.set_inventory(previous)
+
+
+def test_the_record_goes_when_the_extension_unloads(ip: InteractiveShell, shared: Path) -> None:
+    ip.run_cell("t_x = 1")
+    assert kernel_records(shared)
+    ip.run_line_magic("unload_ext", "gpu_magics")
+    try:
+        assert kernel_records(shared) == []
+        ip.run_cell("t_x = 2")  # no hook any more: no record
+        assert kernel_records(shared) == []
+    finally:
+        ip.run_line_magic("load_ext", "gpu_magics")
+
+
+def test_free_pool_after_cell_gives_the_cache_back_after_a_gpu_cell(ip: InteractiveShell, shared: Path) -> None:
+    """The hook the ``%%gpurun`` magic calls after a cell (a ``gpu`` cell needs a real GPU to run)."""
+    magics = ip.magics_manager.registry["GpuMagics"]
+    ip.run_cell("t_x = 1")
+    gpu_plan = BackendPlan(name="gpu", hardware="1x NVIDIA H200 (GPU 1)", chunk_type="cupy", gpu_indices=(1,))
+    cpu_plan = BackendPlan(name="cpu-threads", hardware="2 CPU threads", chunk_type="numpy")
+    assert magics.free_pool_after_cell is False  # off by default
+    magics._after_gpu_cell([gpu_plan])
+    assert kernel_report.kernel_memory(fresh=True)[0].held.cached == 10 * GIB
+    magics.free_pool_after_cell = True
+    magics._after_gpu_cell([cpu_plan])  # a CPU cell leaves the pool alone
+    assert kernel_report.kernel_memory(fresh=True)[0].held.cached == 10 * GIB
+    magics._after_gpu_cell([gpu_plan])
+    assert kernel_report.kernel_memory(fresh=True)[0].held.cached == 0
+    [gpu] = kernel_records(shared)[0]["gpus"]  # type: ignore[misc]
+    assert gpu["cached_memory"] == 0
+
+
+def test_a_cpu_cell_with_free_pool_after_cell_runs_as_before(ip: InteractiveShell, shared: Path) -> None:
+    ip.run_line_magic("config", "GpuMagics.free_pool_after_cell = True")
+    try:
+        ip.run_cell("t_x = 1")
+        ip.run_cell_magic("gpurun", "cpu-single -q -o t_r", "t_y = 2")
+        assert ip.user_ns["t_y"] == 2
+        assert kernel_report.kernel_memory(fresh=True)[0].held.cached == 10 * GIB
+    finally:
+        ip.config["GpuMagics"].pop("free_pool_after_cell", None)

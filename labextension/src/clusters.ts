@@ -13,8 +13,8 @@ export type ClusterAction =
   | { action: 'scale'; workers: number }
   | { action: 'free' };
 
-/** What "Free cached" runs in a notebook's kernel: its own pools give back what they cache. */
-export const FREE_KERNEL_COMMAND = '%gpucluster free kernel';
+/** What a notebook's "Free cached" runs in its kernel: the kernel's pools and its cluster's give back their cache. */
+export const FREE_NOTEBOOK_COMMAND = '%gpucluster free';
 
 /** The magic line for an action (validated: a scale needs a whole number of workers >= 1). */
 export function clusterCommand(request: ClusterAction): string {
@@ -191,6 +191,17 @@ export function idleText(cluster: ICluster, now: number): string | null {
   }
   const left = Math.max(0, since + timeout - now);
   return `idle ${formatDuration(now - since)} \u00b7 ${verb} in ${formatDuration(left)}`;
+}
+
+/** 'busy' (it runs tasks), 'idle', or 'closing' (idle, with less than a quarter of the timeout or 5 min left). */
+export function idleState(cluster: ICluster, now: number): 'busy' | 'idle' | 'closing' {
+  const since = cluster.idle_since ?? null;
+  const timeout = cluster.idle_timeout ?? null;
+  if (since === null || timeout === null) {
+    return 'busy';
+  }
+  const left = since + timeout - now;
+  return left < Math.min(300, timeout / 4) ? 'closing' : 'idle';
 }
 
 // -- the Scale dialog ----------------------------------------------------------------------------

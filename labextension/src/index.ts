@@ -9,7 +9,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { clusterCommand, FREE_KERNEL_COMMAND, parseWorkers, runInKernel, scaleProblem } from './clusters';
+import { clusterCommand, FREE_NOTEBOOK_COMMAND, parseWorkers, runInKernel, scaleProblem } from './clusters';
 import { MonitorConnection } from './connection';
 import { GpuPanelModel } from './model';
 import { GpuPanel } from './panel';
@@ -85,7 +85,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         await runInKernel(
           app.serviceManager.kernels,
           owner.kernelId,
-          FREE_KERNEL_COMMAND,
+          FREE_NOTEBOOK_COMMAND,
           'The notebook\u2019s kernel is not running on this server.'
         );
         await connection.refresh();

@@ -56,7 +56,7 @@ export interface IOwnerTotal {
   kernelId: string | null;
   bytes: number;
   holders: IHolder[];
-  /** What the owner's kernel caches in its memory pools (null where it does not say). */
+  /** What the owner's processes (its kernel, its cluster's workers) cache in their memory pools; null: none says. */
   cached: number | null;
   /** Its kernel runs on this server and reports its own memory: "Free cached" can run there. */
   canFree: boolean;
@@ -349,7 +349,7 @@ export class GpuPanelModel {
       };
       entry.bytes += holder.used_memory ?? 0;
       entry.holders.push(holder);
-      if (holder.role === 'kernel' && holder.cached_memory !== null && holder.cached_memory !== undefined) {
+      if (holder.cached_memory !== null && holder.cached_memory !== undefined) {
         entry.cached = (entry.cached ?? 0) + holder.cached_memory;
       }
       entry.canFree = entry.kernelId !== null && this._reporting.has(entry.kernelId);

@@ -2,7 +2,7 @@
  * The clusters the kernels started, one row each: name and kind, notebook, scheduler, uptime, dashboard, the
  * members by host, and Stop / Restart / Scale, which act through the owning kernel (see `../clusters`).
  */
-import { ClusterAction, clusterCached, clusterMembers, clusterTitle, idleText } from '../clusters';
+import { ClusterAction, clusterCached, clusterMembers, clusterTitle, idleState, idleText } from '../clusters';
 import { Child, el } from '../dom';
 import { formatAge, formatBytes } from '../format';
 import type { ConnectionPhase } from '../model';
@@ -90,7 +90,7 @@ export class ClustersView {
           'div',
           {
             class: 'jp-GpuMagics-idle',
-            'data-idle': cluster.idle_since === null || cluster.idle_since === undefined ? 'busy' : 'idle',
+            'data-idle': idleState(cluster, now),
             title:
               cluster.kind === 'attached'
                 ? 'After this long without a task, the notebook detaches from the cluster (it keeps running)'
@@ -105,6 +105,13 @@ export class ClustersView {
     if (members.length) {
       row.append(membersView(members));
     }
+    // under the figures it acts on: what the workers' pools cache
+    const free = freeButton(cluster, cluster.kernel_running && !busy, () =>
+      void this._act(cluster, { action: 'free' }, 'Freeing')
+    );
+    if (free.length) {
+      row.append(el('div', { class: 'jp-GpuMagics-buttons jp-GpuMagics-freeButtons' }, ...free));
+    }
     if (cluster.dashboard_note && (cluster.dashboard_link ?? cluster.dashboard_url)) {
       row.append(el('div', { class: 'jp-GpuMagics-note jp-GpuMagics-dashboardNote' }, cluster.dashboard_note));
     }
@@ -114,8 +121,7 @@ export class ClustersView {
         { class: 'jp-GpuMagics-buttons' },
         button('Stop', canAct, () => void this._stop(cluster)),
         button('Restart', canAct, () => void this._restart(cluster)),
-        button('Scale', canAct, () => void this._scale(cluster)),
-        ...freeButton(cluster, cluster.kernel_running && !busy, () => void this._act(cluster, { action: 'free' }, 'Freeing'))
+        button('Scale', canAct, () => void this._scale(cluster))
       )
     );
     if (busy) {

@@ -67,7 +67,7 @@ export function gpuCard(view: IGpuView, others: IGpuOtherUse | null = null): HTM
       metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature', 'GPU temperature'),
       metric('Clock', formatNumber(r.sm_clock, 'MHz'), 'clock', 'SM clock')
     ),
-    memoryBar(r.memory_used, r.memory_total, memoryPercent(r.memory_used, r.memory_total)),
+    memoryBar(r.memory_used, r.memory_total, others),
     chart(view)
   );
   return card;
@@ -82,7 +82,7 @@ export function othersBadge(use: IGpuOtherUse): HTMLElement {
       title: `Busy with work that is not your notebooks\u2019: ${othersText(use)}`,
       role: 'note'
     },
-    `others \u00b7 ${formatBytes(use.bytes)}`
+    'others'
   );
 }
 
@@ -119,17 +119,26 @@ function metric(label: string, value: string, name: string, title: string): HTML
   );
 }
 
-/** Memory: used / total, and a bar of the share in use (0 to the total). */
-function memoryBar(used: number | null, total: number | null, percent: number | null): HTMLElement {
+/**
+ * Memory: used / total, and a bar of the share in use (0 to the total); the part that others hold (`others`) is
+ * the bar's last segment, in the warning colour.
+ */
+function memoryBar(used: number | null, total: number | null, others: IGpuOtherUse | null): HTMLElement {
+  const percent = memoryPercent(used, total);
+  const theirs = others && used !== null ? memoryPercent(Math.min(others.bytes, used), total) : null;
+  const bar = el('div', { class: 'jp-GpuMagics-bar' }, barFill(percent === null ? null : percent - (theirs ?? 0)));
+  let title = `GPU memory in use: ${formatPercent(percent)} of ${formatBytes(total)}`;
+  if (others && theirs !== null) {
+    const segment = barFill(theirs);
+    segment.classList.add('jp-GpuMagics-barOthers');
+    bar.append(segment);
+    title += `; ${formatBytes(others.bytes)} of it others\u2019 (${othersText(others)})`;
+  }
   return el(
     'div',
-    {
-      class: 'jp-GpuMagics-memoryBar',
-      'data-metric': 'memory',
-      title: `GPU memory in use: ${formatPercent(percent)} of ${formatBytes(total)}`
-    },
+    { class: 'jp-GpuMagics-memoryBar', 'data-metric': 'memory', title },
     el('span', { class: 'jp-GpuMagics-label' }, 'Memory'),
-    el('div', { class: 'jp-GpuMagics-bar' }, barFill(percent)),
+    bar,
     el('span', { class: 'jp-GpuMagics-value' }, formatBytesPair(used, total))
   );
 }

@@ -4,7 +4,7 @@ import { el } from '../dom';
 import { formatBytes, formatBytesPair, formatPercent } from '../format';
 import { othersText, splitText } from '../model';
 import type { IClusterMember, IMemberGpu } from '../types';
-import { barFill } from './controls';
+import { barFill, splitView } from './controls';
 
 export function membersView(members: IClusterMember[]): HTMLElement {
   const view = el('div', { class: 'jp-GpuMagics-members' });
@@ -50,8 +50,11 @@ function memberGpuNotes(gpu: IMemberGpu): HTMLElement[] {
     );
   }
   const split = splitText(gpu.array_memory, gpu.cached_memory, gpu.context_memory);
-  if (split && !gpu.error) {
-    notes.push(el('div', { class: 'jp-GpuMagics-memberNote jp-GpuMagics-split', title: split }, split));
+  const view = gpu.error
+    ? null
+    : splitView(gpu.array_memory, gpu.cached_memory, gpu.context_memory, `${split}: what the process holds`);
+  if (view) {
+    notes.push(view);
   }
   return notes;
 }
@@ -71,6 +74,11 @@ function memberGpuLine(member: IClusterMember, name: string | null, gpu: IMember
     { class: 'jp-GpuMagics-memberGpu', 'data-member': member.name, 'data-gpu-label': gpu.label, title },
     el('span', { class: 'jp-GpuMagics-memberName' }, name ? `${gpuShortLabel(gpu)} \u00b7 ${name}` : gpuShortLabel(gpu))
   );
+  if (member.role === 'kernel' && gpu.error === null && gpu.memory_used === null) {
+    // the kernel says only what it holds (under this line); the GPU's own figures are on its worker's line
+    line.classList.add('jp-GpuMagics-memberOwn');
+    return line;
+  }
   if (gpu.error) {
     line.append(el('span', { class: 'jp-GpuMagics-unreadable', title: gpu.error }, 'unreadable'));
     return line;

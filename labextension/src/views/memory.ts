@@ -1,13 +1,14 @@
 /**
  * GPU memory by notebook: who holds what, largest first, a line per process with its GPU and where it is known
  * from, what the process says it holds (arrays, cached, context), and "Free cached", which runs
- * `%gpucluster free kernel` in the notebook's kernel (as the clusters' buttons run their magic there).
+ * `%gpucluster free` in the notebook's kernel (as the clusters' buttons run their magic there): its kernel and its
+ * cluster's workers give back what their pools cache.
  */
 import { el } from '../dom';
 import { formatBytes } from '../format';
 import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal, splitText } from '../model';
 import type { IHolder } from '../types';
-import { button } from './controls';
+import { button, splitView } from './controls';
 
 export interface IMemoryActions {
   /** Have the owner's kernel give back what its pools cache; resolves when it has. */
@@ -76,8 +77,8 @@ export class MemoryView {
           button('Free cached', cached > 0 && !busy, () => void this._free(owner), {
             title:
               cached > 0
-                ? `Runs %gpucluster free kernel in its kernel: gives the ${formatBytes(cached)} its memory pools ` +
-                  'cache back to the GPU (arrays in use stay)'
+                ? `Runs %gpucluster free in its kernel: the kernel and its cluster\u2019s workers give the ` +
+                  `${formatBytes(cached)} their memory pools cache back to the GPUs (arrays in use stay)`
                 : 'Its memory pools cache nothing'
           })
         )
@@ -117,7 +118,7 @@ export class MemoryView {
  */
 function holderLines(holder: IHolder, withBytes: boolean): HTMLElement[] {
   const tag = holderSourceTag(holder);
-  const lines = [
+  const lines: HTMLElement[] = [
     el(
       'div',
       { class: 'jp-GpuMagics-holder', 'data-source': holder.source ?? '' },
@@ -128,19 +129,15 @@ function holderLines(holder: IHolder, withBytes: boolean): HTMLElement[] {
     )
   ];
   const split = splitText(holder.array_memory, holder.cached_memory, holder.context_memory);
-  if (split) {
-    lines.push(
-      el(
-        'div',
-        {
-          class: 'jp-GpuMagics-split',
-          title:
-            'What the process says it holds: memory in use by arrays, memory its pool caches (Free cached gives ' +
-            'it back), and its CUDA context'
-        },
-        split
-      )
-    );
+  const view = splitView(
+    holder.array_memory,
+    holder.cached_memory,
+    holder.context_memory,
+    `${split}: what the process says it holds (in use by arrays, cached by its pool: Free cached gives it ` +
+      'back, its CUDA context)'
+  );
+  if (view) {
+    lines.push(view);
   }
   return lines;
 }

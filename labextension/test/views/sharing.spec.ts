@@ -3,7 +3,7 @@
  * The side panel on a shared GPU server: GPUs others use (marked on the cards and the members), what each process
  * says it holds (arrays, cached, context), "Free cached" per notebook and per cluster, and the idle time left.
  */
-import { clusterCached, clusterCommand, FREE_KERNEL_COMMAND, idleText } from '../../src/clusters';
+import { clusterCached, clusterCommand, FREE_NOTEBOOK_COMMAND, idleText } from '../../src/clusters';
 import type { ClusterAction } from '../../src/clusters';
 import { formatDuration } from '../../src/format';
 import { GpuPanelModel, IOwnerTotal, othersText, splitText } from '../../src/model';
@@ -67,7 +67,7 @@ describe('words', () => {
 
   it('name the magic each Free cached runs', () => {
     expect(clusterCommand({ action: 'free' })).toBe('%gpucluster free workers');
-    expect(FREE_KERNEL_COMMAND).toBe('%gpucluster free kernel');
+    expect(FREE_NOTEBOOK_COMMAND).toBe('%gpucluster free');
   });
 });
 
@@ -84,13 +84,21 @@ describe('GPU cards on a shared server', () => {
     view.render(model);
     const cards = Array.from(view.node.querySelectorAll<HTMLElement>('.jp-GpuMagics-card'));
     const badges = cards.map(card => card.querySelector('.jp-GpuMagics-others'));
-    expect(badges.map(text)).toEqual(['others \u00b7 40.0 GiB', '', '']);
+    expect(badges.map(text)).toEqual(['others', '', '']);
     expect(badges[0]?.getAttribute('title')).toBe(
       'Busy with work that is not your notebooks\u2019: pid 4242 holds 40.0 GiB'
     );
     expect(cards.map(card => card.dataset.others ?? '')).toEqual(['true', '', '']);
-    // the badge sits in the title line: no line is added
+    // the badge sits in the title line: no line is added; the memory bar's last segment is others' part
     expect(badges[0]?.parentElement?.classList.contains('jp-GpuMagics-cardTitle')).toBe(true);
+    const bar = cards[0]?.querySelector('.jp-GpuMagics-memoryBar') as HTMLElement;
+    expect(bar.title).toBe('GPU memory in use: 25% of 100 B; 40.0 GiB of it others\u2019 (pid 4242 holds 40.0 GiB)');
+    const fills = Array.from(bar.querySelectorAll<HTMLElement>('.jp-GpuMagics-barFill'), f => [f.className, f.style.width]);
+    expect(fills).toEqual([
+      ['jp-GpuMagics-barFill', '0.0%'],
+      ['jp-GpuMagics-barFill jp-GpuMagics-barOthers', '25.0%']
+    ]);
+    expect(cards[1]?.querySelectorAll('.jp-GpuMagics-barFill')).toHaveLength(1);
   });
 });
 
@@ -135,15 +143,23 @@ describe('memory by notebook on a shared server', () => {
     const blocks = Array.from(view.node.querySelectorAll<HTMLElement>('.jp-GpuMagics-owner'));
     expect(blocks.map(block => block.dataset.owner)).toEqual(['pid 4242', 'train.ipynb']);
     const notebook = blocks[1] as HTMLElement;
-    expect(text(notebook.querySelector('.jp-GpuMagics-split'))).toBe(
-      '1.0 GiB arrays \u00b7 10.0 GiB cached \u00b7 512 MiB context'
+    const split = notebook.querySelector('.jp-GpuMagics-split') as HTMLElement;
+    const parts = Array.from(split.querySelectorAll('.jp-GpuMagics-part'), part =>
+      Array.from(part.children, child => child.textContent)
     );
+    expect(parts).toEqual([
+      ['1.0 GiB', 'arrays'],
+      ['10.0 GiB', 'cached'],
+      ['512 MiB', 'context']
+    ]);
+    expect(split.querySelector('[data-part="cached"]')?.hasAttribute('data-some')).toBe(true);
+    expect(split.title).toMatch(/^1.0 GiB arrays \u00b7 10.0 GiB cached \u00b7 512 MiB context: what the process/);
     expect(blocks[0]?.querySelector('.jp-GpuMagics-split')).toBeNull(); // NVML alone does not say
     expect(blocks[0]?.querySelector('button')).toBeNull(); // not a notebook of this server
     const button = notebook.querySelector('button') as HTMLButtonElement;
     expect(text(button)).toBe('Free cached');
     expect(button.disabled).toBe(false);
-    expect(button.title).toContain('gives the 10.0 GiB its memory pools cache back');
+    expect(button.title).toContain('the kernel and its cluster\u2019s workers give the 10.0 GiB their memory pools');
     button.click();
     expect(freed.map(owner => owner.kernelId)).toEqual(['k1']);
     const busy = view.node.querySelector('[data-owner="train.ipynb"]') as HTMLElement;
@@ -222,8 +238,16 @@ describe('clusters on a shared server', () => {
     const idle = view.node.querySelector('.jp-GpuMagics-idle') as HTMLElement;
     expect(text(idle)).toBe('idle 5 min \u00b7 closes in 25 min');
     expect(idle.dataset.idle).toBe('idle');
-    const labels = Array.from(view.node.querySelectorAll('.jp-GpuMagics-buttons button'), text);
-    expect(labels).toEqual(['Stop', 'Restart', 'Scale', 'Free cached']);
+    view.render({ clusters: [{ ...shown, idle_since: 1000 - 1700 }], clustersError: null, connection: { phase: 'open' } }, 1000);
+    const closing = view.node.querySelector('.jp-GpuMagics-idle') as HTMLElement;
+    expect([closing.textContent, closing.dataset.idle]).toEqual(['idle 28 min \u00b7 closes in 2 min', 'closing']);
+    view.render({ clusters: [shown], clustersError: null, connection: { phase: 'open' } }, 1000);
+    const rows = Array.from(view.node.querySelectorAll('.jp-GpuMagics-buttons'), r =>
+      Array.from(r.querySelectorAll('button'), text)
+    );
+    expect(rows).toEqual([['Free cached'], ['Stop', 'Restart', 'Scale']]); // under the figures it acts on
+    const members = view.node.querySelector('.jp-GpuMagics-members') as HTMLElement;
+    expect(members.nextElementSibling?.classList.contains('jp-GpuMagics-freeButtons')).toBe(true);
     const free = Array.from(view.node.querySelectorAll<HTMLButtonElement>('button')).find(
       b => b.textContent === 'Free cached'
     ) as HTMLButtonElement;
@@ -251,17 +275,25 @@ describe('clusters on a shared server', () => {
   });
 
   it('mark a member GPU that others use, with the three figures under its line', () => {
-    const view = membersView(workers);
+    const kernel = member('kernel', '127.0.0.1', [memberGpu('127.0.0.1', 1, { memory_used: null, cached_memory: GIB })], {
+      role: 'kernel'
+    });
+    const view = membersView([...workers, kernel]);
     const notes = Array.from(view.querySelectorAll('.jp-GpuMagics-memberNote'), text);
-    expect(notes).toEqual([
-      'others pid 4242 holds 40.0 GiB',
-      '2.0 GiB arrays \u00b7 6.0 GiB cached \u00b7 512 MiB context',
-      '0 B arrays \u00b7 2.0 GiB cached'
+    expect(notes).toEqual(['others pid 4242 holds 40.0 GiB']);
+    const splits = Array.from(view.querySelectorAll<HTMLElement>('.jp-GpuMagics-split'), split => split.title);
+    expect(splits).toEqual([
+      '1.0 GiB cached: what the process holds',
+      '2.0 GiB arrays \u00b7 6.0 GiB cached \u00b7 512 MiB context: what the process holds',
+      '0 B arrays \u00b7 2.0 GiB cached: what the process holds'
     ]);
+    // the kernel's line names it only: the GPU's figures are on its worker's line
+    const own = view.querySelector('.jp-GpuMagics-memberOwn') as HTMLElement;
+    expect(Array.from(own.children, text)).toEqual(['GPU 1 \u00b7 kernel']);
     expect(view.querySelector('.jp-GpuMagics-memberOthers')?.getAttribute('title')).toBe(
       'Busy with work that is not this cluster\u2019s: pid 4242 holds 40.0 GiB'
     );
     // the GPU lines themselves stay one line each
-    expect(view.querySelectorAll('.jp-GpuMagics-memberGpu')).toHaveLength(2);
+    expect(view.querySelectorAll('.jp-GpuMagics-memberGpu')).toHaveLength(3);
   });
 });

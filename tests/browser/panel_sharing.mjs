@@ -1,0 +1,261 @@
+// The side panel on a shared GPU server, as a user sees it at the default sidebar width, light and dark: the GPU
+// another user's job keeps busy is marked; the notebook's kernel and its cluster's worker say what they hold (arrays,
+// cached, context); the cluster says when its idle timeout closes it; Free cached runs in the kernel and the cache
+// goes. Usage: node panel_sharing.mjs BASE_URL TOKEN NOTEBOOK (a notebook that starts cluster $CLUSTER_NAME).
+// Screenshots go to $ARTIFACTS as sharing-*.png.
+import fs from 'node:fs';
+import path from 'node:path';
+import { launch } from './chromium.mjs';
+
+const [base, token, notebook] = process.argv.slice(2);
+const artifacts = process.env.ARTIFACTS || 'test-artifacts';
+const CLUSTER = process.env.CLUSTER_NAME || 'shared';
+fs.mkdirSync(artifacts, { recursive: true });
+
+const step = message => console.log(`[sharing] ${message}`);
+
+function check(condition, message) {
+  if (!condition) {
+    throw new Error(message);
+  }
+}
+
+const row = page => page.locator(`.jp-GpuMagics-cluster[data-cluster="${CLUSTER}"]`);
+const owner = page => page.locator(`.jp-GpuMagics-owner[data-owner="${notebook}"]`);
+
+async function openPanelAndRunNotebook(page) {
+  await page.goto(`${base}lab/tree/${notebook}?token=${token}`);
+  await page.waitForSelector('#main', { timeout: 120000 });
+  await page.waitForFunction(() => window.jupyterapp?.commands.hasCommand('gpu-magics:open'), null, {
+    timeout: 120000
+  });
+  await page.evaluate(async () => {
+    await window.jupyterapp.restored;
+    await window.jupyterapp.commands.execute('gpu-magics:open');
+  });
+  await page.waitForSelector('#gpu-magics-panel .jp-GpuMagics-status[data-phase="open"]', { timeout: 60000 });
+  const width = await page.evaluate(() => document.querySelector('#gpu-magics-panel').getBoundingClientRect().width);
+  step(`panel width ${Math.round(width)} px`);
+  check(width <= 300, `the panel is ${width} px wide: not the default sidebar width`);
+  await page.waitForFunction(
+    () => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle',
+    null,
+    { timeout: 120000 }
+  );
+  await page.evaluate(() => {
+    void window.jupyterapp.commands.execute('notebook:run-all-cells'); // resolves only when the cells end
+  });
+}
+
+/** Every element's text, its height and whether it (or a part of it) is cut, for `selector` inside `root`. */
+async function linesOf(root, selector) {
+  return root.locator(selector).evaluateAll(nodes =>
+    nodes.map(node => ({
+      text: node.textContent,
+      title: node.getAttribute('title') || '',
+      height: node.getBoundingClientRect().height,
+      cut: [node, ...node.querySelectorAll('.jp-GpuMagics-part, .jp-GpuMagics-num, .jp-GpuMagics-partName')].some(
+        part => part.scrollWidth > part.clientWidth + 1
+      )
+    }))
+  );
+}
+
+function checkOneLine(lines, what, most = 20) {
+  for (const line of lines) {
+    check(line.height <= most, `${what} "${line.text}" wraps (${line.height} px tall)`);
+    check(!line.cut, `${what} "${line.text}" is cut off at the default width`);
+  }
+}
+
+/** The figures a split grid shows: its tooltip's first part ("1.0 GiB arrays · 10.0 GiB cached · 512 MiB ..."). */
+const figures = split => split.title.split(':')[0];
+
+async function checkCards(page) {
+  const badge = page.locator('.jp-GpuMagics-card[data-gpu="0"] .jp-GpuMagics-others');
+  await badge.waitFor({ timeout: 60000 });
+  // until NVML's list of processes is read (every 2 s), the marker can only say what memory no one explains
+  await page.waitForFunction(
+    () => document.querySelector('.jp-GpuMagics-card[data-gpu="0"] .jp-GpuMagics-others')?.title.includes('pid 4242'),
+    null,
+    { timeout: 30000 }
+  );
+  const text = await badge.textContent();
+  check(text === 'others', `GPU 0's marker says "${text}"`);
+  const bar = page.locator('.jp-GpuMagics-card[data-gpu="0"] .jp-GpuMagics-memoryBar');
+  check((await bar.getAttribute('title')).includes('39.5 GiB of it others'), 'the memory bar does not say what is others\'');
+  check((await bar.locator('.jp-GpuMagics-barOthers').count()) === 1, 'the memory bar has no segment for others');
+  const title = await badge.getAttribute('title');
+  check(title.includes('pid 4242 holds 39.5 GiB'), `the marker's tooltip says "${title}"`);
+  check((await page.locator('.jp-GpuMagics-card[data-gpu="1"] .jp-GpuMagics-others').count()) === 0, 'GPU 1 is marked');
+  const fits = await page.evaluate(() => {
+    const card = document.querySelector('.jp-GpuMagics-card[data-gpu="0"]').getBoundingClientRect();
+    const mark = document.querySelector('.jp-GpuMagics-card[data-gpu="0"] .jp-GpuMagics-others').getBoundingClientRect();
+    const title = document.querySelector('.jp-GpuMagics-card[data-gpu="0"] .jp-GpuMagics-cardTitle');
+    return { inside: mark.right <= card.right && mark.left >= card.left, title: title.getBoundingClientRect().height };
+  });
+  check(fits.inside, 'the marker sticks out of its card');
+  check(fits.title < 24, `the card's title wraps with the marker (${fits.title} px)`);
+  const heights = await page
+    .locator('.jp-GpuMagics-card')
+    .evaluateAll(cards => cards.map(card => card.getBoundingClientRect().height));
+  check(Math.abs(heights[0] - heights[1]) < 0.5, `the marked card is not as tall as the other: ${heights}`);
+  step(`GPU 0 marked "${text}" (${title})`);
+}
+
+async function checkCluster(page) {
+  const cluster = row(page);
+  await cluster.waitFor({ timeout: 180000 });
+  await page.waitForFunction(
+    name =>
+      document.querySelector(`.jp-GpuMagics-cluster[data-cluster="${name}"] .jp-GpuMagics-idle[data-idle="idle"]`),
+    CLUSTER,
+    { timeout: 60000 }
+  );
+  await page.waitForFunction(
+    name => {
+      const cluster = document.querySelector(`.jp-GpuMagics-cluster[data-cluster="${name}"]`);
+      const notes = Array.from(cluster?.querySelectorAll('.jp-GpuMagics-memberNote') ?? []).map(n => n.textContent);
+      const splits = Array.from(cluster?.querySelectorAll('.jp-GpuMagics-split') ?? []).map(n => n.title);
+      return splits.some(t => t.includes('6.0 GiB cached')) && notes.some(t => t.includes('pid 4242'));
+    },
+    CLUSTER,
+    { timeout: 60000 }
+  );
+  const idle = await cluster.locator('.jp-GpuMagics-idle').textContent();
+  check(/^idle \d+ s \u00b7 closes in (29|30) min$/.test(idle), `the idle line says "${idle}"`);
+  const notes = await linesOf(cluster, '.jp-GpuMagics-memberNote');
+  checkOneLine(notes, 'the member note');
+  const splits = await linesOf(cluster, '.jp-GpuMagics-split');
+  checkOneLine(splits, 'the member figures', 30);
+  const texts = [...notes.map(n => n.text), ...splits.map(figures)];
+  for (const expected of [
+    'others pid 4242 holds 39.5 GiB',
+    '2.0 GiB arrays \u00b7 6.0 GiB cached \u00b7 512 MiB context',
+    '1.0 GiB arrays \u00b7 10.0 GiB cached \u00b7 512 MiB context'
+  ]) {
+    check(texts.includes(expected), `no member note "${expected}": ${texts.join(' | ')}`);
+  }
+  const free = cluster.locator('.jp-GpuMagics-freeButtons button');
+  check((await free.textContent()) === 'Free cached' && !(await free.isDisabled()), 'no Free cached for the cluster');
+  const buttons = await cluster
+    .locator('.jp-GpuMagics-buttons:not(.jp-GpuMagics-freeButtons) button')
+    .evaluateAll(nodes => nodes.map(b => ({ text: b.textContent, disabled: b.disabled, top: b.getBoundingClientRect().top })));
+  check(
+    JSON.stringify(buttons.map(b => b.text)) === JSON.stringify(['Stop', 'Restart', 'Scale']),
+    `the cluster's buttons are ${buttons.map(b => b.text)}`
+  );
+  check(buttons.every(b => !b.disabled), 'a cluster button is disabled');
+  check(new Set(buttons.map(b => Math.round(b.top))).size === 1, `the cluster buttons wrap onto two rows: ${JSON.stringify(buttons)}`);
+  step(`cluster: "${idle}"; notes ${texts.join(' | ')}`);
+}
+
+async function checkMemory(page) {
+  const block = owner(page);
+  await block.waitFor({ timeout: 60000 });
+  await page.waitForFunction(
+    name => {
+      const button = document.querySelector(`.jp-GpuMagics-owner[data-owner="${name}"] button`);
+      return button && !button.disabled;
+    },
+    notebook,
+    { timeout: 60000 }
+  );
+  const splits = await linesOf(block, '.jp-GpuMagics-split');
+  checkOneLine(splits, 'the memory figures', 30);
+  const texts = splits.map(figures);
+  check(
+    texts.includes('1.0 GiB arrays \u00b7 10.0 GiB cached \u00b7 512 MiB context'),
+    `the kernel's split is missing: ${texts.join(' | ')}`
+  );
+  const holders = await linesOf(block, '.jp-GpuMagics-holder');
+  checkOneLine(holders, 'the holder line');
+  const button = block.locator('button');
+  check((await button.textContent()) === 'Free cached', 'no Free cached for the notebook');
+  step(`memory by notebook: ${holders.map(h => h.text).join(' | ')}; ${texts.join(' | ')}`);
+}
+
+async function setTheme(page, theme) {
+  const name = theme === 'dark' ? 'JupyterLab Dark' : 'JupyterLab Light';
+  await page.evaluate(n => window.jupyterapp.commands.execute('apputils:change-theme', { theme: n }), name);
+  await page.waitForFunction(light => document.body.dataset.jpThemeLight === light, String(theme !== 'dark'), {
+    timeout: 30000
+  });
+  await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 30000 });
+  await page.waitForTimeout(800);
+}
+
+async function shots(page, theme) {
+  const shot = (locator, name) => locator.screenshot({ path: path.join(artifacts, `sharing-${name}-${theme}.png`) });
+  await shot(page.locator('.jp-GpuMagics-cards'), 'cards');
+  await shot(row(page), 'cluster');
+  await shot(page.locator('.jp-GpuMagics-holders'), 'memory');
+  await shot(page.locator('#gpu-magics-panel'), 'panel');
+}
+
+async function freeCached(page) {
+  await row(page).locator('button', { hasText: 'Free cached' }).click();
+  await page.waitForFunction(
+    name => {
+      const splits = Array.from(
+        document.querySelectorAll(`.jp-GpuMagics-cluster[data-cluster="${name}"] .jp-GpuMagics-split`)
+      ).map(n => n.title);
+      return splits.some(t => t.startsWith('2.0 GiB arrays \u00b7 0 B cached \u00b7 512 MiB context'));
+    },
+    CLUSTER,
+    { timeout: 60000 }
+  );
+  check((await row(page).locator('.jp-GpuMagics-error').count()) === 0, 'the cluster says Free cached failed');
+  step("Free cached on the cluster: the worker gave its 6.0 GiB back");
+  await owner(page).locator('button', { hasText: 'Free cached' }).click();
+  await page.waitForFunction(
+    name => {
+      const block = document.querySelector(`.jp-GpuMagics-owner[data-owner="${name}"]`);
+      const splits = Array.from(block?.querySelectorAll('.jp-GpuMagics-split') ?? []).map(s => s.title);
+      const freed = splits.some(t => t.startsWith('1.0 GiB arrays \u00b7 0 B cached \u00b7 512 MiB context'));
+      return freed && block.querySelector('button')?.disabled;
+    },
+    notebook,
+    { timeout: 60000 }
+  );
+  check((await owner(page).locator('.jp-GpuMagics-error').count()) === 0, 'the notebook says Free cached failed');
+  step("Free cached on the notebook: its kernel gave its 10.0 GiB back");
+  await page.locator('#gpu-magics-panel').screenshot({ path: path.join(artifacts, 'sharing-freed-dark.png') });
+}
+
+async function main() {
+  const browser = await launch();
+  const page = await browser.newPage({ viewport: { width: 1200, height: 1100 }, deviceScaleFactor: 2 });
+  const errors = [];
+  page.on('pageerror', error => errors.push(String(error)));
+  page.on('console', message => {
+    if (message.type() === 'error' && /gpu-magics/i.test(message.text())) {
+      errors.push(message.text());
+    }
+  });
+  try {
+    await openPanelAndRunNotebook(page);
+    for (const theme of ['light', 'dark']) {
+      if (theme === 'dark') {
+        await setTheme(page, 'dark');
+      }
+      await checkCards(page);
+      await checkCluster(page);
+      await checkMemory(page);
+      await shots(page, theme);
+    }
+    await freeCached(page);
+    check(errors.length === 0, `errors in the page:\n${errors.join('\n')}`);
+    step('passed');
+  } catch (error) {
+    await page.screenshot({ path: path.join(artifacts, 'sharing-failure.png') }).catch(() => undefined);
+    throw error;
+  } finally {
+    await browser.close();
+  }
+}
+
+main().catch(error => {
+  console.error(`[sharing] FAILED: ${error.stack || error}`);
+  process.exit(1);
+});

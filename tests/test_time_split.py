@@ -108,7 +108,7 @@ def test_advice_grows_chunks_only_when_fixed_costs_dominate() -> None:
 
 def test_grown_chunks_keep_work_for_every_worker() -> None:
     assert chunk_advice.grown_chunks((100_000, 100_000), (10_000, 10_000), 4.0) == (20_000, 20_000)
-    assert chunk_advice.grown_chunks((100_000,), (10_000,), 3.0) == (30_000,)
+    assert chunk_advice.grown_chunks((100_000,), (10_000,), 3.0) == (25_000,)  # 4 even pieces, not 30000 x 3 + 10000
     assert chunk_advice.grown_chunks((20_000, 20_000), (10_000, 10_000), 16.0, min_chunks=4) is None
     assert chunk_advice.grown_chunks((100_000, 100_000), (10_000, 10_000), 1.5) is None  # not worth saying
     assert chunk_advice.growth_factor(work_s=0.004, overhead_s=0.001) == pytest.approx(1.0)

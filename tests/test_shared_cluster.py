@@ -27,8 +27,10 @@ from traitlets import TraitError
 
 from gpu_magics import gpus
 from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.workers import forkserver
 from gpu_magics.display.cluster_view import ClusterView
 from gpu_magics.magics.gpucluster import ClusterMagics
 from gpu_magics.monitor import fake_pools
@@ -65,12 +67,15 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     }
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
+    # workers fork from a server that keeps the environment it started with: start one with these settings
+    forkserver.stop_server()
     shutdown_sampler()
     previous = gpus.set_inventory(None)
     try:
         yield directory / "runtime"
     finally:
         cluster.stop()
+        forkserver.stop_server()
         fake_pools.device_memory().release()
         kernel_report.remove()
         shutdown_sampler()
@@ -120,7 +125,9 @@ def printed(capsys: pytest.CaptureFixture[str], words: str, timeout: float) -> s
 
 
 def gpu_of(uuid: str) -> Any:
-    return next(gpu for worker in cluster.status().workers for gpu in worker.gpus if gpu.uuid == uuid)
+    """The GPU ``uuid`` as ``%gpucluster status`` shows it (an empty stand-in before the workers' first report)."""
+    found = (gpu for worker in cluster.status().workers for gpu in worker.gpus if gpu.uuid == uuid)
+    return next(found, WorkerGpu(label="", name="", uuid=uuid))
 
 
 def test_status_shows_the_three_figures_and_the_gpu_others_use(shared: Client, magics: ClusterMagics) -> None:

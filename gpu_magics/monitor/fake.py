@@ -96,18 +96,12 @@ _DEFAULTS: dict[str, Any] = {
     "processes": [],
     "graphics_processes": [],
 }
+_MIG_UNSUPPORTED = ("gpu_util", "memory_util", "temperature", "power", "power_limit", "sm_clock", "pcie_rx", "pcie_tx")
 _MIG_DEFAULTS: dict[str, Any] = {
     **_DEFAULTS,
     "name": "Fake GPU MIG",
     "memory_total": 10 * GIB,
-    "gpu_util": None,
-    "memory_util": None,
-    "temperature": None,
-    "power": None,
-    "power_limit": None,
-    "sm_clock": None,
-    "pcie_rx": None,
-    "pcie_tx": None,
+    **dict.fromkeys(_MIG_UNSUPPORTED),  # a MIG instance reports none of these
 }
 
 

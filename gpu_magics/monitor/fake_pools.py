@@ -70,6 +70,10 @@ class FakeDeviceMemory:
         """Process ``pid`` (this one by default) holds ``pool`` on ``uuid`` unless it already holds one there;
         returns what it holds."""
         pid = os.getpid() if pid is None else pid
+        with self._locked(write=False) as state:  # asked every report: write only the first time
+            held = state.get(uuid, {}).get(pid)
+        if held is not None:
+            return held
         with self._locked(write=True) as state:
             return state.setdefault(uuid, {}).setdefault(pid, pool)
 

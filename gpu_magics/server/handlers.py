@@ -127,14 +127,15 @@ class ClustersHandler(GpuMagicsHandler):
 
 
 class PruneClustersHandler(ClustersHandler):
-    """``POST clusters/prune``: remove records whose process has gone; replies with the clusters left."""
+    """``POST clusters/prune``: remove records (of clusters and of kernels) whose process has gone; replies with
+    the clusters left."""
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        records = await asyncio.get_running_loop().run_in_executor(
-            None, partial(cluster_records.list_records, clean=True)
-        )
+        loop = asyncio.get_running_loop()
+        records = await loop.run_in_executor(None, partial(cluster_records.list_records, clean=True))
+        await loop.run_in_executor(None, partial(cluster_records.list_kernel_records, clean=True))
         self.reply({"clusters": await self._describe(records)})
 
 
@@ -149,7 +150,7 @@ class ProcessesHandler(GpuMagicsHandler):
         paths = await kernel_paths(self.session_manager)
         loop = asyncio.get_running_loop()
         records = await loop.run_in_executor(None, partial(cluster_records.list_records, clean=False))
-        kernels = await loop.run_in_executor(None, partial(cluster_records.list_kernel_records, clean=True))
+        kernels = await loop.run_in_executor(None, partial(cluster_records.list_kernel_records, clean=False))
         holders = await loop.run_in_executor(
             None, partial(map_owners, snapshot, kernel_pids=pids, records=records, paths=paths)
         )

@@ -138,3 +138,13 @@ async def test_processes_without_a_token_is_refused(
     with pytest.raises(HTTPClientError) as error:
         await AsyncHTTPClient().fetch(url)
     assert error.value.code == 403
+
+
+async def test_a_gone_kernel_s_report_is_ignored_and_pruned_only_by_post(jp_fetch: Fetch, runtime_dir: Path) -> None:
+    gone = records.KernelRecord(gpus=kernel_record("k-gone").gpus, pid=2**22 + 12345, kernel_id="k-gone")
+    records.write_record(gone)
+    reply = await processes(jp_fetch, lambda r: any(p["pid"] == os.getpid() for p in r["processes"]))
+    assert all(h["kernel_id"] != "k-gone" for h in reply["processes"])
+    assert [path.name for path in runtime_dir.glob("gpu-magics-kernel-*.json")] == [gone.filename]  # GET reads only
+    await jp_fetch("gpu-magics", "api", "clusters", "prune", method="POST", body="{}")
+    assert list(runtime_dir.glob("gpu-magics-kernel-*.json")) == []

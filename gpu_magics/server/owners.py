@@ -111,8 +111,9 @@ def with_self_reports(
 ) -> list[GpuHolder]:
     """``holders`` (from NVML's process lists) joined with what the kernels and their workers report about
     themselves, in the cluster records and in the kernels' own records: a row both give is marked
-    "nvml+self-report" (NVML's figure kept), a row only a process reports is added as "self-report"; either way
-    the row takes the process's own split of its memory (arrays, cached, context). Self-reports work where NVML
+    "nvml+self-report" (NVML's figure kept, except a kernel's own record's, which it read with its split), a row
+    only a process reports is added as "self-report"; either way the row takes the process's own split of its
+    memory (arrays, cached, context). Self-reports work where NVML
     cannot tell: in containers (NVML gives host pids) and on other hosts. A GPU is this server's own when
     ``snapshot`` has its UUID (UUIDs are unique across machines)."""
     local = {reading.uuid: reading for reading in snapshot.gpus if reading.uuid} if snapshot is not None else {}
@@ -134,6 +135,8 @@ def with_self_reports(
             source = before.source if before.source != "nvml" else "nvml+self-report"
             if before.role == "other":  # a kernel (or worker) of the user's that this server did not start
                 before = replace(before, role=role, kernel_id=kernel_id, path=paths.get(kernel_id or ""))
+            if member is None:  # a kernel's own record: its total was read with its split, and as recently
+                before = replace(before, used_memory=held)
             joined[found] = replace(
                 before,
                 source=source,

@@ -148,3 +148,12 @@ async def test_a_gone_kernel_s_report_is_ignored_and_pruned_only_by_post(jp_fetc
     assert [path.name for path in runtime_dir.glob("gpu-magics-kernel-*.json")] == [gone.filename]  # GET reads only
     await jp_fetch("gpu-magics", "api", "clusters", "prune", method="POST", body="{}")
     assert list(runtime_dir.glob("gpu-magics-kernel-*.json")) == []
+
+
+async def test_a_kernel_s_own_total_is_its_row_s_figure(jp_fetch: Fetch) -> None:
+    """Its record is newer than NVML's last list (read every few seconds): just after Free cached, say what it says."""
+    freed = dict(kernel_record("k-freed").gpus[0], process_memory=GIB + GIB // 2, cached_memory=0)
+    records.write_record(records.KernelRecord(gpus=(freed,), kernel_id="k-freed"))
+    reply = await processes(jp_fetch, lambda r: any(p["source"] == "nvml+self-report" for p in r["processes"]))
+    mine = next(h for h in reply["processes"] if h["pid"] == os.getpid())
+    assert (mine["used_memory"], mine["cached_memory"], mine["source"]) == (GIB + GIB // 2, 0, "nvml+self-report")

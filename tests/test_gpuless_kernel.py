@@ -138,3 +138,16 @@ def test_a_broadcast_chunk_is_copied_as_one_value(monkeypatch: pytest.MonkeyPatc
     assert moved.strides == (0, 0)  # still a view of one stored value, not a million copies
     back = device.to_host({"a": [moved]})
     assert type(back["a"][0]) is np.ndarray and float(back["a"][0][3, 4]) == 7.0
+
+
+def test_a_workers_gpu_error_keeps_its_traceback(ip: InteractiveShell, attached: None) -> None:
+    cell = (
+        "def t_fail(block):\n"
+        "    raise RuntimeError('CUDA error: out of memory on the worker')\n"
+        "da.ones((100, 100), chunks=50).map_blocks(t_fail, meta=np.empty((0, 0))).sum().compute()\n"
+    )
+    with capture_output() as shown:
+        ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", cell)
+    text = shown.stdout + shown.stderr
+    assert "this kernel has no GPU" not in text
+    assert "out of memory on the worker" in text and "t_fail" in text  # the task's own traceback

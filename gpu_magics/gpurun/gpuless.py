@@ -89,12 +89,30 @@ def _map_futures(packed: Any, function: Callable[[Any], Any]) -> Any:
 _CUDA_MODULES = ("cupy", "cupyx", "cupy_backends", "cuda", "rmm")
 
 
+def _raised_by_a_task(error: BaseException) -> bool:
+    """Whether ``error`` came from a task on a worker: it was raised inside dask's ``compute``/``persist`` or
+    distributed's result calls (dask shortens the traceback to those frames, then the task's own)."""
+    frame = error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        name = code.co_filename.replace("\\", "/")
+        if ("/dask/" in name or "/distributed/" in name) and code.co_name in _REMOTE_CALLS:
+            return True
+        frame = frame.tb_next
+    return False
+
+
+_REMOTE_CALLS = frozenset({"compute", "persist", "result", "gather", "_gather", "get"})
+
+
 def explain(error: BaseException) -> str | None:
     """One line for an error a GPU-less kernel's cell cannot avoid by retrying: CuPy called in this kernel,
     a CuPy result brought here, or the package missing on the workers; ``None`` for any other error."""
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if _raised_by_a_task(error) and not (missing or "").startswith("gpu_magics"):
+        return None  # a worker's error (its GPU ran out of memory, say): its own traceback says more
     text = f"{type(error).__name__}: {error}"
     module = type(error).__module__.split(".")[0]
-    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
     if missing and missing.split(".")[0] == "gpu_magics":
         return NEEDS_PACKAGE
     cupy_here = module in _CUDA_MODULES or (missing or "").split(".")[0] in ("cupy", "cupyx") or "cupy" in text

@@ -227,13 +227,3 @@ def split(
 def clip_all(intervals: Sequence[Interval], windows: Sequence[Interval]) -> list[Interval]:
     """The parts of ``intervals`` inside any of ``windows``."""
     return [piece for window in windows for piece in clip(intervals, window)]
-
-
-def describe(split_: TimeSplit) -> str:
-    """A longer, multi-line account of the split (benchmarks print it)."""
-    lines = [split_.line()]
-    for part in PARTS:
-        lines.append(f"  {part:<11} {split_.seconds[part]:8.3f} worker-s  {split_.share(part) * 100:5.1f}%")
-    if split_.transfer_bytes:
-        lines.append(f"  bytes moved between workers: {format_bytes(split_.transfer_bytes)}")
-    return "\n".join(lines)

@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from gpu_magics import gpus
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster.records.record import list_records
 from tests.cli_cluster import CliCluster, cli_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +33,6 @@ DATA = Path(__file__).parent / "data"
 SPEC = str(DATA / "worker_gpus.json")
 HOST_A, HOST_B = "127.0.0.2", "127.0.0.3"
 LABELS = {f"{host} · GPU {index}" for host in (HOST_A, HOST_B) for index in (0, 1)}
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

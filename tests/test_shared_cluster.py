@@ -14,7 +14,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +35,13 @@ from gpu_magics.display.cluster_view import ClusterView
 from gpu_magics.magics.gpucluster import ClusterMagics
 from gpu_magics.monitor import fake_pools
 from gpu_magics.monitor.sampler import shutdown_sampler
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 SHARED = Path(__file__).parent / "data" / "shared_gpus.json"
 GIB = 2**30
 POOLED, BUSY = "GPU-5a4e0000-0000-0000-0000-000000000001", "GPU-5a4e0000-0000-0000-0000-000000000000"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -25,6 +24,7 @@ from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.gpu.conftest import GPU_COUNT
+from tests.waiting import wait_for
 
 GIB = 2**30
 # 8 GB of float64 in 200 MB chunks, drawn on the device, reduced: the pool keeps what the chunks took
@@ -42,16 +42,6 @@ def used_on(index: int) -> int:
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
     finally:
         pynvml.nvmlShutdown()
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture

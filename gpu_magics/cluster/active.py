@@ -3,7 +3,9 @@ one is in use."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,7 @@ class ActiveCluster:
     telemetry: ClusterTelemetry | None = None  # the workers' own GPU reports
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
+    plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
 
     @property
     def owned(self) -> bool:
@@ -57,4 +60,24 @@ def set_in_use(cluster: ActiveCluster | None) -> ActiveCluster | None:
     """Make ``cluster`` the one in use (``None``: none); returns the one it replaces."""
     global _in_use
     previous, _in_use = _in_use, cluster
+    if previous is not cluster:
+        for listener in list(_listeners):
+            with contextlib.suppress(Exception):  # a listener never stops the lifecycle
+                listener(cluster)
     return previous
+
+
+Listener = Callable[[ActiveCluster | None], None]
+_listeners: list[Listener] = []
+
+
+def on_change(listener: Listener) -> Callable[[], None]:
+    """Call ``listener`` with the new cluster (``None``: none) whenever the cluster in use changes, before the
+    lifecycle undoes what the old one set; returns what removes the listener."""
+    _listeners.append(listener)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            _listeners.remove(listener)
+
+    return remove

@@ -72,3 +72,4 @@ class ClusterInfo:
     idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches)
     idle_left: float | None = None  # seconds left while it is idle; None while it runs a task
     kernel_gpus: tuple[KernelGpuInfo, ...] = ()  # what this kernel holds on its GPUs
+    plain_cells: str | None = None  # "plain cells: <where they run>; <the command that moves them>"

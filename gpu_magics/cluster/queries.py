@@ -1,5 +1,6 @@
 """What may be asked about the cluster in use without changing it: the one interface through which ``gpurun``
-(and the magics) reach the cluster engine. ``lifecycle`` starts and stops the cluster these answer about.
+(and the magics) reach the cluster engine. The one thing told through it: which session backend plain cells
+use (``tell_plain_cells``), for the cluster's record. ``lifecycle`` starts and stops the cluster these answer about.
 
 The dependency runs one way: ``gpurun`` imports this, nothing in ``cluster`` imports ``gpurun``.
 """
@@ -11,7 +12,22 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster import inspection
-from gpu_magics.cluster.active import ActiveCluster, in_use
+from gpu_magics.cluster.active import ActiveCluster, in_use, on_change
+
+__all__ = [
+    "NO_CLUSTER",
+    "active",
+    "active_client",
+    "describe_hardware",
+    "gpu_worker_devices",
+    "has_gpu_workers",
+    "on_change",
+    "require_client",
+    "split_workers_by_gpu",
+    "telemetry",
+    "tell_plain_cells",
+    "worker_count",
+]
 from gpu_magics.cluster.options import PROG
 
 if TYPE_CHECKING:
@@ -122,3 +138,11 @@ def worker_count() -> int | None:
         return len(inspection.scheduler_workers(current.client))
     except Exception:
         return None
+
+
+def tell_plain_cells(backend: str | None) -> None:
+    """Note in the record of the cluster in use (the side panel's card) the session backend plain cells run on
+    (``None``: dask's own settings)."""
+    from gpu_magics.cluster.records import writer
+
+    writer.set_plain_cells(backend)

@@ -25,6 +25,8 @@ LARGE_CHUNK_FRACTION = 0.25  # an operation holds several chunks at once: warn a
 _HINT_BACKGROUND = f"background:color-mix(in srgb,{WARN} 12%,transparent)"  # a tint that suits both themes
 
 GpuMemoryProbe = Callable[[], "tuple[int, ...] | None"]
+# Where an array with chunks of a kind (numpy, cupy) is computed as the session stands: (where, fix or None).
+PlacementProbe = Callable[[str], "tuple[str, str | None] | None"]
 
 
 def _inventory_memory() -> tuple[int, ...] | None:
@@ -36,6 +38,22 @@ def _inventory_memory() -> tuple[int, ...] | None:
 
 _probe: GpuMemoryProbe = _inventory_memory
 _cache: list[tuple[int, ...] | None] = []
+_placement: PlacementProbe | None = None
+
+
+def set_placement_probe(probe: PlacementProbe | None) -> None:
+    """Say how to learn where an array is computed (``%load_ext`` sets the session's; ``None``: not shown)."""
+    global _placement
+    _placement = probe
+
+
+def _computed_on(kind: str) -> tuple[str, str | None] | None:
+    if _placement is None:
+        return None
+    try:
+        return _placement(kind)
+    except Exception:  # never break the display over it
+        return None
 
 
 def set_gpu_memory_probe(probe: GpuMemoryProbe | None) -> None:
@@ -111,6 +129,7 @@ class ArrayInfo:
     gpu_memory: tuple[int, ...] | None
     expression: bool
     hints: tuple[str, ...] = field(default=())
+    computed_on: str | None = None  # where it is computed as the session stands (the cluster's GPUs, ...)
 
     @property
     def numblocks(self) -> tuple[int, ...]:
@@ -223,6 +242,10 @@ def array_info(array: Any, gpu_memory: tuple[int, ...] | bool | None = True) -> 
     shape = tuple(array.shape)
     chunk_nbytes = math.prod(chunksize) * dtype.itemsize
     nchunks = math.prod(len(c) for c in chunks)
+    placed = _computed_on(kind)
+    hints = _hints(shape, chunksize, dtype, kind, chunk_nbytes, nchunks, gpus)
+    if placed is not None and placed[1]:
+        hints = (f"Computed on {placed[0]}: {placed[1]}.", *hints)
     return ArrayInfo(
         name=str(getattr(array, "name", "")),
         shape=shape,
@@ -238,7 +261,8 @@ def array_info(array: Any, gpu_memory: tuple[int, ...] | bool | None = True) -> 
         tasks_estimated=estimated,
         gpu_memory=gpus,
         expression=_is_expression(array),
-        hints=_hints(shape, chunksize, dtype, kind, chunk_nbytes, nchunks, gpus),
+        hints=hints,
+        computed_on=None if placed is None else placed[0],
     )
 
 
@@ -260,6 +284,7 @@ class ArrayView:
             ("Dtype", i.dtype, ""),
             ("Chunk type", i.chunk_type, i.where),
             ("Graph", f"{tasks} in {i.layers:,} {layer}{'s' if i.layers != 1 else ''}", ""),
+            *([("Computed on", i.computed_on, "")] if i.computed_on else []),
         ]
 
     def text(self) -> str:
@@ -277,6 +302,8 @@ class ArrayView:
             f"  {'Chunk type':<11} {i.chunk_type} ({i.where})",
             f"  {'Graph':<11} {rows['Graph'][0]}",
         ]
+        if i.computed_on:
+            lines.append(f"  {'Computed on':<11} {i.computed_on}")
         lines.append(f"  {'GPU memory':<11} " + "; ".join(i.memory_lines()))
         lines += [f"  hint: {h}" for h in i.hints]
         return "\n".join(lines)

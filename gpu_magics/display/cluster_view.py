@@ -153,6 +153,8 @@ class ClusterView:
         lines.append(f"dashboard: {info.dashboard_url or 'off'}")
         if info.dashboard_note:
             lines.append(f"  {info.dashboard_note}")
+        if info.plain_cells:
+            lines.append(info.plain_cells)
         startup = self._startup()
         if startup:
             lines.append(startup)
@@ -215,6 +217,9 @@ class ClusterView:
         parts.append("</div>")
         if info.dashboard_note:
             parts.append(f'<div style="{MUTED}">{esc(info.dashboard_note)}</div>')
+        if info.plain_cells:
+            colour = f"color:{WARN}" if "sit idle" in info.plain_cells else ""
+            parts.append(f'<div class="gpu-magics-plain-cells" style="{colour}">{esc(info.plain_cells)}</div>')
         startup = self._startup()
         if startup:
             parts.append(f'<div style="{MUTED}">{esc(startup)}</div>')

@@ -63,10 +63,10 @@ class BackendPlan:
                     yield
                 else:
                     results = gpuless.host_results(self.client) if self.remote_chunks else contextlib.nullcontext()
-                    with self.client.as_current(), _quiet_serialization_log(), results:
+                    with self.client.as_current(), quiet_serialization_log(), results:
                         yield
         finally:
-            _forget_closed_client(self.client)
+            forget_closed_client(self.client)
 
     def synchronize(self) -> None:
         """Wait for the GPU work this backend queued; called before the clock stops."""
@@ -92,7 +92,7 @@ class BackendPlan:
         return len(chosen) if chosen else None
 
 
-def _forget_closed_client(client: Client | None) -> None:
+def forget_closed_client(client: Client | None) -> None:
     """A default client sets ``scheduler = "dask.distributed"`` and takes it back when it closes. When it closed
     while the cell ran (the cluster was stopped meanwhile), leaving the cell's config put that setting back with
     no client behind it, and every later ``compute()`` would fail: take it out again."""
@@ -102,7 +102,7 @@ def _forget_closed_client(client: Client | None) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_serialization_log() -> Iterator[None]:
+def quiet_serialization_log() -> Iterator[None]:
     """distributed logs a long traceback when the graph does not pickle, then raises; the cell's error already
     names the object in one line (``execute.unpicklable_reason``)."""
     logger = logging.getLogger("distributed.protocol.pickle")

@@ -7,7 +7,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -87,6 +87,15 @@ def has_top_level_await(module: ast.Module) -> bool:
         if not isinstance(node, _SCOPES):
             pending.extend(ast.iter_child_nodes(node))
     return False
+
+
+def names_read(source: str) -> frozenset[str]:
+    """The names a cell's (transformed) source reads without binding them; empty when it does not parse."""
+    try:
+        module = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    return _names_from_outside(module)[0]
 
 
 def _names_from_outside(module: ast.Module) -> tuple[frozenset[str], frozenset[str]]:
@@ -240,15 +249,15 @@ def run_on_backend(
         failed=outcome.failed,
         monitor=figures,
         split=None if outcome.failed else split,
-        advice=None if outcome.failed or split is None else _advice(shell, cell, plan, split),
+        advice=None if outcome.failed or split is None else advice_for(shell, cell.bound | cell.names, plan, split),
     )
     return result, outcome
 
 
-def _advice(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan, split: TimeSplit) -> str | None:
-    """The one line of advice for the split (``advice``), measuring the GPU's random draws only when the cell
-    drew random chunks on a GPU."""
-    arrays = advice.arrays_made(shell.user_ns, sorted(cell.bound | cell.names), plan.remote_chunks)
+def advice_for(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan, split: TimeSplit) -> str | None:
+    """The one line of advice for the split (``advice``) about the arrays ``names`` hold, measuring the GPU's
+    random draws only when the cell drew random chunks on a GPU."""
+    arrays = advice.arrays_made(shell.user_ns, sorted(names), plan.remote_chunks)
     costs = None
     drawn = [array for array in arrays if array.xorwow_draws]
     if split.gpu and drawn and advice.random_chunks(split):
@@ -263,13 +272,13 @@ def _advice(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan, spli
         return None
 
 
-def chunk_mismatches(shell: InteractiveShell, cell: CompiledCell, plan: BackendPlan) -> list[str]:
-    """Notes for dask collections the cell reads whose chunk type does not match the backend's (none where the
-    chunks are made on the workers whatever the metadata here says)."""
+def chunk_mismatches(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan) -> list[str]:
+    """Notes for the dask collections among ``names`` (what a cell reads) whose chunk type does not match the
+    backend's (none where the chunks are made on the workers whatever the metadata here says)."""
     notes: list[str] = []
     if plan.remote_chunks:
         return notes
-    for name in sorted(cell.names):
+    for name in sorted(names):
         value = shell.user_ns.get(name)
         meta = getattr(value, "_meta", None)
         if meta is None or not hasattr(value, "__dask_graph__"):

@@ -43,6 +43,14 @@ class ClusterMagics(Magics, FreeGpuSettings):
         ),
     ).tag(config=True)
 
+    plain_cells_on_cluster = Bool(
+        False,
+        help=(
+            "After each %gpucluster start, run every plain cell on the cluster as %gpurun multi-gpu does (CuPy "
+            "chunks on its GPUs, the tuned graph), until %gpurun off or %gpucluster stop."
+        ),
+    ).tag(config=True)
+
     idle_timeout = Unicode(
         "off",
         help=(
@@ -134,7 +142,15 @@ class ClusterMagics(Magics, FreeGpuSettings):
             self._bind_client(options.client_name)
             return
         self._bind_client(options.client_name)
-        display(ClusterView(info))
+        run = self._run_magics()
+        if run is not None and action == "start" and self.plain_cells_on_cluster:
+            print(run.use_session("multi-gpu"))
+        plain = None if run is None else run.plain_cells().line()
+        display(ClusterView(dataclasses.replace(info, plain_cells=plain)))
+
+    def _run_magics(self) -> Any:
+        """The ``GpuMagics`` of this shell, which knows where plain cells run (``None`` if not loaded)."""
+        return None if self.shell is None else self.shell.magics_manager.registry.get("GpuMagics")
 
     def _choose_free_gpus(self, options: ClusterOptions) -> ClusterOptions:
         """``--gpus free[:N]``: the free GPUs, said in one line (not when a running cluster is reused)."""

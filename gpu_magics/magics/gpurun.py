@@ -14,6 +14,8 @@ from gpu_magics.gpurun import backends
 from gpu_magics.gpurun import execute as run
 from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line
 from gpu_magics.gpurun.results import RunResult
+from gpu_magics.gpurun.session import backend as session
+from gpu_magics.gpurun.session import placement
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
 
 if TYPE_CHECKING:
@@ -40,6 +42,13 @@ class GpuMagics(Magics, FreeGpuSettings):
         help="Threads of the cpu-threads backend; 0 means every core (--workers overrides).",
     ).tag(config=True)
     monitor = Bool(True, help="Show the live GPU panel while %%gpurun cells run.").tag(config=True)
+    session_summary = Bool(
+        False,
+        help=(
+            "With a session backend (%gpurun BACKEND), show the one-line summary, with the time split, after each "
+            "plain cell that ran dask tasks."
+        ),
+    ).tag(config=True)
     free_pool_after_cell = Bool(
         False,
         help=(
@@ -92,9 +101,25 @@ class GpuMagics(Magics, FreeGpuSettings):
         Wall time includes waiting for the GPU work to finish. The cell's last expression is its result,
         as in a plain cell. Dask arrays made before the cell keep their chunk type: a NumPy-backed array in a
         ``gpu`` cell still runs on the CPU, and the summary says so.
+
+        Every cell (a session backend), as a line with no cell::
+
+            %gpurun BACKEND [--device N|free] [--workers N]   every following plain cell runs as under
+                                                              %%gpurun BACKEND -q (no panel, no summary)
+            %gpurun off                                       back to dask's own settings, exactly as before
+            %gpurun                                           which backend plain cells use now
+
+        A ``%%gpurun`` cell still runs on the backend it names. ``%config GpuMagics.session_summary = True``
+        shows the one-line summary (with the time split) after each plain cell that ran dask tasks;
+        ``%config ClusterMagics.plain_cells_on_cluster = True`` runs plain cells on the cluster after every
+        ``%gpucluster``.
         """
         if cell is None:
-            raise UsageError("%%gpurun is a cell magic: put %%gpurun on the first line of a cell.")
+            return self._session_line(line)
+        with session.for_shell(self._shell, self).suspended():
+            return self._run_cell(line, cell)
+
+    def _run_cell(self, line: str, cell: str) -> Any:
         options = self._choose_free_device(parse_run_line(line))
         plans, skipped = self._plans(options)
         compiled = run.compile_cell(self._shell, cell)
@@ -110,6 +135,42 @@ class GpuMagics(Magics, FreeGpuSettings):
             finally:
                 self._after_gpu_cell(plans)
 
+    def _session_line(self, line: str) -> None:
+        """``%gpurun BACKEND`` / ``off`` / nothing: choose, end or tell the backend of plain cells."""
+        made = session.for_shell(self._shell, self)
+        words = line.strip()
+        if not words:
+            print(placement.plain_cells(made.plan).line())
+            return
+        if words.lower() == "off":
+            ended = made.end()
+            where = placement.plain_cells(None).where
+            said = f"no longer on {ended.name}; " if ended is not None else ""
+            print(f"%gpurun: plain cells {said}with dask's own settings: {where}")
+            return
+        try:
+            options = _session_options(line)
+            options = self._choose_free_device(options)
+            plans, _ = self._plans(options)
+        except UsageError as error:
+            raise UsageError(_as_line_magic(str(error))) from None
+        print(self._use_session(plans[0]))
+
+    def use_session(self, backend: str) -> str:
+        """Run plain cells on ``backend`` from now on (``%config ClusterMagics.plain_cells_on_cluster``); the
+        line that says so, or a one-line ``UsageError``."""
+        return self._use_session(self._plans(RunOptions(backend=backend))[0][0])
+
+    def _use_session(self, plan: backends.BackendPlan) -> str:
+        session.for_shell(self._shell, self).use(plan)
+        notes = "".join(f" ({note})" for note in plan.notes)
+        return f"%gpurun: plain cells now run on {placement.plain_cells(plan).where}{notes}"
+
+    def plain_cells(self) -> placement.Placement:
+        """Where plain cells run now (the session backend, or dask's own settings)."""
+        made = session.current(self._shell)
+        return placement.plain_cells(None if made is None else made.plan)
+
     def _choose_free_device(self, options: RunOptions) -> RunOptions:
         """``--device free``: the freest GPU, said in one line (where a backend the line runs takes --device)."""
         if not options.device_free:
@@ -120,6 +181,15 @@ class GpuMagics(Magics, FreeGpuSettings):
         (index,), line = choose_free("%%gpurun --device free", 1, self.free_rule, config="GpuMagics")
         print(line)
         return dataclasses.replace(options, device=index, device_free=False)
+
+    def after_session_cell(self, plan: backends.BackendPlan, error: BaseException | None) -> None:
+        """After a plain cell on the session backend: as after a ``%%gpurun`` cell (an interrupted cluster run
+        says what still runs there; the pool is given back with ``free_pool_after_cell``)."""
+        if isinstance(error, KeyboardInterrupt) and plan.client is not None:
+            from gpu_magics.cluster import interrupts
+
+            print(interrupts.after_interrupt(plan.client, restart=self.restart_on_interrupt))
+        self._after_gpu_cell([plan])
 
     def _after_gpu_cell(self, plans: list[backends.BackendPlan]) -> None:
         """With ``free_pool_after_cell``, give back what the kernel's pool caches once a cell ran on a GPU here."""
@@ -181,7 +251,7 @@ class GpuMagics(Magics, FreeGpuSettings):
             plan,
             repeat=options.repeat,
             observer=self._observer(options, plan),
-            notes=run.chunk_mismatches(self._shell, compiled, plan),
+            notes=run.chunk_mismatches(self._shell, compiled.names, plan),
         )
 
     def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> run.CellObserver | None:
@@ -212,3 +282,38 @@ class GpuMagics(Magics, FreeGpuSettings):
     def close(self) -> None:
         """Release what the magics hold (called on ``%unload_ext``)."""
         backends.shutdown_pools()
+
+
+_CELL_ONLY = (
+    (
+        "compare",
+        (),
+        "--compare runs one cell on several backends: put %%gpurun --compare ... on that cell's first line",
+    ),
+    ("repeat", 1, "--repeat times one cell: put %%gpurun ... --repeat N on that cell's first line"),
+    ("output", None, "-o keeps one cell's result: put %%gpurun ... -o NAME on that cell's first line"),
+    ("quiet", False, "-q is how plain cells run already: %gpurun BACKEND shows no summary"),
+    ("monitor", True, "plain cells show no live panel: --no-monitor is for %%gpurun cells"),
+    ("rtol", 1e-3, "--rtol is for %%gpurun --compare cells"),
+)
+
+
+def _session_options(line: str) -> RunOptions:
+    """The options of ``%gpurun BACKEND`` as a line: a backend, ``--device``, ``--workers``; a one-line
+    ``UsageError`` for what only a cell can use."""
+    options = parse_run_line(line)
+    for name, default, why in _CELL_ONLY:
+        if getattr(options, name) != default:
+            raise UsageError(f"%gpurun: {why}.")
+    if options.backend is None:
+        raise UsageError(
+            "%gpurun: name the backend for plain cells (cpu-single, cpu-threads, gpu, multi-gpu or auto), or off."
+        )
+    return options
+
+
+def _as_line_magic(message: str) -> str:
+    """A ``%%gpurun`` error said of the line magic."""
+    if message.startswith("%%gpurun"):
+        return message[1:]
+    return message if message.startswith("%gpurun") else f"%gpurun: {message}"

@@ -141,6 +141,8 @@ export interface ICluster {
   idle_timeout: number | null;
   /** Since when it has run no task (seconds since the epoch); null while it runs one. */
   idle_since: number | null;
+  /** The session backend the notebook's plain cells run on (`%gpurun multi-gpu`); null: dask's own settings. */
+  plain_cells: string | null;
   path: string | null;
   kernel_running: boolean;
 }

@@ -105,6 +105,7 @@ export function cluster(overrides: Partial<ICluster> = {}): ICluster {
     kernel_running: true,
     idle_timeout: null,
     idle_since: null,
+    plain_cells: null,
     ...overrides
   };
 }

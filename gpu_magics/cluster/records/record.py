@@ -21,7 +21,8 @@ from typing import Any
 RUNTIME_DIR_ENV = "GPU_MAGICS_RUNTIME_DIR"
 PREFIX = "gpu-magics-cluster-"
 KERNEL_PREFIX = "gpu-magics-kernel-"
-SCHEMA_VERSION = 3  # 2: members (the workers and their GPUs, from their own reports); 3: idle timeout
+# 2: members (the workers and their GPUs, from their own reports); 3: idle timeout; 4: plain cells' backend
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ClusterRecord:
     members: tuple[dict[str, Any], ...] = ()  # workers (and the kernel) with their GPUs: types.ts IClusterMember
     idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches); None: never
     idle_since: float | None = None  # since when it has run no task (seconds since the epoch); None: busy
+    plain_cells: str | None = None  # the backend plain cells run on here (%gpurun multi-gpu), None: dask's own
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
@@ -65,6 +67,7 @@ class ClusterRecord:
             members=tuple(dict(member) for member in data.get("members") or () if isinstance(member, dict)),
             idle_timeout=_number(data.get("idle_timeout")),
             idle_since=_number(data.get("idle_since")),
+            plain_cells=None if data.get("plain_cells") is None else str(data["plain_cells"]),
         )
 
     @property

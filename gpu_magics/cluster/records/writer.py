@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from gpu_magics.cluster import inspection
-from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.active import ActiveCluster, in_use
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.records import kernel_report
@@ -28,7 +28,11 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
             members = tuple(_members(current))
             reporting = sum(1 for member in members if member.get("role") == "worker")
             record = dataclasses.replace(
-                current.record, members=members, workers=reporting or current.record.workers, **_idle(current)
+                current.record,
+                members=members,
+                workers=reporting or current.record.workers,
+                plain_cells=current.plain_cells,
+                **_idle(current),
             )
             current.record_path = cluster_records.write_record(record, durable=False)
             current.record = record
@@ -49,6 +53,7 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
             kernel_id=cluster_records.current_kernel_id(),
             started_at=current.started_at,
             members=tuple(_members(current)),
+            plain_cells=current.plain_cells,
             **_idle(current),
         )
         if current.record_path is not None and current.record_path.name != record.filename:
@@ -64,6 +69,16 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
                 f"written ({one_line(error)})",
                 file=sys.stderr,
             )
+
+
+def set_plain_cells(backend: str | None) -> None:
+    """Say in the record of the cluster in use which session backend plain cells run on (``None``: none)."""
+    current = in_use()
+    if current is None or current.plain_cells == backend:
+        return
+    current.plain_cells = backend
+    if current.record is not None:
+        write_record(current, refresh=True)
 
 
 def _idle(current: ActiveCluster) -> dict[str, Any]:

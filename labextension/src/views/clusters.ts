@@ -101,6 +101,7 @@ export class ClustersView {
         )
       );
     }
+    row.append(plainCellsLine(cluster));
     const members = clusterMembers(cluster);
     if (members.length) {
       row.append(membersView(members));
@@ -213,4 +214,21 @@ function dashboardLink(cluster: ICluster): Child[] {
       'dashboard \u2197'
     )
   ];
+}
+
+/** Where the notebook's plain cells run: its session backend (`%gpurun multi-gpu`), or dask's own settings. */
+function plainCellsLine(cluster: ICluster): HTMLElement {
+  const backend = cluster.plain_cells ?? null;
+  return el(
+    'div',
+    {
+      class: 'jp-GpuMagics-plainCells',
+      'data-plain-cells': backend ?? 'dask',
+      title: backend
+        ? `Every plain cell of the notebook runs as under %%gpurun ${backend} (%gpurun off ends it)`
+        : "Plain cells run with dask's own settings (NumPy chunks unless the notebook set array.backend); " +
+          '%gpurun multi-gpu in the notebook runs every cell on the cluster'
+    },
+    backend ? `plain cells: ${backend} (%gpurun)` : "plain cells: dask's own settings"
+  );
 }

@@ -256,6 +256,22 @@ describe('clusters on a shared server', () => {
     expect(actions.calls).toEqual([{ action: 'free' }]);
   });
 
+  it("say where the notebook's plain cells run: its session backend, or dask's own settings", () => {
+    const view: ClustersView = new ClustersView(new Recorder(), () => undefined);
+    const plain = (backend: string | null): HTMLElement => {
+      view.render(
+        { clusters: [cluster({ kind: 'gpu', plain_cells: backend })], clustersError: null, connection: { phase: 'open' } },
+        1000
+      );
+      return view.node.querySelector('.jp-GpuMagics-plainCells') as HTMLElement;
+    };
+    const session = plain('multi-gpu');
+    expect([session.textContent, session.dataset.plainCells]).toEqual(['plain cells: multi-gpu (%gpurun)', 'multi-gpu']);
+    const own = plain(null);
+    expect(own.textContent).toBe("plain cells: dask's own settings");
+    expect(own.title).toContain('%gpurun multi-gpu');
+  });
+
   it('let an attached cluster free its workers and say it only detaches', () => {
     const attached = cluster({ kind: 'attached', members: workers, idle_timeout: 600, idle_since: null });
     const view = new ClustersView(new Recorder(), () => undefined);

@@ -154,6 +154,24 @@ def test_restart_on_interrupt_stops_what_still_runs(kernel: Kernel) -> None:
     assert text.strip().splitlines()[-1] == "10"
 
 
+def test_interrupting_a_plain_cell_on_the_session_backend_keeps_the_workers(kernel: Kernel) -> None:
+    """``%gpurun multi-gpu``: plain cells run on the cluster, and an interrupt behaves as in a ``%%gpurun`` cell."""
+    before = kernel.worker_pids()
+    assert "plain cells now run on multi-gpu" in kernel.ok("%gpurun multi-gpu")
+    msg_id = kernel.start(SLOW_CELL.split("\n", 1)[1])  # the same cell, plain
+    time.sleep(2.0)
+    kernel.manager.interrupt_kernel()
+    reply, text = kernel.finish(msg_id, timeout=30)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    assert "still running on the cluster" in text and "%gpucluster restart" in text
+    assert kernel.worker_pids() == before
+    reply, text = kernel.run("raise ValueError('bad input')")
+    assert reply["status"] == "error" and reply["evalue"] == "bad input" and "gpu_magics" not in text
+    text = kernel.ok("import dask.array as da, os\nprint(int(da.ones(10, chunks=5).sum().compute()))")
+    assert text.strip().splitlines()[-1] == "10"
+    assert "plain cells: multi-gpu" in kernel.ok("%gpurun")
+
+
 def test_a_failing_cell_fails_like_a_plain_cell(kernel: Kernel) -> None:
     reply, text = kernel.run("%%gpurun cpu-single\nraise ValueError('bad input')")
     assert reply["status"] == "error" and reply["ename"] == "ValueError" and reply["evalue"] == "bad input"

@@ -96,8 +96,6 @@ def _plan_where(plan: BackendPlan, kind: str) -> str:
         return f"NumPy chunks on {on}"
     if kind == "cupy":
         return f"CuPy chunks on {plan.hardware}" if plan.gpu_indices else "CuPy chunks on this kernel's GPU"
-    return (
-        f"NumPy chunks on this kernel's CPU threads ({plan.hardware})"
-        if not plan.gpu_indices
-        else ("NumPy chunks on this kernel's CPU threads")
-    )
+    if plan.chunk_type == "numpy":
+        return f"NumPy chunks on this kernel's CPU threads ({plan.hardware})"
+    return "NumPy chunks on this kernel's CPU threads"

@@ -145,8 +145,8 @@ class GpuMagics(Magics, FreeGpuSettings):
         if words.lower() == "off":
             ended = made.end()
             where = placement.plain_cells(None).where
-            said = f"no longer on {ended.name}; " if ended is not None else ""
-            print(f"%gpurun: plain cells {said}with dask's own settings: {where}")
+            said = f" again (not {ended.name})" if ended is not None else ""
+            print(f"%gpurun: plain cells run with dask's own settings{said}: {where}")
             return
         try:
             options = _session_options(line)

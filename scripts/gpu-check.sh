@@ -2,8 +2,9 @@
 # Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; the log goes to $OUT/gpu-check.log
 # (default OUT: ./gpu-logs), executed example notebooks to $OUT/executed.
 #   bash scripts/gpu-check.sh [STAGE...]
-#     stages: env tests seed cluster levers large transfers scaling display monitor telemetry server attach examples
-#             (default: all)
+#     stages: env tests seed session cluster levers large transfers scaling display monitor telemetry server attach
+#             examples (default: all)
+#     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
 #     levers: where a multi-gpu cell's time goes and each lever against it, dask-cuda's array operations, py-spy
 #     large: the seed at 400000^2 (1.28 TB) on every GPU: gpu, %gpucluster, plain LocalCUDACluster
@@ -27,7 +28,7 @@ else
   export PYTHONPATH=$PWD
 fi
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env tests seed cluster levers large transfers scaling display monitor telemetry server attach
+[ ${#stages[@]} -eq 0 ] && stages=(env tests seed session cluster levers large transfers scaling display monitor telemetry server attach
   examples)
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 counts=""  # 1, 2, 4, ... up to the GPU count, and the count itself
@@ -49,6 +50,7 @@ for stage in "${stages[@]}"; do
     env) run env bash -c 'nvidia-smi -L; python3 --version; python3 -c "import cupy, dask, distributed, dask_cuda; print(cupy.__version__, dask.__version__, distributed.__version__, dask_cuda.__version__)"' ;;
     tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ${PYTEST_ARGS:-} ;;
     seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
+    session) run session python3 benchmarks/session_backend.py --json "$OUT/session.json" ;;
     cluster) run multi-gpu python3 benchmarks/seed_workload.py --multi-gpu "$counts" --only-multi-gpu --json "$OUT/multi-gpu.json" ;;
     levers) run levers python3 benchmarks/multi_gpu_levers.py --operations --profile "$OUT/prof" --json "$OUT/levers.json" ;;
     large) run large python3 benchmarks/multi_gpu_levers.py --n 400000 --chunk 20000 --repeat 2 --only-seed \

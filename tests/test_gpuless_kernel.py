@@ -76,6 +76,24 @@ def test_the_seed_runs_on_the_workers_and_comes_back_as_numpy(ip: InteractiveShe
     assert value == pytest.approx(reference(), rel=1e-12)  # the same seeds draw the same numbers
 
 
+def test_plain_cells_in_a_session_run_the_same_way(ip: InteractiveShell, attached: None) -> None:
+    """``%gpurun multi-gpu`` on a kernel without a GPU: plain cells get the same rewrite, results as NumPy."""
+    with capture_output() as said:
+        ip.run_line_magic("gpurun", "multi-gpu")
+    assert "CuPy chunks made on the cluster's GPUs" in said.stdout and "results as NumPy here" in said.stdout
+    try:
+        with capture_output() as shown:
+            result = ip.run_cell(SEED)
+        assert result.success, shown.stdout + shown.stderr
+        value = ip.user_ns["t_value"]
+        assert type(value) is np.float64 and value == pytest.approx(reference(), rel=1e-12)
+        assert type(ip.user_ns["t_x"]._meta) is np.ndarray  # built here with NumPy metadata
+    finally:
+        with capture_output():
+            ip.run_line_magic("gpurun", "off")
+    assert dask.config.get("array_optimize", default=None) is None
+
+
 def test_chunks_are_made_on_the_device_of_each_worker(ip: InteractiveShell, attached: None) -> None:
     cell = (
         "from distributed import futures_of, get_client\n"

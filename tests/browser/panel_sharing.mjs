@@ -122,6 +122,15 @@ async function checkCluster(page) {
     CLUSTER,
     { timeout: 60000 }
   );
+  await page.waitForFunction(
+    name =>
+      document.querySelector(`.jp-GpuMagics-cluster[data-cluster="${name}"] .jp-GpuMagics-plainCells`)?.dataset
+        .plainCells === 'multi-gpu',
+    CLUSTER,
+    { timeout: 60000 }
+  );
+  const plain = await cluster.locator('.jp-GpuMagics-plainCells').textContent();
+  check(plain === 'plain cells: multi-gpu (%gpurun)', `the plain-cells line says "${plain}"`);
   const idle = await cluster.locator('.jp-GpuMagics-idle').textContent();
   check(/^idle \d+ s \u00b7 closes in (29|30) min$/.test(idle), `the idle line says "${idle}"`);
   const notes = await linesOf(cluster, '.jp-GpuMagics-memberNote');
@@ -147,7 +156,7 @@ async function checkCluster(page) {
   );
   check(buttons.every(b => !b.disabled), 'a cluster button is disabled');
   check(new Set(buttons.map(b => Math.round(b.top))).size === 1, `the cluster buttons wrap onto two rows: ${JSON.stringify(buttons)}`);
-  step(`cluster: "${idle}"; notes ${texts.join(' | ')}`);
+  step(`cluster: "${plain}", "${idle}"; notes ${texts.join(' | ')}`);
 }
 
 async function checkMemory(page) {

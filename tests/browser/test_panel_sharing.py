@@ -1,7 +1,7 @@
 """The side panel on a shared GPU server, end to end, at the default sidebar width, light and dark: a GPU busy with
 another user's job is marked; the notebook's kernel and its cluster's worker say what they hold three ways (arrays,
 cached, context); "Free cached" runs in the kernel and gives the cache back; the cluster shows the time left before
-its idle timeout closes it. Screenshots: test-artifacts/browser/sharing-*.png."""
+its idle timeout closes it and that the notebook's plain cells run on it. Screenshots: test-artifacts/browser/sharing-*.png."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ def test_panel_on_a_shared_server(shared_lab: Lab) -> None:
         cells=[
             nbformat.v4.new_code_cell("%load_ext gpu_magics\n%config ClusterMagics.telemetry_interval = 0.5"),
             nbformat.v4.new_code_cell(f"%gpucluster --cpu-workers 1 --name {CLUSTER} --idle-timeout 30m"),
+            nbformat.v4.new_code_cell("%gpurun multi-gpu"),  # plain cells on the cluster: its card says so
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )

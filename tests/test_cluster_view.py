@@ -5,6 +5,7 @@ from __future__ import annotations
 from IPython.lib.pretty import pretty
 
 from gpu_magics.display.cluster_view import ClusterInfo, ClusterView, DashboardLink, WorkerInfo
+from gpu_magics.display.format import WARN
 
 GIB = 2**30
 
@@ -177,3 +178,14 @@ def test_a_cpu_cluster_shows_no_empty_gpu_or_host_columns() -> None:
     header = next(line for line in view.text().splitlines() if line.startswith("worker"))
     assert header.split() == ["worker", "memory", "status", "threads"]
     assert ">util<" not in view.html() and ">host<" not in view.html() and ">memory<" in view.html()
+
+
+def test_the_plain_cells_line_follows_the_dashboard_and_warns_when_gpus_sit_idle() -> None:
+    line = "plain cells: NumPy chunks on the workers' CPUs, the GPUs idle; %gpurun multi-gpu puts them on the GPUs"
+    view = ClusterView(gpu_info(plain_cells=line, plain_cells_idle_gpus=True))
+    lines = view.text().splitlines()
+    assert lines[lines.index("dashboard: http://127.0.0.1:39001/status") + 1] == line
+    assert f'class="gpu-magics-plain-cells" style="color:{WARN}"' in view.html()
+    calm = ClusterView(gpu_info(plain_cells="plain cells: multi-gpu, CuPy chunks on the cluster's GPUs")).html()
+    assert 'class="gpu-magics-plain-cells" style=""' in calm
+    assert "plain cells" not in ClusterView(gpu_info()).text()

@@ -218,7 +218,7 @@ class ClusterView:
         if info.dashboard_note:
             parts.append(f'<div style="{MUTED}">{esc(info.dashboard_note)}</div>')
         if info.plain_cells:
-            colour = f"color:{WARN}" if "sit idle" in info.plain_cells else ""
+            colour = f"color:{WARN}" if info.plain_cells_idle_gpus else ""
             parts.append(f'<div class="gpu-magics-plain-cells" style="{colour}">{esc(info.plain_cells)}</div>')
         startup = self._startup()
         if startup:

@@ -145,8 +145,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         run = self._run_magics()
         if run is not None and action == "start" and self.plain_cells_on_cluster:
             print(run.use_session("multi-gpu"))
-        plain = None if run is None else run.plain_cells().line()
-        display(ClusterView(dataclasses.replace(info, plain_cells=plain)))
+        if run is not None:
+            plain = run.plain_cells()
+            info = dataclasses.replace(info, plain_cells=plain.line(), plain_cells_idle_gpus=plain.gpus_idle)
+        display(ClusterView(info))
 
     def _run_magics(self) -> Any:
         """The ``GpuMagics`` of this shell, which knows where plain cells run (``None`` if not loaded)."""

@@ -1,7 +1,8 @@
 """The side panel on a shared GPU server, end to end, at the default sidebar width, light and dark: a GPU busy with
 another user's job is marked; the notebook's kernel and its cluster's worker say what they hold three ways (arrays,
 cached, context); "Free cached" runs in the kernel and gives the cache back; the cluster shows the time left before
-its idle timeout closes it and that the notebook's plain cells run on it. Screenshots: test-artifacts/browser/sharing-*.png."""
+its idle timeout closes it and that the notebook's plain cells run on it.
+Screenshots: test-artifacts/browser/sharing-*.png."""
 
 from __future__ import annotations
 

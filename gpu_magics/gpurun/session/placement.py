@@ -43,8 +43,8 @@ def plain_cells(plan: BackendPlan | None) -> Placement:
             )
         if with_gpu:
             return Placement(
-                "the cluster's workers, NumPy chunks on their CPUs: the GPUs sit idle",
-                f"%gpurun multi-gpu puts them on the GPUs (at every %gpucluster: {SESSION_SETTING})",
+                "NumPy chunks on the workers' CPUs, the GPUs idle",
+                f"%gpurun multi-gpu puts them on the GPUs (always: {SESSION_SETTING})",
                 gpus_idle=True,
             )
         if without_gpu:
@@ -56,7 +56,7 @@ def plain_cells(plan: BackendPlan | None) -> Placement:
         return Placement("this kernel's GPU with dask's own graph (CuPy chunks)", "%gpurun gpu runs the tuned graph")
     if devices.inventory().unavailable_reason() is None:
         return Placement(
-            "this kernel's CPU threads (NumPy chunks): the GPU sits idle", "%gpurun gpu puts them on GPU 0", True
+            "this kernel's CPU threads (NumPy chunks), the GPU idle", "%gpurun gpu puts them on GPU 0", True
         )
     return Placement("this kernel's CPU threads (NumPy chunks)")
 

@@ -85,7 +85,9 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
 
         async def _close(self) -> None:
             await dashboard_close.stop_dashboard(self)
+            scheduler = self.scheduler
             await super()._close()
+            dashboard_close.forget_scheduler(scheduler)
 
     factory = functools.partial(
         QuietLocalCluster,
@@ -124,7 +126,9 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
 
         async def _close(self) -> None:
             await dashboard_close.stop_dashboard(self)
+            scheduler = self.scheduler
             await super()._close()
+            dashboard_close.forget_scheduler(scheduler)
 
     factory: Callable[[], LocalCluster] = functools.partial(
         WarmingCUDACluster,

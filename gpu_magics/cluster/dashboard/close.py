@@ -44,3 +44,34 @@ async def stop_dashboard(cluster: Any, timeout: float = STOP_TIMEOUT) -> None:
 
 def _already_stopped(wait: bool = True) -> None:
     """``stop()`` of an application whose ``stop_async()`` has finished: nothing is left to stop."""
+
+
+def forget_scheduler(scheduler: Any) -> None:
+    """Drop what distributed's module-level caches keep of a closed ``scheduler``, so that nothing of it (its
+    dashboard's bokeh applications, tornado routes, state) stays alive after its cluster closed: the handler cache
+    ``distributed.core._expects_comm`` (keyed by bound methods, so it holds every server it ever saw; cleared,
+    it refills as handlers are called) and the dashboard's memoized ``template_variables(scheduler)``. Never
+    raises: a distributed without these caches has nothing to forget."""
+    try:
+        from distributed import core
+        from distributed.dashboard import scheduler as dashboard_scheduler
+    except Exception:
+        return
+    cache_clear = getattr(getattr(core, "_expects_comm", None), "cache_clear", None)
+    if callable(cache_clear):
+        cache_clear()
+    memo = _memo_cache(getattr(dashboard_scheduler, "template_variables", None))
+    if memo is not None:
+        for key in [key for key in memo if key is scheduler or (isinstance(key, tuple) and scheduler in key)]:
+            memo.pop(key, None)
+
+
+def _memo_cache(function: Any) -> dict[Any, Any] | None:
+    """The dict a ``toolz.memoize``'d function keeps its results in (a variable of its closure), or ``None``."""
+    code = getattr(function, "__code__", None)
+    closure = getattr(function, "__closure__", None) or ()
+    names = getattr(code, "co_freevars", ())
+    if "cache" not in names or len(closure) != len(names):
+        return None
+    found = closure[names.index("cache")].cell_contents
+    return found if isinstance(found, dict) else None

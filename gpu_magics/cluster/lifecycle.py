@@ -5,7 +5,8 @@ Nothing here touches a GPU at import: dask-cuda is imported when a GPU cluster s
 workers. Safety: everything binds to 127.0.0.1 unless ``--host`` says otherwise; clusters started here close
 on ``stop``, ``%unload_ext`` and interpreter exit, and their worker processes exit by themselves when this
 process dies (each watches a pipe from its parent: ``distributed.process.AsyncProcess``). A cluster attached
-to is never stopped from here.
+to is never stopped from here. Workers from a cluster manager object (SLURM jobs, ``--slurm``; the user's
+object, ``--from``) go through ``managers``' one interface: its ``scale()``, ``adapt()`` and ``close()``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
-from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.queries import (
     NO_CLUSTER,
     active,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = [
     "active",
     "active_client",
+    "adapt",
     "dashboard_url",
     "describe_hardware",
     "free_workers",
@@ -79,11 +81,15 @@ _atexit_registered = False
 
 
 def start(
-    options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL, idle_timeout: float = 0.0
+    options: ClusterOptions,
+    telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL,
+    idle_timeout: float = 0.0,
+    namespace: dict[str, Any] | None = None,
 ) -> ClusterInfo:
     """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``.
     Every worker then reports its GPUs every ``telemetry_interval`` seconds (0: not at all); after
-    ``idle_timeout`` seconds without a task (0: never) the cluster closes, or an attached one is detached."""
+    ``idle_timeout`` seconds without a task (0: never) the cluster closes, or an attached or adopted one is
+    detached. ``namespace``: where ``--from NAME`` finds the cluster manager object."""
     began = time.perf_counter()
     with _lock:
         current = in_use()
@@ -105,11 +111,17 @@ def start(
                     notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
                 return status(notice=notice)
             stop()
-        started = _attach(options) if options.kind == "attached" else _start_local(options, gpu_ids, began)
-        if started.owned:
+        waiting: str | None = None  # what the workers of a manager still wait for
+        if options.kind == "attached":
+            started = _attach(options)
+        elif options.kind in ("slurm", "adopted"):
+            started, waiting = _start_managed(options, namespace or {}, began)
+        else:
+            started = _start_local(options, gpu_ids, began)
+        if started.cluster is not None:
             started.saved_config = _keep_forking()
         set_in_use(started)
-        if started.kind == "gpu" or (started.kind == "attached" and has_gpu_workers()):
+        if started.kind == "gpu" or (started.kind not in ("gpu", "cpu") and has_gpu_workers()):
             started.saved_config = {**(started.saved_config or {}), **_set_cupy_defaults()}
         if telemetry_interval > 0:
             _start_telemetry(started, telemetry_interval)
@@ -122,7 +134,7 @@ def start(
                 lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
             )
         _register_atexit()
-        return status_info.describe(started)
+        return status_info.describe(started, notice=waiting)
 
 
 def prestart_worker_server() -> None:
@@ -136,7 +148,7 @@ def status(notice: str | None = None) -> ClusterInfo:
     """The state of the cluster in use, fetched from its scheduler; ``UsageError`` when there is none."""
     current = _require_active("status")
     workers = inspection.scheduler_workers(current.client)
-    if current.kind == "attached":
+    if current.kind not in ("gpu", "cpu"):
         attach.learn_gpus(current.client, current.devices, set(workers))
     if not workers and notice is None:
         fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
@@ -144,8 +156,9 @@ def status(notice: str | None = None) -> ClusterInfo:
     return status_info.describe(current, workers, notice=notice)
 
 
-def stop() -> str:
-    """Close the cluster started here (or only disconnect from one attached to); says what it did."""
+def stop(close: bool = False) -> str:
+    """Close the cluster started here (or only disconnect from one attached to; an adopted one is closed only
+    with ``close``); says what it did."""
     with _lock:
         current = set_in_use(None)
         if current is None:
@@ -164,6 +177,11 @@ def stop() -> str:
             dask.config.set(current.saved_config)
         with contextlib.suppress(Exception):
             current.client.close(timeout=5)
+        if current.manager is not None:
+            try:
+                return current.manager.finish(current.name, close)
+            except Exception as error:
+                return f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
         if current.cluster is None:
             return (
                 f"{PROG}: disconnected from {current.options.address}; its scheduler and workers keep "
@@ -187,7 +205,7 @@ def restart() -> ClusterInfo:
         except Exception as error:
             raise UsageError(f"{PROG} restart: {one_line(error)}") from error
         current.ready_s = time.perf_counter() - began
-        current.devices, current.warm_s = warmup.warm_workers(current.client, current.kind)
+        current.devices, current.warm_s = warmup.warm_workers(current.client, _worker_kind(current))
         return status(notice=f"{PROG}: restarted {current.name!r}")
 
 
@@ -196,7 +214,9 @@ def scale(count: int) -> ClusterInfo:
     from gpu_magics.cluster.workers import warmup
 
     with _lock:
-        current = _require_owned("scale")
+        current = _require_scalable("scale")
+        if current.manager is not None:
+            return _scale_managed(current, count)
         if current.kind == "gpu" and count > len(current.gpu_ids):
             ids = ",".join(current.gpu_ids)
             raise UsageError(
@@ -205,6 +225,9 @@ def scale(count: int) -> ClusterInfo:
             )
         assert current.cluster is not None
         before = set(inspection.scheduler_workers(current.client))
+        if current.adaptive is not None:
+            current.cluster.adapt(minimum=count, maximum=count)  # distributed's scale() leaves adapting on
+            current.adaptive = None
         with factories.worker_start_config():
             current.cluster.scale(count)
             try:
@@ -220,6 +243,108 @@ def scale(count: int) -> ClusterInfo:
             current.devices.update(devices)
         record_writer.write_record(current)
         return status(notice=f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+
+
+def adapt(minimum: int, maximum: int) -> ClusterInfo:
+    """Let the cluster's manager add workers when tasks wait and give them back when idle (SLURM: jobs leave
+    the queue), between ``minimum`` and ``maximum`` workers."""
+    with _lock:
+        current = _require_scalable("adapt")
+        if current.kind == "gpu" and maximum > len(current.gpu_ids):
+            raise UsageError(
+                f"{PROG} adapt: the cluster may use {len(current.gpu_ids)} GPU(s), one worker each; give at most "
+                f"{len(current.gpu_ids)}"
+            )
+        try:
+            if current.manager is not None:
+                current.manager.adapt(minimum, maximum)
+            else:
+                assert current.cluster is not None
+                current.cluster.adapt(minimum=minimum, maximum=maximum)
+                current.adaptive = (minimum, maximum)
+        except Exception as error:
+            raise UsageError(f"{PROG} adapt: {one_line(error)}") from None
+        record_writer.write_record(current)
+        return status(notice=f"{PROG}: {current.name!r} adapts between {minimum} and {maximum} workers")
+
+
+def _scale_managed(current: ActiveCluster, count: int) -> ClusterInfo:
+    """``scale`` through the manager's own ``scale()``; waits ``--wait`` seconds, then says what still waits."""
+    from gpu_magics.cluster.workers import warmup
+
+    assert current.manager is not None
+    before = set(inspection.scheduler_workers(current.client))
+    try:
+        current.manager.scale(count)
+        notice = current.manager.wait_for_workers(current.client, current.options.start_wait, count)
+    except UsageError:
+        raise
+    except Exception as error:
+        raise UsageError(f"{PROG} scale {count}: {one_line(error)}") from None
+    workers = inspection.scheduler_workers(current.client)
+    new = sorted(set(workers) - before)
+    if new:
+        attach.learn_gpus(current.client, current.devices, set(new))
+        with contextlib.suppress(Exception):
+            seen, current.warm_s = warmup.warm_workers(current.client, _worker_kind(current), workers=new)
+            for name, found in seen.items():
+                current.devices[name] = {**current.devices.get(name, {}), **found}
+    record_writer.write_record(current)
+    return status(notice=notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+
+
+def _start_managed(
+    options: ClusterOptions, namespace: dict[str, Any], began: float
+) -> tuple[ActiveCluster, str | None]:
+    """Workers from a cluster manager object (``--slurm``, ``--from``): connect, wait up to ``--wait`` seconds
+    for its workers, learn their GPUs and warm them. A failure closes what this made (SLURM: its jobs leave
+    the queue) and is one ``UsageError`` line."""
+    from gpu_magics.cluster.managers.opening import open_manager
+    from gpu_magics.cluster.workers import warmup
+
+    manager = open_manager(options, namespace)
+    client: Client | None = None
+    try:
+        client = attach.connect_manager(manager.cluster, options.start_timeout)
+        notice = manager.wait_for_workers(client, options.start_wait)
+        ready_s = time.perf_counter() - began
+        devices: dict[str, dict[str, Any]] = {}
+        workers = inspection.scheduler_workers(client)
+        attach.learn_gpus(client, devices, set(workers))
+        warm_s = None
+        if workers:
+            gpu = any(seen.get("gpu_name") for seen in devices.values())
+            seen, _ = warmup.warm_workers(client, "gpu" if gpu else "cpu")
+            for name, found in seen.items():
+                devices[name] = {**devices.get(name, {}), **found}
+            warm_s = time.perf_counter() - began - ready_s
+    except BaseException as error:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=5)
+        manager.abandon()
+        if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
+            raise
+        raise UsageError(f"{PROG}: the cluster did not start: {one_line(error)}") from error
+    started = ActiveCluster(
+        name=options.cluster_name,
+        kind=options.kind,
+        options=options,
+        client=client,
+        cluster=None,
+        manager=manager,
+        devices=devices,
+        ready_s=ready_s,
+        warm_s=warm_s,
+    )
+    return started, notice
+
+
+def _worker_kind(current: ActiveCluster) -> Kind:
+    """``gpu`` or ``cpu``: what the warm-up of ``current``'s workers loads."""
+    if current.kind in ("gpu", "cpu"):
+        return current.kind
+    return "gpu" if has_gpu_workers() else "cpu"
 
 
 def free_workers() -> tuple[int, int, list[str]]:
@@ -266,7 +391,12 @@ def _close_idle(watched: ActiveCluster) -> None:
         waited = format_duration(watched.idle.timeout)
         watched.idle = None  # stop() must not wait for the thread that calls this
         stop()
-    if watched.owned:
+    if watched.manager is not None and not watched.owned:
+        print(
+            f"{PROG}: detached from {watched.name!r} after {waited} without a task (--idle-timeout); it keeps "
+            "its workers"
+        )
+    elif watched.owned:
         print(
             f"{PROG}: closed cluster {watched.name!r} after {waited} without a task (--idle-timeout); "
             f"its GPUs are free. {PROG} starts a new one"
@@ -418,12 +548,19 @@ def _require_active(action: str) -> ActiveCluster:
     return current
 
 
+def _require_scalable(action: str) -> ActiveCluster:
+    current = _require_active(action)
+    if not current.scalable:
+        return _require_owned(action)
+    return current
+
+
 def _require_owned(action: str) -> ActiveCluster:
     current = _require_active(action)
     if not current.owned:
         raise UsageError(
-            f"{PROG} {action}: this kernel attached to {current.options.address} and did not start it, so "
-            f"it does not {action} its workers; do that where it was started"
+            f"{PROG} {action}: this kernel attached to {current.options.address or current.name} and did not start "
+            f"it, so it does not {action} its workers; do that where it was started"
         )
     return current
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ GPU_WORKER_COMMAND = "dask cuda worker"  # dask-cuda's worker: one per GPU the j
 CPU_JOB_MEMORY_GB = 2  # host memory per worker when neither --memory nor the config says
 GPU_JOB_MEMORY_GB = 16  # dask-cuda spills device memory to host memory
 LOG_DIRECTORY = Path.home() / ".cache" / "gpu-magics" / "slurm-logs"  # home: seen by the compute nodes too
+GONE_TIMEOUT_S = 30.0  # how long stop waits for cancelled jobs to leave the queue (completing: ends its processes)
 _ERROR_LOG = re.compile(r"^#SBATCH -e (\S+)$", re.MULTILINE)
 
 
@@ -106,11 +108,20 @@ class SlurmManager(ClusterManager):
                 )
 
     def close(self) -> None:
+        """Close the cluster (dask-jobqueue cancels each job), cancel by id any job SLURM still lists, and wait
+        (bounded) until SLURM lists none of them."""
         try:
             self.cluster.close(timeout=30)
         finally:
-            left = [job for job in squeue.states(self.submitted).values() if job.state in squeue.ALIVE]
-            squeue.cancel(job.job_id for job in left)
+            left = self._alive()
+            squeue.cancel(left)
+            deadline = time.monotonic() + GONE_TIMEOUT_S
+            while left and time.monotonic() < deadline:
+                time.sleep(0.2)
+                left = self._alive()
+
+    def _alive(self) -> list[str]:
+        return [job.job_id for job in squeue.states(self.submitted).values() if job.state in squeue.ALIVE]
 
     def finish(self, name: str, close: bool) -> str:
         count = len(self.submitted)

@@ -31,12 +31,15 @@ def adopt(name: str, namespace: dict[str, Any]) -> AdoptedManager:
     """The manager the variable ``name`` holds; a one-line ``UsageError`` when there is none or it is not one."""
     what = f"{PROG} --from {name}"
     if name not in namespace:
-        raise UsageError(f"{what}: no variable {name!r} in this notebook; make the cluster first, like {name} = ...")
+        raise UsageError(
+            f"{what}: no variable {name!r} in this notebook; make the cluster manager first, like "
+            f"{name} = SLURMCluster(...)"
+        )
     cluster = namespace[name]
     missing = [attribute for attribute in NEEDED if not _has(cluster, attribute)]
     if missing:
         raise UsageError(
-            f"{what}: {name} is a {type(cluster).__name__}, not a Dask cluster manager (it lacks "
+            f"{what}: {name} ({type(cluster).__name__}) is not a Dask cluster manager (it lacks "
             f"{', '.join(missing)}); give a cluster object such as SLURMCluster, KubeCluster, GatewayCluster or "
             "LocalCluster"
         )

@@ -105,6 +105,9 @@ export function cluster(overrides: Partial<ICluster> = {}): ICluster {
     kernel_running: true,
     idle_timeout: null,
     idle_since: null,
+    manager: null,
+    jobs: [],
+    adaptive: null,
     ...overrides
   };
 }

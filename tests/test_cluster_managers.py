@@ -108,3 +108,31 @@ def test_from_something_that_is_not_a_cluster_manager(value: object, said: str) 
 def test_from_a_name_the_notebook_lacks() -> None:
     with pytest.raises(UsageError, match="no variable 't_c' in this notebook"):
         adopt("t_c", {})
+
+
+def test_a_record_keeps_the_manager_its_jobs_and_adapt_bounds() -> None:
+    from gpu_magics.cluster.info import JobInfo
+    from gpu_magics.cluster.records.record import SCHEMA_VERSION, ClusterRecord
+
+    job = JobInfo(job_id="12", state="running", node="gpu-1", workers=("s-0",), gpus=("H100 (gpu-1 · GPU 0)",))
+    record = ClusterRecord(
+        name="s", scheduler_address="tcp://10.0.0.1:8786", dashboard_url=None, kind="slurm", workers=1,
+        manager="SLURM jobs", jobs=(job.to_json(),), adaptive=(0, 4),
+    )  # fmt: skip
+    data = record.to_json()
+    assert data["version"] == SCHEMA_VERSION == 4 and data["adaptive"] == [0, 4] and data["jobs"][0]["node"] == "gpu-1"
+    assert ClusterRecord.from_json(data) == record
+    older = {key: value for key, value in data.items() if key not in ("manager", "jobs", "adaptive")}
+    assert ClusterRecord.from_json(older) == ClusterRecord(
+        **{**vars(record), "manager": None, "jobs": (), "adaptive": None}
+    )
+
+
+def test_help_names_the_managers() -> None:
+    from gpu_magics.magics.gpucluster import ClusterMagics
+
+    doc = ClusterMagics.gpucluster.__doc__ or ""
+    for option in ("--slurm", "--jobs N", "--gpus-per-job G", "--cpu-workers K", "--partition", "--account",
+                   "--walltime", "--job-option", "--interface", "--wait SECONDS", "--from NAME", "stop [--close]",
+                   "adapt MIN MAX", "gpu-magics[hpc]"):  # fmt: skip
+        assert option in doc, option

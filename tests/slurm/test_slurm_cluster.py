@@ -79,7 +79,7 @@ def test_a_job_that_waits_is_named_with_its_reason_and_cells_run_on_the_workers_
         status = gpucluster(magics, "status")
         return status if f"job {waiting} pending (Resources)" in status else None
 
-    status = wait_for(pending_for_resources, 60, "the third job to wait for resources")
+    wait_for(pending_for_resources, 60, "the third job to wait for resources")
     wait_for(lambda: gpucluster(magics, "status").count(" running on ") == 2, 60, "two jobs running")
     cluster.require_client().wait_for_workers(2, timeout=60)
     with capture_output():

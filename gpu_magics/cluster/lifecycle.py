@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import attach, factories, idle, inspection
+from gpu_magics.cluster import adapting, attach, factories, gpu_choice, idle, inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
-from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
     NO_CLUSTER,
     active,
@@ -38,6 +38,7 @@ from gpu_magics.cluster.queries import (
     split_workers_by_gpu,
     telemetry,
     worker_count,
+    worker_kind,
 )
 from gpu_magics.cluster.records import kernel_report, status_info
 from gpu_magics.cluster.records import record as cluster_records
@@ -99,7 +100,7 @@ def start(
         # check the GPU choice before anything stops: a bad --gpus must not stop the running cluster (a line that
         # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
         reuse = current is not None and not options.replace and "gpus" not in options.given
-        gpu_ids = _choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
+        gpu_ids = gpu_choice.choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
         if current is not None:
             if not options.replace:
                 notice = (
@@ -115,7 +116,9 @@ def start(
         if options.kind == "attached":
             started = _attach(options)
         elif options.kind in ("slurm", "adopted"):
-            started, waiting = _start_managed(options, namespace or {}, began)
+            from gpu_magics.cluster.managers import steps
+
+            started, waiting = steps.start(options, namespace or {}, began)
         else:
             started = _start_local(options, gpu_ids, began)
         if started.cluster is not None:
@@ -205,7 +208,7 @@ def restart() -> ClusterInfo:
         except Exception as error:
             raise UsageError(f"{PROG} restart: {one_line(error)}") from error
         current.ready_s = time.perf_counter() - began
-        current.devices, current.warm_s = warmup.warm_workers(current.client, _worker_kind(current))
+        current.devices, current.warm_s = warmup.warm_workers(current.client, worker_kind(current))
         return status(notice=f"{PROG}: restarted {current.name!r}")
 
 
@@ -214,9 +217,13 @@ def scale(count: int) -> ClusterInfo:
     from gpu_magics.cluster.workers import warmup
 
     with _lock:
-        current = _require_scalable("scale")
+        current = _require_owned("scale", scalable=True)
         if current.manager is not None:
-            return _scale_managed(current, count)
+            from gpu_magics.cluster.managers import steps
+
+            notice = steps.scale(current, count)
+            record_writer.write_record(current)
+            return status(notice=notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
         if current.kind == "gpu" and count > len(current.gpu_ids):
             ids = ",".join(current.gpu_ids)
             raise UsageError(
@@ -246,105 +253,12 @@ def scale(count: int) -> ClusterInfo:
 
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
-    """Let the cluster's manager add workers when tasks wait and give them back when idle (SLURM: jobs leave
-    the queue), between ``minimum`` and ``maximum`` workers."""
+    """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
     with _lock:
-        current = _require_scalable("adapt")
-        if current.kind == "gpu" and maximum > len(current.gpu_ids):
-            raise UsageError(
-                f"{PROG} adapt: the cluster may use {len(current.gpu_ids)} GPU(s), one worker each; give at most "
-                f"{len(current.gpu_ids)}"
-            )
-        try:
-            if current.manager is not None:
-                current.manager.adapt(minimum, maximum)
-            else:
-                assert current.cluster is not None
-                current.cluster.adapt(minimum=minimum, maximum=maximum)
-                current.adaptive = (minimum, maximum)
-        except Exception as error:
-            raise UsageError(f"{PROG} adapt: {one_line(error)}") from None
+        current = _require_owned("adapt", scalable=True)
+        notice = adapting.adapt(current, minimum, maximum)
         record_writer.write_record(current)
-        return status(notice=f"{PROG}: {current.name!r} adapts between {minimum} and {maximum} workers")
-
-
-def _scale_managed(current: ActiveCluster, count: int) -> ClusterInfo:
-    """``scale`` through the manager's own ``scale()``; waits ``--wait`` seconds, then says what still waits."""
-    from gpu_magics.cluster.workers import warmup
-
-    assert current.manager is not None
-    before = set(inspection.scheduler_workers(current.client))
-    try:
-        current.manager.scale(count)
-        notice = current.manager.wait_for_workers(current.client, current.options.start_wait, count)
-    except UsageError:
-        raise
-    except Exception as error:
-        raise UsageError(f"{PROG} scale {count}: {one_line(error)}") from None
-    workers = inspection.scheduler_workers(current.client)
-    new = sorted(set(workers) - before)
-    if new:
-        attach.learn_gpus(current.client, current.devices, set(new))
-        with contextlib.suppress(Exception):
-            seen, current.warm_s = warmup.warm_workers(current.client, _worker_kind(current), workers=new)
-            for name, found in seen.items():
-                current.devices[name] = {**current.devices.get(name, {}), **found}
-    record_writer.write_record(current)
-    return status(notice=notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
-
-
-def _start_managed(
-    options: ClusterOptions, namespace: dict[str, Any], began: float
-) -> tuple[ActiveCluster, str | None]:
-    """Workers from a cluster manager object (``--slurm``, ``--from``): connect, wait up to ``--wait`` seconds
-    for its workers, learn their GPUs and warm them. A failure closes what this made (SLURM: its jobs leave
-    the queue) and is one ``UsageError`` line."""
-    from gpu_magics.cluster.managers.opening import open_manager
-    from gpu_magics.cluster.workers import warmup
-
-    manager = open_manager(options, namespace)
-    client: Client | None = None
-    try:
-        client = attach.connect_manager(manager.cluster, options.start_timeout)
-        notice = manager.wait_for_workers(client, options.start_wait)
-        ready_s = time.perf_counter() - began
-        devices: dict[str, dict[str, Any]] = {}
-        workers = inspection.scheduler_workers(client)
-        attach.learn_gpus(client, devices, set(workers))
-        warm_s = None
-        if workers:
-            gpu = any(seen.get("gpu_name") for seen in devices.values())
-            seen, _ = warmup.warm_workers(client, "gpu" if gpu else "cpu")
-            for name, found in seen.items():
-                devices[name] = {**devices.get(name, {}), **found}
-            warm_s = time.perf_counter() - began - ready_s
-    except BaseException as error:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close(timeout=5)
-        manager.abandon()
-        if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
-            raise
-        raise UsageError(f"{PROG}: the cluster did not start: {one_line(error)}") from error
-    started = ActiveCluster(
-        name=options.cluster_name,
-        kind=options.kind,
-        options=options,
-        client=client,
-        cluster=None,
-        manager=manager,
-        devices=devices,
-        ready_s=ready_s,
-        warm_s=warm_s,
-    )
-    return started, notice
-
-
-def _worker_kind(current: ActiveCluster) -> Kind:
-    """``gpu`` or ``cpu``: what the warm-up of ``current``'s workers loads."""
-    if current.kind in ("gpu", "cpu"):
-        return current.kind
-    return "gpu" if has_gpu_workers() else "cpu"
+        return status(notice=notice)
 
 
 def free_workers() -> tuple[int, int, list[str]]:
@@ -391,20 +305,15 @@ def _close_idle(watched: ActiveCluster) -> None:
         waited = format_duration(watched.idle.timeout)
         watched.idle = None  # stop() must not wait for the thread that calls this
         stop()
-    if watched.manager is not None and not watched.owned:
-        print(
-            f"{PROG}: detached from {watched.name!r} after {waited} without a task (--idle-timeout); it keeps "
-            "its workers"
-        )
-    elif watched.owned:
+    if watched.owned:
         print(
             f"{PROG}: closed cluster {watched.name!r} after {waited} without a task (--idle-timeout); "
             f"its GPUs are free. {PROG} starts a new one"
         )
     else:
         print(
-            f"{PROG}: detached from {watched.options.address} after {waited} without a task (--idle-timeout); "
-            "its scheduler and workers keep running"
+            f"{PROG}: detached from {watched.options.address or watched.name} after {waited} without a task "
+            "(--idle-timeout); its scheduler and workers keep running"
         )
 
 
@@ -494,31 +403,6 @@ def _set_cupy_defaults() -> dict[str, Any]:
     return saved
 
 
-def _choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
-    """The ``CUDA_VISIBLE_DEVICES`` entries of the chosen GPUs (all visible ones by default)."""
-    inventory = gpus.inventory()
-    visible = inventory.devices()
-    if not visible:
-        raise UsageError(
-            f"{PROG}: no GPU is visible on this machine; use {PROG} --cpu-workers N for CPU workers, "
-            f"or {PROG} --address tcp://host:port to attach to a scheduler"
-        )
-    if inventory.simulated:
-        raise UsageError(
-            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {PROG} --cpu-workers N for CPU workers"
-        )
-    if indices is None:
-        return tuple(device.cuda_id for device in visible)
-    missing = [index for index in indices if index >= len(visible)]
-    if missing:
-        names = ", ".join(str(index) for index in range(len(visible)))
-        raise UsageError(
-            f"{PROG} --gpus {','.join(map(str, indices))}: no GPU {','.join(map(str, missing))} here; "
-            f"the {len(visible)} visible GPU(s) are {names}"
-        )
-    return tuple(visible[index].cuda_id for index in indices)
-
-
 def _attach(options: ClusterOptions) -> ActiveCluster:
     assert options.address is not None
     client = attach.connect(options.address, options.start_timeout)
@@ -548,16 +432,10 @@ def _require_active(action: str) -> ActiveCluster:
     return current
 
 
-def _require_scalable(action: str) -> ActiveCluster:
+def _require_owned(action: str, *, scalable: bool = False) -> ActiveCluster:
+    """The cluster in use, if this kernel started it (``scalable``: or it came from a manager object)."""
     current = _require_active(action)
-    if not current.scalable:
-        return _require_owned(action)
-    return current
-
-
-def _require_owned(action: str) -> ActiveCluster:
-    current = _require_active(action)
-    if not current.owned:
+    if not (current.scalable if scalable else current.owned):
         raise UsageError(
             f"{PROG} {action}: this kernel attached to {current.options.address or current.name} and did not start "
             f"it, so it does not {action} its workers; do that where it was started"

@@ -5,8 +5,10 @@ start (not root, no apt), the tests skip with its reason. Every test leaves the 
 
 from __future__ import annotations
 
-import os
+import fcntl
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,11 +22,14 @@ from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.waiting import wait_for
 
 SETUP = Path(__file__).with_name("setup.sh")
+SQUEUE = shutil.which("squeue") or "squeue"  # found now: a test may take SLURM off PATH
+SCANCEL = shutil.which("scancel") or "scancel"
+LOCK = Path(tempfile.gettempdir()) / "gpu-magics-slurm-tests.lock"
 
 
 def queued() -> set[str]:
     """The ids of every job in the queue (pending, running or completing)."""
-    done = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30, check=True)
+    done = subprocess.run([SQUEUE, "-h", "-o", "%i"], capture_output=True, text=True, timeout=30, check=True)
     return set(done.stdout.split())
 
 
@@ -42,30 +47,32 @@ def slurm() -> None:
 
 @pytest.fixture
 def queue(slurm: None) -> Iterator[None]:
-    """Fails the test if it leaves a job in the queue (after cancelling it)."""
-    before = queued()
-    yield
-    left = queued() - before
-    if left:
-        subprocess.run(["scancel", *sorted(left)], check=False, timeout=30)
-        wait_for(lambda: not queued() & left, 60, "the left jobs to be cancelled")
-        pytest.fail(f"the test left SLURM jobs {sorted(left)} in the queue", pytrace=False)
+    """The queue to this test alone, and the test fails if it leaves a job there (after cancelling it).
 
-
-@pytest.fixture(scope="module")
-def runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("runtime")
-    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
-    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(directory)
-    yield directory
-    if previous is None:
-        del os.environ[cluster_records.RUNTIME_DIR_ENV]
-    else:
-        os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
+    One SLURM test at a time, whichever pytest-xdist worker runs it: a lock file held for the test (the
+    ``slurm`` xdist group asks for that too, but pytest 9.2 ignores the group that pytest-xdist 3.8 writes
+    into the test's id), so that tests do not fight for the node's CPUs or cancel each other's jobs."""
+    with LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = queued()
+        yield
+        left = queued() - before
+        if left:
+            subprocess.run([SCANCEL, *sorted(left)], check=False, timeout=30)
+            wait_for(lambda: not queued() & left, 60, "the left jobs to be cancelled")
+            pytest.fail(f"the test left SLURM jobs {sorted(left)} in the queue", pytrace=False)
 
 
 @pytest.fixture
-def magics(_session_shell: InteractiveShell, runtime_dir: Path, queue: None) -> Iterator[ClusterMagics]:
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the test's records go (function scope: a module-scoped fixture would put the module in its own
+    xdist group, and the SLURM tests must share one, ``slurm``, not to fight for the node's CPUs)."""
+    monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def magics(queue: None, _session_shell: InteractiveShell, runtime_dir: Path) -> Iterator[ClusterMagics]:
     """``%gpucluster`` on the test shell; whatever cluster the test left is stopped."""
     instance = ClusterMagics(shell=_session_shell)
     yield instance

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import adapting, attach, factories, gpu_choice, idle, inspection
+from gpu_magics.cluster import attach, factories, idle, inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
@@ -100,7 +100,7 @@ def start(
         # check the GPU choice before anything stops: a bad --gpus must not stop the running cluster (a line that
         # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
         reuse = current is not None and not options.replace and "gpus" not in options.given
-        gpu_ids = gpu_choice.choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
+        gpu_ids = factories.choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
         if current is not None:
             if not options.replace:
                 notice = (
@@ -256,7 +256,9 @@ def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
     with _lock:
         current = _require_owned("adapt", scalable=True)
-        notice = adapting.adapt(current, minimum, maximum)
+        from gpu_magics.cluster.managers import steps
+
+        notice = steps.adapt(current, minimum, maximum)
         record_writer.write_record(current)
         return status(notice=notice)
 

@@ -1,5 +1,7 @@
 """The lifecycle's steps for a cluster whose workers come from a manager (``--slurm``, ``--from``): start
-(connect, wait for the workers, learn their GPUs, warm them) and scale, through ``base.ClusterManager``."""
+(connect, wait for the workers, learn their GPUs, warm them) and scale, through ``base.ClusterManager``; and
+``adapt MIN MAX`` for any cluster that scales: through its manager's own ``adapt()`` (SLURM jobs leave the
+queue when idle) or, for a cluster started here, distributed's ``Adaptive`` on it."""
 
 from __future__ import annotations
 
@@ -90,3 +92,22 @@ def _merge(devices: dict[str, dict[str, Any]], seen: dict[str, dict[str, Any]]) 
     """Add what the warm-up saw on each worker to what it said about its GPUs."""
     for name, found in seen.items():
         devices[name] = {**devices.get(name, {}), **found}
+
+
+def adapt(current: ActiveCluster, minimum: int, maximum: int) -> str:
+    """Have ``current`` adapt between ``minimum`` and ``maximum`` workers; says so in one line."""
+    if current.kind == "gpu" and maximum > len(current.gpu_ids):
+        raise UsageError(
+            f"{PROG} adapt: the cluster may use {len(current.gpu_ids)} GPU(s), one worker each; give at most "
+            f"{len(current.gpu_ids)}"
+        )
+    try:
+        if current.manager is not None:
+            current.manager.adapt(minimum, maximum)
+        else:
+            assert current.cluster is not None
+            current.cluster.adapt(minimum=minimum, maximum=maximum)
+            current.adaptive = (minimum, maximum)
+    except Exception as error:
+        raise UsageError(f"{PROG} adapt: {one_line(error)}") from None
+    return f"{PROG}: {current.name!r} adapts between {minimum} and {maximum} workers"

@@ -114,3 +114,11 @@ def test_scale_asks_the_manager_for_more_jobs(magics: ClusterMagics) -> None:
     assert len(ids) == 2 and ids <= queued()
     gpucluster(magics, "stop")
     assert not ids & queued()
+
+
+def test_the_idle_timeout_cancels_the_jobs(magics: ClusterMagics) -> None:
+    gpucluster(magics, "--slurm --jobs 1 --cpu-workers 1 --idle-timeout 2s")
+    ids = job_ids()
+    assert ids <= queued()
+    wait_for(lambda: cluster.active() is None, 60, "the idle cluster to close")
+    wait_for(lambda: not ids & queued(), 60, "its job to leave the queue")

@@ -136,3 +136,26 @@ def test_help_names_the_managers() -> None:
                    "--walltime", "--job-option", "--interface", "--wait SECONDS", "--from NAME", "stop [--close]",
                    "adapt MIN MAX", "gpu-magics[hpc]"):  # fmt: skip
         assert option in doc, option
+
+
+def test_the_status_shows_each_job_and_the_adapt_bounds() -> None:
+    from gpu_magics.cluster.info import ClusterInfo, JobInfo
+    from gpu_magics.display.cluster_view import ClusterView
+
+    info = ClusterInfo(
+        name="s", kind="slurm", scheduler_address="tcp://10.0.0.1:8786", dashboard_url=None, hardware="2x H100",
+        started_at=100.0, adaptive=(0, 4), manager="SLURM jobs",
+        jobs=(
+            JobInfo(job_id="12", state="running", node="gpu-1", workers=("s-0",), gpus=("H100 (gpu-1 · GPU 0)",)),
+            JobInfo(job_id="13", state="pending", reason="<Resources>"),
+        ),
+    )  # fmt: skip
+    view = ClusterView(info, now=160.0)
+    text = view.text()
+    assert "Cluster 's': 2x H100, from SLURM jobs" in text
+    assert "up 1 min · adapts between 0 and 4 workers" in text
+    assert "job 12 running on gpu-1 · workers s-0 · GPUs H100 (gpu-1 · GPU 0)" in text
+    assert "job 13 pending (<Resources>)" in text
+    assert "job 13 pending (&lt;Resources&gt;)" in view.html()
+    adopted = ClusterView(ClusterInfo(**{**vars(info), "kind": "adopted", "manager": "KubeCluster", "jobs": ()}))
+    assert "adopted KubeCluster, not started here" in adopted.text()

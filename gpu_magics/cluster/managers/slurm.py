@@ -94,15 +94,13 @@ class SlurmManager(ClusterManager):
     def check_started(self, seen: set[str]) -> None:
         if self.failures:
             raise UsageError(f"{WHAT}: SLURM refused a job: {self.failures[0]}")
-        for job_id, names in job_workers(self.cluster).items():
-            if names & seen:
-                continue
-            queued = squeue.states([job_id]).get(job_id)
-            if queued is not None and queued.state in squeue.ENDED:
-                log = log_path(self.cluster, job_id)
+        waiting = [job_id for job_id, names in job_workers(self.cluster).items() if not names & seen]
+        for queued in squeue.states(waiting).values():  # one squeue for all of them
+            if queued.state in squeue.ENDED:
+                log = log_path(self.cluster, queued.job_id)
                 said = _last_line(log)
                 raise UsageError(
-                    f"{WHAT}: job {job_id} ended ({queued.state}) before its workers started"
+                    f"{WHAT}: job {queued.job_id} ended ({queued.state}) before its workers started"
                     + (f": {said}" if said else "")
                     + (f"; its log: {log}" if log else "")
                 )

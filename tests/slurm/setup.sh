@@ -23,6 +23,9 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
   DEBIAN_FRONTEND=noninteractive $run apt-get install -y -q slurmctld slurmd slurm-client munge
 fi
 host=$(hostname -s)
+if ! getent hosts "$host" >/dev/null; then  # slurmctld must resolve the host it runs on
+  echo "127.0.0.1 $host" | $run tee -a /etc/hosts >/dev/null
+fi
 cpus=$(nproc)
 memory=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 9 / 10 ))
 

@@ -77,6 +77,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """``argparse`` type: a finite number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {text}")
+    return value
+
+
 def comma_list(text: str, what: str) -> list[str]:
     """The entries of the comma list ``text``, stripped; an empty one (``a,,b``, or a comma at either end) is an
     ``argparse.ArgumentTypeError`` of one line (``what`` names the entries: ``"backends"``, ``"GPU indices"``)."""

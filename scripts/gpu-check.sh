@@ -3,7 +3,7 @@
 # (default OUT: ./gpu-logs), executed example notebooks to $OUT/executed.
 #   bash scripts/gpu-check.sh [STAGE...]
 #     stages: env tests seed session cluster levers large transfers scaling display monitor telemetry server attach
-#             examples (default: all)
+#             examples jobqueue (default: all but jobqueue, which tests runs too)
 #     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
 #     levers: where a multi-gpu cell's time goes and each lever against it, dask-cuda's array operations, py-spy
@@ -12,6 +12,8 @@
 #     scaling: the speed-cubing example at full size on 1, 2, 4... GPUs (CUDA_VISIBLE_DEVICES)
 #     telemetry: the workers' GPU telemetry from 128 simulated GPUs (16 workers x 8) at 1 and 4 Hz
 #     attach: the server's endpoints for a cluster from Dask's CLI (dask cuda worker), memory by notebook
+#     jobqueue: %gpucluster --from with dask-jobqueue's LocalCluster running dask-cuda workers as its jobs (the
+#               tests stage runs it too); needs dask-jobqueue: bash ../shared/device/wheels.sh .whl dask-jobqueue==0.9.0
 # Python packages the machine lacks can be brought as wheels in .whl/ or .whlucx/ (installed into /tmp/site first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +72,8 @@ for stage in "${stages[@]}"; do
         --cells 15 --json "$OUT/telemetry.json" ;;
     server) run server python3 benchmarks/server_gpu_check.py ;;
     attach) run server-attach python3 benchmarks/server_gpu_check.py --attach ;;
+    jobqueue) run jobqueue-gpu python3 -m pytest -m gpu tests/gpu/test_jobqueue_gpu.py -q -rA -s -p no:cacheprovider \
+        -o addopts="" --timeout 600 ;;
     examples) run examples python3 scripts/run_examples.py --full --out "$OUT/executed" ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac

@@ -302,3 +302,11 @@ def test_cluster_members_match(ts: dict[str, list[str]]) -> None:
     [member] = telemetry.members_json(now=1.0)
     assert_same_fields(member, "IClusterMember", ts)
     assert_same_fields(member["gpus"][0], "IMemberGpu", ts)
+
+
+def test_cluster_jobs_match(ts: dict[str, list[str]]) -> None:
+    """A record's ``jobs`` (SLURM jobs behind the workers) are what types.ts reads."""
+    from gpu_magics.cluster.info import JobInfo
+
+    job = JobInfo(job_id="12", state="pending", reason="Resources", workers=("w-0",), gpus=("H100 (GPU 0)",))
+    assert_same_fields(job.to_json(), "IClusterJob", ts)

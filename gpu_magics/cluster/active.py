@@ -19,6 +19,8 @@ from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
+    from gpu_magics.cluster.managers.base import ClusterManager
+
 
 @dataclass
 class ActiveCluster:
@@ -28,7 +30,7 @@ class ActiveCluster:
     kind: Kind
     options: ClusterOptions
     client: Client
-    cluster: LocalCluster | None  # None when attached: not ours to stop
+    cluster: LocalCluster | None  # started here (LocalCluster, LocalCUDACluster); None otherwise
     gpu_ids: tuple[str, ...] = ()  # CUDA devices given to the workers (GPU clusters)
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker name -> what its warm-up saw
     started_at: float = field(default_factory=time.time)
@@ -41,11 +43,18 @@ class ActiveCluster:
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
+    manager: ClusterManager | None = None  # --slurm, --from: the cluster manager object that gives the workers
+    adaptive: tuple[int, int] | None = None  # adapt MIN MAX on a cluster started here
 
     @property
     def owned(self) -> bool:
-        """Whether this kernel started the cluster (and so may scale, restart and stop it)."""
-        return self.cluster is not None
+        """Whether this kernel started the cluster (and so may restart and stop it)."""
+        return self.cluster is not None or (self.manager is not None and self.manager.owned)
+
+    @property
+    def scalable(self) -> bool:
+        """Whether ``scale`` and ``adapt`` act on it: started here, or a manager object (adopted ones too)."""
+        return self.cluster is not None or self.manager is not None
 
 
 _in_use: ActiveCluster | None = None

@@ -37,6 +37,19 @@ def connect(address: str, timeout: float) -> Client:
     return client
 
 
+def connect_manager(cluster: Any, timeout: float) -> Client:
+    """A client of a cluster manager object's scheduler (with its security, as ``Client(cluster)`` takes it);
+    a one-line ``UsageError`` when the scheduler does not answer."""
+    from distributed import Client
+
+    try:
+        return Client(cluster, timeout=timeout, set_as_default=True)
+    except Exception as error:
+        raise UsageError(
+            f"{PROG}: the scheduler of {type(cluster).__name__} did not answer within {timeout:g} s ({one_line(error)})"
+        ) from None
+
+
 def _is_scheduler(client: Client) -> bool:
     try:
         return isinstance(client.scheduler_info(n_workers=0), dict)

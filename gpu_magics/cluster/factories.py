@@ -1,5 +1,6 @@
-"""Making the cluster objects: dask-cuda's ``LocalCUDACluster`` for GPU workers, distributed's ``LocalCluster`` for
-CPU workers, each with our warm-up plugin, bound to the chosen host, and the dask config they start under.
+"""Making the cluster objects: dask-cuda's ``LocalCUDACluster`` for GPU workers (on the GPUs ``choose_gpus``
+picks), distributed's ``LocalCluster`` for CPU workers, each with our warm-up plugin, bound to the chosen host,
+and the dask config they start under.
 
 dask-cuda is imported only here, when a GPU cluster is made.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from gpu_magics import gpus
 from gpu_magics.cluster import protocols
 from gpu_magics.cluster.dashboard import close as dashboard_close
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
@@ -138,3 +140,28 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
         **extra,
     )
     return protocols.quiet_ucx_deprecations(factory, options.protocol)
+
+
+def choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
+    """The ``CUDA_VISIBLE_DEVICES`` entries of the chosen GPUs (all visible ones by default)."""
+    inventory = gpus.inventory()
+    visible = inventory.devices()
+    if not visible:
+        raise UsageError(
+            f"{PROG}: no GPU is visible on this machine; use {PROG} --cpu-workers N for CPU workers, "
+            f"or {PROG} --address tcp://host:port to attach to a scheduler"
+        )
+    if inventory.simulated:
+        raise UsageError(
+            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {PROG} --cpu-workers N for CPU workers"
+        )
+    if indices is None:
+        return tuple(device.cuda_id for device in visible)
+    missing = [index for index in indices if index >= len(visible)]
+    if missing:
+        names = ", ".join(str(index) for index in range(len(visible)))
+        raise UsageError(
+            f"{PROG} --gpus {','.join(map(str, indices))}: no GPU {','.join(map(str, missing))} here; "
+            f"the {len(visible)} visible GPU(s) are {names}"
+        )
+    return tuple(visible[index].cuda_id for index in indices)

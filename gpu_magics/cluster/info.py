@@ -55,11 +55,35 @@ class KernelGpuInfo:
 
 
 @dataclass(frozen=True)
+class JobInfo:
+    """One batch job that gives the cluster workers (SLURM), as the queue and the scheduler see it."""
+
+    job_id: str
+    state: str  # the queue's word, lower case: "pending", "running", "completing", "failed", ...
+    node: str | None = None  # where it runs (None while pending)
+    reason: str | None = None  # why it waits (the queue's reason, "Resources", "Priority"), or None
+    workers: tuple[str, ...] = ()  # the names of its workers that are up
+    gpus: tuple[str, ...] = ()  # the GPUs of those workers ("NVIDIA H100 (GPU 0)"), as they reported them
+    log: str | None = None  # the job's log file, where known
+
+    def to_json(self) -> dict[str, object]:
+        """As the discovery record holds it (types.ts IClusterJob)."""
+        return {
+            "job_id": self.job_id,
+            "state": self.state,
+            "node": self.node,
+            "reason": self.reason,
+            "workers": list(self.workers),
+            "gpus": list(self.gpus),
+        }
+
+
+@dataclass(frozen=True)
 class ClusterInfo:
     """A cluster's state at one moment."""
 
     name: str
-    kind: str  # "gpu", "cpu" or "attached"
+    kind: str  # "gpu", "cpu", "attached", "slurm" or "adopted"
     scheduler_address: str
     dashboard_url: str | None
     hardware: str
@@ -74,3 +98,6 @@ class ClusterInfo:
     kernel_gpus: tuple[KernelGpuInfo, ...] = ()  # what this kernel holds on its GPUs
     plain_cells: str | None = None  # "plain cells: <where they run>; <the command that moves them>"
     plain_cells_idle_gpus: bool = False  # plain cells leave the cluster's GPUs idle (said in the warning colour)
+    manager: str | None = None  # what gives the workers, for --slurm and --from ("SLURMCluster", ...)
+    jobs: tuple[JobInfo, ...] = ()  # the batch jobs behind the workers (--slurm)
+    adaptive: tuple[int, int] | None = None  # adapt MIN MAX, while it adapts

@@ -5,7 +5,8 @@ Nothing here touches a GPU at import: dask-cuda is imported when a GPU cluster s
 workers. Safety: everything binds to 127.0.0.1 unless ``--host`` says otherwise; clusters started here close
 on ``stop``, ``%unload_ext`` and interpreter exit, and their worker processes exit by themselves when this
 process dies (each watches a pipe from its parent: ``distributed.process.AsyncProcess``). A cluster attached
-to is never stopped from here.
+to is never stopped from here. Workers from a cluster manager object (SLURM jobs, ``--slurm``; the user's
+object, ``--from``) go through ``managers``' one interface: its ``scale()``, ``adapt()`` and ``close()``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gpu_magics.cluster.queries import (
     split_workers_by_gpu,
     telemetry,
     worker_count,
+    worker_kind,
 )
 from gpu_magics.cluster.records import kernel_report, status_info
 from gpu_magics.cluster.records import record as cluster_records
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "active",
     "active_client",
+    "adapt",
     "dashboard_url",
     "describe_hardware",
     "free_workers",
@@ -79,11 +82,15 @@ _atexit_registered = False
 
 
 def start(
-    options: ClusterOptions, telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL, idle_timeout: float = 0.0
+    options: ClusterOptions,
+    telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL,
+    idle_timeout: float = 0.0,
+    namespace: dict[str, Any] | None = None,
 ) -> ClusterInfo:
     """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``.
     Every worker then reports its GPUs every ``telemetry_interval`` seconds (0: not at all); after
-    ``idle_timeout`` seconds without a task (0: never) the cluster closes, or an attached one is detached."""
+    ``idle_timeout`` seconds without a task (0: never) the cluster closes, or an attached or adopted one is
+    detached. ``namespace``: where ``--from NAME`` finds the cluster manager object."""
     began = time.perf_counter()
     with _lock:
         current = in_use()
@@ -93,7 +100,7 @@ def start(
         # check the GPU choice before anything stops: a bad --gpus must not stop the running cluster (a line that
         # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
         reuse = current is not None and not options.replace and "gpus" not in options.given
-        gpu_ids = _choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
+        gpu_ids = factories.choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
         if current is not None:
             if not options.replace:
                 notice = (
@@ -105,11 +112,19 @@ def start(
                     notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
                 return status(notice=notice)
             stop()
-        started = _attach(options) if options.kind == "attached" else _start_local(options, gpu_ids, began)
-        if started.owned:
+        waiting: str | None = None  # what the workers of a manager still wait for
+        if options.kind == "attached":
+            started = _attach(options)
+        elif options.kind in ("slurm", "adopted"):
+            from gpu_magics.cluster.managers import steps
+
+            started, waiting = steps.start(options, namespace or {}, began)
+        else:
+            started = _start_local(options, gpu_ids, began)
+        if started.cluster is not None:
             started.saved_config = _keep_forking()
         set_in_use(started)
-        if started.kind == "gpu" or (started.kind == "attached" and has_gpu_workers()):
+        if started.kind == "gpu" or (started.kind not in ("gpu", "cpu") and has_gpu_workers()):
             started.saved_config = {**(started.saved_config or {}), **_set_cupy_defaults()}
         if telemetry_interval > 0:
             _start_telemetry(started, telemetry_interval)
@@ -122,7 +137,7 @@ def start(
                 lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
             )
         _register_atexit()
-        return status_info.describe(started)
+        return status_info.describe(started, notice=waiting)
 
 
 def prestart_worker_server() -> None:
@@ -136,7 +151,7 @@ def status(notice: str | None = None) -> ClusterInfo:
     """The state of the cluster in use, fetched from its scheduler; ``UsageError`` when there is none."""
     current = _require_active("status")
     workers = inspection.scheduler_workers(current.client)
-    if current.kind == "attached":
+    if current.kind not in ("gpu", "cpu"):
         attach.learn_gpus(current.client, current.devices, set(workers))
     if not workers and notice is None:
         fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
@@ -144,8 +159,9 @@ def status(notice: str | None = None) -> ClusterInfo:
     return status_info.describe(current, workers, notice=notice)
 
 
-def stop() -> str:
-    """Close the cluster started here (or only disconnect from one attached to); says what it did."""
+def stop(close: bool = False) -> str:
+    """Close the cluster started here (or only disconnect from one attached to; an adopted one is closed only
+    with ``close``); says what it did."""
     with _lock:
         current = set_in_use(None)
         if current is None:
@@ -164,6 +180,11 @@ def stop() -> str:
             dask.config.set(current.saved_config)
         with contextlib.suppress(Exception):
             current.client.close(timeout=5)
+        if current.manager is not None:
+            try:
+                return current.manager.finish(current.name, close)
+            except Exception as error:
+                return f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
         if current.cluster is None:
             return (
                 f"{PROG}: disconnected from {current.options.address}; its scheduler and workers keep "
@@ -187,7 +208,7 @@ def restart() -> ClusterInfo:
         except Exception as error:
             raise UsageError(f"{PROG} restart: {one_line(error)}") from error
         current.ready_s = time.perf_counter() - began
-        current.devices, current.warm_s = warmup.warm_workers(current.client, current.kind)
+        current.devices, current.warm_s = warmup.warm_workers(current.client, worker_kind(current))
         return status(notice=f"{PROG}: restarted {current.name!r}")
 
 
@@ -196,7 +217,13 @@ def scale(count: int) -> ClusterInfo:
     from gpu_magics.cluster.workers import warmup
 
     with _lock:
-        current = _require_owned("scale")
+        current = _require_owned("scale", scalable=True)
+        if current.manager is not None:
+            from gpu_magics.cluster.managers import steps
+
+            notice = steps.scale(current, count)
+            record_writer.write_record(current)
+            return status(notice=notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
         if current.kind == "gpu" and count > len(current.gpu_ids):
             ids = ",".join(current.gpu_ids)
             raise UsageError(
@@ -205,6 +232,9 @@ def scale(count: int) -> ClusterInfo:
             )
         assert current.cluster is not None
         before = set(inspection.scheduler_workers(current.client))
+        if current.adaptive is not None:
+            current.cluster.adapt(minimum=count, maximum=count)  # distributed's scale() leaves adapting on
+            current.adaptive = None
         with factories.worker_start_config():
             current.cluster.scale(count)
             try:
@@ -220,6 +250,17 @@ def scale(count: int) -> ClusterInfo:
             current.devices.update(devices)
         record_writer.write_record(current)
         return status(notice=f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+
+
+def adapt(minimum: int, maximum: int) -> ClusterInfo:
+    """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
+    with _lock:
+        current = _require_owned("adapt", scalable=True)
+        from gpu_magics.cluster.managers import steps
+
+        notice = steps.adapt(current, minimum, maximum)
+        record_writer.write_record(current)
+        return status(notice=notice)
 
 
 def free_workers() -> tuple[int, int, list[str]]:
@@ -273,8 +314,8 @@ def _close_idle(watched: ActiveCluster) -> None:
         )
     else:
         print(
-            f"{PROG}: detached from {watched.options.address} after {waited} without a task (--idle-timeout); "
-            "its scheduler and workers keep running"
+            f"{PROG}: detached from {watched.options.address or watched.name} after {waited} without a task "
+            "(--idle-timeout); its scheduler and workers keep running"
         )
 
 
@@ -364,31 +405,6 @@ def _set_cupy_defaults() -> dict[str, Any]:
     return saved
 
 
-def _choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
-    """The ``CUDA_VISIBLE_DEVICES`` entries of the chosen GPUs (all visible ones by default)."""
-    inventory = gpus.inventory()
-    visible = inventory.devices()
-    if not visible:
-        raise UsageError(
-            f"{PROG}: no GPU is visible on this machine; use {PROG} --cpu-workers N for CPU workers, "
-            f"or {PROG} --address tcp://host:port to attach to a scheduler"
-        )
-    if inventory.simulated:
-        raise UsageError(
-            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {PROG} --cpu-workers N for CPU workers"
-        )
-    if indices is None:
-        return tuple(device.cuda_id for device in visible)
-    missing = [index for index in indices if index >= len(visible)]
-    if missing:
-        names = ", ".join(str(index) for index in range(len(visible)))
-        raise UsageError(
-            f"{PROG} --gpus {','.join(map(str, indices))}: no GPU {','.join(map(str, missing))} here; "
-            f"the {len(visible)} visible GPU(s) are {names}"
-        )
-    return tuple(visible[index].cuda_id for index in indices)
-
-
 def _attach(options: ClusterOptions) -> ActiveCluster:
     assert options.address is not None
     client = attach.connect(options.address, options.start_timeout)
@@ -418,12 +434,13 @@ def _require_active(action: str) -> ActiveCluster:
     return current
 
 
-def _require_owned(action: str) -> ActiveCluster:
+def _require_owned(action: str, *, scalable: bool = False) -> ActiveCluster:
+    """The cluster in use, if this kernel started it (``scalable``: or it came from a manager object)."""
     current = _require_active(action)
-    if not current.owned:
+    if not (current.scalable if scalable else current.owned):
         raise UsageError(
-            f"{PROG} {action}: this kernel attached to {current.options.address} and did not start it, so "
-            f"it does not {action} its workers; do that where it was started"
+            f"{PROG} {action}: this kernel attached to {current.options.address or current.name} and did not start "
+            f"it, so it does not {action} its workers; do that where it was started"
         )
     return current
 

@@ -6,17 +6,28 @@ from __future__ import annotations
 import argparse
 import keyword
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from IPython.core.error import UsageError
 
-from gpu_magics.argparsing import MagicArgumentParser, comma_list, duration, positive_float, positive_int
+from gpu_magics.argparsing import (
+    MagicArgumentParser,
+    comma_list,
+    duration,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 
 PROG = "%gpucluster"
-Action = Literal["start", "status", "stop", "restart", "scale", "dashboard", "free"]
-ACTIONS: tuple[Action, ...] = ("start", "status", "stop", "restart", "scale", "dashboard", "free")
-Kind = Literal["gpu", "cpu", "attached"]
+Action = Literal["start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free"]
+ACTIONS: tuple[Action, ...] = ("start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free")
+# gpu, cpu: started here (LocalCUDACluster, LocalCluster); attached: --address; slurm: --slurm (dask-jobqueue's
+# SLURMCluster, started here); adopted: --from NAME (a cluster manager the user made)
+Kind = Literal["gpu", "cpu", "attached", "slurm", "adopted"]
+GpuDirective = Literal["gres", "gpus"]
 FreeTarget = Literal["all", "kernel", "workers"]
 FREE_TARGETS: tuple[FreeTarget, ...] = ("all", "kernel", "workers")
 
@@ -28,10 +39,24 @@ GPU_WORKER_THREADS = 4
 CPU_WORKER_THREADS = 1
 DEFAULT_ATTACH_TIMEOUT = 5.0
 DEFAULT_START_TIMEOUT = 120.0
+DEFAULT_WAIT = 60.0  # --slurm, --from: seconds to wait for the workers before returning with the jobs' states
 
+_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,+-]{0,127}$")
+_WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ADDRESS = re.compile(r"^(?P<scheme>[a-z]+)://(?P<host>\[[0-9a-fA-F:]+\]|[^\s:/\[\]]+):(?P<port>\d{1,5})/?$")
 _SCHEMES = ("tcp", "tls", "ucx", "ucxx", "ws", "wss")
+_SLURM_ONLY = (
+    "jobs",
+    "gpus_per_job",
+    "gpu_directive",
+    "partition",
+    "account",
+    "walltime",
+    "job_options",
+    "memory",
+    "interface",
+)
 _START_ONLY = (
     "gpus",
     "cpu_workers",
@@ -46,6 +71,10 @@ _START_ONLY = (
     "replace",
     "timeout",
     "idle_timeout",
+    "slurm",
+    "from_name",
+    "wait",
+    *_SLURM_ONLY,
 )
 _GPU_ONLY = ("gpus", "device_memory_limit", "rmm_pool_size")
 
@@ -72,21 +101,49 @@ class ClusterOptions:
     client_name: str | None = None
     replace: bool = False
     timeout: float | None = None
+    slurm: bool = False  # --slurm: workers from SLURM jobs (dask-jobqueue)
+    jobs: int | None = None  # --slurm: how many jobs (default 1)
+    gpus_per_job: int | None = None  # --slurm: GPUs per job, one dask-cuda worker each
+    gpu_directive: GpuDirective = "gres"  # how a job asks for its GPUs: --gres=gpu:G or --gpus=G
+    partition: str | None = None
+    account: str | None = None
+    walltime: str | None = None
+    job_options: tuple[str, ...] = ()  # further #SBATCH directives
+    memory: str | None = None  # host memory per job (default: the config's, else per worker)
+    interface: str | None = None  # network interface the scheduler and workers use (ib0, eth0)
+    wait: float | None = None  # seconds to wait for the workers (--slurm, --from); None: DEFAULT_WAIT
+    from_name: str | None = None  # --from NAME: adopt the cluster manager in the user's namespace
+    close: bool = False  # stop --close: close an adopted cluster rather than detach
+    adapt_range: tuple[int, int] | None = None  # adapt MIN MAX
     given: frozenset[str] = field(default_factory=frozenset)  # the options the line named
 
     @property
     def kind(self) -> Kind:
-        """The kind of cluster a start would give: attached, CPU workers or GPU workers."""
+        """The kind of cluster a start would give: attached, adopted, SLURM jobs, CPU or GPU workers."""
         if self.address is not None:
             return "attached"
+        if self.from_name is not None:
+            return "adopted"
+        if self.slurm:
+            return "slurm"
         return "cpu" if self.cpu_workers is not None else "gpu"
+
+    @property
+    def gpu_workers(self) -> bool:
+        """Whether the workers started for this line are GPU workers (a SLURM job's: with --gpus-per-job)."""
+        return self.gpus_per_job is not None if self.slurm else self.kind == "gpu"
+
+    @property
+    def start_wait(self) -> float:
+        """--slurm, --from: seconds to wait for the workers before saying which jobs still wait."""
+        return DEFAULT_WAIT if self.wait is None else self.wait
 
     @property
     def threads(self) -> int:
         """Threads per worker, with the tuned default for the kind."""
         if self.threads_per_worker is not None:
             return self.threads_per_worker
-        return GPU_WORKER_THREADS if self.kind == "gpu" else CPU_WORKER_THREADS
+        return GPU_WORKER_THREADS if self.gpu_workers else CPU_WORKER_THREADS
 
     @property
     def start_timeout(self) -> float:
@@ -97,8 +154,8 @@ class ClusterOptions:
 
     @property
     def cluster_name(self) -> str:
-        """``--name``, or the kind of cluster."""
-        return self.name or self.kind
+        """``--name``, or the adopted variable's name, or the kind of cluster."""
+        return self.name or self.from_name or self.kind
 
 
 def parse_size(text: str) -> int | float:
@@ -174,6 +231,42 @@ def _identifier(text: str) -> str:
     return text
 
 
+def _word(what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not _WORD.match(text):
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: one word of letters, digits, '.', '_' or '-'")
+        return text
+
+    return parse
+
+
+def _walltime(text: str) -> str:
+    """A SLURM time limit: minutes, or [days-]hours:minutes[:seconds]."""
+    if not _WALLTIME.match(text):
+        raise argparse.ArgumentTypeError(f"invalid walltime {text!r}: use hours:minutes:seconds, like 01:30:00")
+    return text
+
+
+def _job_option(text: str) -> str:
+    """One batch directive, like ``--constraint=a100`` or ``-C a100``."""
+    option = text.strip()
+    if not option.startswith("-") or "\n" in option:
+        raise argparse.ArgumentTypeError(
+            f"invalid job option {text!r}: one directive as sbatch takes it, like --job-option='--constraint=a100'"
+        )
+    return option
+
+
+def _memory(text: str) -> str:
+    from dask.utils import parse_bytes
+
+    try:
+        parse_bytes(text)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"invalid memory {text!r}: use a unit, like 32GB") from None
+    return text
+
+
 def _build_parser() -> MagicArgumentParser:
     parser = MagicArgumentParser(PROG)
     parser.add_argument("words", nargs="*")
@@ -191,6 +284,19 @@ def _build_parser() -> MagicArgumentParser:
     parser.add_argument("--replace", action="store_true", default=None)
     parser.add_argument("--timeout", type=positive_float)
     parser.add_argument("--idle-timeout", type=duration)
+    parser.add_argument("--slurm", action="store_true", default=None)
+    parser.add_argument("--jobs", type=positive_int)
+    parser.add_argument("--gpus-per-job", type=positive_int)
+    parser.add_argument("--gpu-directive", choices=("gres", "gpus"))
+    parser.add_argument("--partition", type=_word("partition"))
+    parser.add_argument("--account", type=_word("account"))
+    parser.add_argument("--walltime", type=_walltime)
+    parser.add_argument("--job-option", action="append", dest="job_options", type=_job_option)
+    parser.add_argument("--memory", type=_memory)
+    parser.add_argument("--interface", type=_word("interface"))
+    parser.add_argument("--wait", type=non_negative_float)
+    parser.add_argument("--from", type=_identifier, dest="from_name")
+    parser.add_argument("--close", action="store_true", default=None)
     return parser
 
 
@@ -204,21 +310,26 @@ def parse_cluster_line(line: str) -> ClusterOptions:
     given = frozenset(key for key, value in values.items() if value is not None)
     action, argument = _action(namespace.words)
     scale_to = argument if isinstance(argument, int) else None
+    adapt_range = argument if isinstance(argument, tuple) else None
     free_target: FreeTarget = argument if isinstance(argument, str) else "all"
 
+    if "close" in given and action != "stop":
+        raise UsageError(f"{PROG}: --close belongs to stop (%gpucluster stop --close closes an adopted cluster)")
     if action != "start":
         misplaced = sorted(given & set(_START_ONLY))
         if misplaced:
-            flags = ", ".join("--" + key.replace("_", "-") for key in misplaced)
+            flags = ", ".join(_flag(key) for key in misplaced)
             raise UsageError(f"{PROG} {action}: {flags} belong to start, not to {action}")
+    _check_managers(given)
     if "cpu_workers" in given and "address" in given:
         raise UsageError(f"{PROG}: choose one of --cpu-workers N (start CPU workers) or --address (attach)")
-    if "cpu_workers" in given or "address" in given:
+    if given & {"cpu_workers", "address", "slurm", "from_name"}:
         wrong = sorted(given & set(_GPU_ONLY))
         if wrong:
-            flags = ", ".join("--" + key.replace("_", "-") for key in wrong)
-            what = "--cpu-workers" if "cpu_workers" in given else "--address"
-            raise UsageError(f"{PROG}: {flags} belong to GPU clusters, not to {what}")
+            flags = ", ".join(_flag(key) for key in wrong)
+            what = next(_flag(key) for key in _KINDS if key in given)
+            hint = " (a job's GPUs: --gpus-per-job G)" if what == "--slurm" else ""
+            raise UsageError(f"{PROG}: {flags} belong to GPU clusters, not to {what}{hint}")
     if "address" in given and given & {"threads_per_worker", "protocol", "dashboard", "host"}:
         raise UsageError(
             f"{PROG}: --address attaches to a running scheduler; it takes only --name, --client, "
@@ -228,13 +339,51 @@ def parse_cluster_line(line: str) -> ClusterOptions:
         raise UsageError(f"{PROG}: --host needs an address to bind to, like 127.0.0.1 or 0.0.0.0")
 
     present = {key: value for key, value in values.items() if value is not None}
+    if "job_options" in present:
+        present["job_options"] = tuple(present["job_options"])
     if isinstance(present.get("gpus"), FreeGpus):
         present["free_gpus"] = present.pop("gpus").count
-    return ClusterOptions(action=action, scale_to=scale_to, free_target=free_target, given=given, **present)
+    return ClusterOptions(
+        action=action, scale_to=scale_to, adapt_range=adapt_range, free_target=free_target, given=given, **present
+    )
 
 
-def _action(words: list[str]) -> tuple[Action, int | FreeTarget | None]:
-    choices = "start, status, stop, restart, scale N, dashboard, free"
+_KINDS = ("slurm", "from_name", "address", "cpu_workers")
+_FLAGS = {"from_name": "--from", "job_options": "--job-option", "client_name": "--client"}
+
+
+def _flag(key: str) -> str:
+    """The option a ``ClusterOptions`` field comes from."""
+    return _FLAGS.get(key, "--" + key.replace("_", "-"))
+
+
+def _check_managers(given: frozenset[str]) -> None:
+    """--slurm and --from: what goes with what, each mistake one line."""
+    chosen = [key for key in ("slurm", "from_name", "address") if key in given]
+    if len(chosen) > 1:
+        raise UsageError(f"{PROG}: choose one of --slurm (SLURM jobs), --from NAME (adopt) or --address (attach)")
+    slurm_only = sorted(given & set(_SLURM_ONLY))
+    if slurm_only and "slurm" not in given:
+        flags = ", ".join(_flag(key) for key in slurm_only)
+        raise UsageError(f"{PROG}: {flags} belong to --slurm (workers from SLURM jobs)")
+    if "gpus_per_job" in given and "cpu_workers" in given:
+        raise UsageError(f"{PROG} --slurm: choose one of --gpus-per-job G (GPU workers) or --cpu-workers K per job")
+    if "gpu_directive" in given and "gpus_per_job" not in given:
+        raise UsageError(f"{PROG} --slurm: --gpu-directive goes with --gpus-per-job G")
+    if "wait" in given and not given & {"slurm", "from_name"}:
+        raise UsageError(f"{PROG}: --wait belongs to --slurm and --from (clusters whose workers may come late)")
+    if "from_name" in given:
+        wrong = sorted(given & {"cpu_workers", "threads_per_worker", "protocol", "dashboard", "host", "timeout"})
+        if wrong:
+            flags = ", ".join(_flag(key) for key in wrong)
+            raise UsageError(
+                f"{PROG} --from: {flags} belong to clusters started here; the adopted cluster keeps its own "
+                "settings (--from takes --name, --client, --wait, --idle-timeout and --replace)"
+            )
+
+
+def _action(words: list[str]) -> tuple[Action, int | tuple[int, int] | FreeTarget | None]:
+    choices = "start, status, stop, restart, scale N, dashboard, free, adapt MIN MAX"
     if not words:
         return "start", None
     word = words[0].lower()
@@ -250,6 +399,8 @@ def _action(words: list[str]) -> tuple[Action, int | FreeTarget | None]:
         if count < 1:
             raise UsageError(f"{PROG} scale: expected at least 1 worker, got {count}")
         return "scale", count
+    if word == "adapt":
+        return "adapt", _adapt_range(words[1:])
     if word == "free" and len(words) == 2:
         target = words[1].lower()
         if target not in FREE_TARGETS:
@@ -258,3 +409,13 @@ def _action(words: list[str]) -> tuple[Action, int | FreeTarget | None]:
     if len(words) > 1:
         raise UsageError(f"{PROG} {word}: unexpected {' '.join(words[1:])!r}")
     return word, None
+
+
+def _adapt_range(words: list[str]) -> tuple[int, int]:
+    """``adapt MIN MAX``: at least MIN and at most MAX workers."""
+    if len(words) != 2 or not all(word.isdigit() for word in words):
+        raise UsageError(f"{PROG} adapt: give the least and most workers, like: {PROG} adapt 0 8")
+    minimum, maximum = int(words[0]), int(words[1])
+    if maximum < 1 or minimum > maximum:
+        raise UsageError(f"{PROG} adapt: expected MIN <= MAX and MAX at least 1, got {minimum} {maximum}")
+    return minimum, maximum

@@ -13,6 +13,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, on_change
+from gpu_magics.cluster.options import PROG, Kind
 
 __all__ = [
     "NO_CLUSTER",
@@ -27,8 +28,8 @@ __all__ = [
     "telemetry",
     "tell_plain_cells",
     "worker_count",
+    "worker_kind",
 ]
-from gpu_magics.cluster.options import PROG
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -85,7 +86,7 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
         workers = inspection.scheduler_workers(current.client)
     except Exception:
         return set(), set()
-    if current.kind != "attached":
+    if current.kind in ("gpu", "cpu"):  # started here: the kind says
         return (set(workers), set()) if current.kind == "gpu" else (set(), set(workers))
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
     with_gpu = set()
@@ -94,6 +95,13 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
         if (reported.get(address) or ("", ()))[1] or current.devices.get(name, {}).get("gpu_name"):
             with_gpu.add(address)
     return with_gpu, set(workers) - with_gpu
+
+
+def worker_kind(current: ActiveCluster) -> Kind:
+    """``gpu`` or ``cpu``: what ``current``'s workers are (for a cluster not started here: what they say)."""
+    if current.kind in ("gpu", "cpu"):
+        return current.kind
+    return "gpu" if has_gpu_workers() else "cpu"
 
 
 def telemetry() -> ClusterTelemetry | None:

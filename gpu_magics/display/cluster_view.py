@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from gpu_magics.cluster.info import ClusterInfo, WorkerGpu, WorkerInfo
+from gpu_magics.cluster.info import ClusterInfo, JobInfo, WorkerGpu, WorkerInfo
 from gpu_magics.display.format import (
     DASH,
     ERROR,
@@ -59,6 +59,21 @@ def gpu_text(gpu: WorkerGpu, host: str | None) -> str:
     return f"{label} · {gpu.name}" if gpu.name and gpu.name not in label else label
 
 
+def job_text(job: JobInfo) -> str:
+    """``"job 4242 running on gpu-node-3 · workers slurm-0-0, slurm-0-1 · GPUs NVIDIA H100 (...)"``, or
+    ``"job 4243 pending (Resources)"``."""
+    text = f"job {job.job_id} {job.state}"
+    if job.node:
+        text += f" on {job.node}"
+    if job.reason:
+        text += f" ({job.reason})"
+    if job.workers:
+        text += " \u00b7 workers " + ", ".join(job.workers)
+    if job.gpus:
+        text += " \u00b7 GPUs " + ", ".join(job.gpus)
+    return text
+
+
 PROG_FREE = "%gpucluster free"
 
 
@@ -93,7 +108,13 @@ class ClusterView:
 
     def _headline(self) -> str:
         info = self.info
-        how = {"gpu": "started here", "cpu": "started here", "attached": "attached, not started here"}
+        how = {
+            "gpu": "started here",
+            "cpu": "started here",
+            "attached": "attached, not started here",
+            "slurm": "from SLURM jobs",
+            "adopted": f"adopted {info.manager or 'cluster manager'}, not started here",
+        }
         return f"Cluster {info.name!r}: {info.hardware}, {how.get(info.kind, info.kind)}"
 
     def _state_line(self) -> str:
@@ -102,8 +123,11 @@ class ClusterView:
         state = _state(info.workers)
         if info.started_at is None:
             return state
-        verb = "attached" if info.kind == "attached" else "up"
-        return f"{state} · {verb} {format_age(info.started_at, self.now)}"
+        verb = {"attached": "attached", "adopted": "adopted"}.get(info.kind, "up")
+        line = f"{state} · {verb} {format_age(info.started_at, self.now)}"
+        if info.adaptive is not None:
+            line += f" \u00b7 adapts between {info.adaptive[0]} and {info.adaptive[1]} workers"
+        return line
 
     def _startup(self) -> str | None:
         """How the start went, only while the cluster is fresh (``%gpucluster status`` later does not repeat it)."""
@@ -173,6 +197,7 @@ class ClusterView:
             ]
             header, numeric = _header(keep)
             lines += text_table(header, body, numeric)
+        lines += [job_text(job) for job in info.jobs]
         lines += self._notes()
         return "\n".join(lines)
 
@@ -181,7 +206,7 @@ class ClusterView:
         info = self.info
         if info.idle_timeout is None:
             return None
-        verb = "detaches" if info.kind == "attached" else "closes"
+        verb = "detaches" if info.kind in ("attached", "adopted") else "closes"
         line = f"{verb} after {format_duration(info.idle_timeout)} without a task"
         if info.idle_left is not None:
             line += f" \u00b7 idle now: {format_duration(info.idle_left)} left"
@@ -232,6 +257,8 @@ class ClusterView:
             cells = [[_cell(i, texts[i], worker, gpu) for i in keep] for texts, worker, gpu in rows]
             header, numeric = _header(keep)
             parts.append(html_table(header, cells, numeric))
+        for job in info.jobs:
+            parts.append(f'<div class="gpu-magics-job">{esc(job_text(job))}</div>')
         for note in self._notes():
             colour = f"color:{WARN}" if "busy with work" in note else MUTED
             parts.append(f'<div style="{colour}">{esc(note)}</div>')

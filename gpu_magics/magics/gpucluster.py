@@ -83,7 +83,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
           %gpucluster [start] [options]     one worker per GPU (dask-cuda LocalCUDACluster), warmed up
           %gpucluster --cpu-workers N       N CPU worker processes instead (machines without a GPU)
           %gpucluster --address tcp://host:port    attach to a running scheduler (stop only disconnects)
-          %gpucluster status | stop | restart | scale N | dashboard
+          %gpucluster --slurm --jobs N --gpus-per-job G    workers from SLURM jobs (dask-jobqueue)
+          %gpucluster --from NAME           adopt a cluster manager object made in the notebook
+          %gpucluster status | stop [--close] | restart | scale N | adapt MIN MAX | dashboard
           %gpucluster free [kernel|workers]   give back what CuPy's pools cache (default: both)
 
         Start options:
@@ -104,6 +106,26 @@ class ClusterMagics(Magics, FreeGpuSettings):
           --replace                 stop the running cluster and start a new one (default: reuse it)
           --client NAME             also put the Client in the namespace as NAME (any action)
 
+        SLURM (``--slurm``, needs ``gpu-magics[hpc]``; the site's ``jobqueue.slurm`` dask config gives the
+        defaults; SLURM checks the job first, so a partition or account it refuses queues nothing):
+          --jobs N                  how many jobs (default 1)
+          --gpus-per-job G          GPUs per job, one dask-cuda worker each (asked as --gres=gpu:G)
+          --gpu-directive gres|gpus ask for them as --gres=gpu:G (default) or --gpus=G
+          --cpu-workers K           K CPU workers per job instead
+          --partition P, --account A, --walltime HH:MM:SS, --memory 64GB (host memory per job)
+          --job-option "--constraint=a100"   any other sbatch directive (repeatable)
+          --host HOST, --interface ib0   where the scheduler listens for the jobs' workers (default: the
+                                    config's, else every interface, as dask-jobqueue does)
+          --wait SECONDS            return when the workers are up or after this long (default 60), saying
+                                    which jobs are pending and why; the cluster keeps growing as they start
+
+        ``--from NAME`` adopts a dask-jobqueue cluster, ``KubeCluster``, ``GatewayCluster``, ``LocalCUDACluster``
+        or any ``SpecCluster`` held in the variable NAME: ``scale``, ``adapt`` and the panel act through its own
+        ``scale()``, ``adapt()``; ``stop`` detaches from it, ``stop --close`` closes it (``close()``).
+        ``adapt MIN MAX`` has the manager add workers when tasks wait and give them back (SLURM: jobs leave the
+        queue) when idle. Jobs of ``--slurm`` are cancelled on stop, idle timeout, a failed start and kernel
+        shutdown or restart.
+
         Workers fork from a process that ``%load_ext`` launched with their imports done
         (``%config ClusterMagics.prestart_workers = False`` turns it off) and warm their GPU while they register.
         The client is also ``gpu_magics.client()``; ``%%gpurun multi-gpu`` uses it. The cluster closes on
@@ -114,7 +136,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         action = options.action
         if action == "stop":
             self._forget_client_names()
-            print(cluster.stop())
+            print(cluster.stop(close=options.close))
             return
         if action == "free":
             print(self._free(options.free_target))
@@ -122,7 +144,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         if action == "start":
             options = self._choose_free_gpus(options)
             idle = options.idle_timeout if options.idle_timeout is not None else duration(self.idle_timeout)
-            info = cluster.start(options, telemetry_interval=max(0.0, self.telemetry_interval), idle_timeout=idle)
+            namespace = self.shell.user_ns if self.shell is not None else {}
+            info = cluster.start(
+                options, telemetry_interval=max(0.0, self.telemetry_interval), idle_timeout=idle, namespace=namespace
+            )
         elif action == "status":
             if cluster.active() is None:
                 print(f"{PROG}: no cluster is running; start one with {PROG} or {PROG} --cpu-workers N")
@@ -133,6 +158,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
         elif action == "scale":
             assert options.scale_to is not None
             info = cluster.scale(options.scale_to)
+        elif action == "adapt":
+            assert options.adapt_range is not None
+            info = cluster.adapt(*options.adapt_range)
         else:  # dashboard
             url = cluster.dashboard_url()
             if url is None:

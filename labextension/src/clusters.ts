@@ -11,6 +11,7 @@ export type ClusterAction =
   | { action: 'stop' }
   | { action: 'restart' }
   | { action: 'scale'; workers: number }
+  | { action: 'adapt'; minimum: number; maximum: number }
   | { action: 'free' };
 
 /** What a notebook's "Free cached" runs in its kernel: the kernel's pools and its cluster's give back their cache. */
@@ -28,6 +29,13 @@ export function clusterCommand(request: ClusterAction): string {
         throw new Error('scale needs a whole number of workers, at least 1');
       }
       return `%gpucluster scale ${request.workers}`;
+    case 'adapt': {
+      const problem = adaptProblem(`${request.minimum} ${request.maximum}`);
+      if (problem !== null) {
+        throw new Error(problem);
+      }
+      return `%gpucluster adapt ${request.minimum} ${request.maximum}`;
+    }
     case 'free':
       return '%gpucluster free workers';
   }
@@ -110,6 +118,15 @@ export function clusterTitle(cluster: ICluster): string {
       return cluster.gpus.length
         ? `GPU cluster \u00b7 ${workers} on GPU ${cluster.gpus.join(', ')}`
         : `GPU cluster \u00b7 ${workers}`;
+    case 'slurm': {
+      const jobs = cluster.jobs ?? [];
+      const pending = jobs.filter(job => job.state === 'pending').length;
+      const waiting = pending ? ` (${pending} pending)` : '';
+      const gpus = models.length ? `${countModels(models)} · ` : '';
+      return `SLURM · ${gpus}${workers} · ${plural(jobs.length, 'job')}${waiting}`;
+    }
+    case 'adopted':
+      return `${cluster.manager ?? 'cluster manager'} · ${models.length ? countModels(models) : workers}`;
     case 'attached': {
       const gpus = models.length ? models : cluster.gpus;
       const hosts = new Set(
@@ -228,4 +245,60 @@ export function scaleProblem(text: string): string | null {
 /** The number of workers in `text`, or `null` when `scaleProblem` has something to say. */
 export function parseWorkers(text: string): number | null {
   return scaleProblem(text) === null ? Number(text.trim()) : null;
+}
+
+// -- batch jobs and adapting -----------------------------------------------------------------------
+
+/**
+ * One line per batch job: "job 12 running on node-3 · GPUs NVIDIA H100 (node-3 · GPU 0)",
+ * "job 13 pending (Resources)".
+ */
+export function jobLines(cluster: ICluster): string[] {
+  return (cluster.jobs ?? []).map(job => {
+    let line = `job ${job.job_id} ${job.state}`;
+    if (job.node) {
+      line += ` on ${job.node}`;
+    }
+    if (job.reason) {
+      line += ` (${job.reason})`;
+    }
+    if (job.gpus.length) {
+      line += ` \u00b7 GPUs ${job.gpus.join(', ')}`;
+    } else if (job.workers.length) {
+      line += ` \u00b7 ${plural(job.workers.length, 'worker')}`;
+    }
+    return line;
+  });
+}
+
+/** "adapts between 0 and 8 workers", or `null` while the cluster does not adapt. */
+export function adaptText(cluster: ICluster): string | null {
+  const bounds = cluster.adaptive ?? null;
+  return bounds === null ? null : `adapts between ${bounds[0]} and ${bounds[1]} workers`;
+}
+
+/** Why `text` is not "MIN MAX" for adapt, or `null` when it is. */
+export function adaptProblem(text: string): string | null {
+  const bounds = adaptBounds(text);
+  if (bounds === null) {
+    return 'Enter the least and the most workers, such as 0 8.';
+  }
+  const [minimum, maximum] = bounds;
+  if (maximum < 1) {
+    return 'The most workers must be at least 1; to end the cluster, use Stop.';
+  }
+  if (minimum > maximum) {
+    return `The least (${minimum}) is more than the most (${maximum}).`;
+  }
+  return null;
+}
+
+/** [MIN, MAX] from `text`, or `null` when `adaptProblem` has something to say. */
+export function parseAdapt(text: string): [number, number] | null {
+  return adaptProblem(text) === null ? adaptBounds(text) : null;
+}
+
+function adaptBounds(text: string): [number, number] | null {
+  const match = /^\s*(\d+)\s+(\d+)\s*$/.exec(text);
+  return match ? [Number(match[1]), Number(match[2])] : null;
 }

@@ -9,7 +9,15 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { clusterCommand, FREE_NOTEBOOK_COMMAND, parseWorkers, runInKernel, scaleProblem } from './clusters';
+import {
+  adaptProblem,
+  clusterCommand,
+  FREE_NOTEBOOK_COMMAND,
+  parseAdapt,
+  parseWorkers,
+  runInKernel,
+  scaleProblem
+} from './clusters';
 import { MonitorConnection } from './connection';
 import { GpuPanelModel } from './model';
 import { GpuPanel } from './panel';
@@ -54,9 +62,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
       askWorkers: async cluster => {
         const result = await showDialog({
           title: `Scale ${cluster.name}`,
-          body: new WorkersInput(cluster.workers),
+          body: new CheckedInput('Number of workers', String(cluster.workers), scaleProblem, parseWorkers),
           focusNodeSelector: 'input',
           buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Scale' })]
+        });
+        return result.button.accept ? result.value : null;
+      },
+      askAdapt: async cluster => {
+        const bounds = cluster.adaptive ?? [0, Math.max(1, cluster.workers)];
+        const result = await showDialog({
+          title: `Adapt ${cluster.name}`,
+          body: new CheckedInput(
+            'Least and most workers (the cluster adds workers when tasks wait and gives them back when idle)',
+            `${bounds[0]} ${bounds[1]}`,
+            adaptProblem,
+            parseAdapt
+          ),
+          focusNodeSelector: 'input',
+          buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Adapt' })]
         });
         return result.button.accept ? result.value : null;
       },
@@ -132,22 +155,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
 };
 
 /**
- * The Scale dialog's body: a number of workers, with what is wrong with it said under the field. An invalid
- * field keeps the dialog's Scale button disabled (the dialog disables it while an input is `:invalid`).
+ * The Scale and Adapt dialogs' body: a field, with what is wrong with it said under it. An invalid field keeps
+ * the dialog's OK button disabled (the dialog disables it while an input is `:invalid`).
  */
-class WorkersInput extends Widget implements Dialog.IBodyWidget<number | null> {
+class CheckedInput<T> extends Widget implements Dialog.IBodyWidget<T | null> {
   private readonly _input = document.createElement('input');
   private readonly _message = document.createElement('div');
 
-  constructor(workers: number) {
+  constructor(
+    text: string,
+    value: string,
+    private readonly _problem: (text: string) => string | null,
+    private readonly _parse: (text: string) => T | null
+  ) {
     super();
     this.addClass('jp-GpuMagics-scaleDialog');
     const label = document.createElement('label');
-    label.textContent = 'Number of workers';
+    label.textContent = text;
     this._input.type = 'text';
     this._input.inputMode = 'numeric';
     this._input.className = 'jp-mod-styled';
-    this._input.value = String(workers);
+    this._input.value = value;
     this._input.setAttribute('aria-describedby', 'jp-GpuMagics-scaleMessage');
     this._message.id = 'jp-GpuMagics-scaleMessage';
     this._message.className = 'jp-GpuMagics-scaleMessage';
@@ -158,12 +186,12 @@ class WorkersInput extends Widget implements Dialog.IBodyWidget<number | null> {
     this._input.addEventListener('focus', () => this._input.select());
   }
 
-  getValue(): number | null {
-    return parseWorkers(this._input.value);
+  getValue(): T | null {
+    return this._parse(this._input.value);
   }
 
   private _check(): void {
-    const problem = scaleProblem(this._input.value);
+    const problem = this._problem(this._input.value);
     this._input.setCustomValidity(problem ?? '');
     this._message.textContent = problem ?? '';
     // the dialog checks validity on input in the capture phase, before this listener: ask it to check again

@@ -119,6 +119,21 @@ export interface IClusterMember {
   time: number | null;
 }
 
+/** One batch job (SLURM) that gives a cluster workers, as the queue and the scheduler see it. */
+export interface IClusterJob {
+  job_id: string;
+  /** The queue's word, lower case: 'pending', 'running', 'completing', 'failed', ... */
+  state: string;
+  /** Where it runs; null while pending. */
+  node: string | null;
+  /** Why it waits ('Resources', 'Priority'), or null. */
+  reason: string | null;
+  /** The names of its workers that are up. */
+  workers: string[];
+  /** The GPUs of those workers, as they reported them. */
+  gpus: string[];
+}
+
 export interface ICluster {
   name: string;
   scheduler_address: string;
@@ -143,6 +158,12 @@ export interface ICluster {
   idle_since: number | null;
   /** The session backend the notebook's plain cells run on (`%gpurun multi-gpu`); null: dask's own settings. */
   plain_cells: string | null;
+  /** What gives the workers ('SLURM jobs', 'KubeCluster', ...) for --slurm and --from; null otherwise. */
+  manager: string | null;
+  /** The batch jobs behind the workers (--slurm). */
+  jobs: IClusterJob[];
+  /** [MIN, MAX] while the cluster adapts between MIN and MAX workers; null otherwise. */
+  adaptive: number[] | null;
   path: string | null;
   kernel_running: boolean;
 }

@@ -1,4 +1,6 @@
 import {
+  adaptProblem,
+  clusterCommand,
   clusterMembers,
   clusterTitle,
   countModels,
@@ -6,6 +8,7 @@ import {
   memberName,
   membersByHost,
   memberWithoutGpus,
+  parseAdapt,
   parseWorkers,
   scaleProblem
 } from '../src/clusters';
@@ -110,5 +113,25 @@ describe('scale dialog', () => {
     expect(scaleProblem(' 4 ')).toBeNull();
     expect(parseWorkers(' 4 ')).toBe(4);
     expect(parseWorkers('1')).toBe(1);
+  });
+});
+
+describe('adapt', () => {
+  it.each([
+    ['', 'Enter the least and the most workers, such as 0 8.'],
+    ['4', 'Enter the least and the most workers, such as 0 8.'],
+    ['1 x', 'Enter the least and the most workers, such as 0 8.'],
+    ['0 0', 'The most workers must be at least 1; to end the cluster, use Stop.'],
+    ['5 2', 'The least (5) is more than the most (2).']
+  ])('says what is wrong with %p', (text, message) => {
+    expect(adaptProblem(text)).toBe(message);
+    expect(parseAdapt(text)).toBeNull();
+  });
+
+  it('reads MIN MAX and makes the magic line', () => {
+    expect(adaptProblem(' 0  8 ')).toBeNull();
+    expect(parseAdapt(' 0  8 ')).toEqual([0, 8]);
+    expect(clusterCommand({ action: 'adapt', minimum: 0, maximum: 8 })).toBe('%gpucluster adapt 0 8');
+    expect(() => clusterCommand({ action: 'adapt', minimum: 3, maximum: 1 })).toThrow('is more than the most');
   });
 });

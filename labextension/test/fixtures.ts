@@ -106,6 +106,9 @@ export function cluster(overrides: Partial<ICluster> = {}): ICluster {
     idle_timeout: null,
     idle_since: null,
     plain_cells: null,
+    manager: null,
+    jobs: [],
+    adaptive: null,
     ...overrides
   };
 }

@@ -8,6 +8,7 @@ import { cluster, holder, reading, snapshot } from './fixtures';
 const actions: IPanelActions = {
   cluster: () => Promise.resolve(),
   askWorkers: () => Promise.resolve(null),
+  askAdapt: () => Promise.resolve(null),
   confirmStop: () => Promise.resolve(false),
   confirmRestart: () => Promise.resolve(false),
   freeCached: () => Promise.resolve(),

@@ -21,7 +21,8 @@ from typing import Any
 RUNTIME_DIR_ENV = "GPU_MAGICS_RUNTIME_DIR"
 PREFIX = "gpu-magics-cluster-"
 KERNEL_PREFIX = "gpu-magics-kernel-"
-# 2: members (the workers and their GPUs, from their own reports); 3: idle timeout; 4: plain cells' backend
+# 2: members (the workers and their GPUs, from their own reports); 3: idle timeout; 4: manager, jobs and adaptive
+# (--slurm, --from, adapt) and the backend plain cells run on (%gpurun)
 SCHEMA_VERSION = 4
 
 
@@ -32,7 +33,7 @@ class ClusterRecord:
     name: str
     scheduler_address: str
     dashboard_url: str | None
-    kind: str  # "gpu", "cpu" or "attached"
+    kind: str  # "gpu", "cpu", "attached", "slurm" or "adopted"
     workers: int
     gpus: tuple[str, ...] = ()  # one entry per GPU worker: the device it was given (or its model, attached)
     pid: int = field(default_factory=os.getpid)
@@ -42,12 +43,17 @@ class ClusterRecord:
     idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches); None: never
     idle_since: float | None = None  # since when it has run no task (seconds since the epoch); None: busy
     plain_cells: str | None = None  # the backend plain cells run on here (%gpurun multi-gpu), None: dask's own
+    manager: str | None = None  # what gives the workers (--slurm, --from): "SLURM jobs", "KubeCluster", ...
+    jobs: tuple[dict[str, Any], ...] = ()  # the batch jobs behind the workers: types.ts IClusterJob
+    adaptive: tuple[int, int] | None = None  # adapt MIN MAX, while it adapts
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
         data = asdict(self)
         data["gpus"] = list(self.gpus)
         data["members"] = [dict(member) for member in self.members]
+        data["jobs"] = [dict(job) for job in self.jobs]
+        data["adaptive"] = list(self.adaptive) if self.adaptive is not None else None
         data["version"] = SCHEMA_VERSION
         return data
 
@@ -68,6 +74,9 @@ class ClusterRecord:
             idle_timeout=_number(data.get("idle_timeout")),
             idle_since=_number(data.get("idle_since")),
             plain_cells=None if data.get("plain_cells") is None else str(data["plain_cells"]),
+            manager=None if data.get("manager") is None else str(data["manager"]),
+            jobs=tuple(dict(job) for job in data.get("jobs") or () if isinstance(job, dict)),
+            adaptive=_bounds(data.get("adaptive")),
         )
 
     @property
@@ -107,6 +116,13 @@ _now = time.time
 
 def _number(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _bounds(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    minimum, maximum = value
+    return int(minimum), int(maximum)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.dashboard import links as dashboard_links
-from gpu_magics.cluster.info import ClusterInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
+from gpu_magics.cluster.info import ClusterInfo, JobInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
 from gpu_magics.cluster.records import kernel_report
 
 
@@ -23,6 +23,7 @@ def describe(
     infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
     infos = tuple(_with_reports(info, reported.get(info.address)) for info in infos)
     link = dashboard_links.for_kernel(inspection.dashboard_link(current.client))
+    manager = current.manager
     return ClusterInfo(
         name=current.name,
         kind=current.kind,
@@ -38,7 +39,38 @@ def describe(
         idle_timeout=current.idle.timeout if current.idle is not None else None,
         idle_left=current.idle.left() if current.idle is not None else None,
         kernel_gpus=kernel_gpus(),
+        manager=manager.label if manager is not None else None,
+        jobs=jobs(current, workers, infos),
+        adaptive=manager.adaptive if manager is not None else current.adaptive,
     )
+
+
+def jobs(
+    current: ActiveCluster, workers: dict[str, dict[str, Any]], infos: tuple[WorkerInfo, ...]
+) -> tuple[JobInfo, ...]:
+    """The batch jobs behind ``current``'s workers, each with the GPUs its workers reported (none without a
+    manager, or when the queue does not answer)."""
+    if current.manager is None:
+        return ()
+    try:
+        found = current.manager.jobs(workers)
+    except Exception:
+        return ()
+    by_name = {info.name: info for info in infos}
+    return tuple(dataclasses.replace(job, gpus=_gpus(by_name, job.workers)) for job in found)
+
+
+def _gpus(by_name: dict[str, WorkerInfo], names: tuple[str, ...]) -> tuple[str, ...]:
+    gpus: list[str] = []
+    for name in names:
+        info = by_name.get(name)
+        if info is None:
+            continue
+        if info.gpus:
+            gpus += [f"{gpu.name} ({gpu.label})" for gpu in info.gpus]
+        elif info.gpu_name:
+            gpus.append(info.gpu_name + (f" (GPU {info.gpu_device})" if info.gpu_device else ""))
+    return tuple(gpus)
 
 
 def kernel_gpus() -> tuple[KernelGpuInfo, ...]:

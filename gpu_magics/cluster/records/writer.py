@@ -11,12 +11,15 @@ from typing import Any
 
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use
+from gpu_magics.cluster.info import WorkerInfo
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.records import kernel_report
+from gpu_magics.cluster.records import kernel_report, status_info
 from gpu_magics.cluster.records import record as cluster_records
 
 _warned = False
+JOBS_REFRESH_S = 5.0  # how often a refreshed record asks the batch queue again
+_jobs_read: dict[int, float] = {}  # cluster (id) -> when its record last asked the queue (monotonic)
 _UNREPORTED = {"nvml_index": None, "memory_used": None, "gpu_util": None, "error": None, "others": None}
 
 
@@ -33,6 +36,7 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
                 workers=reporting or current.record.workers,
                 plain_cells=current.plain_cells,
                 **_idle(current),
+                **_jobs(current, None),
             )
             current.record_path = cluster_records.write_record(record, durable=False)
             current.record = record
@@ -55,6 +59,7 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
             members=tuple(_members(current)),
             plain_cells=current.plain_cells,
             **_idle(current),
+            **_jobs(current, (workers, infos)),
         )
         if current.record_path is not None and current.record_path.name != record.filename:
             cluster_records.remove_record(current.record_path)
@@ -79,6 +84,25 @@ def set_plain_cells(backend: str | None) -> None:
     current.plain_cells = backend
     if current.record is not None:
         write_record(current, refresh=True)
+
+
+def _jobs(current: ActiveCluster, seen: tuple[dict[str, Any], tuple[WorkerInfo, ...]] | None) -> dict[str, Any]:
+    """The record's manager fields; the queue is asked again at most every ``JOBS_REFRESH_S`` seconds on a
+    refresh (``seen`` None: the workers as last written)."""
+    manager = current.manager
+    if manager is None:
+        return {"manager": None, "jobs": (), "adaptive": current.adaptive}
+    fields: dict[str, Any] = {"manager": manager.label, "adaptive": manager.adaptive}
+    previous = current.record
+    if seen is None and previous is not None and time.monotonic() - _jobs_read.get(id(current), 0.0) < JOBS_REFRESH_S:
+        fields["jobs"] = previous.jobs
+        return fields
+    if seen is None:
+        workers = inspection.scheduler_workers(current.client)
+        seen = workers, inspection.worker_infos(workers, current.devices, gpu=True)
+    _jobs_read[id(current)] = time.monotonic()
+    fields["jobs"] = tuple(job.to_json() for job in status_info.jobs(current, *seen))
+    return fields
 
 
 def _idle(current: ActiveCluster) -> dict[str, Any]:

@@ -1,8 +1,18 @@
 /**
  * The clusters the kernels started, one row each: name and kind, notebook, scheduler, uptime, dashboard, the
- * members by host, and Stop / Restart / Scale, which act through the owning kernel (see `../clusters`).
+ * members by host, the batch jobs behind them (SLURM), and Stop / Restart / Scale / Adapt, which act through the
+ * owning kernel (see `../clusters`).
  */
-import { ClusterAction, clusterCached, clusterMembers, clusterTitle, idleState, idleText } from '../clusters';
+import {
+  adaptText,
+  ClusterAction,
+  clusterCached,
+  clusterMembers,
+  clusterTitle,
+  idleState,
+  idleText,
+  jobLines
+} from '../clusters';
 import { Child, el } from '../dom';
 import { formatAge, formatBytes } from '../format';
 import type { ConnectionPhase } from '../model';
@@ -15,6 +25,8 @@ export interface IClusterActions {
   cluster(cluster: ICluster, request: ClusterAction): Promise<void>;
   /** Ask for a number of workers (a dialog); `null` when cancelled. */
   askWorkers(cluster: ICluster): Promise<number | null>;
+  /** Ask for the least and most workers to adapt between (a dialog); `null` when cancelled. */
+  askAdapt(cluster: ICluster): Promise<[number, number] | null>;
   /** Confirm stopping a cluster. */
   confirmStop(cluster: ICluster): Promise<boolean>;
   /** Confirm restarting a cluster's workers (their data and state are lost). */
@@ -101,6 +113,15 @@ export class ClustersView {
         )
       );
     }
+    const adapting = adaptText(cluster);
+    if (adapting) {
+      row.append(el('div', { class: 'jp-GpuMagics-adaptive' }, adapting));
+    }
+    const jobs = jobLines(cluster);
+    if (jobs.length) {
+      const lines = jobs.map(line => el('div', { class: 'jp-GpuMagics-job' }, line));
+      row.append(el('div', { class: 'jp-GpuMagics-jobs' }, ...lines));
+    }
     row.append(plainCellsLine(cluster));
     const members = clusterMembers(cluster);
     if (members.length) {
@@ -122,7 +143,12 @@ export class ClustersView {
         { class: 'jp-GpuMagics-buttons' },
         button('Stop', canAct, () => void this._stop(cluster)),
         button('Restart', canAct, () => void this._restart(cluster)),
-        button('Scale', canAct, () => void this._scale(cluster))
+        button('Scale', canAct, () => void this._scale(cluster)),
+        button('Adapt', canAct, () => void this._adapt(cluster), {
+          title:
+            'Runs %gpucluster adapt MIN MAX in its kernel: workers are added when tasks wait and given back ' +
+            'when idle'
+        })
       )
     );
     if (busy) {
@@ -156,6 +182,14 @@ export class ClustersView {
     const workers = await this._actions.askWorkers(cluster);
     if (workers !== null) {
       await this._act(cluster, { action: 'scale', workers }, `Scaling to ${workers}`);
+    }
+  }
+
+  private async _adapt(cluster: ICluster): Promise<void> {
+    const bounds = await this._actions.askAdapt(cluster);
+    if (bounds !== null) {
+      const [minimum, maximum] = bounds;
+      await this._act(cluster, { action: 'adapt', minimum, maximum }, `Adapting between ${minimum} and ${maximum}`);
     }
   }
 

@@ -14,6 +14,7 @@ class FakeActions implements IClusterActions {
   opened: string[] = [];
   confirm = true;
   workers: number | null = 3;
+  bounds: [number, number] | null = [0, 4];
   outcome: Promise<void> = Promise.resolve();
 
   cluster(c: ICluster, request: ClusterAction): Promise<void> {
@@ -22,6 +23,9 @@ class FakeActions implements IClusterActions {
   }
   askWorkers(): Promise<number | null> {
     return Promise.resolve(this.workers);
+  }
+  askAdapt(): Promise<[number, number] | null> {
+    return Promise.resolve(this.bounds);
   }
   confirmStop(): Promise<boolean> {
     return Promise.resolve(this.confirm);
@@ -95,7 +99,8 @@ describe('ClustersView', () => {
     expect(buttons(view).map(b => [b.textContent, b.disabled])).toEqual([
       ['Stop', false],
       ['Restart', false],
-      ['Scale', false]
+      ['Scale', false],
+      ['Adapt', false]
     ]);
   });
 
@@ -198,5 +203,46 @@ describe('ClustersView', () => {
     click(view, 'Stop');
     await settle();
     expect(view.node.querySelector('.jp-GpuMagics-error')).toBeNull();
+  });
+
+  it('shows each SLURM job with its state, node, reason and GPUs, and what the cluster adapts between', () => {
+    const slurm = cluster({
+      name: 's',
+      kind: 'slurm',
+      manager: 'SLURM jobs',
+      workers: 2,
+      adaptive: [0, 4],
+      jobs: [
+        {
+          job_id: '12',
+          state: 'running',
+          node: 'gpu-1',
+          reason: null,
+          workers: ['s-0-0', 's-0-1'],
+          gpus: ['H100 (gpu-1 \u00b7 GPU 0)', 'H100 (gpu-1 \u00b7 GPU 1)']
+        },
+        { job_id: '13', state: 'pending', node: null, reason: 'Resources', workers: [], gpus: [] }
+      ]
+    });
+    const { view } = setUp([slurm]);
+    const row = view.node.querySelector('[data-cluster="s"]') as HTMLElement;
+    const kind = text(row.querySelector('.jp-GpuMagics-clusterKind'));
+    expect(kind).toBe('SLURM \u00b7 2 workers \u00b7 2 jobs (1 pending)');
+    expect(text(row.querySelector('.jp-GpuMagics-adaptive'))).toBe('adapts between 0 and 4 workers');
+    expect(Array.from(row.querySelectorAll('.jp-GpuMagics-job')).map(text)).toEqual([
+      'job 12 running on gpu-1 \u00b7 GPUs H100 (gpu-1 \u00b7 GPU 0), H100 (gpu-1 \u00b7 GPU 1)',
+      'job 13 pending (Resources)'
+    ]);
+  });
+
+  it('adapts between the bounds asked for, and not when the dialog is cancelled', async () => {
+    const { view, actions } = setUp([cluster({ name: 'c', kind: 'adopted', manager: 'KubeCluster' })]);
+    expect(text(view.node.querySelector('.jp-GpuMagics-clusterKind'))).toBe('KubeCluster \u00b7 2 workers');
+    click(view, 'Adapt');
+    await settle();
+    actions.bounds = null;
+    click(view, 'Adapt');
+    await settle();
+    expect(actions.calls).toEqual([['c', { action: 'adapt', minimum: 0, maximum: 4 }]]);
   });
 });

@@ -205,6 +205,9 @@ class Recorder implements IClusterActions {
   askWorkers(): Promise<number | null> {
     return Promise.resolve(null);
   }
+  askAdapt(): Promise<[number, number] | null> {
+    return Promise.resolve(null);
+  }
   confirmStop(): Promise<boolean> {
     return Promise.resolve(false);
   }
@@ -245,7 +248,7 @@ describe('clusters on a shared server', () => {
     const rows = Array.from(view.node.querySelectorAll('.jp-GpuMagics-buttons'), r =>
       Array.from(r.querySelectorAll('button'), text)
     );
-    expect(rows).toEqual([['Free cached'], ['Stop', 'Restart', 'Scale']]); // under the figures it acts on
+    expect(rows).toEqual([['Free cached'], ['Stop', 'Restart', 'Scale', 'Adapt']]); // under the figures it acts on
     const members = view.node.querySelector('.jp-GpuMagics-members') as HTMLElement;
     expect(members.nextElementSibling?.classList.contains('jp-GpuMagics-freeButtons')).toBe(true);
     const free = Array.from(view.node.querySelectorAll<HTMLButtonElement>('button')).find(
@@ -286,7 +289,7 @@ describe('clusters on a shared server', () => {
   it('offer no Free cached where no worker says what it caches', () => {
     const view = new ClustersView(new Recorder(), () => undefined);
     view.render({ clusters: [cluster({ kind: 'cpu' })], clustersError: null, connection: { phase: 'open' } }, 1000);
-    expect(Array.from(view.node.querySelectorAll('button'), text)).toEqual(['Stop', 'Restart', 'Scale']);
+    expect(Array.from(view.node.querySelectorAll('button'), text)).toEqual(['Stop', 'Restart', 'Scale', 'Adapt']);
     expect(view.node.querySelector('.jp-GpuMagics-idle')).toBeNull();
   });
 

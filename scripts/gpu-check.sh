@@ -4,6 +4,8 @@
 #   bash scripts/gpu-check.sh [STAGE...]
 #     stages: env tests seed session cluster levers large transfers scaling display monitor telemetry server attach
 #             examples jobqueue (default: all but jobqueue, which tests runs too)
+#     startup: %gpucluster start-up in a fresh and a used kernel against plain LocalCUDACluster (1 GPU), and a py-spy
+#              profile of a fresh start (kernel, worker server and workers) where py-spy is carried
 #     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
 #     levers: where a multi-gpu cell's time goes and each lever against it, dask-cuda's array operations, py-spy
@@ -52,6 +54,12 @@ for stage in "${stages[@]}"; do
     env) run env bash -c 'nvidia-smi -L; python3 --version; python3 -c "import cupy, dask, distributed, dask_cuda; print(cupy.__version__, dask.__version__, distributed.__version__, dask_cuda.__version__)"' ;;
     tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ${PYTEST_ARGS:-} ;;
     seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
+    startup)
+      run startup python3 benchmarks/cluster_start.py --gpus 1 --repeat 3 --json "$OUT/startup.json"
+      if [ -x /tmp/site/bin/py-spy ]; then
+        run startup-profile /tmp/site/bin/py-spy record -r 200 --subprocesses --idle -f speedscope -o "$OUT/startup.speedscope.json" \
+          -- python3 benchmarks/cluster_start.py --child gpu-magics --gpu-count 1 --n 20000 --chunk 5000 --repeat 1
+      fi ;;
     session) run session python3 benchmarks/session_backend.py --json "$OUT/session.json" ;;
     cluster) run multi-gpu python3 benchmarks/seed_workload.py --multi-gpu "$counts" --only-multi-gpu --json "$OUT/multi-gpu.json" ;;
     levers) run levers python3 benchmarks/multi_gpu_levers.py --operations --profile "$OUT/prof" --json "$OUT/levers.json" ;;

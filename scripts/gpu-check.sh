@@ -35,6 +35,17 @@ fi
 # PYTHONDONTWRITEBYTECODE, every new process (a fresh kernel, the worker server) would otherwise compile every module
 # it imports from source again, seconds that no installed copy pays, and the start-up figures would show them.
 python3 -m compileall -q -j 0 /tmp/site "$PWD/gpu_magics" > /dev/null 2>&1 || true
+python3 - > /dev/null 2>&1 <<'PY' || true
+import compileall, contextlib, importlib, sys
+for name in ("numpy", "cupy", "dask.array", "distributed", "dask_cuda", "IPython", "ipykernel", "gpu_magics.magics.gpurun"):
+    with contextlib.suppress(Exception):
+        importlib.import_module(name)
+for module in list(sys.modules.values()):  # the image's own packages too, where it was built without bytecode
+    path = getattr(module, "__file__", None) or ""
+    if path.endswith(".py"):
+        with contextlib.suppress(Exception):
+            compileall.compile_file(path, quiet=2)
+PY
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(env tests seed session cluster levers large transfers scaling display monitor telemetry server attach
   examples)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from gpu_magics import hints
 from gpu_magics.cluster import protocols
 from gpu_magics.cluster.dashboard import close as dashboard_close
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
@@ -103,7 +104,7 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
     except ImportError:
         raise UsageError(
             f"{PROG}: dask-cuda is not installed (pip install 'gpu-magics[cuda12]' or [cuda13]); "
-            f"or use {PROG} --cpu-workers N"
+            f"or use {hints.cpu_cluster_command()}"
         ) from None
     kernel_context.report(gpu_ids, PROG)  # one line when this kernel already holds memory on those GPUs
     extra: dict[str, Any] = {}

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics import gpus
+from gpu_magics import gpus, hints
 from gpu_magics.cluster import attach, factories, idle, inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
@@ -27,12 +27,12 @@ from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
-    NO_CLUSTER,
     active,
     active_client,
     describe_hardware,
     gpu_worker_devices,
     has_gpu_workers,
+    no_cluster_message,
     require_client,
     split_workers_by_gpu,
     telemetry,
@@ -370,12 +370,12 @@ def _choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
     visible = inventory.devices()
     if not visible:
         raise UsageError(
-            f"{PROG}: no GPU is visible on this machine; use {PROG} --cpu-workers N for CPU workers, "
-            f"or {PROG} --address tcp://host:port to attach to a scheduler"
+            f"{PROG}: no GPU is visible on this machine; use {hints.cpu_cluster_command()} for CPU workers, "
+            f"or {PROG} --address <scheduler address> to attach to one"
         )
     if inventory.simulated:
         raise UsageError(
-            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {PROG} --cpu-workers N for CPU workers"
+            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {hints.cpu_cluster_command()} for CPU workers"
         )
     if indices is None:
         return tuple(device.cuda_id for device in visible)
@@ -414,7 +414,7 @@ def _start_telemetry(current: ActiveCluster, interval: float) -> None:
 def _require_active(action: str) -> ActiveCluster:
     current = in_use()
     if current is None:
-        raise UsageError(f"{PROG} {action}: {NO_CLUSTER}")
+        raise UsageError(f"{PROG} {action}: {no_cluster_message()}")
     return current
 
 

@@ -223,6 +223,21 @@ export class GpuPanelModel {
     return null;
   }
 
+  /** The command a CPU cluster starts with on the server's machine (the same N as the notebooks' hints). */
+  get cpuClusterCommand(): string {
+    return this._config?.cpu_cluster ?? '%gpucluster --cpu-workers 2';
+  }
+
+  /**
+   * The command that starts a cluster on the server's machine: plain `%gpucluster` where it has real GPUs and
+   * CuPy and dask-cuda, else the CPU cluster's (plain `%gpucluster` fails without GPUs, and on simulated ones).
+   */
+  get startClusterCommand(): string {
+    const config = this._config;
+    const gpuReady = config !== null && config.source === 'nvml' && config.gpu_packages && this._order.length > 0;
+    return gpuReady ? '%gpucluster' : this.cpuClusterCommand;
+  }
+
   setConfig(config: IServerConfig, interval?: number): void {
     this._config = config;
     if (interval !== undefined) {

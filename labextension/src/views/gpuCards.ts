@@ -15,6 +15,7 @@ export interface ICardsState {
   /** The server samples and has no GPU to show: a notice takes the cards' place. */
   readonly noGpu: boolean;
   readonly unavailableReason: string | null;
+  readonly cpuClusterCommand: string;
   readonly gpus: IGpuView[];
   /** What others (not the user's notebooks) hold on this server's GPU `index`, or `null`. */
   othersOn?(index: number): IGpuOtherUse | null;
@@ -25,7 +26,7 @@ export class GpuCardsView {
 
   render(state: ICardsState): void {
     if (state.noGpu) {
-      this.node.replaceChildren(noGpuNotice(state.unavailableReason));
+      this.node.replaceChildren(noGpuNotice(state.unavailableReason, state.cpuClusterCommand));
       return;
     }
     this.node.replaceChildren(
@@ -87,7 +88,7 @@ export function othersBadge(use: IGpuOtherUse): HTMLElement {
 }
 
 /** The place of the cards when the server has no GPU to sample: what to do next, not an error. */
-export function noGpuNotice(reason: string | null): HTMLElement {
+export function noGpuNotice(reason: string | null, cpuCluster: string): HTMLElement {
   return el(
     'div',
     { class: 'jp-GpuMagics-noGpu' },
@@ -98,7 +99,7 @@ export function noGpuNotice(reason: string | null): HTMLElement {
       'The CPU backends work without one: ',
       el('code', {}, '%%gpurun cpu-threads'),
       ' runs a cell on every core, ',
-      el('code', {}, '%gpucluster --cpu-workers 4'),
+      el('code', {}, cpuCluster),
       ' starts a CPU cluster.'
     ),
     reason ? el('div', { class: 'jp-GpuMagics-note' }, reason) : null

@@ -67,15 +67,17 @@ describe('GpuCardsView', () => {
 
   it('says what to do next where the server has no GPU, with the reason', () => {
     const view = new GpuCardsView();
-    view.render({ noGpu: true, unavailableReason: 'NVML library not found', gpus: [] });
+    const noGpu = { noGpu: true, gpus: [], cpuClusterCommand: '%gpucluster --cpu-workers 2' };
+    view.render({ ...noGpu, unavailableReason: 'no NVIDIA driver is installed here' });
     expect(view.node.querySelector('.jp-GpuMagics-card')).toBeNull();
     expect(text(view.node.querySelector('.jp-GpuMagics-noGpuTitle'))).toBe('No GPU on this server');
+    // the server's command (its N is at most its cores, as in the notebooks' hints)
     expect(Array.from(view.node.querySelectorAll('code'), text)).toEqual([
       '%%gpurun cpu-threads',
-      '%gpucluster --cpu-workers 4'
+      '%gpucluster --cpu-workers 2'
     ]);
-    expect(text(view.node.querySelector('.jp-GpuMagics-note'))).toBe('NVML library not found');
-    view.render({ noGpu: true, unavailableReason: null, gpus: [] });
+    expect(text(view.node.querySelector('.jp-GpuMagics-note'))).toBe('no NVIDIA driver is installed here');
+    view.render({ ...noGpu, unavailableReason: null });
     expect(view.node.querySelector('.jp-GpuMagics-note')).toBeNull();
   });
 });

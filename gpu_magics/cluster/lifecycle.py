@@ -135,6 +135,8 @@ def prestart_worker_server() -> None:
 def status(notice: str | None = None) -> ClusterInfo:
     """The state of the cluster in use, fetched from its scheduler; ``UsageError`` when there is none."""
     current = _require_active("status")
+    if current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
+        current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
     workers = inspection.scheduler_workers(current.client)
     if current.kind == "attached":
         attach.learn_gpus(current.client, current.devices, set(workers))

@@ -120,6 +120,14 @@ def figures_from(
     return MonitorFigures(**{**base.__dict__, "gpus": tuple(wanted), "timelines": timelines})
 
 
+def within_cell(snapshots: list[Snapshot], end: float) -> list[Snapshot]:
+    """The snapshots of a cell that ended at ``end``: those before it and the first at or after it (its
+    readings cover the cell's last moments); later ones belong to what came after."""
+    kept = [s for s in snapshots if s.time < end]
+    after = [s for s in snapshots if s.time >= end]
+    return kept + after[:1]
+
+
 def _cluster_gpus(plan: BackendPlan) -> tuple[Sampler | None, tuple[int, ...]]:
     """For a cell on a cluster whose workers report GPUs: where to read them, and which to show. GPUs this
     machine has are read here, at the sampler's finer rate (only those the workers use); when some are on
@@ -183,8 +191,12 @@ class CellMonitor:
     def stop(self) -> MonitorFigures:
         sampler, plan = self._sampler, self._plan
         assert sampler is not None and plan is not None, "stop() before start()"
+        end = time.time()
+        settle = getattr(sampler, "settle", None)  # a cluster's reports come later than the cell's end
+        if callable(settle):
+            settle(end)
         sampler.tick()
-        snapshots = sampler.history(since=self._start - 1e-3)
+        snapshots = within_cell(sampler.history(since=self._start - 1e-3), end)
         if self._started_here:
             sampler.stop()
         uses_gpu = plan.chunk_type == "cupy"

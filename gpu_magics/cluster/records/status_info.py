@@ -38,6 +38,7 @@ def describe(
         idle_timeout=current.idle.timeout if current.idle is not None else None,
         idle_left=current.idle.left() if current.idle is not None else None,
         kernel_gpus=kernel_gpus(),
+        figures_age=current.telemetry.reports_age() if current.telemetry is not None else None,
     )
 
 

@@ -188,6 +188,7 @@ def test_top_level_holds_only_entry_points_and_cross_cutting_modules() -> None:
         "extension.py",
         "gpus.py",
         "hints.py",
+        "philox.py",
     ]
 
 

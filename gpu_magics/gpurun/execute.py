@@ -76,6 +76,20 @@ TOP_LEVEL_AWAIT = (
 _ASYNC_NODES = (ast.Await, ast.AsyncFor, ast.AsyncWith)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 WARM_UP_LIMIT = 10.0  # seconds: a --compare backend whose first run is shorter runs again, timed warm
+_ran_on: set[tuple[str, int | None, tuple[int, ...]]] = set()  # the backends (and clusters) a cell has run on
+
+
+def _backend_key(plan: BackendPlan) -> tuple[str, int | None, tuple[int, ...]]:
+    return (plan.name, None if plan.client is None else id(plan.client), tuple(plan.gpu_indices))
+
+
+def first_run_on(plan: BackendPlan) -> bool:
+    """Whether a cell runs on ``plan``'s backend (and cluster) for the first time in this kernel: that run
+    pays start-up costs (imports, first CUDA use). Notes the run, so the next one is not the first."""
+    key = _backend_key(plan)
+    first = key not in _ran_on
+    _ran_on.add(key)
+    return first
 
 
 def has_top_level_await(module: ast.Module) -> bool:
@@ -223,6 +237,7 @@ def run_on_backend(
     split = None
     cold_run: float | None = None
     cold = False
+    first_here = first_run_on(plan)  # its first run pays start-up costs
     if observer is not None:
         observer.start(plan)
     try:
@@ -256,6 +271,7 @@ def run_on_backend(
         figures = observer.stop() if observer is not None else None
     if tasks is not None and len(times) > 1:
         tasks //= len(times)
+    timed_cold = first_here and cold_run is None and len(times) == 1
     result = RunResult(
         backend=plan.name,
         hardware=plan.hardware,
@@ -267,14 +283,18 @@ def run_on_backend(
         split=None if outcome.failed else split,
         cold_run=cold_run,
         cold=cold,
-        advice=None if outcome.failed or split is None else advice_for(shell, cell.bound | cell.names, plan, split),
+        advice=None
+        if outcome.failed or split is None
+        else advice_for(shell, cell.bound | cell.names, plan, split, cold=timed_cold),
     )
     return result, outcome
 
 
-def advice_for(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan, split: TimeSplit) -> str | None:
+def advice_for(
+    shell: InteractiveShell, names: Iterable[str], plan: BackendPlan, split: TimeSplit, *, cold: bool = False
+) -> str | None:
     """The one line of advice for the split (``advice``) about the arrays ``names`` hold, measuring the GPU's
-    random draws only when the cell drew random chunks on a GPU."""
+    random draws only when the cell drew random chunks on a GPU; ``cold``: the backend's first run here."""
     arrays = advice.arrays_made(shell.user_ns, sorted(names), plan.remote_chunks)
     costs = None
     drawn = [array for array in arrays if array.xorwow_draws]
@@ -285,7 +305,7 @@ def advice_for(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan,
         elif plan.gpu_indices:
             costs = advice.local_draw_seconds(plan.gpu_indices[0], elements)
     try:
-        return advice.advise(split, arrays, costs)
+        return advice.advise(split, arrays, costs, cold=cold)
     except Exception:  # advice is a courtesy: never fail a cell over it
         return None
 

@@ -10,7 +10,13 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   if [ "${cuda:-12}" -ge 13 ]; then extras="cuda13"; else extras="cuda12"; fi
   echo "gpu-magics: NVIDIA GPUs found (CUDA ${cuda:-?}); installing CuPy and dask-cuda ([$extras])."
 fi
+if [ -x .venv/bin/jupyter ]; then
+  echo "gpu-magics: updating .venv (pip, quiet)..."
+else
+  echo "gpu-magics: first start: creating .venv and installing JupyterLab and gpu-magics (about a minute)..."
+fi
 bash scripts/setup-env.sh "$extras"
+echo "gpu-magics: installed; looking for GPUs..."
 .venv/bin/python - <<'PY'
 from gpu_magics import gpus
 inventory = gpus.inventory()
@@ -29,5 +35,9 @@ as_root=()
 # The URL JupyterLab prints (with its token: what to open after --no-browser) and its "/" lead to the quickstart
 # notebook rather than the Launcher.
 # The file browser shows examples/, so the notebook's path there is quickstart.ipynb.
+# scripts/lab-settings/overrides.json turns off JupyterLab's "get notified about Jupyter news?" popup (and its
+# update check) for this server only.
+echo "gpu-magics: starting JupyterLab on examples/quickstart.ipynb..."
 exec .venv/bin/jupyter lab --ServerApp.root_dir=examples --ServerApp.ip=127.0.0.1 \
-  --LabApp.default_url=/lab/tree/quickstart.ipynb "${as_root[@]}" "$@"
+  --LabApp.default_url=/lab/tree/quickstart.ipynb --LabApp.app_settings_dir=scripts/lab-settings \
+  "${as_root[@]}" "$@"

@@ -67,6 +67,13 @@ def format_bytes(n: float | None) -> str:
     return f"{'-' if n < 0 else ''}{_to_fixed(value, digits)} {_UNITS[unit]}"
 
 
+def format_rate(received: float | None, sent: float | None) -> str:
+    """A link's throughput both ways: ``'↓1.2 GiB/s ↑340 MiB/s'``; an en dash when neither is known."""
+    if received is None and sent is None:
+        return DASH
+    return f"\u2193{format_bytes(received)}/s \u2191{format_bytes(sent)}/s"
+
+
 def format_percent(value: float | None) -> str:
     """``49.6`` -> ``'50%'``."""
     return DASH if value is None or not _known(value) else f"{_round(value)}%"

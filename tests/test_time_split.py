@@ -235,5 +235,6 @@ def test_a_backends_first_run_here_is_cold() -> None:
     from gpu_magics.gpurun import backends, execute
 
     plan = backends.plan("cpu-threads", workers=3)
+    execute._ran_on.discard(execute._backend_key(plan))  # as in a fresh kernel
     assert execute.first_run_on(plan) is True
     assert execute.first_run_on(plan) is False

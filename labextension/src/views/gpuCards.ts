@@ -75,8 +75,12 @@ export function gpuCard(view: IGpuView, others: IGpuOtherUse | null = null): HTM
       metric('Power', formatNumberPair(r.power, r.power_limit, 'W'), 'power', 'Power draw / limit'),
       metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature', 'GPU temperature'),
       metric('Clock', formatNumber(r.sm_clock, 'MHz'), 'clock', 'SM clock'),
-      linkMetric('PCIe', r.pcie_rx, r.pcie_tx, 'pcie'),
-      linkMetric('NVLink', r.nvlink_rx, r.nvlink_tx, 'nvlink')
+      el(
+        'div',
+        { class: 'jp-GpuMagics-links' },
+        linkMetric('PCIe', r.pcie_rx, r.pcie_tx, 'pcie'),
+        linkMetric('NVLink', r.nvlink_rx, r.nvlink_tx, 'nvlink')
+      )
     ),
     memoryBar(r.memory_used, r.memory_total, others),
     chart(view)

@@ -30,6 +30,18 @@ else:
     print(f"gpu-magics: no GPU here ({reason}): the notebooks run on the CPU backends (cpu-single, cpu-threads),")
     print("  %%gpurun auto picks cpu-threads, and %gpucluster --cpu-workers N gives a CPU cluster.")
 PY
+# JupyterLab marks a notebook modified on open when its kernel metadata differs from the running kernel's: give the
+# quickstart this environment's Python version (the rest of its kernelspec is ipykernel's own).
+.venv/bin/python - <<'PY'
+import json, pathlib, platform
+path = pathlib.Path("examples/quickstart.ipynb")
+notebook = json.loads(path.read_text(encoding="utf-8"))
+info = notebook["metadata"].setdefault("language_info", {})
+if info.get("version") != platform.python_version():
+    info["version"] = platform.python_version()
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"gpu-magics: quickstart.ipynb set to this Python ({platform.python_version()}), so it opens unmodified.")
+PY
 as_root=()
 [ "$(id -u)" -eq 0 ] && as_root=(--allow-root)  # containers often run as root; JupyterLab refuses it otherwise
 # The URL JupyterLab prints (with its token: what to open after --no-browser) and its "/" lead to the quickstart

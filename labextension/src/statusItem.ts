@@ -50,11 +50,12 @@ export class GpuStatusItem extends Widget {
   }
 
   private async _refresh(): Promise<void> {
-    const [history, processes] = await Promise.all([
-      requestAPI<{ config: IServerConfig; snapshots: ISnapshot[] }>('history?limit=1', {}, this._settings),
+    // `devices` reads the GPUs now (the buffered history stands still while no panel watches)
+    const [devices, processes] = await Promise.all([
+      requestAPI<{ config: IServerConfig; snapshot: ISnapshot }>('devices', {}, this._settings),
       requestAPI<IProcessesReply>('processes', {}, this._settings).catch(() => null)
     ]);
-    this._snapshot = history.snapshots[history.snapshots.length - 1] ?? this._snapshot;
+    this._snapshot = devices.snapshot.gpus.length || !this._snapshot ? devices.snapshot : this._snapshot;
     this._processes = processes;
     this.render();
   }

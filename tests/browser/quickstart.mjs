@@ -102,6 +102,17 @@ async function main() {
       check(/Cluster '.*': /.test(after.text), `${hint} showed no cluster: ${after.text.slice(-1500)}`);
     }
     await shot('quickstart-hints');
+
+    step('the status-bar item: the GPUs, and a click opens the panel');
+    const item = page.locator('.jp-GpuMagics-statusItem');
+    await page.waitForFunction(
+      () => /^GPUs? [\d,]+ \u00b7 \d+% \u00b7 /.test(document.querySelector('.jp-GpuMagics-statusItem')?.textContent ?? ''),
+      null,
+      { timeout: 30000 }
+    );
+    await item.click();
+    await page.locator('.jp-GpuMagics-card').first().waitFor({ state: 'visible', timeout: 30000 });
+    await shot('quickstart-status-item');
     step('ok');
   } catch (error) {
     await shot('quickstart-failure').catch(() => undefined);

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from distributed import Client
     from IPython.core.interactiveshell import InteractiveShell
 
-__all__ = ["__version__", "client", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["__version__", "client", "load_ipython_extension", "philox_random_state", "unload_ipython_extension"]
 
 
 def load_ipython_extension(shell: InteractiveShell) -> None:
@@ -57,6 +57,15 @@ def client() -> Client:
     from gpu_magics.cluster import queries
 
     return queries.require_client()
+
+
+def philox_random_state(seed: Any = None) -> Any:
+    """A ``dask.array.random.RandomState`` whose chunks draw with CuPy's Philox generator (dask's API; CuPy's
+    default XORWOW spends most of a small chunk's time setting up): ``rs = gpu_magics.philox_random_state(42)``,
+    then ``x = rs.normal(10, 1, size=..., chunks=...)``."""
+    from gpu_magics.philox import philox_random_state as make
+
+    return make(seed)
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

@@ -5,12 +5,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+  echo "  creating .venv with $python"
   "$python" -m venv .venv
 fi
+echo "  pip: upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
 # The build backend and JupyterLab (for jlpm) first, so the editable build can use them from this environment.
+echo "  pip: JupyterLab and the build tools"
 .venv/bin/python -m pip install -q "hatchling>=1.21" "hatch-jupyter-builder>=0.8.3" "hatch-nodejs-version>=0.3.2" "jupyterlab>=4.2,<5"
 extras=${1:-}
 target="."
 [ -n "$extras" ] && target=".[$extras]"
+echo "  pip: gpu-magics${extras:+ [$extras]} (editable; builds the JupyterLab extension the first time)"
 .venv/bin/python -m pip install -q -e "$target"

@@ -10,7 +10,13 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   if [ "${cuda:-12}" -ge 13 ]; then extras="cuda13"; else extras="cuda12"; fi
   echo "gpu-magics: NVIDIA GPUs found (CUDA ${cuda:-?}); installing CuPy and dask-cuda ([$extras])."
 fi
+if [ -x .venv/bin/jupyter ]; then
+  echo "gpu-magics: updating .venv (pip, quiet)..."
+else
+  echo "gpu-magics: first start: creating .venv and installing JupyterLab and gpu-magics (about a minute)..."
+fi
 bash scripts/setup-env.sh "$extras"
+echo "gpu-magics: installed; looking for GPUs..."
 .venv/bin/python - <<'PY'
 from gpu_magics import gpus
 inventory = gpus.inventory()
@@ -24,10 +30,26 @@ else:
     print(f"gpu-magics: no GPU here ({reason}): the notebooks run on the CPU backends (cpu-single, cpu-threads),")
     print("  %%gpurun auto picks cpu-threads, and %gpucluster --cpu-workers N gives a CPU cluster.")
 PY
+# JupyterLab marks a notebook modified on open when its kernel metadata differs from the running kernel's: give the
+# quickstart this environment's Python version (the rest of its kernelspec is ipykernel's own).
+.venv/bin/python - <<'PY'
+import json, pathlib, platform
+path = pathlib.Path("examples/quickstart.ipynb")
+notebook = json.loads(path.read_text(encoding="utf-8"))
+info = notebook["metadata"].setdefault("language_info", {})
+if info.get("version") != platform.python_version():
+    info["version"] = platform.python_version()
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"gpu-magics: quickstart.ipynb set to this Python ({platform.python_version()}), so it opens unmodified.")
+PY
 as_root=()
 [ "$(id -u)" -eq 0 ] && as_root=(--allow-root)  # containers often run as root; JupyterLab refuses it otherwise
 # The URL JupyterLab prints (with its token: what to open after --no-browser) and its "/" lead to the quickstart
 # notebook rather than the Launcher.
 # The file browser shows examples/, so the notebook's path there is quickstart.ipynb.
+# scripts/lab-settings/overrides.json turns off JupyterLab's "get notified about Jupyter news?" popup (and its
+# update check) for this server only.
+echo "gpu-magics: starting JupyterLab on examples/quickstart.ipynb..."
 exec .venv/bin/jupyter lab --ServerApp.root_dir=examples --ServerApp.ip=127.0.0.1 \
-  --LabApp.default_url=/lab/tree/quickstart.ipynb "${as_root[@]}" "$@"
+  --LabApp.default_url=/lab/tree/quickstart.ipynb --LabApp.app_settings_dir=scripts/lab-settings \
+  "${as_root[@]}" "$@"

@@ -155,9 +155,9 @@ def test_a_cancellation_while_the_cluster_runs_is_the_users_own(shell: Interacti
     client = lifecycle.require_client()
     error = FutureCancelledError("t-key", None)
     assert cluster_loss.lost_cluster_message(error, client, client) is None  # the user cancelled it
-    assert cluster_loss.lost_cluster_message(error, client, None) == cluster_loss.STOPPED
+    assert cluster_loss.lost_cluster_message(error, client, None) == cluster_loss.stopped_message()
     lost = FutureCancelledError("t-key", cluster_loss.LOST_CONNECTION, "Client lost the connection")
-    assert cluster_loss.lost_cluster_message(lost, client, client) == cluster_loss.WENT_AWAY
+    assert cluster_loss.lost_cluster_message(lost, client, client) == cluster_loss.went_away_message()
     assert cluster_loss.lost_cluster_message(ValueError("x"), client, None) is None
     assert cluster_loss.lost_cluster_message(error, None, None) is None  # not a cluster cell
 
@@ -175,7 +175,7 @@ def test_lost_scheduler_reasons_in_groups() -> None:
     class Closed:
         status = "closed"
 
-    assert cluster_loss.lost_cluster_message(error, Closed(), None) == cluster_loss.WENT_AWAY  # type: ignore[arg-type]
+    assert cluster_loss.lost_cluster_message(error, Closed(), None) == cluster_loss.went_away_message()  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import gpu_magics
-from gpu_magics import gpus
+from gpu_magics import gpus, hints
 from gpu_magics.cluster import factories
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster.records import record as cluster_records
@@ -327,8 +327,11 @@ def test_gpus_out_of_range_names_the_visible_ones(magics: ClusterMagics, monkeyp
 def test_no_gpu_points_to_cpu_workers(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
     cluster.stop()
     use_gpus(monkeypatch, [])
-    with pytest.raises(UsageError, match="no GPU is visible on this machine; use %gpucluster --cpu-workers N"):
+    with pytest.raises(UsageError) as caught:
         magics.gpucluster("")
+    message = str(caught.value)
+    assert f"no GPU is visible on this machine; use %gpucluster --cpu-workers {hints.cpu_workers()} " in message
+    assert "://" not in message  # nothing the notebook would show as a dead link
     assert cluster.active() is None
 
 
@@ -353,7 +356,8 @@ def test_simulated_gpus_point_to_cpu_workers(magics: ClusterMagics, monkeypatch:
     with pytest.raises(UsageError) as caught:
         magics.gpucluster("")
     message = str(caught.value)
-    assert "4 GPU(s) here are simulated" in message and "--cpu-workers N" in message and "\n" not in message
+    assert "4 GPU(s) here are simulated" in message and "\n" not in message
+    assert message.endswith(f"use %gpucluster --cpu-workers {hints.cpu_workers()} for CPU workers")
     assert cluster.active() is None
 
 

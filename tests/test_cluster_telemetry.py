@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -94,3 +95,41 @@ def test_the_feed_makes_snapshots_only_while_watched() -> None:
     time.sleep(0.3)
     assert len(seen.history()) == settled and not feed.running
     assert seen.snapshot(now=time.time() + 100).status == "no worker has reported its GPUs yet"
+
+
+def test_a_cells_figures_come_from_the_reports_of_its_own_window() -> None:
+    """Workers report every interval, so the report that covers a cell's end comes after it: the figures wait
+    for it (bounded), and a reading taken before the cell, or after the next one began, is not in them."""
+    from gpu_magics.gpurun.cell_monitor import figures_from, within_cell
+
+    seen = ClusterTelemetry(None, interval=0.2, local_hostname="jupyter-host")  # type: ignore[arg-type]
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=95.0),), t=time.time()))  # the last cell's
+    feed = seen.feed()
+    start = time.time()
+    feed.start()
+    feed.tick()  # as the cell monitor does at its start
+    time.sleep(0.05)  # the cell runs; its workers' next report comes after its end
+    end = time.time()
+    late = threading.Timer(0.1, lambda: seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=98.0),))))
+    late.start()
+    feed.settle(end)
+    feed.tick()
+    late.join()
+    figures = figures_from(within_cell(feed.history(since=start), end), "gpu", start)
+    (summary,) = figures.gpus
+    assert summary.mean_gpu_util == 98.0 and figures.samples == 1
+    next_start = time.time()
+    feed.tick()
+    assert within_cell(feed.history(since=next_start), time.time()) == []  # not the previous cell's 98%
+    feed.stop()
+
+
+def test_waiting_for_reports_is_bounded_and_says_so() -> None:
+    seen = telemetry()
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1"),), t=time.time()))
+    began = time.monotonic()
+    assert not seen.wait_reports_after(time.time(), timeout=0.1)
+    assert time.monotonic() - began < 1.0
+    assert seen.wait_reports_after(time.time() - 60, timeout=0.1)
+    age = seen.reports_age()
+    assert age is not None and age < 5

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 from IPython.lib.pretty import pretty
 
+from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.display.cluster_view import ClusterInfo, ClusterView, DashboardLink, WorkerInfo
 from gpu_magics.display.format import WARN
 
@@ -103,14 +107,33 @@ def test_dashboard_link() -> None:
 NOW = 1_800_000_000.0
 
 
-def test_status_later_shows_uptime_and_state_not_the_start_up_again() -> None:
+def clock(moment: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(moment))
+
+
+def test_status_later_shows_when_it_started_and_state_not_the_start_up_again() -> None:
+    """The start as a clock time, which a saved output keeps true (a duration like "up 0 s" would freeze)."""
     fresh = ClusterView(gpu_info(started_at=NOW - 3), now=NOW).text()
-    assert "4 workers running · up 3 s" in fresh and "started in 2.26 s" in fresh
+    assert f"4 workers running · up since {clock(NOW - 3)}" in fresh and "started in 2.26 s" in fresh
+    assert " s\n" not in fresh.split("up since", 1)[1].split("\n", 1)[0]
     later = ClusterView(gpu_info(started_at=NOW - 300), now=NOW)
-    assert "4 workers running · up 5 min" in later.text() and "started in" not in later.text()
-    assert "started in" not in later.html() and "up 5 min" in later.html()
+    assert f"4 workers running · up since {clock(NOW - 300)}" in later.text() and "started in" not in later.text()
+    assert "started in" not in later.html() and f"up since {clock(NOW - 300)}" in later.html()
     attached = ClusterView(gpu_info(kind="attached", started_at=NOW - 7200), now=NOW).text()
-    assert "attached 2.0 h" in attached
+    assert f"attached at {clock(NOW - 7200)}" in attached
+    days_ago = ClusterView(gpu_info(started_at=NOW - 3 * 86400), now=NOW).text()
+    assert "up since " + time.strftime("%b %d %H:%M", time.localtime(NOW - 3 * 86400)) in days_ago
+
+
+def test_old_gpu_figures_say_how_old() -> None:
+    reported = WorkerGpu(label="GPU 0", name="NVIDIA H200", uuid="GPU-0", memory_used=GIB, process_memory=GIB)
+    workers = (dataclasses.replace(gpu_info().workers[0], gpus=(reported,)),)
+    fresh = ClusterView(gpu_info(workers=workers, figures_age=0.5), now=NOW).text()
+    assert "GPU figures as of" not in fresh
+    assert "GPU figures as of" not in ClusterView(gpu_info(figures_age=9.0), now=NOW).text()  # no GPU figures
+    stale = ClusterView(gpu_info(workers=workers, figures_age=4.2), now=NOW)
+    assert "GPU figures as of 4 s ago (the workers' last reports)" in stale.text()
+    assert "GPU figures as of 4 s ago" in stale.html()
 
 
 def test_mixed_worker_states_are_counted() -> None:

@@ -152,7 +152,7 @@ def test_too_few_or_no_free_gpus_is_a_one_line_usage_error(ip: InteractiveShell,
         ip.run_line_magic("gpucluster", "--gpus free")
     assert "\n" not in str(caught.value)
     source({"init_error": "LibraryNotFound", "gpus": []})
-    with pytest.raises(UsageError, match=r"--gpus free: no GPU to choose from \(NVML library not found"):
+    with pytest.raises(UsageError, match=r"--gpus free: no GPU to choose from \(no NVIDIA driver is installed here"):
         ip.run_line_magic("gpucluster", "--gpus free")
 
 

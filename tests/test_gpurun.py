@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics import gpus as devices
+from gpu_magics.gpurun import execute as run_module
 from gpu_magics.gpurun.results import CompareResult, RunResult
 
 SEED_CELL = """
@@ -327,3 +328,39 @@ def test_top_level_await_is_a_one_line_usage_error(
 def test_await_inside_a_function_still_runs(ip: InteractiveShell) -> None:
     cell = "import asyncio\nasync def t_f():\n    await asyncio.sleep(0)\n    return 7\nasyncio.run(t_f())\n"
     assert run(ip, "cpu-single -q", cell) == 7
+
+
+COLD_FIRST = "import time\nt_runs.append(1)\ntime.sleep(0.4 if len(t_runs) == 1 else 0.0)\nlen(t_runs) > 0"
+
+
+def test_compare_times_each_backend_warm(ip: InteractiveShell) -> None:
+    """A first run that pays one-off costs (here: a sleep on the very first run) is a warm-up, not a figure:
+    no impossible speed-up for the second backend."""
+    ip.user_ns["t_runs"] = []
+    run(ip, "--compare cpu-single,cpu-threads -q -o t_cmp", COLD_FIRST)
+    comparison = ip.user_ns["t_cmp"]
+    assert len(ip.user_ns["t_runs"]) == 4  # each backend: a warm-up, then the timed run
+    first, second = (row.result for row in comparison.rows)
+    assert first.cold_run is not None and first.cold_run >= 0.4 and first.wall_time < 0.3
+    assert second.cold_run is not None and not first.cold and not second.cold
+    assert len(first.times) == len(second.times) == 1
+    assert "warm times: each backend ran the cell once before it was timed (first runs: cpu-single " in str(comparison)
+    assert comparison.to_json()["rows"][0]["cold_run"] == first.cold_run
+
+
+def test_compare_marks_a_long_first_run_cold(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_module, "WARM_UP_LIMIT", 0.2)  # the 0.4 s first run is "long": not run twice
+    ip.user_ns["t_runs"] = []
+    run(ip, "--compare cpu-single,cpu-threads --repeat 2 -q -o t_cmp", COLD_FIRST)
+    comparison = ip.user_ns["t_cmp"]
+    first, second = (row.result for row in comparison.rows)
+    assert first.cold and first.cold_run is None and len(first.times) == 2 and max(first.times) >= 0.4
+    assert not second.cold and second.cold_run is not None and len(second.times) == 2
+    assert len(ip.user_ns["t_runs"]) == 5
+    assert "cpu-single: timed cold (a long first run is not repeated)" in str(comparison)
+
+
+def test_a_single_backend_cell_runs_once(ip: InteractiveShell) -> None:
+    ip.user_ns["t_runs"] = []
+    run(ip, "cpu-single -q -o t_one", COLD_FIRST)
+    assert len(ip.user_ns["t_runs"]) == 1 and ip.user_ns["t_one"].cold_run is None

@@ -180,7 +180,16 @@ def test_the_circle_check_sees_a_lazy_circle(tmp_path: Path) -> None:
 
 def test_top_level_holds_only_entry_points_and_cross_cutting_modules() -> None:
     top = sorted(path.name for path in PACKAGE.glob("*.py"))
-    assert top == ["__init__.py", "argparsing.py", "chunk_advice.py", "dask_settings.py", "extension.py", "gpus.py"]
+    assert top == [
+        "__init__.py",
+        "argparsing.py",
+        "chunk_advice.py",
+        "dask_settings.py",
+        "extension.py",
+        "gpus.py",
+        "hints.py",
+        "philox.py",
+    ]
 
 
 def test_no_module_is_too_long() -> None:

@@ -157,3 +157,37 @@ def test_figures_from_without_gpus_falls_back_to_host() -> None:
     snapshots = [sampler.tick(), sampler.tick()]
     figures = figures_from(snapshots, "gpu", snapshots[0].time)
     assert figures.gpus == () and "host CPU" in str(figures)
+
+
+def test_gpumonitor_shows_pcie_and_nvlink(
+    ip: InteractiveShell, fake_gpus: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both links' throughput per GPU, each way, from the samples the monitor takes anyway (NVLink is a rate of
+    counters: a one-off read has none yet, a sampler's second slow read has one)."""
+    ip.run_line_magic("gpumonitor", "")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("GPU ")]
+    assert len(lines) == 2 and all(", PCIe \u2193" in line and "/s \u2191" in line for line in lines), lines
+    from gpu_magics.display.monitor_view import links_line, live_panel
+    from gpu_magics.monitor.models import HostReading, Snapshot
+
+    source = make_source("fake", gpus=1)
+    source.read(slow=True)
+    time.sleep(0.05)
+    readings, _ = source.read(slow=True)
+    assert links_line(readings[0]).startswith("PCIe \u2193") and " · NVLink \u2193" in links_line(readings[0])
+    html = live_panel([Snapshot(1.0, tuple(readings), HostReading(None, None, None, 1), None)])
+    assert "class='gpu-magics-links'>PCIe \u2193" in html and "NVLink \u2193" in html
+
+
+def test_a_full_host_cpu_timeline_is_a_line_not_a_filled_block() -> None:
+    import re
+
+    from gpu_magics.display.monitor_view import timeline
+
+    chart = timeline([0.0, 1.0, 2.0], [100.0, 100.0, 100.0], "#6b8fb5", width=240, height=36)
+    opacities = [float(value) for value in re.findall(r"fill-opacity='([.\d]+)'", chart)]
+    assert opacities and max(opacities) <= 0.2  # a light tint under the line, not a solid area
+    line = re.search(r"<path d='(M[^']+)' fill='none' stroke='#6b8fb5'", chart)
+    assert line is not None
+    ys = [float(y) for y in re.findall(r",([\d.]+)", line.group(1))]
+    assert ys == [4.0, 4.0, 4.0]  # 100% a few pixels below the frame's top edge, visible as a line

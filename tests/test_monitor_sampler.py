@@ -320,3 +320,23 @@ def test_summarize_peaks_and_means() -> None:
     assert second.error == "GPU is lost"
     assert json.loads(json.dumps(first.to_json()))["peak_memory_used"] == 30
     assert summarize([]) == {}
+
+
+def test_summarize_pcie_and_nvlink_both_ways() -> None:
+    """The links' throughput during a window: received plus sent, peak and mean; unknown stays unknown."""
+    host = HostReading(None, None, None, 1)
+    gib = 2.0**30
+    snapshots = [
+        Snapshot(1.0, (_reading(0, pcie_rx=1 * gib, pcie_tx=1 * gib, nvlink_rx=0.0, nvlink_tx=0.0),), host, None),
+        Snapshot(2.0, (_reading(0, pcie_rx=6 * gib, pcie_tx=2 * gib),), host, None),
+    ]
+    (summary,) = summarize(snapshots).values()
+    assert summary.peak_pcie == 8 * gib and summary.mean_pcie == pytest.approx(5 * gib)
+    assert summary.peak_nvlink == 0.0 and summary.mean_nvlink == 0.0  # read once, as zero
+    from gpu_magics.gpurun.cell_monitor import figures_from
+
+    line = str(figures_from(snapshots, "gpu", 0.0))
+    assert line.endswith(", PCIe peak 8.0 GiB/s (mean 5.0 GiB/s), NVLink peak 0 B/s (mean 0 B/s)")
+    (unknown,) = summarize([Snapshot(1.0, (_reading(0, gpu_util=5.0),), host, None)]).values()
+    assert unknown.peak_pcie is None and unknown.peak_nvlink is None
+    assert "PCIe" not in str(figures_from([Snapshot(1.0, (_reading(0, gpu_util=5.0),), host, None)], "gpu", 0.0))

@@ -123,19 +123,21 @@ def test_whole_nvlink_call_failing_is_none() -> None:
 @pytest.mark.parametrize(
     ("error", "reason"),
     [
-        ("LibraryNotFound", "NVML library not found"),
-        ("DriverNotLoaded", "NVIDIA driver not loaded"),
-        ("NoPermission", "no permission to use NVML"),
-        ("Unknown", "NVML initialization failed"),
+        ("LibraryNotFound", "no NVIDIA driver is installed here"),
+        ("DriverNotLoaded", "the NVIDIA driver is not loaded"),
+        ("NoPermission", "no permission to read the GPUs (NVML refused)"),
+        ("Unknown", "NVML initialization failed: "),
     ],
 )
 def test_nvml_that_cannot_start_gives_a_reason(error: str, reason: str) -> None:
+    """Plain words for the failures a user can act on (no NVML jargon such as "Shared Library Not Found")."""
     source, nvml = source_for({"init_error": error, "gpus": [{}]})
     for _ in range(3):
         gpus, status = source.read(slow=True)
         assert gpus == ()
         assert status is not None and status.startswith(reason)
-        assert str(ERRORS[error]()) in status
+        assert (str(ERRORS[error]()) in status) == (error == "Unknown")
+        assert "Shared Library" not in status and "NVML library" not in status
     assert nvml.calls["nvmlInit"] == 1  # not retried on every read
     source.close()
     assert nvml.calls["nvmlShutdown"] == 0  # it never started

@@ -65,6 +65,11 @@ def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> 
         contents = f"http://127.0.0.1:{port}/api/contents/quickstart.ipynb?content=0&token={token}"
         with urllib.request.urlopen(contents, timeout=30) as response:
             assert response.status == 200 and json.loads(response.read())["type"] == "notebook"
+        # no "get notified about official Jupyter news?" popup over the notebook
+        settings = f"http://127.0.0.1:{port}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={token}"
+        with urllib.request.urlopen(settings, timeout=30) as response:
+            defaults = json.loads(response.read())["schema"]["properties"]  # the overrides become the defaults
+        assert defaults["fetchNews"]["default"] == "false" and defaults["checkForUpdates"]["default"] is False
     finally:
         server.terminate()
         try:
@@ -72,3 +77,15 @@ def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> 
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=10)
+
+
+def test_it_says_what_it_does_while_it_installs() -> None:
+    """The ~20 s of installing are not silent: each step prints a line before it runs."""
+    start = (REPO / "scripts" / "start.sh").read_text()
+    setup = (REPO / "scripts" / "setup-env.sh").read_text()
+    assert start.index("creating .venv and installing") < start.index("bash scripts/setup-env.sh")
+    for step in ("creating .venv", "pip: upgrading pip", "pip: JupyterLab", "pip: gpu-magics"):
+        assert f'echo "  {step}' in setup, step
+    lines = [line.strip() for line in setup.splitlines()]
+    pips = [i for i, line in enumerate(lines) if line.startswith(".venv/bin/python -m pip install")]
+    assert pips and all(lines[i - 1].startswith("echo ") for i in pips)  # each install announced

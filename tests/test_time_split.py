@@ -67,8 +67,11 @@ def test_advice_names_the_philox_generator_when_xorwow_draws_dominate() -> None:
     measured = _split({"add-getitem-normal-mean_chunk": 100, "mean_chunk": 100}, 0.53, 0.02, 200)
     x = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8, xorwow_draws={"normal": 100})
     line = advice.advise(measured, [x], draw_costs=(0.0040, 0.0008))
-    assert line is not None and line.startswith("60% of the GPU time went to drawing XORWOW random numbers")
-    assert "CURAND_RNG_PSEUDO_PHILOX4_32_10" in line and "4.00 ms a chunk" in line and "rs.normal(" in line
+    assert line == (
+        "60% of GPU time set up XORWOW generators (4.00 ms a chunk); Philox: "
+        "rs = gpu_magics.philox_random_state(seed); x = rs.normal(...)"
+    )
+    assert len(line) <= advice.MAX_ADVICE
     assert advice.advise(measured, [x], draw_costs=(0.0010, 0.0008)) is None  # too small a difference
     chosen = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8)  # the user's own generator
     assert advice.advise(measured, [chosen], draw_costs=(0.0040, 0.0008)) is None
@@ -101,7 +104,9 @@ def test_advice_grows_chunks_only_when_fixed_costs_dominate() -> None:
     x = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8)
     costly = _split({"add": 100}, compute=0.1, scheduling=0.4, tasks=100)  # 1 ms of work, 4 ms waiting
     line = advice.advise(costly, [x], None)
-    assert line is not None and "x's chunks of 10000" in line and "chunks=33334 where x is made" in line
+    assert line == "tasks do 1.00 ms of work beside 4.00 ms of overhead: make x with chunks=33334 (now 10000, 763 MiB)"
+    assert len(line) <= advice.MAX_ADVICE
+    assert advice.advise(costly, [x], None, cold=True) is None  # a first run's start-up is not per-task overhead
     busy = _split({"add": 100}, compute=0.45, scheduling=0.05, tasks=100)
     assert advice.advise(busy, [x], None) is None
 
@@ -150,6 +155,12 @@ SEED = (
 
 @pytest.mark.slow  # a cluster with worker processes
 def test_a_cluster_cell_reports_its_split_and_advice_on_cpu_workers(ip: InteractiveShell, cpu_cluster: None) -> None:
+    from gpu_magics.gpurun import execute
+
+    execute._ran_on.clear()  # as in a fresh kernel: the first cell on this cluster pays its start-up costs
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED.format(chunk=60))
+    assert ip.user_ns["t_small"].advice is None  # no chunk advice from a cold first run
     with capture_output():
         ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED.format(chunk=60))
     result = ip.user_ns["t_small"]
@@ -157,7 +168,8 @@ def test_a_cluster_cell_reports_its_split_and_advice_on_cpu_workers(ip: Interact
     assert sum(result.split.share(part) for part in PARTS) == pytest.approx(1.0)
     assert result.tasks == result.split.tasks > 400  # 400 chunks: a task each, then the reduction
     assert "\n  time: busy " in str(result)  # CPU workers: "busy", not "GPU busy"
-    assert result.advice is not None and "t_x's chunks of 60" in result.advice, result.advice
+    assert result.advice is not None and "make t_x with chunks=" in result.advice, result.advice
+    assert "(now 60, " in result.advice and len(result.advice) <= 160
     saved = result.to_json()
     assert saved["split"]["tasks"] == result.split.tasks and saved["advice"] == result.advice
 
@@ -217,3 +229,12 @@ def test_bytes_moved_agree_with_the_workers_own_count(ip: InteractiveShell, cpu_
     split_ = ip.user_ns["t_move"].split
     assert counted > 0 and split_.transfer_bytes == pytest.approx(counted, rel=0.05)
     assert split_.seconds["transfers"] > 0
+
+
+def test_a_backends_first_run_here_is_cold() -> None:
+    from gpu_magics.gpurun import backends, execute
+
+    plan = backends.plan("cpu-threads", workers=3)
+    execute._ran_on.discard(execute._backend_key(plan))  # as in a fresh kernel
+    assert execute.first_run_on(plan) is True
+    assert execute.first_run_on(plan) is False

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics import gpus
+from gpu_magics import gpus, hints
 from gpu_magics.cluster import protocols
 from gpu_magics.cluster.dashboard import close as dashboard_close
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
@@ -107,7 +107,7 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
     except ImportError:
         raise UsageError(
             f"{PROG}: dask-cuda is not installed (pip install 'gpu-magics[cuda12]' or [cuda13]); "
-            f"or use {PROG} --cpu-workers N"
+            f"or use {hints.cpu_cluster_command()}"
         ) from None
     kernel_context.report(gpu_ids, PROG)  # one line when this kernel already holds memory on those GPUs
     extra: dict[str, Any] = {}
@@ -148,12 +148,12 @@ def choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
     visible = inventory.devices()
     if not visible:
         raise UsageError(
-            f"{PROG}: no GPU is visible on this machine; use {PROG} --cpu-workers N for CPU workers, "
-            f"or {PROG} --address tcp://host:port to attach to a scheduler"
+            f"{PROG}: no GPU is visible on this machine; use {hints.cpu_cluster_command()} for CPU workers, "
+            f"or {PROG} --address <scheduler address> to attach to one"
         )
     if inventory.simulated:
         raise UsageError(
-            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {PROG} --cpu-workers N for CPU workers"
+            f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {hints.cpu_cluster_command()} for CPU workers"
         )
     if indices is None:
         return tuple(device.cuda_id for device in visible)

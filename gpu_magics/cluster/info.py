@@ -97,6 +97,7 @@ class ClusterInfo:
     idle_left: float | None = None  # seconds left while it is idle; None while it runs a task
     kernel_gpus: tuple[KernelGpuInfo, ...] = ()  # what this kernel holds on its GPUs
     plain_cells: str | None = None  # "plain cells: <where they run>; <the command that moves them>"
+    figures_age: float | None = None  # seconds since the oldest worker's GPU figures were reported
     plain_cells_idle_gpus: bool = False  # plain cells leave the cluster's GPUs idle (said in the warning colour)
     manager: str | None = None  # what gives the workers, for --slurm and --from ("SLURMCluster", ...)
     jobs: tuple[JobInfo, ...] = ()  # the batch jobs behind the workers (--slurm)

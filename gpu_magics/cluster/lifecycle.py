@@ -28,12 +28,12 @@ from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
-    NO_CLUSTER,
     active,
     active_client,
     describe_hardware,
     gpu_worker_devices,
     has_gpu_workers,
+    no_cluster_message,
     require_client,
     split_workers_by_gpu,
     telemetry,
@@ -150,6 +150,8 @@ def prestart_worker_server() -> None:
 def status(notice: str | None = None) -> ClusterInfo:
     """The state of the cluster in use, fetched from its scheduler; ``UsageError`` when there is none."""
     current = _require_active("status")
+    if current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
+        current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
     workers = inspection.scheduler_workers(current.client)
     if current.kind not in ("gpu", "cpu"):
         attach.learn_gpus(current.client, current.devices, set(workers))
@@ -430,7 +432,7 @@ def _start_telemetry(current: ActiveCluster, interval: float) -> None:
 def _require_active(action: str) -> ActiveCluster:
     current = in_use()
     if current is None:
-        raise UsageError(f"{PROG} {action}: {NO_CLUSTER}")
+        raise UsageError(f"{PROG} {action}: {no_cluster_message()}")
     return current
 
 

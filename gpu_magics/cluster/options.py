@@ -215,7 +215,7 @@ def parse_address(text: str) -> str:
     address = text if "://" in text else f"tcp://{text}"
     match = _ADDRESS.match(address)
     if match is None or match.group("scheme") not in _SCHEMES or not 0 < int(match.group("port")) < 65536:
-        raise argparse.ArgumentTypeError(f"invalid scheduler address {text!r}: use tcp://host:port")
+        raise argparse.ArgumentTypeError(f"invalid scheduler address {text!r}: use host:port, e.g. 10.0.0.5:8786")
     return address.rstrip("/")
 
 

@@ -11,17 +11,18 @@ from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 
+from gpu_magics import hints
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, on_change
 from gpu_magics.cluster.options import PROG, Kind
 
 __all__ = [
-    "NO_CLUSTER",
     "active",
     "active_client",
     "describe_hardware",
     "gpu_worker_devices",
     "has_gpu_workers",
+    "no_cluster_message",
     "on_change",
     "require_client",
     "split_workers_by_gpu",
@@ -36,10 +37,13 @@ if TYPE_CHECKING:
 
     from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 
-NO_CLUSTER = (
-    f"no cluster is running: start one with {PROG} (one worker per GPU), {PROG} --cpu-workers N, "
-    f"or attach with {PROG} --address tcp://host:port"
-)
+
+def no_cluster_message() -> str:
+    """One line: no cluster runs, and the commands that start one here (or attach to a scheduler)."""
+    return (
+        f"no cluster is running: start one with {hints.start_cluster_command()}, "
+        f"or attach with {PROG} --address <scheduler address>"
+    )
 
 
 def active() -> ActiveCluster | None:
@@ -57,7 +61,7 @@ def require_client() -> Client:
     """The ``Client`` of the cluster in use; a ``UsageError`` pointing to ``%gpucluster`` without one."""
     current = in_use()
     if current is None:
-        raise UsageError(NO_CLUSTER)
+        raise UsageError(no_cluster_message())
     status = current.client.status
     if status == "connecting":  # it was running: the connection to its scheduler was lost
         raise UsageError(

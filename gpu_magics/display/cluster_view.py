@@ -19,6 +19,7 @@ from gpu_magics.display.format import (
     WARN,
     format_age,
     format_bytes,
+    format_clock,
     format_duration,
     format_percent,
     format_seconds,
@@ -30,6 +31,8 @@ HEADER = ("host", "worker", "GPU", "util", "memory", "worker holds", "arrays", "
 NUMERIC = (3, 4, 5, 6, 7, 8, 10)
 OTHERS = "others"
 """The marker of a GPU on which processes that are not this cluster's (nor this kernel's) hold memory."""
+STALE_FIGURES_S = 2.0
+"""GPU figures reported longer ago than this are said to be that old."""
 FRESH_S = 10.0
 """A cluster younger than its start-up time plus this many seconds shows how its start went; older ones show
 their uptime only."""
@@ -118,13 +121,13 @@ class ClusterView:
         return f"Cluster {info.name!r}: {info.hardware}, {how.get(info.kind, info.kind)}"
 
     def _state_line(self) -> str:
-        """``"4 workers running · up 5 min"``."""
+        """``"4 workers running · up since 14:03:12"``: when it started, which a saved output keeps true."""
         info = self.info
         state = _state(info.workers)
         if info.started_at is None:
             return state
-        verb = {"attached": "attached", "adopted": "adopted"}.get(info.kind, "up")
-        line = f"{state} · {verb} {format_age(info.started_at, self.now)}"
+        verb = {"attached": "attached at", "adopted": "adopted at"}.get(info.kind, "up since")
+        line = f"{state} · {verb} {format_clock(info.started_at, self.now)}"
         if info.adaptive is not None:
             line += f" \u00b7 adapts between {info.adaptive[0]} and {info.adaptive[1]} workers"
         return line
@@ -213,8 +216,12 @@ class ClusterView:
         return line
 
     def _notes(self) -> list[str]:
-        """Under the table: GPUs that others use too, and what this kernel holds itself."""
+        """Under the table: how old the GPU figures are (when the workers were slow to report), GPUs that
+        others use too, and what this kernel holds itself."""
         notes = []
+        age = self.info.figures_age
+        if age is not None and age > STALE_FIGURES_S and any(worker.gpus for worker in self.info.workers):
+            notes.append(f"GPU figures as of {format_age(self.now - age, self.now)} ago (the workers' last reports)")
         for worker in self.info.workers:
             for gpu in worker.gpus:
                 if gpu.others_memory is None:

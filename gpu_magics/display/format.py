@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import time
 from collections.abc import Sequence
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -64,6 +65,13 @@ def format_bytes(n: float | None) -> str:
         unit += 1
     digits = 0 if unit == 0 or value >= 100 else 1
     return f"{'-' if n < 0 else ''}{_to_fixed(value, digits)} {_UNITS[unit]}"
+
+
+def format_rate(received: float | None, sent: float | None) -> str:
+    """A link's throughput both ways: ``'↓1.2 GiB/s ↑340 MiB/s'``; an en dash when neither is known."""
+    if received is None and sent is None:
+        return DASH
+    return f"\u2193{format_bytes(received)}/s \u2191{format_bytes(sent)}/s"
 
 
 def format_percent(value: float | None) -> str:
@@ -118,6 +126,15 @@ def format_age(started_at: float, now: float) -> str:
     if seconds < 3600:
         return f"{_round(seconds / 60)} min"
     return f"{_to_fixed(seconds / 3600, 1)} h"
+
+
+def format_clock(moment: float, now: float) -> str:
+    """The local clock time of ``moment`` (seconds since the epoch): ``'14:03:12'`` on the day of ``now``, else
+    ``'Mar 03 14:03'``; a moment said this way stays true in a saved output, where a duration would freeze."""
+    local, today = time.localtime(moment), time.localtime(now)
+    if (local.tm_year, local.tm_yday) == (today.tm_year, today.tm_yday):
+        return time.strftime("%H:%M:%S", local)
+    return time.strftime("%b %d %H:%M", local)
 
 
 def format_duration(seconds: float) -> str:

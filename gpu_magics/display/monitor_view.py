@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from gpu_magics.display.format import MUTED, STYLE, format_bytes, format_number, format_percent
+from gpu_magics.display.format import MUTED, STYLE, format_bytes, format_number, format_percent, format_rate
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 
 _GPU_COLOUR = "#76b900"
@@ -52,13 +52,18 @@ def timeline(
     if not pairs:
         return frame + "</svg>"
     start = times[0]
-    path = [f"M0,{height}"]
-    for t, v in pairs:
+    line = []
+    for k, (t, v) in enumerate(pairs):
         x = (t - start) / span * width
-        y = height - (height - 2) * max(0.0, min(100.0, v)) / 100
-        path.append(f"L{x:.1f},{y:.1f}")
-    path.append(f"L{(pairs[-1][0] - start) / span * width:.1f},{height}Z")
-    return frame + f"<path d='{' '.join(path)}' fill='{colour}' fill-opacity='.55' stroke='{colour}'/></svg>"
+        y = height - 1 - (height - 5) * max(0.0, min(100.0, v)) / 100  # 100% sits 4 px below the top
+        line.append(f"{'M' if k == 0 else 'L'}{x:.1f},{y:.1f}")
+    first_x = (pairs[0][0] - start) / span * width
+    last_x = (pairs[-1][0] - start) / span * width
+    area = f"M{first_x:.1f},{height} {' '.join(line).replace('M', 'L', 1)} L{last_x:.1f},{height}Z"
+    return (
+        frame + f"<path d='{area}' fill='{colour}' fill-opacity='.18' stroke='none'/>"
+        f"<path d='{' '.join(line)}' fill='none' stroke='{colour}' stroke-width='1.5'/></svg>"
+    )
 
 
 def gpu_row(reading: GpuReading, history: Sequence[float | None]) -> str:
@@ -81,8 +86,16 @@ def gpu_row(reading: GpuReading, history: Sequence[float | None]) -> str:
         f"<td>{bar(reading.gpu_util, _GPU_COLOUR)} {format_percent(reading.gpu_util)}</td>"
         f"<td>{bar(memory_percent, _MEMORY_COLOUR)} {html.escape(memory)}</td>"
         f"<td style='padding:0 6px'>{temperature}</td><td style='padding:0 6px'>{html.escape(power)}</td>"
+        f"<td style='padding:0 6px' class='gpu-magics-links'>{html.escape(links_line(reading))}</td>"
         f"<td>{sparkline(history, _GPU_COLOUR)}</td></tr>"
     )
+
+
+def links_line(reading: GpuReading) -> str:
+    """``"PCIe ↓1.2 GiB/s ↑0 B/s · NVLink ↓0 B/s ↑0 B/s"``, the links NVML reads on this GPU (read every few
+    seconds); empty where it reads neither."""
+    links = (("PCIe", reading.pcie_rx, reading.pcie_tx), ("NVLink", reading.nvlink_rx, reading.nvlink_tx))
+    return " · ".join(f"{name} {format_rate(rx, tx)}" for name, rx, tx in links if rx is not None or tx is not None)
 
 
 def host_line(host: HostReading) -> str:
@@ -135,7 +148,7 @@ def live_panel_text(snapshot: Snapshot | None) -> str:
         lines.append(
             f"{r.label} {r.name}: util {format_percent(r.gpu_util)}, memory {format_bytes(r.memory_used)} / "
             f"{format_bytes(r.memory_total)}, {format_number(r.temperature, '°C')}, "
-            f"{format_number(r.power, 'W')}"
+            f"{format_number(r.power, 'W')}" + (f", {links}" if (links := links_line(r)) else "")
         )
     if snapshot.status:
         lines.append(snapshot.status)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics import chunk_advice
 from gpu_magics.display.format import format_bytes, format_seconds
 from gpu_magics.gpurun.time_split import TimeSplit
+from gpu_magics.philox import CALL
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -30,10 +31,7 @@ RANDOM_FUNCTIONS = frozenset(
 GENERATOR_SHARE = 0.3  # advise Philox when XORWOW set-up takes at least this share of the GPU time
 LOW_COMPUTE_SHARE = 0.6  # below this share of busy GPU time, fixed costs dominate
 
-PHILOX = (
-    "rs = da.random.RandomState(seed, RandomState=functools.partial(cupy.random.RandomState, "
-    "method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)); x = rs.{function}(...)"
-)
+MAX_ADVICE = 160  # characters: advice is read at a glance
 
 
 @dataclass(frozen=True)
@@ -114,8 +112,12 @@ def _count(array: ArrayChunks) -> int:
     return total
 
 
-def advise(split: TimeSplit, arrays: list[ArrayChunks], draw_costs: tuple[float, float] | None) -> str | None:
-    """The one line of advice for this split, or ``None`` when nothing measured points to a fix.
+def advise(
+    split: TimeSplit, arrays: list[ArrayChunks], draw_costs: tuple[float, float] | None, *, cold: bool = False
+) -> str | None:
+    """The one line of advice for this split (at most ``MAX_ADVICE`` characters), or ``None`` when nothing
+    measured points to a fix. ``cold``: the backend's first run here, whose start-up costs (imports, first CUDA
+    use) would pass for per-task overhead: no chunk advice from it.
 
     ``draw_costs``: seconds to draw one chunk of normals with XORWOW (CuPy's default) and with Philox, measured
     on the GPU that ran the cell (``draw_seconds``)."""
@@ -131,11 +133,10 @@ def advise(split: TimeSplit, arrays: list[ArrayChunks], draw_costs: tuple[float,
         if share >= GENERATOR_SHARE:
             function = max(by_function, key=lambda name: by_function[name])
             return (
-                f"{share:.0%} of the GPU time went to drawing XORWOW random numbers, CuPy's default "
-                f"({format_seconds(xorwow)} a chunk; Philox draws one in {format_seconds(philox)}): "
-                f"{PHILOX.format(function=function)}"
+                f"{share:.0%} of GPU time set up XORWOW generators ({format_seconds(xorwow)} a chunk); Philox: "
+                f"rs = {CALL}; x = rs.{function}(...)"
             )
-    if split.share("compute") >= LOW_COMPUTE_SHARE or not split.tasks or not arrays:
+    if cold or split.share("compute") >= LOW_COMPUTE_SHARE or not split.tasks or not arrays:
         return None
     overhead = (split.seconds.get("scheduling", 0.0) + split.seconds.get("transfers", 0.0)) / split.tasks
     factor = chunk_advice.growth_factor(split.mean_task_s, overhead)
@@ -144,10 +145,9 @@ def advise(split: TimeSplit, arrays: list[ArrayChunks], draw_costs: tuple[float,
     if grown is None:
         return None
     return (
-        f"fixed costs dominate: each task does {format_seconds(split.mean_task_s)} of work beside about "
-        f"{format_seconds(overhead)} of overhead; {biggest.name}'s chunks of "
-        f"{chunk_advice.format_chunks(biggest.chunksize)} ({format_bytes(biggest.chunk_bytes)}) would do better "
-        f"at chunks={chunk_advice.format_chunks(grown)} where {biggest.name} is made"
+        f"tasks do {format_seconds(split.mean_task_s)} of work beside {format_seconds(overhead)} of overhead: "
+        f"make {biggest.name} with chunks={chunk_advice.format_chunks(grown)} "
+        f"(now {chunk_advice.format_chunks(biggest.chunksize)}, {format_bytes(biggest.chunk_bytes)})"
     )
 
 

@@ -23,6 +23,7 @@ import dask
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus as devices
+from gpu_magics import hints
 from gpu_magics.dask_settings import cupy_cluster_defaults
 from gpu_magics.gpurun import gpuless, task_count
 from gpu_magics.gpurun.graphs import tuning as graph_tuning
@@ -141,7 +142,9 @@ def unavailable_reason(name: str) -> str | None:
     if name == "multi-gpu":
         from gpu_magics.cluster import queries
 
-        return None if queries.active_client() is not None else "no cluster: start one with %gpucluster"
+        if queries.active_client() is not None:
+            return None
+        return f"no cluster: start one with {hints.start_cluster_command()}"
     return None
 
 

@@ -37,7 +37,7 @@ class MonitorFigures:
             return text + (f" ({self.status})" if self.status and self.kind == "gpu" else "")
         return "\n".join(
             f"{g.label or f'GPU {g.index}'}: mean util {format_percent(g.mean_gpu_util)}, "
-            f"peak memory {format_bytes(g.peak_memory_used)}"
+            f"peak memory {format_bytes(g.peak_memory_used)}{links_text(g)}"
             for g in self.gpus
         )
 
@@ -63,10 +63,12 @@ class MonitorFigures:
             right = "text-align:right;padding:1px 8px"
             label = gpu.label or f"GPU {gpu.index}"
             name = html.escape(f"{label} · {gpu.name}")
+            links = html.escape(links_text(gpu).removeprefix(", "))
             rows.append(
                 f"<tr><td style='padding:1px 8px 1px 0'>{name}</td>"
                 f"<td style='{right}'>mean util <b>{format_percent(gpu.mean_gpu_util)}</b></td>"
                 f"<td style='{right}'>peak memory <b>{html.escape(memory)}</b></td>"
+                f"<td style='{right}' class='gpu-magics-links'>{links}</td>"
                 f"<td style='padding:1px 0'>{timeline(times, values, '#76b900', height=24) if times else ''}</td></tr>"
             )
         return (
@@ -89,6 +91,17 @@ class MonitorFigures:
             "host_peak_cpu": self.host_peak_cpu,
             "status": self.status,
         }
+
+
+def links_text(gpu: GpuSummary) -> str:
+    """``", PCIe peak 12.0 GiB/s (mean 4.1 GiB/s), NVLink peak 0 B/s (mean 0 B/s)"``: the links' throughput
+    during the cell, both ways; empty where NVML reads neither."""
+    parts = [
+        f"{name} peak {format_bytes(peak)}/s (mean {format_bytes(mean)}/s)"
+        for name, peak, mean in (("PCIe", gpu.peak_pcie, gpu.mean_pcie), ("NVLink", gpu.peak_nvlink, gpu.mean_nvlink))
+        if peak is not None
+    ]
+    return "".join(f", {part}" for part in parts)
 
 
 def figures_from(
@@ -118,6 +131,14 @@ def figures_from(
         points = [(s.time - start, r.gpu_util) for s in snapshots for r in s.gpus if r.index == gpu.index]
         timelines[gpu.index] = (tuple(p[0] for p in points), tuple(p[1] for p in points))
     return MonitorFigures(**{**base.__dict__, "gpus": tuple(wanted), "timelines": timelines})
+
+
+def within_cell(snapshots: list[Snapshot], end: float) -> list[Snapshot]:
+    """The snapshots of a cell that ended at ``end``: those before it and the first at or after it (its
+    readings cover the cell's last moments); later ones belong to what came after."""
+    kept = [s for s in snapshots if s.time < end]
+    after = [s for s in snapshots if s.time >= end]
+    return kept + after[:1]
 
 
 def _cluster_gpus(plan: BackendPlan) -> tuple[Sampler | None, tuple[int, ...]]:
@@ -183,8 +204,12 @@ class CellMonitor:
     def stop(self) -> MonitorFigures:
         sampler, plan = self._sampler, self._plan
         assert sampler is not None and plan is not None, "stop() before start()"
+        end = time.time()
+        settle = getattr(sampler, "settle", None)  # a cluster's reports come later than the cell's end
+        if callable(settle):
+            settle(end)
         sampler.tick()
-        snapshots = sampler.history(since=self._start - 1e-3)
+        snapshots = within_cell(sampler.history(since=self._start - 1e-3), end)
         if self._started_here:
             sampler.stop()
         uses_gpu = plan.chunk_type == "cupy"

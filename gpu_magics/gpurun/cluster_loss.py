@@ -12,17 +12,28 @@ import asyncio
 import concurrent.futures
 from typing import TYPE_CHECKING
 
+from gpu_magics import hints
+
 if TYPE_CHECKING:
     from distributed import Client
 
-STOPPED = (
-    "%%gpurun: the cluster was stopped while this cell ran, and its tasks were cancelled; "
-    "start one with %gpucluster and run the cell again"
-)
-WENT_AWAY = (
-    "%%gpurun: the cluster's scheduler went away while this cell ran, and its tasks were cancelled; "
-    "start a new cluster with %gpucluster --replace and run the cell again"
-)
+
+def stopped_message() -> str:
+    """The line for a cell whose cluster was stopped while it ran (with the command that starts one here)."""
+    return (
+        "%%gpurun: the cluster was stopped while this cell ran, and its tasks were cancelled; "
+        f"start one with {hints.start_cluster_command()} and run the cell again"
+    )
+
+
+def went_away_message() -> str:
+    """The line for a cell whose cluster's scheduler went away while it ran."""
+    return (
+        "%%gpurun: the cluster's scheduler went away while this cell ran, and its tasks were cancelled; "
+        f"start a new cluster with {hints.start_cluster_command()} --replace and run the cell again"
+    )
+
+
 LOST_CONNECTION = "scheduler-connection-lost"
 
 
@@ -34,9 +45,9 @@ def lost_cluster_message(error: BaseException, client: Client | None, current: C
         return None
     status = str(getattr(client, "status", ""))
     if LOST_CONNECTION in cancel_reasons(error) or status == "connecting":
-        return WENT_AWAY
+        return went_away_message()
     if status in ("closing", "closed") or current is not client:
-        return STOPPED
+        return stopped_message()
     return None
 
 

@@ -75,6 +75,21 @@ TOP_LEVEL_AWAIT = (
 )
 _ASYNC_NODES = (ast.Await, ast.AsyncFor, ast.AsyncWith)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+WARM_UP_LIMIT = 10.0  # seconds: a --compare backend whose first run is shorter runs again, timed warm
+_ran_on: set[tuple[str, int | None, tuple[int, ...]]] = set()  # the backends (and clusters) a cell has run on
+
+
+def _backend_key(plan: BackendPlan) -> tuple[str, int | None, tuple[int, ...]]:
+    return (plan.name, None if plan.client is None else id(plan.client), tuple(plan.gpu_indices))
+
+
+def first_run_on(plan: BackendPlan) -> bool:
+    """Whether a cell runs on ``plan``'s backend (and cluster) for the first time in this kernel: that run
+    pays start-up costs (imports, first CUDA use). Notes the run, so the next one is not the first."""
+    key = _backend_key(plan)
+    first = key not in _ran_on
+    _ran_on.add(key)
+    return first
 
 
 def has_top_level_await(module: ast.Module) -> bool:
@@ -209,17 +224,26 @@ def run_on_backend(
     repeat: int = 1,
     observer: CellObserver | None = None,
     notes: Sequence[str] = (),
+    warm_up: float | None = None,
 ) -> tuple[RunResult, Outcome]:
-    """Run the cell ``repeat`` times on ``plan``; each wall time ends after the backend's GPU work is done."""
+    """Run the cell ``repeat`` times on ``plan``; each wall time ends after the backend's GPU work is done.
+
+    With ``warm_up`` (seconds), the first run is a warm-up when it took less than that: it is not timed, and
+    ``repeat`` runs follow, so first-call costs (imports, CUDA context, thread pools) stay out of the figures;
+    a longer first run is kept as a timed one and the result says it ran cold."""
     times: list[float] = []
     outcome = Outcome()
     tasks: int | None = 0
     split = None
+    cold_run: float | None = None
+    cold = False
+    first_here = first_run_on(plan)  # its first run pays start-up costs
     if observer is not None:
         observer.start(plan)
     try:
         with plan.activate():
-            for _ in range(repeat):
+            warming = warm_up is not None
+            while len(times) < repeat:
                 with task_count.recording(
                     plan.client, split=plan.splits_time, gpu=plan.chunk_type == "cupy", workers=plan.worker_count
                 ) as recorded:
@@ -230,7 +254,14 @@ def run_on_backend(
                             plan.synchronize()
                         except KeyboardInterrupt as error:
                             outcome = Outcome(error=error)
-                    times.append(time.perf_counter() - start)
+                    elapsed = time.perf_counter() - start
+                if warming and not outcome.failed:
+                    warming = False
+                    if warm_up is not None and elapsed < warm_up:
+                        cold_run = elapsed  # the warm-up: not timed
+                        continue
+                    cold = True  # too long to run twice: timed, and said to be cold
+                times.append(elapsed)
                 tasks = None if tasks is None or recorded.tasks is None else tasks + recorded.tasks
                 if recorded.split is not None and (split is None or times[-1] <= min(times)):
                     split = recorded.split  # the split of the best run, the one the summary quotes
@@ -240,6 +271,7 @@ def run_on_backend(
         figures = observer.stop() if observer is not None else None
     if tasks is not None and len(times) > 1:
         tasks //= len(times)
+    timed_cold = first_here and cold_run is None and len(times) == 1
     result = RunResult(
         backend=plan.name,
         hardware=plan.hardware,
@@ -249,14 +281,20 @@ def run_on_backend(
         failed=outcome.failed,
         monitor=figures,
         split=None if outcome.failed else split,
-        advice=None if outcome.failed or split is None else advice_for(shell, cell.bound | cell.names, plan, split),
+        cold_run=cold_run,
+        cold=cold,
+        advice=None
+        if outcome.failed or split is None
+        else advice_for(shell, cell.bound | cell.names, plan, split, cold=timed_cold),
     )
     return result, outcome
 
 
-def advice_for(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan, split: TimeSplit) -> str | None:
+def advice_for(
+    shell: InteractiveShell, names: Iterable[str], plan: BackendPlan, split: TimeSplit, *, cold: bool = False
+) -> str | None:
     """The one line of advice for the split (``advice``) about the arrays ``names`` hold, measuring the GPU's
-    random draws only when the cell drew random chunks on a GPU."""
+    random draws only when the cell drew random chunks on a GPU; ``cold``: the backend's first run here."""
     arrays = advice.arrays_made(shell.user_ns, sorted(names), plan.remote_chunks)
     costs = None
     drawn = [array for array in arrays if array.xorwow_draws]
@@ -267,7 +305,7 @@ def advice_for(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan,
         elif plan.gpu_indices:
             costs = advice.local_draw_seconds(plan.gpu_indices[0], elements)
     try:
-        return advice.advise(split, arrays, costs)
+        return advice.advise(split, arrays, costs, cold=cold)
     except Exception:  # advice is a courtesy: never fail a cell over it
         return None
 

@@ -28,6 +28,8 @@ class RunResult:
     extras: dict[str, Any] = field(default_factory=dict)
     split: TimeSplit | None = None  # where the (best) run's time went, on GPU backends and clusters
     advice: str | None = None  # one line derived from the split, when it points to a fix
+    cold_run: float | None = None  # the untimed warm-up run's wall time, when the cell ran once before timing
+    cold: bool = False  # the (first) timed run was also the backend's first: first-call costs included
 
     @property
     def best(self) -> float:
@@ -108,6 +110,8 @@ class RunResult:
             "failed": self.failed,
             "split": None if self.split is None else self.split.to_json(),
             "advice": self.advice,
+            "cold_run": self.cold_run,
+            "cold": self.cold,
         }
         to_json = getattr(self.monitor, "to_json", None)
         if callable(to_json):
@@ -168,10 +172,25 @@ class CompareResult:
         """Each backend's own notes, where GPU backends' time went and any advice, then one line naming the
         backends skipped and why."""
         lines = [f"{row.result.backend}: {note}" for row in self.rows for note in row.result.notes]
+        lines += self._warm_up_notes()
         lines += [f"{row.result.backend}: {row.result.split.line()}" for row in self.rows if row.result.split]
         lines += [f"{row.result.backend}: advice: {row.result.advice}" for row in self.rows if row.result.advice]
         if self.skipped:
             lines.append("Skipped: " + "; ".join(f"{name} ({why})" for name, why in self.skipped))
+        return lines
+
+    def _warm_up_notes(self) -> list[str]:
+        """How warm the times are: the untimed first runs, and the rows timed cold (too long to run twice)."""
+        warmed = [row.result for row in self.rows if row.result.cold_run is not None]
+        lines = []
+        if warmed:
+            firsts = ", ".join(f"{r.backend} {format_seconds(r.cold_run or 0.0)}" for r in warmed)
+            lines.append(f"warm times: each backend ran the cell once before it was timed (first runs: {firsts})")
+        lines += [
+            f"{row.result.backend}: timed cold (a long first run is not repeated): first-call costs are in its time"
+            for row in self.rows
+            if row.result.cold
+        ]
         return lines
 
     def __str__(self) -> str:

@@ -15,7 +15,7 @@ from gpu_magics.argparsing import duration
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster import shutdown
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
-from gpu_magics.cluster.queries import NO_CLUSTER
+from gpu_magics.cluster.queries import no_cluster_message
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 from gpu_magics.display.format import format_bytes
@@ -150,7 +150,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
             )
         elif action == "status":
             if cluster.active() is None:
-                print(f"{PROG}: no cluster is running; start one with {PROG} or {PROG} --cpu-workers N")
+                print(f"{PROG}: {no_cluster_message()}")
                 return
             info = cluster.status()
         elif action == "restart":
@@ -208,7 +208,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         if target in ("all", "workers"):
             if cluster.active() is None:
                 if target == "workers":
-                    raise UsageError(f"{PROG} free workers: {NO_CLUSTER}")
+                    raise UsageError(f"{PROG} free workers: {no_cluster_message()}")
             else:
                 released, answered, kept = cluster.free_workers()
                 workers = f"{answered} worker{'s' if answered != 1 else ''}"

@@ -94,6 +94,8 @@ class GpuMagics(Magics, FreeGpuSettings):
         - ``--repeat N``   run N times; report the best and median wall time.
         - ``--compare a,b`` run once per backend (the first is the reference): a table of wall times, speed-ups
                            and whether the last expression's value agrees (within ``--rtol``, default 1e-3).
+                           Each backend first runs the cell once untimed (a warm-up: imports, CUDA start), unless
+                           that run took over 10 s; then it is the timed one, marked cold.
         - ``-o NAME``      store the result object (times, tasks, monitor figures) in the variable NAME.
         - ``-q``           no summary line.
         - ``--no-monitor`` no live GPU panel while the cell runs.
@@ -252,6 +254,7 @@ class GpuMagics(Magics, FreeGpuSettings):
             repeat=options.repeat,
             observer=self._observer(options, plan),
             notes=run.chunk_mismatches(self._shell, compiled.names, plan),
+            warm_up=run.WARM_UP_LIMIT if options.compare else None,
         )
 
     def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> run.CellObserver | None:

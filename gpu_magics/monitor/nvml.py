@@ -28,11 +28,12 @@ _ALL_LINKS = 0xFFFFFFFF  # NVML field scope: the sum over all NVLinks
 _VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 # NVML errors that stop a whole device rather than one field
 _DEVICE_FATAL = ("NVMLError_GpuIsLost", "NVMLError_ResetRequired", "NVMLError_Uninitialized")
+# NVML failures that stop it as a whole, in plain words (NVML's own text adds nothing a user can act on)
 _INIT_REASONS = (
-    ("NVMLError_LibraryNotFound", "NVML library not found"),
-    ("NVMLError_DriverNotLoaded", "NVIDIA driver not loaded"),
-    ("NVMLError_NoPermission", "no permission to use NVML"),
-    ("NVMLError_LibRmVersionMismatch", "NVML library and NVIDIA driver versions differ"),
+    ("NVMLError_LibraryNotFound", "no NVIDIA driver is installed here"),
+    ("NVMLError_DriverNotLoaded", "the NVIDIA driver is not loaded"),
+    ("NVMLError_NoPermission", "no permission to read the GPUs (NVML refused)"),
+    ("NVMLError_LibRmVersionMismatch", "the NVIDIA driver and its library differ in version (a reboot may fix it)"),
 )
 
 
@@ -357,7 +358,7 @@ def _init_reason(nv: Any, exc: Exception) -> str:
     for name, label in _INIT_REASONS:
         cls = getattr(nv, name, None)
         if isinstance(cls, type) and isinstance(exc, cls):
-            return f"{label}: {exc}"
+            return label
     return f"NVML initialization failed: {_describe(exc)}"
 
 

@@ -317,6 +317,11 @@ class GpuSummary:
     peak_temperature: float | None
     error: str | None  # the last error seen, if any
     label: str = ""  # how views name it: "GPU 0", or "gpu-node-1 · GPU 2" for a cluster worker's GPU
+    # PCIe and NVLink throughput, received plus sent (bytes/s; read every few seconds, so coarser than util)
+    peak_pcie: float | None = None
+    mean_pcie: float | None = None
+    peak_nvlink: float | None = None
+    mean_nvlink: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -335,6 +340,8 @@ def _summary(readings: list[GpuReading]) -> GpuSummary:
     last = readings[-1]
     errors = [r.error for r in readings if r.error is not None]
     peak_memory = _peak(r.memory_used for r in readings)
+    pcie = [link_throughput(r.pcie_rx, r.pcie_tx) for r in readings]
+    nvlink = [link_throughput(r.nvlink_rx, r.nvlink_tx) for r in readings]
     return GpuSummary(
         index=last.index,
         name=last.name,
@@ -350,7 +357,18 @@ def _summary(readings: list[GpuReading]) -> GpuSummary:
         peak_temperature=_peak(r.temperature for r in readings),
         error=errors[-1] if errors else None,
         label=last.label,
+        peak_pcie=_peak(pcie),
+        mean_pcie=_mean(pcie),
+        peak_nvlink=_peak(nvlink),
+        mean_nvlink=_mean(nvlink),
     )
+
+
+def link_throughput(received: float | None, sent: float | None) -> float | None:
+    """Bytes/s over a link both ways (received plus sent); ``None`` when neither is known."""
+    if received is None and sent is None:
+        return None
+    return (received or 0.0) + (sent or 0.0)
 
 
 def _peak(values: Iterable[float | int | None]) -> float | None:

@@ -14,6 +14,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from gpu_magics import hints
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.server.config import GpuMagicsServer
@@ -28,11 +29,15 @@ MAX_HISTORY_LIMIT = 100_000
 
 
 def config_json(config: GpuMagicsServer) -> dict[str, Any]:
+    """The settings the panel shows, and what its hints need: the command for a CPU cluster here (the same N as
+    the kernels' hints) and whether CuPy and dask-cuda are installed (plain ``%gpucluster`` needs them)."""
     return {
         "interval": round(config.interval * 1000),
         "slow_interval": round(config.slow_interval * 1000),
         "history": config.history,
         "source": config.source,
+        "cpu_cluster": hints.cpu_cluster_command(),
+        "gpu_packages": hints.gpu_packages_installed(),
     }
 
 

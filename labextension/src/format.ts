@@ -23,6 +23,11 @@ export function formatBytes(bytes: number | null): string {
   return `${bytes < 0 ? '-' : ''}${value.toFixed(digits)} ${UNITS[unit]}`;
 }
 
+/** Bytes per second: "1.2 GiB/s", "0 B/s"; an en dash when unknown. */
+export function formatRate(bytesPerSecond: number | null): string {
+  return bytesPerSecond === null ? DASH : `${formatBytes(bytesPerSecond)}/s`;
+}
+
 export function formatPercent(value: number | null): string {
   return value === null || !Number.isFinite(value)
     ? DASH

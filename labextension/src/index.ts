@@ -6,6 +6,7 @@ import {
 import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
@@ -21,6 +22,7 @@ import {
 import { MonitorConnection } from './connection';
 import { GpuPanelModel } from './model';
 import { GpuPanel } from './panel';
+import { GpuStatusItem } from './statusItem';
 import gpuSvg from '../style/icons/gpu.svg';
 
 /** The plugin id; also the settings id (`schema/plugin.json`). */
@@ -28,6 +30,14 @@ export const PLUGIN_ID = 'gpu-magics:plugin';
 export const OPEN_COMMAND = 'gpu-magics:open';
 const PANEL_ID = 'gpu-magics-panel';
 const MIN_INTERVAL = 100;
+const STATUS_ID = 'gpu-magics:status';
+
+/** The kernel id of a notebook or console widget (anything with a session context), or `null`. */
+function kernelIdOf(widget: Widget | null): string | null {
+  const context = (widget as { sessionContext?: { session?: { kernel?: { id: string } | null } | null } } | null)
+    ?.sessionContext;
+  return context?.session?.kernel?.id ?? null;
+}
 
 export const gpuIcon = new LabIcon({ name: 'gpu-magics:gpu', svgstr: gpuSvg });
 
@@ -35,13 +45,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Live GPU charts, clusters and GPU memory by notebook.',
   autoStart: true,
-  optional: [ILayoutRestorer, ICommandPalette, ILauncher, ISettingRegistry],
+  optional: [ILayoutRestorer, ICommandPalette, ILauncher, ISettingRegistry, IStatusBar],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     launcher: ILauncher | null,
-    settings: ISettingRegistry | null
+    settings: ISettingRegistry | null,
+    statusBar: IStatusBar | null
   ): void => {
     const model = new GpuPanelModel({ maxPoints: 300 });
     const connection = new MonitorConnection(model, {
@@ -137,6 +148,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => app.shell.activateById(PANEL_ID)
     });
     palette?.addItem({ command: OPEN_COMMAND, category: 'GPU' });
+
+    if (statusBar) {
+      const item = new GpuStatusItem(
+        () => kernelIdOf(app.shell.currentWidget),
+        () => app.shell.activateById(PANEL_ID),
+        app.serviceManager.serverSettings
+      );
+      item.id = 'gpu-magics-status';
+      statusBar.registerStatusItem(STATUS_ID, { item, align: 'left', rank: 50 });
+      const shell = app.shell as { currentChanged?: { connect(fn: () => void): void } };
+      shell.currentChanged?.connect(() => item.render());
+    }
     launcher?.add({ command: OPEN_COMMAND, category: 'Other', rank: 50 });
 
     if (settings) {

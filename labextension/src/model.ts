@@ -157,6 +157,8 @@ export class GpuPanelModel {
   private _clusters: ICluster[] = [];
   private _clustersError: string | null = null;
   private _holders: IHolder[] = [];
+  private _holdersTime: number | null = null;
+  private _holdersRead = false;
   private _unreadable: number[] = [];
   private _others = new Map<number, IGpuOtherUse>();
   private _reporting = new Set<string>();
@@ -221,6 +223,21 @@ export class GpuPanelModel {
       return 'No GPUs found on the server.';
     }
     return null;
+  }
+
+  /** The command a CPU cluster starts with on the server's machine (the same N as the notebooks' hints). */
+  get cpuClusterCommand(): string {
+    return this._config?.cpu_cluster ?? '%gpucluster --cpu-workers 2';
+  }
+
+  /**
+   * The command that starts a cluster on the server's machine: plain `%gpucluster` where it has real GPUs and
+   * CuPy and dask-cuda, else the CPU cluster's (plain `%gpucluster` fails without GPUs, and on simulated ones).
+   */
+  get startClusterCommand(): string {
+    const config = this._config;
+    const gpuReady = config !== null && config.source === 'nvml' && config.gpu_packages && this._order.length > 0;
+    return gpuReady ? '%gpucluster' : this.cpuClusterCommand;
   }
 
   setConfig(config: IServerConfig, interval?: number): void {
@@ -310,6 +327,37 @@ export class GpuPanelModel {
     return this._holders;
   }
 
+  /** When the server last read which processes hold GPU memory (seconds since the epoch), or `null`. */
+  get holdersTime(): number | null {
+    return this._holdersTime;
+  }
+
+  /** Whether the server has read the processes yet (before that, "no process" would be a guess). */
+  get holdersRead(): boolean {
+    return this._holdersRead;
+  }
+
+  /**
+   * This server's GPUs on which the processes' memory, as last read (every few seconds), adds up to more than
+   * the GPU uses now (read every second): their figures are older than the cards'.
+   */
+  holdersAboveGpuUse(): number[] {
+    const held = new Map<number, number>();
+    for (const holder of this._holders) {
+      if (holder.host === null && holder.used_memory !== null) {
+        held.set(holder.gpu, (held.get(holder.gpu) ?? 0) + holder.used_memory);
+      }
+    }
+    const above: number[] = [];
+    for (const view of this.gpus) {
+      const { index, memory_used: used } = view.reading;
+      if (used !== null && (held.get(index) ?? 0) > used) {
+        above.push(index);
+      }
+    }
+    return above;
+  }
+
   /** GPUs whose processes could not be read (no permission, not supported). */
   get unreadableGpus(): number[] {
     return this._unreadable;
@@ -324,6 +372,8 @@ export class GpuPanelModel {
         (b.used_memory ?? 0) - (a.used_memory ?? 0)
     );
     this._unreadable = reply.unreadable_gpus;
+    this._holdersTime = reply.time;
+    this._holdersRead = reply.time !== null;
     this._others = new Map((reply.others ?? []).map(use => [use.gpu, use]));
     this._reporting = new Set(reply.reporting_kernels ?? []);
     this._changed.emit('holders');

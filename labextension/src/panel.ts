@@ -108,10 +108,10 @@ export class GpuPanel extends Widget {
     if (pending.has('connection') || pending.has('snapshot') || pending.has('config')) {
       this._status.render(this.model);
     }
-    if (pending.has('snapshot') || pending.has('holders')) {
+    if (pending.has('snapshot') || pending.has('holders') || pending.has('config')) {
       this._cards.render(this.model); // holders: which GPUs others use
     }
-    if (pending.has('clusters') || pending.has('connection')) {
+    if (pending.has('clusters') || pending.has('connection') || pending.has('config')) {
       this._clusters.render(this.model);
     }
     if (pending.has('holders') || pending.has('clusters')) {

@@ -48,6 +48,10 @@ export interface IServerConfig {
   slow_interval: number;
   history: number;
   source: string;
+  /** The command that starts a CPU cluster on this machine ("%gpucluster --cpu-workers 2"). */
+  cpu_cluster: string;
+  /** Whether CuPy and dask-cuda are installed (plain %gpucluster needs them and real GPUs). */
+  gpu_packages: boolean;
 }
 
 /** One GPU a cluster worker uses, as the worker reported it about itself (live). */

@@ -140,7 +140,14 @@ describe('MonitorConnection', () => {
     expect(socket.sent).toEqual([{ type: 'configure', interval: 500 }]);
     socket.message({
       type: 'hello',
-      config: { interval: 1000, slow_interval: 2000, history: 600, source: 'fake' },
+      config: {
+        interval: 1000,
+        slow_interval: 2000,
+        history: 600,
+        source: 'fake',
+        cpu_cluster: '%gpucluster --cpu-workers 2',
+        gpu_packages: false
+      },
       interval: 500,
       snapshot: snapshot(1, [reading(0)])
     });

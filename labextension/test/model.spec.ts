@@ -6,8 +6,13 @@ import {
   ModelChange,
   ownerLabel
 } from '../src/model';
-import type { IHolder } from '../src/types';
+import type { IHolder, IServerConfig } from '../src/types';
 import { cluster as clusterFixture, holder as holderFixture, reading, snapshot } from './fixtures';
+
+function config(overrides: Partial<IServerConfig> = {}): IServerConfig {
+  const base = { interval: 1000, slow_interval: 2000, history: 600, source: 'fake' };
+  return { ...base, cpu_cluster: '%gpucluster --cpu-workers 2', gpu_packages: false, ...overrides };
+}
 
 describe('GpuPanelModel', () => {
   it('keeps one view per GPU with its latest reading and series', () => {
@@ -69,10 +74,26 @@ describe('GpuPanelModel', () => {
     model.setConnection({ phase: 'reconnecting', attempt: 2, retryAt: 10, error: 'lost' });
     model.setConnection({ phase: 'open', attempt: 0, retryAt: null, error: null });
     expect(model.connection).toEqual({ phase: 'open', attempt: 0, retryAt: null, error: null });
-    model.setConfig({ interval: 1000, slow_interval: 2000, history: 600, source: 'fake' }, 1000);
+    model.setConfig(config({ source: 'fake' }), 1000);
     model.setInterval(250);
     expect(model.interval).toBe(250);
     expect(model.config?.source).toBe('fake');
+  });
+
+  it('hints plain %gpucluster only where it starts: real GPUs with CuPy and dask-cuda', () => {
+    const model = new GpuPanelModel();
+    expect(model.startClusterCommand).toBe('%gpucluster --cpu-workers 2'); // nothing known yet
+    model.setConfig(config({ source: 'nvml', gpu_packages: true }));
+    model.applySnapshot(snapshot(1, [reading(0)]));
+    expect(model.startClusterCommand).toBe('%gpucluster');
+    model.setConfig(config({ source: 'nvml', gpu_packages: false, cpu_cluster: '%gpucluster --cpu-workers 1' }));
+    expect(model.startClusterCommand).toBe('%gpucluster --cpu-workers 1');
+    model.setConfig(config({ source: 'fake', gpu_packages: true })); // simulated GPUs: CPU workers
+    expect(model.startClusterCommand).toBe('%gpucluster --cpu-workers 2');
+    const empty = new GpuPanelModel();
+    empty.setConfig(config({ source: 'nvml', gpu_packages: true }));
+    empty.applySnapshot(snapshot(1, [], 'no NVIDIA driver is installed here'));
+    expect(empty.startClusterCommand).toBe('%gpucluster --cpu-workers 2');
   });
 
   it('sorts clusters by start time and keeps the last list on error', () => {
@@ -132,9 +153,9 @@ describe('GpuPanelModel.noGpu', () => {
     expect(model.noGpu).toBe(false);
     model.applySnapshot(snapshot(1, [], 'starting: the first GPU read is under way'));
     expect(model.noGpu).toBe(false);
-    model.applySnapshot(snapshot(2, [], 'NVML library not found: NVML Shared Library Not Found'));
+    model.applySnapshot(snapshot(2, [], 'no NVIDIA driver is installed here'));
     expect(model.noGpu).toBe(true);
-    expect(model.unavailableReason).toContain('NVML Shared Library Not Found');
+    expect(model.unavailableReason).toBe('no NVIDIA driver is installed here');
     model.applySnapshot(snapshot(3, [reading(0)]));
     expect(model.noGpu).toBe(false);
   });

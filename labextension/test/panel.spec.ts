@@ -40,7 +40,7 @@ describe('GpuPanel', () => {
     // rendered at once: the empty states, paused until shown
     expect(panel.node.querySelector('.jp-GpuMagics-status')?.textContent).toBe('Paused while hidden');
     expect(panel.node.querySelector('.jp-GpuMagics-clusters')?.textContent).toContain('No cluster running');
-    expect(panel.node.querySelector('.jp-GpuMagics-holders')?.textContent).toBe('No process holds GPU memory.');
+    expect(panel.node.querySelector('.jp-GpuMagics-holders')?.textContent).toBe('Reading the GPUs\u2019 processes\u2026'); // none read yet
     panel.dispose();
   });
 

@@ -95,6 +95,7 @@ class Lab:
         self.log_path = tmp_path / "lab.log"
         self._log = self.log_path.open("a")
         self._process: subprocess.Popen[bytes] | None = None
+        self.extra_args: list[str] = []  # more JupyterLab options, set before start()
 
     def start(self) -> None:
         self._process = subprocess.Popen(
@@ -103,6 +104,7 @@ class Lab:
                 f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
                 f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
                 "--LabApp.expose_app_in_browser=True", "--GpuMagicsServer.interval=0.25", "--allow-root",
+                *self.extra_args,
             ],
             env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPResponse
 
+from gpu_magics import hints
 from gpu_magics.cluster.records import record as cluster_records
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -26,7 +27,14 @@ def body(response: HTTPResponse) -> Any:
 
 async def test_devices_reports_fake_gpus(jp_fetch: Fetch) -> None:
     data = body(await jp_fetch("gpu-magics", "api", "devices"))
-    assert data["config"] == {"interval": 100, "slow_interval": 2000, "history": 50, "source": "fake"}
+    assert data["config"] == {
+        "interval": 100,
+        "slow_interval": 2000,
+        "history": 50,
+        "source": "fake",
+        "cpu_cluster": hints.cpu_cluster_command(),  # the panel's hints: the same N as the kernels'
+        "gpu_packages": hints.gpu_packages_installed(),
+    }
     gpus = data["snapshot"]["gpus"]
     assert [gpu["index"] for gpu in gpus] == [0, 1]
     assert gpus[0]["name"] == "NVIDIA H200"

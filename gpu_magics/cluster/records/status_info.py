@@ -42,6 +42,7 @@ def describe(
         manager=manager.label if manager is not None else None,
         jobs=jobs(current, workers, infos),
         adaptive=manager.adaptive if manager is not None else current.adaptive,
+        figures_age=current.telemetry.reports_age() if current.telemetry is not None else None,
     )
 
 

@@ -202,6 +202,25 @@ class ClusterTelemetry:
             key=lambda pair: _natural(pair[0].name),
         )
 
+    def wait_reports_after(self, moment: float, timeout: float | None = None) -> bool:
+        """Wait until every worker heard from has reported after ``moment`` (``time.time()``), at most
+        ``timeout`` seconds (default: one and a half report intervals); whether they all did. Figures read
+        then describe ``moment``, not a sample taken before it."""
+        limit = time.monotonic() + (1.5 * self.interval + 0.2 if timeout is None else timeout)
+        while True:
+            reports = self.fresh_reports()
+            if all(received > moment for _, received in reports):
+                return True
+            if time.monotonic() >= limit:
+                return False
+            time.sleep(0.02)
+
+    def reports_age(self, now: float | None = None) -> float | None:
+        """Seconds since the oldest of the workers' latest reports came; ``None`` before any."""
+        now = time.time() if now is None else now
+        reports = self.fresh_reports(now)
+        return max(0.0, now - min(received for _, received in reports)) if reports else None
+
     def members(self, now: float | None = None) -> list[Member]:
         """Each worker heard from lately, with the GPUs it uses; a GPU that several workers see (dask-cuda
         workers see every GPU of their host) goes to the worker that computes on it (its index 0)."""
@@ -305,7 +324,9 @@ class ClusterTelemetry:
             status = next((report.status for report, _ in reports if report.status), "the workers have no GPU")
         host = HostReading(cpu_percent=None, memory_used=None, memory_total=None, cpu_count=0)
         readings = tuple(gpu.reading() for gpu in self.gpus(now))
-        return Snapshot(time=now, gpus=readings, host=host, status=status)
+        # as of its oldest report: a cell's figures then never take a reading from before the cell for one of it
+        as_of = min((received for _, received in reports), default=now)
+        return Snapshot(time=as_of, gpus=readings, host=host, status=status)
 
     def _cluster_gpu(self, report: WorkerReport, host_label: str, gpu: ReportedGpu) -> ClusterGpu:
         here = is_this_host(report.host, report.hostname, self._local_hostname)
@@ -371,6 +392,10 @@ class TelemetryFeed:
         latest = self.latest()
         assert latest is not None
         return latest
+
+    def settle(self, moment: float) -> None:
+        """Wait (bounded) for the workers' reports that cover ``moment``, the end of a cell."""
+        self.telemetry.wait_reports_after(moment)
 
     def start(self) -> None:
         """Make snapshots of the workers' reports from now on (they report all the time)."""

@@ -170,6 +170,7 @@ class Session:
         recorded = cell.recorded
         assert recorded is not None
         split = None if failed else recorded.split
+        cold = execute.first_run_on(plan)
         display(
             RunResult(
                 backend=plan.name,
@@ -178,7 +179,7 @@ class Session:
                 tasks=recorded.tasks,
                 failed=failed,
                 split=split,
-                advice=None if split is None else execute.advice_for(self.shell, cell.names, plan, split),
+                advice=None if split is None else execute.advice_for(self.shell, cell.names, plan, split, cold=cold),
             )
         )
 

@@ -40,6 +40,8 @@ export interface IClustersState {
   readonly clusters: ICluster[];
   readonly clustersError: string | null;
   readonly connection: { readonly phase: ConnectionPhase };
+  /** The command that starts a cluster on the server's machine. */
+  readonly startClusterCommand?: string;
 }
 
 export class ClustersView {
@@ -62,7 +64,13 @@ export class ClustersView {
     }
     if (state.clusters.length === 0) {
       children.push(
-        el('div', { class: 'jp-GpuMagics-empty' }, 'No cluster running. Start one from a notebook with %gpucluster.')
+        el(
+          'div',
+          { class: 'jp-GpuMagics-empty' },
+          'No cluster running. Start one from a notebook with ',
+          el('code', {}, state.startClusterCommand ?? '%gpucluster'),
+          '.'
+        )
       );
     }
     for (const cluster of state.clusters) {

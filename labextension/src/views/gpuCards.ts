@@ -1,7 +1,15 @@
 /** The GPU cards: per GPU its name, four metrics, a memory bar and a chart of utilization and memory over time. */
 import { chartSpanLabel, sparklinePath } from '../chart';
 import { el, svg } from '../dom';
-import { formatBytes, formatBytesPair, formatNumber, formatNumberPair, formatPercent, memoryPercent } from '../format';
+import {
+  formatBytes,
+  formatBytesPair,
+  formatNumber,
+  formatNumberPair,
+  formatPercent,
+  formatRate,
+  memoryPercent
+} from '../format';
 import { othersText } from '../model';
 import type { IGpuView } from '../model';
 import type { IGpuOtherUse, IGpuReading } from '../types';
@@ -15,6 +23,7 @@ export interface ICardsState {
   /** The server samples and has no GPU to show: a notice takes the cards' place. */
   readonly noGpu: boolean;
   readonly unavailableReason: string | null;
+  readonly cpuClusterCommand: string;
   readonly gpus: IGpuView[];
   /** What others (not the user's notebooks) hold on this server's GPU `index`, or `null`. */
   othersOn?(index: number): IGpuOtherUse | null;
@@ -25,7 +34,7 @@ export class GpuCardsView {
 
   render(state: ICardsState): void {
     if (state.noGpu) {
-      this.node.replaceChildren(noGpuNotice(state.unavailableReason));
+      this.node.replaceChildren(noGpuNotice(state.unavailableReason, state.cpuClusterCommand));
       return;
     }
     this.node.replaceChildren(
@@ -65,7 +74,13 @@ export function gpuCard(view: IGpuView, others: IGpuOtherUse | null = null): HTM
       metric('Util', formatPercent(r.gpu_util), 'util', 'GPU utilization'),
       metric('Power', formatNumberPair(r.power, r.power_limit, 'W'), 'power', 'Power draw / limit'),
       metric('Temp', formatNumber(r.temperature, '\u00b0C'), 'temperature', 'GPU temperature'),
-      metric('Clock', formatNumber(r.sm_clock, 'MHz'), 'clock', 'SM clock')
+      metric('Clock', formatNumber(r.sm_clock, 'MHz'), 'clock', 'SM clock'),
+      el(
+        'div',
+        { class: 'jp-GpuMagics-links' },
+        linkMetric('PCIe', r.pcie_rx, r.pcie_tx, 'pcie'),
+        linkMetric('NVLink', r.nvlink_rx, r.nvlink_tx, 'nvlink')
+      )
     ),
     memoryBar(r.memory_used, r.memory_total, others),
     chart(view)
@@ -87,7 +102,7 @@ export function othersBadge(use: IGpuOtherUse): HTMLElement {
 }
 
 /** The place of the cards when the server has no GPU to sample: what to do next, not an error. */
-export function noGpuNotice(reason: string | null): HTMLElement {
+export function noGpuNotice(reason: string | null, cpuCluster: string): HTMLElement {
   return el(
     'div',
     { class: 'jp-GpuMagics-noGpu' },
@@ -98,7 +113,7 @@ export function noGpuNotice(reason: string | null): HTMLElement {
       'The CPU backends work without one: ',
       el('code', {}, '%%gpurun cpu-threads'),
       ' runs a cell on every core, ',
-      el('code', {}, '%gpucluster --cpu-workers 4'),
+      el('code', {}, cpuCluster),
       ' starts a CPU cluster.'
     ),
     reason ? el('div', { class: 'jp-GpuMagics-note' }, reason) : null
@@ -108,6 +123,19 @@ export function noGpuNotice(reason: string | null): HTMLElement {
 /** "GPU 0", or "127.0.0.2 \u00b7 GPU 1" for a GPU read on another host. */
 export function cardLabel(reading: IGpuReading): string {
   return reading.host ? `${reading.host} \u00b7 GPU ${reading.nvml_index ?? reading.index}` : `GPU ${reading.index}`;
+}
+
+/**
+ * A link's throughput, both ways added ("1.2 GiB/s"); the tooltip splits it (received, sent). NVML reads the links
+ * every few seconds; a link it cannot read (no NVLink, or not supported) shows a dash.
+ */
+export function linkMetric(label: string, rx: number | null, tx: number | null, name: string): HTMLElement {
+  const known = rx !== null || tx !== null;
+  const value = known ? formatRate((rx ?? 0) + (tx ?? 0)) : '\u2013';
+  const title = known
+    ? `${label} throughput: received ${formatRate(rx)}, sent ${formatRate(tx)} (read every few seconds)`
+    : `${label}: not read on this GPU (none, or NVML does not support it here)`;
+  return metric(label, value, name, title);
 }
 
 function metric(label: string, value: string, name: string, title: string): HTMLElement {

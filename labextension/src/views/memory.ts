@@ -21,6 +21,10 @@ export interface IMemoryState {
   memoryByOwner(): IOwnerTotal[];
   /** GPUs whose processes could not be read. */
   readonly unreadableGpus: number[];
+  /** Whether they have been read at all. */
+  readonly holdersRead?: boolean;
+  /** GPUs whose processes' figures (read every few seconds) add up to more than the GPU uses now. */
+  holdersAboveGpuUse?(): number[];
 }
 
 export class MemoryView {
@@ -38,9 +42,23 @@ export class MemoryView {
     const owners = state.memoryByOwner();
     const children: HTMLElement[] = [];
     if (owners.length === 0) {
-      children.push(el('div', { class: 'jp-GpuMagics-empty' }, 'No process holds GPU memory.'));
+      const read = state.holdersRead ?? true;
+      children.push(
+        el('div', { class: 'jp-GpuMagics-empty' }, read ? 'No process holds GPU memory.' : 'Reading the GPUs’ processes…')
+      );
     } else {
       children.push(...owners.map(owner => this._owner(owner)));
+    }
+    const above = state.holdersAboveGpuUse?.() ?? [];
+    if (above.length && owners.length) {
+      const gpus = above.map(index => `GPU ${index}`).join(', ');
+      children.push(
+        el(
+          'div',
+          { class: 'jp-GpuMagics-note', 'data-note': 'holders-age' },
+          `Processes are read every few seconds, the cards every second: ${gpus} uses less now than listed here.`
+        )
+      );
     }
     if (state.unreadableGpus.length) {
       children.push(

@@ -72,11 +72,12 @@ async function settle(): Promise<void> {
 describe('ClustersView', () => {
   it('says how to start a cluster when there is none, and the list error unless the server refused the panel', () => {
     const view = new ClustersView(new FakeActions(), () => undefined);
-    view.render(state([], { clustersError: 'Cannot list clusters' }));
+    view.render(state([], { clustersError: 'Cannot list clusters', startClusterCommand: '%gpucluster --cpu-workers 2' }));
     expect(Array.from(view.node.children, text)).toEqual([
       'Cannot list clusters',
-      'No cluster running. Start one from a notebook with %gpucluster.'
+      'No cluster running. Start one from a notebook with %gpucluster --cpu-workers 2.'
     ]);
+    expect(text(view.node.querySelector('.jp-GpuMagics-empty code'))).toBe('%gpucluster --cpu-workers 2');
     view.render(state([], { clustersError: 'Cannot list clusters', connection: { phase: 'forbidden' } }));
     expect(view.node.querySelector('.jp-GpuMagics-error')).toBeNull();
   });

@@ -1,6 +1,6 @@
 /** @jest-environment jsdom */
 import { GpuPanelModel } from '../../src/model';
-import { cardLabel, GpuCardsView } from '../../src/views/gpuCards';
+import { cardLabel, GpuCardsView, gpuCard } from '../../src/views/gpuCards';
 import { reading, snapshot } from '../fixtures';
 
 function text(node: Element | null | undefined): string {
@@ -31,7 +31,9 @@ describe('GpuCardsView', () => {
       ['util', 'Util', '90%'],
       ['power', 'Power', '100/700 W'],
       ['temperature', 'Temp', '40 \u00b0C'],
-      ['clock', 'Clock', '1500 MHz']
+      ['clock', 'Clock', '1500 MHz'],
+      ['pcie', 'PCIe', '\u2013'], // the fixture's links are not read
+      ['nvlink', 'NVLink', '\u2013']
     ]);
     const memory = card.querySelector('.jp-GpuMagics-memoryBar') as HTMLElement;
     expect(memory.getAttribute('title')).toBe('GPU memory in use: 50% of 100 B');
@@ -67,15 +69,17 @@ describe('GpuCardsView', () => {
 
   it('says what to do next where the server has no GPU, with the reason', () => {
     const view = new GpuCardsView();
-    view.render({ noGpu: true, unavailableReason: 'NVML library not found', gpus: [] });
+    const noGpu = { noGpu: true, gpus: [], cpuClusterCommand: '%gpucluster --cpu-workers 2' };
+    view.render({ ...noGpu, unavailableReason: 'no NVIDIA driver is installed here' });
     expect(view.node.querySelector('.jp-GpuMagics-card')).toBeNull();
     expect(text(view.node.querySelector('.jp-GpuMagics-noGpuTitle'))).toBe('No GPU on this server');
+    // the server's command (its N is at most its cores, as in the notebooks' hints)
     expect(Array.from(view.node.querySelectorAll('code'), text)).toEqual([
       '%%gpurun cpu-threads',
-      '%gpucluster --cpu-workers 4'
+      '%gpucluster --cpu-workers 2'
     ]);
-    expect(text(view.node.querySelector('.jp-GpuMagics-note'))).toBe('NVML library not found');
-    view.render({ noGpu: true, unavailableReason: null, gpus: [] });
+    expect(text(view.node.querySelector('.jp-GpuMagics-note'))).toBe('no NVIDIA driver is installed here');
+    view.render({ ...noGpu, unavailableReason: null });
     expect(view.node.querySelector('.jp-GpuMagics-note')).toBeNull();
   });
 });
@@ -85,5 +89,20 @@ describe('cardLabel', () => {
     expect(cardLabel(reading(3))).toBe('GPU 3');
     expect(cardLabel(reading(3, { host: '127.0.0.2', nvml_index: 1 }))).toBe('127.0.0.2 \u00b7 GPU 1');
     expect(cardLabel(reading(3, { host: '127.0.0.2', nvml_index: null }))).toBe('127.0.0.2 \u00b7 GPU 3');
+  });
+});
+
+describe('linkMetric', () => {
+  it('shows PCIe and NVLink throughput both ways, split in the tooltip, a dash where not read', () => {
+    const model = new GpuPanelModel();
+    model.applySnapshot(
+      snapshot(1, [reading(0, { pcie_rx: 2 * 2 ** 30, pcie_tx: 2 ** 30, nvlink_rx: null, nvlink_tx: null })])
+    );
+    const card = gpuCard(model.gpus[0]!);
+    const pcie = card.querySelector('[data-metric="pcie"]') as HTMLElement;
+    expect(text(pcie.querySelector('.jp-GpuMagics-value'))).toBe('3.0 GiB/s');
+    expect(pcie.title).toBe('PCIe throughput: received 2.0 GiB/s, sent 1.0 GiB/s (read every few seconds)');
+    const nvlink = card.querySelector('[data-metric="nvlink"]') as HTMLElement;
+    expect(text(nvlink.querySelector('.jp-GpuMagics-value'))).toBe('\u2013');
   });
 });

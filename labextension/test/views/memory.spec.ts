@@ -1,7 +1,8 @@
 /** @jest-environment jsdom */
 import { GpuPanelModel } from '../../src/model';
 import { MemoryView } from '../../src/views/memory';
-import { holder } from '../fixtures';
+import type { IHolder } from '../../src/types';
+import { holder, holder as holderFixture, reading, snapshot } from '../fixtures';
 
 function rows(view: MemoryView): string[][] {
   return Array.from(view.node.querySelectorAll('.jp-GpuMagics-ownerTitle, .jp-GpuMagics-holder'), row =>
@@ -12,7 +13,9 @@ function rows(view: MemoryView): string[][] {
 describe('MemoryView', () => {
   it('says so when no process holds GPU memory', () => {
     const view = new MemoryView();
-    view.render(new GpuPanelModel());
+    const model = new GpuPanelModel();
+    model.setHolders({ time: 1, status: null, processes: [], unreadable_gpus: [], others: [], reporting_kernels: [] });
+    view.render(model);
     expect(view.node.textContent).toBe('No process holds GPU memory.');
   });
 
@@ -64,5 +67,35 @@ describe('MemoryView', () => {
       'No process holds GPU memory.',
       'Processes on GPU 0, 2 cannot be read (no permission or not supported).'
     ]);
+  });
+});
+
+describe('MemoryView figures of different ages', () => {
+  const holder = (used: number): IHolder => holderFixture({ gpu: 0, used_memory: used, host: null });
+
+  it('says it is still reading before the first processes reply, not that nothing holds memory', () => {
+    const view = new MemoryView();
+    view.render({ memoryByOwner: () => [], unreadableGpus: [], holdersRead: false });
+    expect(view.node.textContent).toBe('Reading the GPUs\u2019 processes\u2026');
+    view.render({ memoryByOwner: () => [], unreadableGpus: [], holdersRead: true });
+    expect(view.node.textContent).toBe('No process holds GPU memory.');
+  });
+
+  it('marks processes whose memory (read every few seconds) is above what the GPU uses now', () => {
+    const model = new GpuPanelModel();
+    model.applySnapshot(snapshot(1, [reading(0, { memory_used: 3 * 2 ** 30 })]));
+    const reply = { time: 1, status: null, unreadable_gpus: [], others: [], reporting_kernels: [] };
+    model.setHolders({ ...reply, processes: [holder(17 * 2 ** 30)] });
+    expect(model.holdersAboveGpuUse()).toEqual([0]);
+    const view = new MemoryView();
+    view.render(model);
+    const note = view.node.querySelector('[data-note="holders-age"]');
+    expect(note?.textContent).toBe(
+      'Processes are read every few seconds, the cards every second: GPU 0 uses less now than listed here.'
+    );
+    model.setHolders({ ...reply, processes: [holder(2 * 2 ** 30)] });
+    expect(model.holdersAboveGpuUse()).toEqual([]);
+    view.render(model);
+    expect(view.node.querySelector('[data-note="holders-age"]')).toBeNull();
   });
 });

@@ -14,7 +14,14 @@ function state(connection: Partial<IConnectionState>, overrides: Partial<IStatus
   };
 }
 
-const FAKE = { interval: 1000, slow_interval: 5000, history: 300, source: 'fake' };
+const FAKE = {
+  interval: 1000,
+  slow_interval: 5000,
+  history: 300,
+  source: 'fake',
+  cpu_cluster: '%gpucluster --cpu-workers 2',
+  gpu_packages: false
+};
 
 describe('statusText', () => {
   it('says how the panel is connected', () => {

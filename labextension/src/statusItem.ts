@@ -1,0 +1,62 @@
+/**
+ * The status-bar item: the GPUs of the notebook in front (those its kernel holds memory on, else all of the
+ * server's), their utilization and memory in one short line; a click opens the side panel. It polls the REST
+ * API every few seconds on its own (the panel samples only while shown) and stands by while the page is hidden.
+ */
+import { ServerConnection } from '@jupyterlab/services';
+import { Poll } from '@lumino/polling';
+import { Widget } from '@lumino/widgets';
+
+import { requestAPI } from './api';
+import { gpuStatus, kernelGpus } from './statusText';
+import type { IProcessesReply, IServerConfig, ISnapshot } from './types';
+
+export const STATUS_POLL_MS = 5000;
+
+export class GpuStatusItem extends Widget {
+  private readonly _poll: Poll;
+  private _snapshot: ISnapshot | null = null;
+  private _processes: IProcessesReply | null = null;
+
+  /** `kernelId`: the kernel of the notebook (or console) in front; `open`: show the side panel. */
+  constructor(
+    private readonly _kernelId: () => string | null,
+    open: () => void,
+    private readonly _settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+  ) {
+    super({ node: document.createElement('button') });
+    this.addClass('jp-GpuMagics-statusItem');
+    this.node.setAttribute('type', 'button');
+    this.node.addEventListener('click', open);
+    this.node.textContent = 'GPU';
+    this._poll = new Poll({
+      factory: () => this._refresh(),
+      frequency: { interval: STATUS_POLL_MS, backoff: true, max: 60_000 },
+      name: 'gpu-magics:status',
+      standby: 'when-hidden'
+    });
+  }
+
+  /** Render again now (a reply came, or the notebook in front changed). */
+  render(): void {
+    const status = gpuStatus(this._snapshot?.gpus ?? [], kernelGpus(this._processes, this._kernelId()));
+    this.node.textContent = status.text;
+    this.node.title = status.title;
+  }
+
+  override dispose(): void {
+    this._poll.dispose();
+    super.dispose();
+  }
+
+  private async _refresh(): Promise<void> {
+    // `devices` reads the GPUs now (the buffered history stands still while no panel watches)
+    const [devices, processes] = await Promise.all([
+      requestAPI<{ config: IServerConfig; snapshot: ISnapshot }>('devices', {}, this._settings),
+      requestAPI<IProcessesReply>('processes', {}, this._settings).catch(() => null)
+    ]);
+    this._snapshot = devices.snapshot.gpus.length || !this._snapshot ? devices.snapshot : this._snapshot;
+    this._processes = processes;
+    this.render();
+  }
+}

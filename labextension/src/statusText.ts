@@ -1,0 +1,53 @@
+/** What the status-bar item says: pure functions of the server's readings and processes (no widget, no network). */
+import { formatBytes } from './format';
+import type { IGpuReading, IProcessesReply } from './types';
+
+export interface IGpuStatus {
+  /** "GPU 0-1 · 45% · 12.0 / 160 GiB", or "No GPU". */
+  text: string;
+  /** One line per GPU, for the tooltip. */
+  title: string;
+}
+
+/**
+ * What the item says about `readings` (the server's GPUs): those in `kernelGpus` (the indices the kernel in
+ * front holds memory on) when it holds any, else all; mean utilization and memory used / total over them.
+ */
+export function gpuStatus(readings: IGpuReading[], kernelGpus: number[] | null): IGpuStatus {
+  const local = readings.filter(r => r.host === null && r.error === null);
+  const mine = kernelGpus?.length ? local.filter(r => kernelGpus.includes(r.index)) : [];
+  const shown = mine.length ? mine : local;
+  if (shown.length === 0) {
+    return { text: 'No GPU', title: 'No GPU on this server: click for the GPU panel' };
+  }
+  const utils = shown.map(r => r.gpu_util).filter((u): u is number => u !== null);
+  const util = utils.length ? `${Math.round(utils.reduce((a, b) => a + b, 0) / utils.length)}%` : '\u2013';
+  const used = sum(shown.map(r => r.memory_used));
+  const total = sum(shown.map(r => r.memory_total));
+  const indices = shown.map(r => r.index);
+  const label = indices.length === 1 ? `GPU ${indices[0]}` : `GPUs ${indices.join(',')}`;
+  const whose = mine.length ? 'this notebook\u2019s kernel uses' : 'of this server';
+  const lines = shown.map(
+    r =>
+      `GPU ${r.index} \u00b7 ${r.name}: ${r.gpu_util ?? '\u2013'}% busy, ` +
+      `${formatBytes(r.memory_used)} / ${formatBytes(r.memory_total)}`
+  );
+  return {
+    text: `${label} \u00b7 ${util} \u00b7 ${formatBytes(used)} / ${formatBytes(total)}`,
+    title: [`The GPUs ${whose} (click for the GPU panel):`, ...lines].join('\n')
+  };
+}
+
+/** The server's GPU indices that kernel `kernelId` holds memory on (its own process, not its cluster's). */
+export function kernelGpus(reply: IProcessesReply | null, kernelId: string | null): number[] | null {
+  if (!reply || !kernelId) {
+    return null;
+  }
+  const found = reply.processes.filter(p => p.kernel_id === kernelId && p.host === null).map(p => p.gpu);
+  return Array.from(new Set(found)).sort((a, b) => a - b);
+}
+
+function sum(values: (number | null)[]): number | null {
+  const known = values.filter((v): v is number => v !== null);
+  return known.length ? known.reduce((a, b) => a + b, 0) : null;
+}

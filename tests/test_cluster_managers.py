@@ -153,7 +153,7 @@ def test_the_status_shows_each_job_and_the_adapt_bounds() -> None:
     view = ClusterView(info, now=160.0)
     text = view.text()
     assert "Cluster 's': 2x H100, from SLURM jobs" in text
-    assert "up 1 min · adapts between 0 and 4 workers" in text
+    assert "no workers · up since " in text and " · adapts between 0 and 4 workers" in text
     assert "job 12 running on gpu-1 · workers s-0 · GPUs H100 (gpu-1 · GPU 0)" in text
     assert "job 13 pending (<Resources>)" in text
     assert "job 13 pending (&lt;Resources&gt;)" in view.html()

@@ -151,7 +151,7 @@ async function checkCluster(page) {
     .locator('.jp-GpuMagics-buttons:not(.jp-GpuMagics-freeButtons) button')
     .evaluateAll(nodes => nodes.map(b => ({ text: b.textContent, disabled: b.disabled, top: b.getBoundingClientRect().top })));
   check(
-    JSON.stringify(buttons.map(b => b.text)) === JSON.stringify(['Stop', 'Restart', 'Scale']),
+    JSON.stringify(buttons.map(b => b.text)) === JSON.stringify(['Stop', 'Restart', 'Scale', 'Adapt']),
     `the cluster's buttons are ${buttons.map(b => b.text)}`
   );
   check(buttons.every(b => !b.disabled), 'a cluster button is disabled');

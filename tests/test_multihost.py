@@ -72,6 +72,20 @@ def attached(ip: InteractiveShell, remote: CliCluster, no_local_gpu: Path) -> It
         cluster.stop()
 
 
+def test_a_scheduler_without_a_dashboard_gets_no_made_up_link(ip: InteractiveShell, attached: Path) -> None:
+    """``dask scheduler --no-dashboard``: no ``:8787`` link anywhere, and ``%gpucluster dashboard`` says why."""
+    assert cluster.status().dashboard_url is None
+    with capture_output() as said:
+        ip.run_line_magic("gpucluster", "status")
+    assert "dashboard: off" in said.stdout + "".join(o.data.get("text/plain", "") for o in said.outputs)
+    assert ":8787" not in said.stdout
+    with capture_output() as said:
+        ip.run_line_magic("gpucluster", "dashboard")
+    assert said.stdout.startswith("%gpucluster: the cluster has no dashboard")
+    current = cluster.active()
+    assert current is not None and current.record is not None and current.record.dashboard_url is None
+
+
 def test_every_gpu_of_both_hosts_is_found_by_asking_the_workers(ip: InteractiveShell, attached: Path) -> None:
     assert cluster.has_gpu_workers()
     info = cluster.status()
@@ -283,5 +297,22 @@ def test_a_mixed_clusters_cell_runs_on_its_gpu_workers_and_says_so(
             assert ip.user_ns["t_where"] == {"with-gpus"}
             (note,) = [n for n in ip.user_ns["t_mixed"].notes if "mixes" in n]
             assert "1 GPU worker and 1 without a GPU" in note and "\n" not in note
+        finally:
+            cluster.stop()
+
+
+def test_a_scheduler_with_a_dashboard_keeps_its_link(ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path) -> None:
+    """The check drops only a dashboard that is not there: one started with the scheduler is shown and answers."""
+    import urllib.request
+
+    cluster.stop()
+    with cli_cluster({"solo": (HOST_A, {})}, tmp_path / "logs", dashboard=True) as started:
+        try:
+            with capture_output():
+                ip.run_line_magic("gpucluster", f"--address {started.address} --name with-dashboard")
+            link = cluster.status().dashboard_url
+            assert link is not None and link.endswith("/status")
+            with urllib.request.urlopen(link, timeout=10) as page:
+                assert page.status == 200
         finally:
             cluster.stop()

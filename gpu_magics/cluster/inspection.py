@@ -85,11 +85,42 @@ def hardware(
 
 
 def dashboard_link(client: Client) -> str | None:
+    """The scheduler's dashboard link, or ``None`` when it has none. For a scheduler this kernel attached to, the
+    link is checked once: one started with ``--no-dashboard`` still serves HTTP on its dashboard port (health,
+    metrics) and lists it, but answers 404 where the dashboard would be."""
     try:
         link = client.dashboard_link
+        if link and getattr(client, "cluster", None) is None:
+            info = client.scheduler_info(n_workers=0)
+            if "dashboard" not in (info.get("services") or {}) or not _answers(str(info.get("id")), str(link)):
+                return None
     except Exception:
         return None
     return str(link) if link else None
+
+
+_checked: dict[tuple[str, str], bool] = {}
+CHECK_TIMEOUT_S = 1.0
+
+
+def _answers(scheduler_id: str, link: str) -> bool:
+    """Whether ``link`` does not answer 404 (checked once per scheduler; a link this kernel cannot reach counts as
+    answering: the browser may reach it where the kernel does not)."""
+    key = (scheduler_id, link)
+    if key not in _checked:
+        import urllib.error
+        import urllib.request
+
+        answers = True
+        try:
+            with urllib.request.urlopen(link, timeout=CHECK_TIMEOUT_S):
+                pass
+        except urllib.error.HTTPError as error:
+            answers = error.code != 404
+        except Exception:
+            answers = True
+        _checked[key] = answers
+    return _checked[key]
 
 
 def scheduler_address(client: Client) -> str:

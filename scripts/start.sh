@@ -18,17 +18,18 @@ fi
 bash scripts/setup-env.sh "$extras"
 echo "gpu-magics: installed; looking for GPUs..."
 .venv/bin/python - <<'PY'
-from gpu_magics import gpus
+from gpu_magics import gpus, hints
 inventory = gpus.inventory()
+cpu_cluster = hints.cpu_cluster_command()
 found, reason = inventory.devices(), inventory.unavailable_reason()
 if found and reason is None:
     print(f"gpu-magics: {gpus.describe(found)} ready: %%gpurun gpu and %gpucluster use them.")
 elif found:
     print(f"gpu-magics: {gpus.describe(found, inventory.simulated)} shown in the panels; {reason}:")
-    print("  the notebooks run on the CPU backends (%%gpurun auto picks cpu-threads; %gpucluster --cpu-workers N).")
+    print(f"  the notebooks run on the CPU backends (%%gpurun auto picks cpu-threads; {cpu_cluster}).")
 else:
     print(f"gpu-magics: no GPU here ({reason}): the notebooks run on the CPU backends (cpu-single, cpu-threads),")
-    print("  %%gpurun auto picks cpu-threads, and %gpucluster --cpu-workers N gives a CPU cluster.")
+    print(f"  %%gpurun auto picks cpu-threads, and {cpu_cluster} gives a CPU cluster.")
 PY
 # JupyterLab marks a notebook modified on open when its kernel metadata differs from the running kernel's: give the
 # quickstart this environment's Python version (the rest of its kernelspec is ipykernel's own).

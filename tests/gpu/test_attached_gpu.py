@@ -118,3 +118,29 @@ def test_seed_runs_on_cupy_chunks_on_the_workers_gpus(ip: InteractiveShell, atta
         held = [g.gpu.process_memory or 0 for g in telemetry.gpus() if (g.gpu.process_memory or 0) > 0]
         time.sleep(0.5)
     assert held, "the workers report what their CuPy/RMM pools hold"
+
+
+LONG = (
+    "import dask.array as da\n"
+    "t_y = da.random.normal(10, 1, size=(100_000, 100_000), chunks=10_000)\n"
+    "t_means = [float((t_y + k)[::2, ::2].mean().compute()) for k in range(6)]\n"
+)
+
+
+def test_the_per_gpu_line_and_the_split_see_the_same_cell(ip: InteractiveShell, attached: None) -> None:
+    """A few seconds of GPU work on the attached worker: the split says the GPU was busy, and the per-GPU line
+    under it (the workers' reports from the cell's own window) says so too; a short cell after it does not show
+    the long cell's figures; ``%gpucluster status`` right after shows what the worker holds now."""
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -o t_long", LONG)
+    long = ip.user_ns["t_long"]
+    assert long.split is not None and long.split.share("compute") > 0.6, long.split
+    utils = [gpu.mean_gpu_util for gpu in long.monitor.gpus]
+    assert utils and all(util is not None and util > 20 for util in utils), str(long.monitor)
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -o t_short", "import time\ntime.sleep(1.5)\n")
+    short = ip.user_ns["t_short"]
+    assert all(gpu.mean_gpu_util is None or gpu.mean_gpu_util < 20 for gpu in short.monitor.gpus), str(short.monitor)
+    info = cluster.status()
+    held = [gpu.process_memory or 0 for worker in info.workers for gpu in worker.gpus]
+    assert held and max(held) > 2**30, held  # the pool that the 80 GB cells left, not a stale 1.5 MiB

@@ -138,6 +138,29 @@ def _session_shell() -> InteractiveShell:
     return shell
 
 
+@pytest.fixture(scope="module")
+def loaded_shell(
+    _session_shell: InteractiveShell, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InteractiveShell]:
+    """The test shell with ``%load_ext gpu_magics`` done and a runtime dir of its own, for a whole module (so a
+    cluster may outlive single tests); unloaded, with the module's ``t_`` names removed, afterwards."""
+    from gpu_magics.cluster.records import record as cluster_records
+
+    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
+    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(tmp_path_factory.mktemp("runtime"))
+    _session_shell.run_line_magic("load_ext", "gpu_magics")
+    try:
+        yield _session_shell
+    finally:
+        _session_shell.run_line_magic("unload_ext", "gpu_magics")
+        if previous is None:
+            del os.environ[cluster_records.RUNTIME_DIR_ENV]
+        else:
+            os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
+        for name in [n for n in _session_shell.user_ns if n.startswith("t_")]:
+            del _session_shell.user_ns[name]
+
+
 @pytest.fixture
 def ip(_session_shell: InteractiveShell) -> Iterator[InteractiveShell]:
     """A real IPython shell with ``%load_ext gpu_magics`` done; unloaded again afterwards."""

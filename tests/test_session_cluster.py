@@ -17,7 +17,6 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.display.array_view import ArrayView
 from gpu_magics.gpurun.session import backend as session
 from tests.test_gpurun import NO_GPU, inventory
@@ -27,23 +26,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def shell(_session_shell: InteractiveShell, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InteractiveShell]:
-    """The test shell with the extension loaded and its runtime dir set, for the module (clusters outlive tests)."""
-    directory = tmp_path_factory.mktemp("runtime")
-    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
-    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(directory)
-    _session_shell.run_line_magic("load_ext", "gpu_magics")
-    try:
-        with inventory(NO_GPU):
-            yield _session_shell
-    finally:
-        _session_shell.run_line_magic("unload_ext", "gpu_magics")
-        if previous is None:
-            del os.environ[cluster_records.RUNTIME_DIR_ENV]
-        else:
-            os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
-        for name in [n for n in _session_shell.user_ns if n.startswith("t_")]:
-            del _session_shell.user_ns[name]
+def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
+    """The loaded test shell, on a machine without a GPU, for the module (clusters outlive tests)."""
+    with inventory(NO_GPU):
+        yield loaded_shell
 
 
 def gpucluster(shell: InteractiveShell, text: str) -> str:

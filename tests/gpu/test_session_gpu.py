@@ -4,14 +4,12 @@ computes them on the GPU, with the seed's value; ``off`` puts NumPy chunks back.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster.records import record as cluster_records
 
 # The issue's plain cell (20000^2, 5000^2 chunks); each chunk also says where it was computed.
 PLAIN_CELL = """
@@ -27,20 +25,8 @@ t_seen = t_x.map_blocks(t_where, chunks=(1, 3), dtype=float).compute()
 
 
 @pytest.fixture(scope="module")
-def shell(_session_shell: InteractiveShell, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InteractiveShell]:
-    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
-    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(tmp_path_factory.mktemp("runtime"))
-    _session_shell.run_line_magic("load_ext", "gpu_magics")
-    try:
-        yield _session_shell
-    finally:
-        _session_shell.run_line_magic("unload_ext", "gpu_magics")
-        if previous is None:
-            del os.environ[cluster_records.RUNTIME_DIR_ENV]
-        else:
-            os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
-        for name in [n for n in _session_shell.user_ns if n.startswith("t_")]:
-            del _session_shell.user_ns[name]
+def shell(loaded_shell: InteractiveShell) -> InteractiveShell:
+    return loaded_shell
 
 
 def run(shell: InteractiveShell, code: str) -> str:

@@ -30,6 +30,7 @@ from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.telemetry.plugin import GpuTelemetry
 from gpu_magics.cluster.workers import forkserver
 from gpu_magics.display.cluster_view import ClusterView
 from gpu_magics.magics.gpucluster import ClusterMagics
@@ -228,3 +229,21 @@ def test_an_attached_cluster_is_only_detached(magics: ClusterMagics, capsys: pyt
         with Client(external.scheduler_address, timeout=5) as other:
             assert other.submit(sum, [2, 2]).result() == 4
     assert threading.active_count() < 200
+
+
+def test_reports_after_a_moment_are_asked_for_not_waited_for(shared: Client, magics: ClusterMagics) -> None:
+    """With reports every 60 s, a status (or a cell's end) still gets figures from after it: the workers are
+    asked to report at once rather than waited for until their next interval."""
+    telemetry = cluster.telemetry()
+    assert telemetry is not None
+    wait_for(lambda: len(telemetry.fresh_reports()) == 2, 30, "both workers' first reports")
+    telemetry.client.register_plugin(GpuTelemetry(60.0))  # the workers now report once a minute
+    try:
+        wait_for(
+            lambda: [report.interval for report, _ in telemetry.fresh_reports()] == [60.0, 60.0],
+            30,
+            "both workers' first report at the new interval",
+        )
+        assert telemetry.wait_reports_after(time.time(), timeout=10)
+    finally:
+        telemetry.client.register_plugin(GpuTelemetry(telemetry.interval))

@@ -205,8 +205,13 @@ class ClusterTelemetry:
     def wait_reports_after(self, moment: float, timeout: float | None = None) -> bool:
         """Wait until every worker heard from has reported after ``moment`` (``time.time()``), at most
         ``timeout`` seconds (default: one and a half report intervals); whether they all did. Figures read
-        then describe ``moment``, not a sample taken before it."""
+        then describe ``moment``, not a sample taken before it. The workers are asked to report at once (one
+        round trip), so the wait is that round trip, not the rest of their report interval."""
         limit = time.monotonic() + (1.5 * self.interval + 0.2 if timeout is None else timeout)
+        if all(received > moment for _, received in self.fresh_reports()):
+            return True
+        if self._ask_for_reports() is False:
+            return False
         while True:
             reports = self.fresh_reports()
             if all(received > moment for _, received in reports):
@@ -214,6 +219,17 @@ class ClusterTelemetry:
             if time.monotonic() >= limit:
                 return False
             time.sleep(0.02)
+
+    def _ask_for_reports(self) -> bool | None:
+        """Have every worker send its report now; whether any can (a worker without the plugin cannot), or
+        ``None`` when they could not be asked (their reports then come at their interval)."""
+        from gpu_magics.cluster.telemetry.plugin import report_now
+
+        try:
+            answers = self.client.run(report_now, on_error="return")
+        except Exception:
+            return None
+        return any(answer is True for answer in answers.values())
 
     def reports_age(self, now: float | None = None) -> float | None:
         """Seconds since the oldest of the workers' latest reports came; ``None`` before any."""

@@ -108,6 +108,17 @@ class GpuTelemetry(WorkerPlugin):
             _log.debug("sending GPU telemetry failed", exc_info=True)
 
 
+def report_now(dask_worker: Any = None) -> bool:
+    """``client.run`` target: send this worker's GPU report at once (a fast read, no slow fields) instead of at its
+    next interval; whether the worker has the plugin."""
+    plugin = getattr(dask_worker, "plugins", {}).get(PLUGIN_NAME)
+    sampler = getattr(plugin, "_sampler", None)
+    if sampler is None:
+        return False
+    sampler.tick()
+    return True
+
+
 def describe_gpus(dask_worker: Any = None) -> list[dict[str, Any]]:
     """``client.run`` target: this worker's GPUs (model, UUID, memory, indices), read now; ``[]`` without any."""
     from gpu_magics.monitor.sources import default_source

@@ -210,7 +210,9 @@ class ClusterTelemetry:
         limit = time.monotonic() + (1.5 * self.interval + 0.2 if timeout is None else timeout)
         if all(received > moment for _, received in self.fresh_reports()):
             return True
-        if self._ask_for_reports() is False:
+        from gpu_magics.cluster.telemetry.plugin import ask_for_reports
+
+        if ask_for_reports(self.client) is False:
             return False
         while True:
             reports = self.fresh_reports()
@@ -219,17 +221,6 @@ class ClusterTelemetry:
             if time.monotonic() >= limit:
                 return False
             time.sleep(0.02)
-
-    def _ask_for_reports(self) -> bool | None:
-        """Have every worker send its report now; whether any can (a worker without the plugin cannot), or
-        ``None`` when they could not be asked (their reports then come at their interval)."""
-        from gpu_magics.cluster.telemetry.plugin import report_now
-
-        try:
-            answers = self.client.run(report_now, on_error="return")
-        except Exception:
-            return None
-        return any(answer is True for answer in answers.values())
 
     def reports_age(self, now: float | None = None) -> float | None:
         """Seconds since the oldest of the workers' latest reports came; ``None`` before any."""

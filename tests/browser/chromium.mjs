@@ -17,3 +17,18 @@ export function launch() {
     ]
   });
 }
+
+/** A screenshot of `locator` that survives the panel re-rendering it meanwhile: the live views replace their nodes
+ * as figures arrive, and a node replaced while Playwright shoots it is "not attached to the DOM". Tries again (the
+ * locator finds the new node), at most `attempts` times. */
+export async function steadyScreenshot(locator, options, attempts = 5) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await locator.screenshot(options);
+    } catch (error) {
+      if (attempt >= attempts || !/not attached to the DOM/.test(String(error))) {
+        throw error;
+      }
+    }
+  }
+}

@@ -4,7 +4,7 @@
 // Usage: node cluster_hosts.mjs BASE_URL TOKEN NOTEBOOK_PATH HOST_A HOST_B
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch } from './chromium.mjs';
+import { launch, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, notebook, hostA, hostB] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -17,7 +17,7 @@ async function main() {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   const errors = [];
   page.on('pageerror', error => errors.push(String(error)));
-  const shot = name => page.locator('#gpu-magics-panel').screenshot({ path: path.join(artifacts, `${name}.png`) });
+  const shot = name => steadyScreenshot(page.locator('#gpu-magics-panel'), { path: path.join(artifacts, `${name}.png`) });
   try {
     await page.goto(`${base}lab/tree/${notebook}?token=${token}`);
     await page.waitForFunction(() => window.jupyterapp?.commands.hasCommand('gpu-magics:open'), null, {

@@ -5,7 +5,7 @@
 // In `gpus` mode $CLUSTER_NAME names a cluster record the test wrote, with members on two hosts.
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch } from './chromium.mjs';
+import { launch, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, mode] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -47,7 +47,7 @@ async function setTheme(page, theme) {
 }
 
 const panelShot = (page, name) =>
-  page.locator('#gpu-magics-panel').screenshot({ path: path.join(artifacts, `${name}.png`) });
+  steadyScreenshot(page.locator('#gpu-magics-panel'), { path: path.join(artifacts, `${name}.png`) });
 
 /** Every card's height and every value's line count, sampled while the values tick (~5 s). */
 async function watchCards(page) {
@@ -164,7 +164,7 @@ async function checkCluster(page, theme) {
     check(note === cluster.dashboard_note, `the dashboard note is "${note}"`);
   }
   step(`cluster row: ${title}`);
-  await row.screenshot({ path: path.join(artifacts, `layout-cluster-${theme}.png`) });
+  await steadyScreenshot(row, { path: path.join(artifacts, `layout-cluster-${theme}.png`) });
 }
 
 async function typeWorkers(page, text) {
@@ -197,7 +197,7 @@ async function checkScaleDialog(page, theme) {
     step(`Scale "${text}": ${seen.message}`);
   }
   await typeWorkers(page, '2.5');
-  await page.locator('.jp-Dialog-content').screenshot({ path: path.join(artifacts, `layout-scale-error-${theme}.png`) });
+  await steadyScreenshot(page.locator('.jp-Dialog-content'), { path: path.join(artifacts, `layout-scale-error-${theme}.png`) });
   const fine = await typeWorkers(page, '3');
   check(fine.message === '' && !fine.disabled, `Scale with "3" is refused: "${fine.message}"`);
   await page.locator('.jp-Dialog button.jp-mod-reject').click();
@@ -252,7 +252,7 @@ async function gpusMode(page) {
     }
     checkCards(await watchCards(page));
     await checkChartLabels(page);
-    await page.locator('.jp-GpuMagics-cards').screenshot({ path: path.join(artifacts, `layout-cards-${theme}.png`) });
+    await steadyScreenshot(page.locator('.jp-GpuMagics-cards'), { path: path.join(artifacts, `layout-cards-${theme}.png`) });
     await checkCluster(page, theme);
     await checkScaleDialog(page, theme);
     await panelShot(page, `layout-panel-${theme}`);

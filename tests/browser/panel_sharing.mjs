@@ -5,7 +5,7 @@
 // Screenshots go to $ARTIFACTS as sharing-*.png.
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch } from './chromium.mjs';
+import { launch, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, notebook] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -195,7 +195,7 @@ async function setTheme(page, theme) {
 }
 
 async function shots(page, theme) {
-  const shot = (locator, name) => locator.screenshot({ path: path.join(artifacts, `sharing-${name}-${theme}.png`) });
+  const shot = (locator, name) => steadyScreenshot(locator, { path: path.join(artifacts, `sharing-${name}-${theme}.png`) });
   await shot(page.locator('.jp-GpuMagics-cards'), 'cards');
   await shot(row(page), 'cluster');
   await shot(page.locator('.jp-GpuMagics-holders'), 'memory');
@@ -229,7 +229,7 @@ async function freeCached(page) {
   );
   check((await owner(page).locator('.jp-GpuMagics-error').count()) === 0, 'the notebook says Free cached failed');
   step("Free cached on the notebook: its kernel gave its 10.0 GiB back");
-  await page.locator('#gpu-magics-panel').screenshot({ path: path.join(artifacts, 'sharing-freed-dark.png') });
+  await steadyScreenshot(page.locator('#gpu-magics-panel'), { path: path.join(artifacts, 'sharing-freed-dark.png') });
 }
 
 async function main() {

@@ -17,6 +17,9 @@ from gpu_magics.argparsing import (
 
 BACKENDS: tuple[str, ...] = ("cpu-single", "cpu-threads", "gpu", "multi-gpu")
 CHOICES: tuple[str, ...] = (*BACKENDS, "auto")
+SPMD = "spmd"  # not a dask backend: the cell runs once on every worker (gpu_magics.spmd)
+GROUP_KINDS: tuple[str, ...] = ("torch", "jax")
+DEFAULT_SPMD_TIMEOUT_MIN = 5.0
 COMPARE_ALL = "all"  # --compare all: every backend this machine can run, in the order of BACKENDS
 ALIASES: dict[str, str] = {
     "cpu": "cpu-threads",
@@ -43,6 +46,14 @@ class RunOptions:
     quiet: bool = False
     monitor: bool = True
     rtol: float = 1e-3
+    ranks: tuple[int, ...] | None = None  # spmd: --ranks
+    init: str | None = None  # spmd: --init torch|jax
+    timeout_min: float | None = None  # spmd: --timeout (minutes) for collectives
+    reset: bool = False  # spmd: --reset
+
+    @property
+    def spmd(self) -> bool:
+        return self.backend == SPMD
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -54,8 +65,31 @@ def normalize_backend(name: str) -> str:
     """The canonical backend name for ``name``, or a ``UsageError`` naming the valid choices."""
     key = name.strip().lower()
     key = ALIASES.get(key, key)
-    if key not in CHOICES:
-        raise UsageError(f"%%gpurun: unknown backend {name!r}; choose one of {', '.join(CHOICES)}.")
+    if key not in (*CHOICES, SPMD):
+        raise UsageError(f"%%gpurun: unknown backend {name!r}; choose one of {', '.join((*CHOICES, SPMD))}.")
+    return key
+
+
+def rank_spec(text: str) -> tuple[int, ...]:
+    """``0``, ``0,2``, ``1-3``, ``0,2-3``: the ranks, in order, each once."""
+    found: list[int] = []
+    for part in comma_list(text, "ranks"):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first = non_negative_int(low)
+            last = non_negative_int(high) if dash else first
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected ranks such as 0, 0,2 or 1-3, got {text!r}") from None
+        if last < first:
+            raise argparse.ArgumentTypeError(f"{part!r} counts down; write {last}-{first}")
+        found.extend(index for index in range(first, last + 1) if index not in found)
+    return tuple(found)
+
+
+def _group_kind(text: str) -> str:
+    key = text.strip().lower()
+    if key not in GROUP_KINDS:
+        raise argparse.ArgumentTypeError(f"expected torch or jax, got {text!r}")
     return key
 
 
@@ -89,6 +123,10 @@ def _parser() -> MagicArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true")
     parser.add_argument("--no-monitor", dest="monitor", action="store_false")
     parser.add_argument("--rtol", type=positive_float, default=1e-3)
+    parser.add_argument("--ranks", type=rank_spec)
+    parser.add_argument("--init", type=_group_kind)
+    parser.add_argument("--timeout", type=positive_float)
+    parser.add_argument("--reset", action="store_true")
     return parser
 
 
@@ -115,7 +153,7 @@ def parse_run_line(line: str) -> RunOptions:
             raise UsageError(f"%%gpurun: --compare lists a backend twice: {args.compare}.")
         if backend is not None:
             raise UsageError("%%gpurun: give either a backend or --compare, not both.")
-    return RunOptions(
+    options = RunOptions(
         backend=backend,
         device=args.device if isinstance(args.device, int) else None,
         device_free=args.device == FREE_DEVICE,
@@ -126,4 +164,35 @@ def parse_run_line(line: str) -> RunOptions:
         quiet=args.quiet,
         monitor=args.monitor,
         rtol=args.rtol,
+        ranks=args.ranks,
+        init=args.init,
+        timeout_min=args.timeout,
+        reset=args.reset,
     )
+    _check_spmd(options)
+    return options
+
+
+_SPMD_ONLY = (("ranks", None, "--ranks"), ("init", None, "--init"), ("timeout_min", None, "--timeout"),
+              ("reset", False, "--reset"))  # fmt: skip
+_NOT_SPMD = (
+    ("device", None, "--device: each rank computes on its worker's own GPU"),
+    ("device_free", False, "--device: each rank computes on its worker's own GPU"),
+    ("workers", None, "--workers: every worker of the cluster is a rank (--ranks runs a cell on some)"),
+    ("repeat", 1, "--repeat: time the work inside the cell"),
+    ("rtol", 1e-3, "--rtol is for --compare"),
+)
+
+
+def _check_spmd(options: RunOptions) -> None:
+    """SPMD's options with another backend, and other backends' options with spmd: one line each."""
+    if not options.spmd:
+        for name, default, flag in _SPMD_ONLY:
+            if getattr(options, name) != default:
+                raise UsageError(f"%%gpurun: {flag} is for spmd cells (%%gpurun spmd {flag} ...).")
+        if SPMD in options.compare:
+            raise UsageError("%%gpurun: --compare runs dask backends; spmd runs a cell on every rank instead.")
+        return
+    for field_name, unset, why in _NOT_SPMD:
+        if getattr(options, field_name) != unset:
+            raise UsageError(f"%%gpurun spmd: no {why}.")

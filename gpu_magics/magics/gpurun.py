@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from traitlets import Bool, CaselessStrEnum, Int
+from traitlets import Bool, CaselessStrEnum, Float, Int
 
 from gpu_magics.gpurun import backends
 from gpu_magics.gpurun import execute as run
@@ -17,6 +17,7 @@ from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session import backend as session
 from gpu_magics.gpurun.session import placement
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
+from gpu_magics.spmd.kernel import session as spmd_session
 
 if TYPE_CHECKING:
     from gpu_magics.display.live import PanelSlot
@@ -64,6 +65,17 @@ class GpuMagics(Magics, FreeGpuSettings):
         ),
     ).tag(config=True)
 
+    spmd_stall_s = Float(
+        30.0,
+        min=1.0,
+        help="Seconds without output after which an SPMD rank's status row says where it waits.",
+    ).tag(config=True)
+    spmd_timeout_min = Float(
+        5.0,
+        min=0.05,
+        help="Minutes a collective of a group made with %%gpurun spmd --init waits (--timeout overrides).",
+    ).tag(config=True)
+
     @property
     def _shell(self) -> InteractiveShell:
         assert self.shell is not None, "GpuMagics needs a shell"
@@ -88,6 +100,24 @@ class GpuMagics(Magics, FreeGpuSettings):
         - ``multi-gpu``    the cluster from ``%gpucluster``, CuPy chunks on every GPU worker.
         - ``auto``         (the default) multi-gpu when a GPU cluster is attached, else gpu when a GPU is
                            visible, else cpu-threads. ``%config GpuMagics.default_backend = "gpu"`` changes it.
+        - ``spmd``         the cell runs once on every worker of the cluster at the same time: one rank process
+                           per worker (per GPU), for PyTorch and JAX code written for torchrun (below).
+
+        SPMD cells (one process per GPU)::
+
+            %%gpurun spmd [--ranks 0|0,2|1-3] [--init torch|jax] [--timeout MIN] [--reset] [-o NAME] [-q]
+
+        Each rank keeps its variables across SPMD cells. Ranks get ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+        ``LOCAL_WORLD_SIZE``, ``NODE_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` (a free port on rank 0's host) and
+        ``JAX_COORDINATOR_ADDRESS``; ranks are ordered by host, then GPU, and ``torch.cuda.set_device(LOCAL_RANK)``
+        puts each rank on its own worker's GPU. ``--init torch`` makes the ``torch.distributed`` group (NCCL on GPU
+        ranks, gloo on CPU ranks), ``--init jax`` calls ``jax.distributed.initialize``; the group is kept until
+        ``--reset``, ``%gpucluster stop`` or a change of workers. ``--timeout`` is the collectives' timeout in
+        minutes (default 5). ``--ranks`` runs a cell on some ranks only. Output shows live, alike lines once
+        (``[0-3] loss 0.52``); a rank that raises or Ctrl-C stops every rank within seconds. Rank 0's last
+        expression is the cell's result; ``-o NAME`` keeps every rank's value, error, time and peak GPU memory.
+        ``gpu_magics.spmd.push(name=value)`` sets a variable on every rank; ``gpu_magics.spmd.pull("name")``
+        brings one back (``rank=0``: from one rank).
 
         Options:
 
@@ -108,6 +138,9 @@ class GpuMagics(Magics, FreeGpuSettings):
 
             %gpurun BACKEND [--device N|free] [--workers N]   every following plain cell runs as under
                                                               %%gpurun BACKEND -q (no panel, no summary)
+            %gpurun spmd [--init torch] [--ranks ...]          every following plain cell is an SPMD cell
+                                                              (cells that begin with % or ! run here)
+            %gpurun spmd --reset                              end the ranks (the next SPMD cell starts new ones)
             %gpurun off                                       back to dask's own settings, exactly as before
             %gpurun                                           which backend plain cells use now
 
@@ -122,7 +155,10 @@ class GpuMagics(Magics, FreeGpuSettings):
             return self._run_cell(line, cell)
 
     def _run_cell(self, line: str, cell: str) -> Any:
-        options = self._choose_free_device(parse_run_line(line))
+        options = parse_run_line(line)
+        if options.spmd:
+            return self._run_spmd(options, cell)
+        options = self._choose_free_device(options)
         plans, skipped = self._plans(options)
         compiled = run.compile_cell(self._shell, cell)
         if compiled is None:
@@ -137,14 +173,57 @@ class GpuMagics(Magics, FreeGpuSettings):
             finally:
                 self._after_gpu_cell(plans)
 
+    def _run_spmd(self, options: RunOptions, cell: str) -> Any:
+        from gpu_magics.spmd.kernel import cell as spmd_cell
+
+        settings = spmd_cell.CellSettings(
+            quiet=options.quiet, stall_s=self.spmd_stall_s, timeout_s=self.spmd_timeout_min * 60
+        )
+        value = spmd_cell.run(self._shell, options, cell, settings)
+        return None if self._shell.displayhook.semicolon_at_end_of_expression(cell) else value
+
+    def _spmd_line(self, line: str) -> None:
+        """``%gpurun spmd [options]``: plain cells become SPMD cells; ``--reset`` ends the ranks."""
+        try:
+            options = parse_run_line(line)
+            if options.output or options.compare:
+                raise UsageError("%gpurun spmd: -o and --compare are for one %%gpurun cell")
+        except UsageError as error:
+            raise UsageError(_as_line_magic(str(error))) from None
+        if options.reset:
+            from gpu_magics.spmd.kernel import ranks
+
+            found = ranks.current()
+            if found is not None:
+                found.end()
+            print("%gpurun spmd: the ranks were ended; the next SPMD cell starts new ones")
+            return
+        session.for_shell(self._shell, self).end()
+        rest = line.strip()[len("spmd") :].strip()
+        spmd_session.start(self._shell, rest)
+        print(
+            "%gpurun: plain cells now run as SPMD cells on every worker of the cluster (cells that begin with % or ! "
+            "run here); %gpurun off ends it"
+        )
+
     def _session_line(self, line: str) -> None:
         """``%gpurun BACKEND`` / ``off`` / nothing: choose, end or tell the backend of plain cells."""
         made = session.for_shell(self._shell, self)
         words = line.strip()
         if not words:
+            if spmd_session.current(self._shell) is not None:
+                print("%gpurun: plain cells run as SPMD cells on every worker of the cluster (%gpurun spmd)")
+                return
             print(placement.plain_cells(made.plan).line())
             return
+        if words.split()[0].lower() == "spmd":
+            self._spmd_line(line)
+            return
         if words.lower() == "off":
+            if spmd_session.end(self._shell) is not None:
+                print("%gpurun: plain cells run in this kernel again (not spmd)")
+                made.end()
+                return
             ended = made.end()
             where = placement.plain_cells(None).where
             said = f" again (not {ended.name})" if ended is not None else ""
@@ -164,6 +243,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         return self._use_session(self._plans(RunOptions(backend=backend))[0][0])
 
     def _use_session(self, plan: backends.BackendPlan) -> str:
+        spmd_session.end(self._shell)
         session.for_shell(self._shell, self).use(plan)
         notes = "".join(f" ({note})" for note in plan.notes)
         return f"%gpurun: plain cells now run on {placement.plain_cells(plan).where}{notes}"
@@ -284,6 +364,10 @@ class GpuMagics(Magics, FreeGpuSettings):
 
     def close(self) -> None:
         """Release what the magics hold (called on ``%unload_ext``)."""
+        from gpu_magics.spmd.kernel import ranks
+
+        spmd_session.end(self._shell)
+        ranks.end_all()
         backends.shutdown_pools()
 
 

@@ -1,0 +1,339 @@
+"""One SPMD cell: hand it to every chosen rank at once, show their output and status rows while they run, and end
+it cleanly whatever happens.
+
+- A rank that raises stops every other rank (an interrupt; a rank that does not stop within a few seconds, such
+  as one waiting in a collective that will never complete, has its process ended), and the cell fails with the
+  first failing rank's traceback (its own frames) and one line for each other rank.
+- Ctrl-C stops every rank the same way; the cell reports ``KeyboardInterrupt``.
+- A rank that prints nothing for ``stall_s`` seconds is named in its status row, with where it waits.
+- Rank 0's last expression (the first chosen rank's, under ``--ranks``) is the cell's result.
+"""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import contextlib
+import queue
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from gpu_magics.spmd.kernel import ranks as rank_sets
+from gpu_magics.spmd.kernel.output import LineMerger
+from gpu_magics.spmd.kernel.results import (
+    DONE,
+    ENDED,
+    FAILED,
+    RUNNING,
+    STOPPED,
+    RankOutcome,
+    SpmdResult,
+    StatusView,
+    load_value,
+)
+from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from gpu_magics.gpurun.options import RunOptions
+
+STALL_S = 30.0  # seconds without output before a running rank's row says where it waits
+REFRESH_S = 0.5  # seconds between two updates of the status rows
+STOP_WAIT_S = 12.0  # how long the kernel waits for stopped ranks to answer (they are ended after 3 s)
+
+
+class RankFailure(Exception):
+    """A rank's error, shown in the kernel as the rank's own traceback."""
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    quiet: bool = False
+    stall_s: float = STALL_S
+    timeout_s: float = 300.0
+
+
+def check_source(code: str) -> None:
+    """A cell that does not parse is one line here, before any rank starts."""
+    try:
+        ast.parse(code)
+    except SyntaxError as error:
+        raise UsageError(f"{PROG}: the cell does not parse (line {error.lineno}: {error.msg}); nothing ran") from None
+
+
+def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellSettings) -> Any:
+    """Run ``code`` as an SPMD cell; its result (rank 0's value), with ``-o`` the ``SpmdResult`` kept."""
+    from gpu_magics.cluster import queries
+
+    check_source(code)
+    client = queries.require_client()
+    made = rank_sets.for_client(client)
+    if options.reset:
+        made.end()
+        if not code.strip():
+            print(f"{PROG}: the ranks were ended; the next SPMD cell starts new ones")
+            return None
+    if not code.strip() and not options.init:
+        return None
+    world, notes = made.prepare_for_cell()
+    for note in notes:
+        print(note)
+    chosen = world.select(options.ranks)
+    timeout_s = settings.timeout_s if options.timeout_min is None else options.timeout_min * 60
+    if options.init and options.init not in made.groups:
+        check_group(world, options.init, world.ranks)
+        init = _CellRun(shell, made, world, world.ranks, settings)
+        result = init.run({"op": "init", "kind": options.init, "timeout": timeout_s}, "init")
+        if result is None:
+            return None
+        made.groups.add(options.init)
+        if not settings.quiet:
+            print(f"{PROG}: {result.outcomes[0].value}")
+    if not code.strip():
+        return None
+    made.cells += 1
+    name = f"<rank cell {made.cells}>"
+    result = _CellRun(shell, made, world, chosen, settings).run({"op": "run", "code": code, "name": name}, name)
+    if result is None:
+        return None
+    if options.output:
+        shell.user_ns[options.output] = result
+    return result.outcomes[0].value
+
+
+class _CellRun:
+    """The ranks running one message (a cell, or a group's init), watched from the kernel's main thread."""
+
+    def __init__(
+        self, shell: InteractiveShell, made: rank_sets.Ranks, world: World, chosen: tuple[Rank, ...], settings: Any
+    ) -> None:
+        self.shell, self.made, self.world, self.chosen, self.settings = shell, made, world, chosen, settings
+        self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        self.merger = LineMerger([rank.rank for rank in chosen])
+        self.outcomes = {rank.rank: RankOutcome(rank.rank, rank.label) for rank in chosen}
+        self.by_rank = {rank.rank: rank for rank in chosen}
+        self.first_failure: int | None = None
+        self.stopping = False
+        self.began = 0.0
+        self.last_output: dict[int, float] = {}
+        self.asked_where: dict[int, float] = {}
+
+    def run(self, message: dict[str, Any], cell: str) -> SpmdResult | None:
+        """Run ``message`` on the chosen ranks; the result, or ``None`` when the cell failed (shown already)."""
+        self.began = time.perf_counter()
+        self.made.listen(lambda rank, _cell, lines: self.events.put(("lines", rank, lines)))
+        pending: dict[int, concurrent.futures.Future[Any]] = {}
+        for rank in self.chosen:
+            future = self.made.ask(rank, {**message, "cell": cell})
+            future.add_done_callback(self._on_done(rank.rank, "done"))
+            pending[rank.rank] = future
+        handle = None if self.settings.quiet else _display(self.view())
+        interrupted = False
+        try:
+            interrupted = self._watch(pending, handle)
+        finally:
+            self.made.listen(None)
+        self._show_lines(self.merger.flush())
+        wall = time.perf_counter() - self.began
+        view = self.view(finished=True)
+        view.wall = wall
+        if handle is not None:
+            handle.update(view)
+        ended = [index for index, outcome in self.outcomes.items() if outcome.state == ENDED]
+        self.made.forget_ended(ended)
+        result = SpmdResult(self.world.describe(), [self.outcomes[rank.rank] for rank in self.chosen], wall)
+        if interrupted or self.first_failure is not None:
+            self._fail(interrupted, ended)
+            return None
+        return result
+
+    def _watch(self, pending: dict[int, concurrent.futures.Future[Any]], handle: Any) -> bool:
+        """Take events until every rank answered; whether the user interrupted."""
+        interrupted = False
+        deadline: float | None = None
+        refreshed = time.perf_counter()
+        while pending:
+            try:
+                kind, index, payload = self.events.get(timeout=0.1)
+            except queue.Empty:
+                kind = ""
+            except KeyboardInterrupt:
+                if not interrupted:
+                    interrupted = True
+                    self._stop_all(pending)
+                    deadline = time.perf_counter() + STOP_WAIT_S
+                continue
+            now = time.perf_counter()
+            if kind == "lines":
+                self.merger.add(index, payload, now)
+                self.last_output[index] = now
+            elif kind == "done":
+                pending.pop(index, None)
+                self._finished(index, payload)
+                if self.outcomes[index].state == FAILED and not self.stopping:
+                    self.first_failure = index
+                    self._stop_all(pending)
+            elif kind == "where":
+                outcome = self.outcomes[index]
+                if outcome.state == RUNNING:
+                    quiet = now - self.last_output.get(index, self.began)
+                    outcome.note = f"no output for {quiet:.0f} s · {payload}"
+            self._show_lines(self.merger.ready(now))
+            if now - refreshed >= REFRESH_S:
+                refreshed = now
+                self._check_stalls(now)
+                if handle is not None:
+                    handle.update(self.view())
+            if deadline is not None and now > deadline:
+                for index in list(pending):
+                    pending.pop(index).cancel()
+                    self.outcomes[index].state = ENDED
+                    self.outcomes[index].note = "did not answer after the stop"
+        return interrupted
+
+    def _finished(self, index: int, future: concurrent.futures.Future[Any]) -> None:
+        outcome = self.outcomes[index]
+        outcome.seconds = time.perf_counter() - self.began
+        try:
+            reply = next(iter(future.result().values()))
+        except Exception as error:
+            reply = error
+        if isinstance(reply, BaseException):
+            outcome.state, outcome.error = (
+                FAILED,
+                {
+                    "type": type(reply).__name__,
+                    "message": f"its worker did not answer ({reply})",
+                    "traceback": "",
+                },
+            )
+            return
+        self.merger.add(index, reply.get("lines", ()), time.perf_counter())
+        self.merger.finished(index)
+        outcome.seconds = reply.get("seconds", outcome.seconds)
+        outcome.peak_memory = reply.get("peak_memory")
+        outcome.note = ""
+        if reply.get("ended"):
+            outcome.state = ENDED
+            outcome.note = "its process was ended" if self.stopping else "its process ended"
+            if not self.stopping:
+                outcome.state = FAILED
+                outcome.error = {
+                    "type": "RankProcessEnded",
+                    "message": f"the rank process ended (exit code {reply.get('exit_code')})",
+                    "traceback": "",
+                }
+            return
+        said = reply.get("error")
+        if said is None:
+            outcome.state = DONE
+            outcome.value = load_value(index, reply.get("value"), reply.get("repr"))
+        elif said.get("interrupted"):
+            outcome.state, outcome.error = STOPPED, said
+        else:
+            outcome.state, outcome.error = FAILED, said
+
+    def _stop_all(self, pending: dict[int, concurrent.futures.Future[Any]]) -> None:
+        self.stopping = True
+        if pending:
+            self.made.stop([self.by_rank[index] for index in pending])
+
+    def _check_stalls(self, now: float) -> None:
+        for index, outcome in self.outcomes.items():
+            if outcome.state != RUNNING:
+                continue
+            quiet = now - self.last_output.get(index, self.began)
+            if quiet >= self.settings.stall_s and now - self.asked_where.get(index, 0.0) >= self.settings.stall_s:
+                self.asked_where[index] = now
+                future = self.made.where(self.by_rank[index])
+                future.add_done_callback(self._on_done(index, "where"))
+
+    def _on_done(self, index: int, kind: str) -> Callable[[concurrent.futures.Future[Any]], None]:
+        def put(done: concurrent.futures.Future[Any]) -> None:
+            self.events.put((kind, index, done if kind == "done" else _answer(done)))
+
+        return put
+
+    def _show_lines(self, shown: list[Any]) -> None:
+        for line in shown:
+            print(line.text, file=sys.stderr if line.stream == "err" else sys.stdout)
+
+    def view(self, finished: bool = False) -> StatusView:
+        self._add_telemetry()
+        outcomes = [self.outcomes[rank.rank] for rank in self.chosen]
+        return StatusView(self.world.describe(), outcomes, time.perf_counter() - self.began, finished)
+
+    def _add_telemetry(self) -> None:
+        from gpu_magics.cluster import queries
+
+        found = queries.telemetry()
+        if found is None or self.world.kind == "cpu":
+            return
+        with contextlib.suppress(Exception):
+            reported = found.worker_gpus()
+            for rank in self.chosen:
+                if not rank.gpu:
+                    continue
+                for gpu in reported.get(rank.member.address, ("", ()))[1]:
+                    if gpu.uuid == rank.member.gpu_uuid:
+                        outcome = self.outcomes[rank.rank]
+                        outcome.gpu_util, outcome.gpu_memory = gpu.gpu_util, gpu.memory_used
+                        outcome.gpu_memory_total = gpu.memory_total
+
+    def _fail(self, interrupted: bool, ended: list[int]) -> None:
+        """The cell fails: the first failing rank's traceback (or the interrupt) and one line per other rank."""
+        from gpu_magics.gpurun.execute import mark_failed
+
+        lines: list[str] = []
+        if self.first_failure is not None and not interrupted:
+            first = self.outcomes[self.first_failure]
+            error = first.error or {}
+            lines.append(f"rank {first.rank} ({first.label}) failed first:")
+            lines.append(str(error.get("traceback") or f"{error.get('type')}: {error.get('message')}").rstrip())
+            name, message = str(error.get("type", "RankFailure")), f"rank {first.rank}: {error.get('message')}"
+        else:
+            name, message = "KeyboardInterrupt", "every rank was stopped"
+        for index, outcome in self.outcomes.items():
+            if index == self.first_failure and not interrupted:
+                continue
+            lines.append(f"rank {index}: {_other_line(outcome)}")
+        if ended:
+            lines.append(
+                f"ranks {', '.join(map(str, ended))} did not stop within {rank_sets.STOP_GRACE_S:.0f} s and were "
+                "ended: the next SPMD cell starts new ranks (variables and groups start empty)"
+            )
+        error_type = KeyboardInterrupt if name == "KeyboardInterrupt" else type(name, (RankFailure,), {})
+        error = error_type(message)
+        self.shell._showtraceback(error_type, error, lines)
+        mark_failed(self.shell, error)
+
+
+def _other_line(outcome: RankOutcome) -> str:
+    if outcome.state == FAILED:
+        return f"failed too: {outcome.summary()}"
+    if outcome.state == STOPPED:
+        return "stopped" + (f" ({outcome.note})" if outcome.note else "")
+    if outcome.state == ENDED:
+        return outcome.note or "ended"
+    if outcome.state == DONE:
+        return "done"
+    return outcome.state
+
+
+def _answer(future: concurrent.futures.Future[Any]) -> str:
+    try:
+        return str(next(iter(future.result().values())))
+    except Exception as error:
+        return f"no answer ({type(error).__name__})"
+
+
+def _display(view: StatusView) -> Any:
+    from IPython.display import display
+
+    return display(view, display_id=True)

@@ -1,0 +1,211 @@
+"""This kernel's ranks on the cluster in use: the world, the rank processes, the process groups, and the calls
+that reach them (through the cluster's ``Client``, never through the cluster engine's internals).
+
+The world is made on the first SPMD cell and kept while the cluster's workers stay the same; a worker that
+joins, leaves or restarts makes a new world (new rank processes, new ports) at the next cell, said in one line.
+The process groups (``--init torch``, ``--init jax``) are made once per world and kept. ``reset`` ends the rank
+processes; ``%gpucluster stop`` and a kernel that leaves end them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from gpu_magics.spmd.kernel import world as worlds
+from gpu_magics.spmd.kernel.world import PROG, Rank, World
+from gpu_magics.spmd.worker import host
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+START_TIMEOUT_S = 90.0
+STOP_GRACE_S = 3.0  # seconds a rank has to stop after an interrupt before its process is ended
+LineHandler = Callable[[int, Any, list[tuple[int, str, str]]], None]
+
+
+class Ranks:
+    """The ranks of one kernel (one client) on the cluster in use."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.owner = str(client.id)
+        self.topic = f"gpu-magics-spmd-{self.owner}"
+        self.world: World | None = None
+        self.groups: set[str] = set()
+        self.cells = 0
+        self._line_handler: LineHandler | None = None
+        self._lock = threading.Lock()
+        client.subscribe_topic(self.topic, self._on_event)
+
+    # -- calls to the workers -----------------------------------------------------------------------------------
+    def call(self, function: Callable[..., Any], *args: Any, workers: Sequence[str]) -> concurrent.futures.Future[Any]:
+        """``function(*args)`` on ``workers`` (each as ``dask_worker``); a future of address -> result or error."""
+        coroutine = self.client._run(function, *args, workers=list(workers), on_error="return")
+        loop: Any = self.client.loop
+        return asyncio.run_coroutine_threadsafe(coroutine, loop.asyncio_loop)
+
+    def call_wait(self, function: Callable[..., Any], *args: Any, workers: Sequence[str], timeout: float) -> dict:
+        future = self.call(function, *args, workers=workers)
+        try:
+            return dict(future.result(timeout))
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def ask(self, rank: Rank, message: dict[str, Any]) -> concurrent.futures.Future[Any]:
+        return self.call(host.ask, self.owner, message, workers=[rank.member.address])
+
+    # -- output events ------------------------------------------------------------------------------------------
+    def listen(self, handler: LineHandler | None) -> None:
+        """Send the ranks' live output lines to ``handler(rank, cell, lines)`` (``None``: drop them)."""
+        with self._lock:
+            self._line_handler = handler
+
+    def _on_event(self, event: Any) -> None:
+        _, message = event
+        with self._lock:
+            handler = self._line_handler
+        if handler is not None and isinstance(message, dict):
+            handler(int(message.get("rank", -1)), message.get("cell"), list(message.get("lines", ())))
+
+    # -- the world ----------------------------------------------------------------------------------------------
+    def prepare_for_cell(self) -> tuple[World, list[str]]:
+        """The world for the cluster's workers now. While the client's own view of the workers (refreshed every
+        few seconds) matches the running world, no round trip is made; otherwise the scheduler is asked."""
+        from gpu_magics.cluster import inspection, queries
+
+        cached = getattr(self.client, "_scheduler_identity", None) or {}
+        known = set((cached.get("workers") or {}).keys())
+        if self.world is not None and known == self.world.addresses:
+            return self.world, []
+        workers = inspection.scheduler_workers(self.client)
+        if self.world is not None and set(workers) == self.world.addresses:
+            return self.world, []
+        with_gpu, _ = queries.split_workers_by_gpu()
+        return self.prepare(workers, with_gpu)
+
+    def prepare(self, workers: dict[str, dict[str, Any]], gpu_workers: set[str]) -> tuple[World, list[str]]:
+        """The world for ``workers`` (the one running when they did not change), with rank processes started;
+        and the lines to say (a new world, why the old one went)."""
+        notes: list[str] = []
+        if not workers:
+            raise UsageError(f"{PROG}: the cluster has no workers; add some with %gpucluster scale N")
+        if self.world is not None and self.world.addresses == set(workers):
+            return self.world, notes
+        if self.world is not None:
+            old, new = self.world.addresses, set(workers)
+            notes.append(
+                f"{PROG}: the cluster's workers changed (+{len(new - old)}, -{len(old - new)}): new ranks, "
+                "their variables and process groups start empty"
+            )
+            self.end()
+        probes = self.call_wait(host.probe, workers=list(workers), timeout=30)
+        members = []
+        for address, found in probes.items():
+            if isinstance(found, BaseException):
+                raise UsageError(f"{PROG}: worker {address} did not answer ({type(found).__name__}: {found})")
+            members.append(worlds.Member.from_probe(address, found, gpu=address in gpu_workers))
+        ranks = worlds.order(members)
+        worlds.check_gpus(ranks)
+        first = ranks[0].member.address
+        ports = self.call_wait(host.free_ports, 2, workers=[first], timeout=10)[first]
+        if isinstance(ports, BaseException):
+            raise UsageError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
+        made = World(ranks, master_port=int(ports[0]), jax_port=int(ports[1]))
+        self._start(made)
+        self.world = made
+        self.groups = set()
+        return made, notes
+
+    def _start(self, made: World) -> None:
+        futures = {
+            rank.rank: self.call(host.start, self.owner, self.topic, made.env(rank), workers=[rank.member.address])
+            for rank in made.ranks
+        }
+        failed = []
+        for index, future in futures.items():
+            try:
+                result = next(iter(future.result(START_TIMEOUT_S).values()))
+            except Exception as error:
+                result = error
+            if isinstance(result, BaseException):
+                failed.append(f"rank {index}: {type(result).__name__}: {result}")
+        if failed:
+            self.world = made
+            self.end()
+            raise UsageError(f"{PROG}: the rank processes did not start ({'; '.join(failed[:3])})")
+
+    def end(self) -> None:
+        """End every rank process of this kernel (their variables and groups go with them)."""
+        made, self.world = self.world, None
+        self.groups = set()
+        if made is None or self.client.status != "running":
+            return
+        with contextlib.suppress(Exception):
+            self.call_wait(host.end, self.owner, workers=sorted(made.addresses), timeout=15)
+
+    def stop(self, ranks: Sequence[Rank], grace: float = STOP_GRACE_S) -> concurrent.futures.Future[Any]:
+        """Interrupt ``ranks``' cells; their processes end where they do not stop within ``grace`` seconds."""
+        return self.call(host.stop, self.owner, grace, workers=[rank.member.address for rank in ranks])
+
+    def where(self, rank: Rank) -> concurrent.futures.Future[Any]:
+        return self.call(host.where, self.owner, workers=[rank.member.address])
+
+    def forget_ended(self, ended: Sequence[int]) -> None:
+        """Ranks whose process was ended: the world is remade at the next cell (groups included)."""
+        if ended and self.world is not None:
+            self.end()
+
+    def close(self) -> None:
+        self.end()
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(self.topic)
+
+
+_by_client: dict[str, Ranks] = {}
+_listening: list[Callable[[], None]] = []
+
+
+def _cluster_changed(cluster: Any) -> None:
+    """The cluster in use changed (stopped, replaced, detached): end the ranks on the others while their clients
+    still answer."""
+    keep = None if cluster is None else str(cluster.client.id)
+    for key in [key for key in _by_client if key != keep]:
+        _by_client.pop(key).close()
+
+
+def for_client(client: Client) -> Ranks:
+    """This kernel's ranks on ``client``'s cluster (made on first use)."""
+    if not _listening:
+        from gpu_magics.cluster import queries
+
+        _listening.append(queries.on_change(_cluster_changed))
+    key = str(client.id)
+    found = _by_client.get(key)
+    if found is None:
+        found = _by_client[key] = Ranks(client)
+    return found
+
+
+def current() -> Ranks | None:
+    """The ranks on the cluster in use, if any were made."""
+    from gpu_magics.cluster import queries
+
+    client = queries.active_client()
+    return None if client is None else _by_client.get(str(client.id))
+
+
+def end_all() -> None:
+    """End every rank process this kernel started (the cluster changed or the extension unloads)."""
+    for key in list(_by_client):
+        made = _by_client.pop(key)
+        made.close()
+    while _listening:
+        _listening.pop()()

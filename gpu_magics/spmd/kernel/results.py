@@ -1,0 +1,147 @@
+"""What an SPMD cell leaves: each rank's outcome (value, error, time, peak GPU memory) and the per-rank status
+rows, shown live while the cell runs and kept as a static summary in a saved notebook (HTML and text)."""
+
+from __future__ import annotations
+
+import html
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_magics.display.format import format_bytes, format_percent, format_seconds, html_table, text_table
+
+RUNNING, DONE, FAILED, STOPPED, ENDED, NOT_RUN = "running", "done", "failed", "stopped", "ended", "not run"
+
+
+class RankValue:
+    """A rank's value that could not travel to the kernel (a CUDA tensor where the kernel has no GPU, an object
+    that does not pickle): its repr, as the rank made it."""
+
+    def __init__(self, rank: int, text: str) -> None:
+        self.rank, self.text = rank, text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def load_value(rank: int, data: bytes | None, text: str | None) -> Any:
+    """The rank's value as an object here where it loads, else a ``RankValue`` with its repr."""
+    if data is not None:
+        try:
+            return pickle.loads(data)
+        except Exception:
+            pass
+    return RankValue(rank, text or "")
+
+
+@dataclass
+class RankOutcome:
+    """One rank's run of one cell."""
+
+    rank: int
+    label: str  # "127.0.0.2 · GPU 1"
+    state: str = RUNNING
+    value: Any = None
+    error: dict[str, Any] | None = None  # type, message, traceback (the rank's own frames)
+    seconds: float | None = None
+    peak_memory: int | None = None  # bytes: torch's peak on the rank's GPU, where torch used it
+    gpu_util: float | None = None
+    gpu_memory: int | None = None
+    gpu_memory_total: int | None = None
+    note: str = ""  # "quiet 40 s · cell line 3, in all_reduce (distributed_c10d.py:2501)"
+
+    def summary(self) -> str:
+        """``ValueError: boom`` or the state, in a few words."""
+        if self.error is not None and self.state == FAILED:
+            return f"{self.error.get('type')}: {self.error.get('message')}"
+        return self.state
+
+
+@dataclass
+class SpmdResult:
+    """What ``%%gpurun spmd -o NAME`` keeps: every rank's outcome, and the cell's wall time."""
+
+    world: str  # "3 ranks on 1 host (CPU)"
+    outcomes: list[RankOutcome] = field(default_factory=list)
+    wall: float = 0.0
+
+    @property
+    def values(self) -> list[Any]:
+        """Each rank's last expression value, in rank order (``None`` where it had none or failed)."""
+        return [outcome.value for outcome in self.outcomes]
+
+    @property
+    def errors(self) -> dict[int, dict[str, Any]]:
+        return {outcome.rank: outcome.error for outcome in self.outcomes if outcome.error is not None}
+
+    def __getitem__(self, rank: int) -> RankOutcome:
+        for outcome in self.outcomes:
+            if outcome.rank == rank:
+                return outcome
+        raise KeyError(f"no rank {rank} ran this cell")
+
+    def __repr__(self) -> str:
+        lines = [f"SpmdResult: {self.world}, {format_seconds(self.wall)}"]
+        for outcome in self.outcomes:
+            shown = repr(outcome.value) if outcome.state == DONE else outcome.summary()
+            lines.append(f"  rank {outcome.rank}: {shown}")
+        return "\n".join(lines)
+
+
+@dataclass
+class StatusView:
+    """The status rows of one SPMD cell (a display object: HTML, and text for a terminal or a saved file)."""
+
+    world: str
+    outcomes: list[RankOutcome]
+    wall: float = 0.0
+    finished: bool = False
+
+    def _header(self) -> str:
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes:
+            counts[outcome.state] = counts.get(outcome.state, 0) + 1
+        states = ", ".join(f"{count} {state}" for state, count in counts.items())
+        when = "in" if self.finished else "for"
+        return f"spmd · {self.world} · {states} {when} {format_seconds(self.wall)}"
+
+    def _rows(self) -> list[list[str]]:
+        rows = []
+        for outcome in self.outcomes:
+            gpu = ""
+            if outcome.gpu_util is not None or outcome.gpu_memory is not None:
+                memory = format_bytes(outcome.gpu_memory)
+                if outcome.gpu_memory_total:
+                    memory += f"/{format_bytes(outcome.gpu_memory_total)}"
+                gpu = f"{format_percent(outcome.gpu_util)} · {memory}"
+            state = outcome.summary() if outcome.state == FAILED else outcome.state
+            rows.append(
+                [
+                    f"rank {outcome.rank}",
+                    outcome.label,
+                    state,
+                    format_seconds(outcome.seconds) if outcome.seconds is not None else "",
+                    gpu,
+                    outcome.note,
+                ]
+            )
+        return rows
+
+    HEADER = ("rank", "where", "state", "time", "GPU util · memory", "")
+
+    def __repr__(self) -> str:
+        return "\n".join([self._header(), *("  " + line for line in text_table(self.HEADER, self._rows(), (3,)))])
+
+    def _repr_html_(self) -> str:
+        colours = {FAILED: "var(--jp-error-color1, #d32f2f)", DONE: "var(--jp-success-color1, #388e3c)"}
+        rows = []
+        for outcome, row in zip(self.outcomes, self._rows(), strict=True):
+            cells = [html.escape(cell) for cell in row]
+            colour = colours.get(outcome.state)
+            if colour:
+                cells[2] = f"<span style='color:{colour}'>{cells[2]}</span>"
+            rows.append(cells)
+        return (
+            f"<div class='gpu-magics-spmd'><div style='font-weight:600'>{html.escape(self._header())}</div>"
+            f"{html_table(self.HEADER, rows, (3,))}</div>"
+        )

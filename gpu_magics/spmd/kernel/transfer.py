@@ -1,0 +1,68 @@
+"""Moving values between the kernel and the ranks, one call each:
+
+- ``gpu_magics.spmd.push(config=cfg, data=x)`` sets ``config`` and ``data`` on every rank (``ranks=[0]``: some);
+- ``gpu_magics.spmd.pull("loss")`` brings one variable back from every rank (a list in rank order), and
+  ``pull("loss", rank=0)`` from one rank.
+
+Values travel pickled (cloudpickle: functions and classes made in the notebook too). A value that does not load
+in the kernel (a CUDA tensor where the kernel has no GPU) comes back as its repr.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Sequence
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from gpu_magics.spmd.kernel.results import load_value
+
+TIMEOUT_S = 300.0
+
+
+def _ranks_ready(ranks: Sequence[int] | None) -> tuple[Any, tuple[Any, ...]]:
+    from gpu_magics.cluster import queries
+    from gpu_magics.spmd.kernel import ranks as rank_sets
+
+    made = rank_sets.for_client(queries.require_client())
+    world, notes = made.prepare_for_cell()
+    for note in notes:
+        print(note)
+    return made, world.select(None if ranks is None else list(ranks))
+
+
+def _gather(futures: dict[int, concurrent.futures.Future[Any]], what: str) -> dict[int, dict[str, Any]]:
+    replies: dict[int, dict[str, Any]] = {}
+    for index, future in futures.items():
+        reply = next(iter(future.result(TIMEOUT_S).values()))
+        if isinstance(reply, BaseException):
+            raise UsageError(f"spmd.{what}: rank {index}'s worker did not answer ({type(reply).__name__}: {reply})")
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            detail = f"{error.get('type')}: {error.get('message')}" if error else "its process ended"
+            raise UsageError(f"spmd.{what}: rank {index}: {detail}")
+        replies[index] = reply
+    return replies
+
+
+def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
+    """Set each keyword as a variable on every rank (``ranks``: only those)."""
+    if not values:
+        raise UsageError("spmd.push: name the values, for example spmd.push(config=config)")
+    import cloudpickle
+
+    try:
+        packed = {name: cloudpickle.dumps(value, protocol=5) for name, value in values.items()}
+    except Exception as error:
+        raise UsageError(f"spmd.push: a value does not pickle ({type(error).__name__}: {error})") from None
+    made, chosen = _ranks_ready(ranks)
+    _gather({rank.rank: made.ask(rank, {"op": "push", "values": packed}) for rank in chosen}, "push")
+
+
+def pull(name: str, rank: int | None = None) -> Any:
+    """The variable ``name`` from ``rank``, or from every rank (a list in rank order) without one."""
+    made, chosen = _ranks_ready(None if rank is None else [rank])
+    replies = _gather({item.rank: made.ask(item, {"op": "pull", "names": [name]}) for item in chosen}, "pull")
+    values = [load_value(index, *replies[index]["values"][name]) for index in sorted(replies)]
+    return values[0] if rank is not None else values

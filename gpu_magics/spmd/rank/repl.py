@@ -1,0 +1,195 @@
+"""The rank's REPL: runs the cells it is handed in one namespace that lives as long as the process.
+
+Started as ``python -m gpu_magics.spmd.rank FD`` by the rank host; FD is its end of a socket pair that carries
+pickled messages both ways. The main thread runs the cells (so ``SIGINT`` from the host raises
+``KeyboardInterrupt`` in user code); a reader thread takes the messages, answers "where are you" from the side
+(the main thread's stack, even while it waits in a collective) and ends the process when the host goes away
+(end of file on the socket: the worker died), so no rank outlives its worker.
+
+After each cell the REPL writes a marker line to stdout and stderr (``MARK`` + the message id), so the host knows
+every line the cell printed has arrived before it reports the cell done.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import linecache
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+MARK = "\x1egpu-magics-spmd-done "
+VALUE_LIMIT = 256 * 2**20  # bytes: a larger last value comes back as its repr only
+REPR_LIMIT = 4000  # characters of a value's repr
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Repl:
+    """One rank's namespace and the connection to its host."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._send_lock = threading.Lock()
+        self._main = threading.main_thread().ident
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._send_lock:
+            self.connection.send(message)
+
+    # -- the reader thread -----------------------------------------------------------------------------------------
+    def read_forever(self) -> None:
+        """Take the host's messages; the host's end closing means the worker is gone: end at once."""
+        while True:
+            try:
+                message = self.connection.recv()
+            except (EOFError, OSError):
+                os._exit(0)
+            if message.get("op") == "where":
+                self.send({"op": "where", "id": message.get("id"), "text": self.where()})
+            else:
+                self.inbox.put(message)
+
+    def where(self) -> str:
+        """Where the main thread is now: its innermost frames, the cell's own line first."""
+        frame = sys._current_frames().get(self._main or 0)
+        if frame is None:
+            return ""
+        stack = traceback.extract_stack(frame)
+        mine = [entry for entry in stack if not entry.filename.startswith(_HERE)]
+        if not mine:
+            return "idle"
+        cell = [entry for entry in mine if entry.filename.startswith("<rank")]
+        innermost = mine[-1]
+        parts = []
+        if cell:
+            parts.append(f"cell line {cell[-1].lineno}")
+        if innermost is not (cell[-1] if cell else None):
+            parts.append(f"in {innermost.name} ({os.path.basename(innermost.filename)}:{innermost.lineno})")
+        return ", ".join(parts)
+
+    # -- the main thread -------------------------------------------------------------------------------------------
+    def serve(self) -> None:
+        self.send({"op": "ready", "pid": os.getpid()})
+        while True:
+            try:
+                message = self.inbox.get()
+            except KeyboardInterrupt:  # an interrupt that came while idle: nothing to stop
+                continue
+            reply = self.handle(message)
+            _mark(message.get("id"))
+            self.send(reply)
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        op, ident = message.get("op"), message.get("id")
+        began = time.perf_counter()
+        reply: dict[str, Any] = {"op": "done", "id": ident, "ok": True, "value": None, "repr": None, "error": None}
+        try:
+            if op == "run":
+                value = run_cell(self.namespace, message["code"], message["name"])
+                if value is not None:
+                    self.namespace["_"] = value
+                    reply["value"], reply["repr"] = _pack(value)
+            elif op == "push":
+                for name, data in message["values"].items():
+                    self.namespace[name] = pickle.loads(data)
+            elif op == "pull":
+                reply["values"] = {name: _pack(self.namespace[name]) for name in message["names"]}
+            elif op == "init":
+                from gpu_magics.spmd.rank import groups
+
+                reply["repr"] = groups.initialize(message["kind"], float(message["timeout"]))
+            else:
+                raise ValueError(f"unknown message {op!r}")
+        except BaseException as error:  # the cell's own failure, KeyboardInterrupt included: reported, not fatal
+            reply.update(ok=False, error=_describe(error))
+        reply["seconds"] = time.perf_counter() - began
+        reply["peak_memory"] = _peak_gpu_memory()
+        return reply
+
+
+def run_cell(namespace: dict[str, Any], code: str, name: str) -> Any:
+    """Run ``code`` as IPython runs a cell: every statement, then the last expression's value (``None`` when the
+    cell ends with a statement or a ``;``)."""
+    tree = ast.parse(code, name)
+    last: ast.Expression | None = None
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr) and not code.rstrip().endswith(";"):
+        tree.body.pop()
+        last = ast.Expression(final.value)
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    exec(compile(tree, name, "exec"), namespace)
+    return eval(compile(last, name, "eval"), namespace) if last is not None else None
+
+
+def _pack(value: Any) -> tuple[bytes | None, str]:
+    """The value as bytes the kernel can load (``None`` where it cannot travel), and its repr."""
+    try:
+        text = repr(value)
+    except Exception as error:
+        text = f"<{type(value).__name__} (repr failed: {error})>"
+    if len(text) > REPR_LIMIT:
+        text = text[:REPR_LIMIT] + " ..."
+    try:
+        import cloudpickle
+
+        data: bytes | None = cloudpickle.dumps(value, protocol=5)
+    except Exception:
+        data = None
+    if data is not None and len(data) > VALUE_LIMIT:
+        data = None
+    return data, text
+
+
+def _describe(error: BaseException) -> dict[str, Any]:
+    """The error as the kernel shows it: its type, message and the traceback of the user's frames only."""
+    described = traceback.TracebackException.from_exception(error)
+    frames = [frame for frame in described.stack if not frame.filename.startswith(_HERE)]
+    described.stack = traceback.StackSummary.from_list(frames)
+    return {
+        "type": type(error).__name__,
+        "message": str(error),
+        "traceback": "".join(described.format()),
+        "interrupted": isinstance(error, KeyboardInterrupt),
+    }
+
+
+def _peak_gpu_memory() -> int | None:
+    """torch's peak of allocated GPU memory in this process since the last cell, where torch uses CUDA here."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_initialized():
+            return None
+        peak = int(torch.cuda.max_memory_allocated())
+        torch.cuda.reset_peak_memory_stats()
+        return peak
+    except Exception:
+        return None
+
+
+def _mark(ident: Any) -> None:
+    """The line after the cell's last output on both streams (C libraries' output included: it shares the fds)."""
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        with contextlib.suppress(Exception):
+            stream.flush()
+        with contextlib.suppress(OSError):
+            os.write(fd, f"\n{MARK}{ident}\n".encode())
+
+
+def main(argv: list[str]) -> None:
+    connection = Connection(int(argv[1]))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    repl = Repl(connection)
+    threading.Thread(target=repl.read_forever, name="gpu-magics-rank-reader", daemon=True).start()
+    repl.serve()

@@ -1,0 +1,304 @@
+"""The rank host, in a Dask worker: one rank process per kernel that owns ranks here, its cells and its output.
+
+The kernel calls the module-level functions below through ``Client.run`` (each takes ``dask_worker``). The rank
+process is a plain child process (``python -m gpu_magics.spmd.rank``), not a daemonic multiprocessing child, so a
+``DataLoader`` with worker processes works in it; it sees the environment the kernel chose for its rank
+(``RANK``, ``LOCAL_RANK``, ``CUDA_VISIBLE_DEVICES`` ...). Its stdout and stderr are read line by line here: each
+line goes to the kernel at once as an event on the owner's topic (``Worker.log_event``), and the whole of a
+cell's output comes back with the cell's reply too, so the kernel misses nothing whichever arrives first.
+Stopping a rank asks first (``SIGINT``), then ends the process (``SIGKILL``) when it does not stop in time, as a
+rank waiting in a collective that will never complete does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from gpu_magics.spmd.rank.repl import MARK
+
+LINE_LIMIT = 20_000  # lines of one cell's output kept for its reply (the live events carry every line)
+EVENT_GAP = 0.05  # seconds between two output events of one rank (lines in between travel together)
+_ATTRIBUTE = "_gpu_magics_rank_hosts"
+
+
+class RankProcess:
+    """One rank process and the cell it runs now."""
+
+    def __init__(self, owner: str, topic: str, env: dict[str, str], worker: Any) -> None:
+        self.owner, self.topic, self.worker = owner, topic, worker
+        self.rank = int(env.get("RANK", "0"))
+        mine, theirs = socket.socketpair()
+        self.connection = Connection(mine.detach())
+        child_fd = theirs.detach()
+        self.process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "gpu_magics.spmd.rank", str(child_fd)],
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(child_fd,),
+            close_fds=True,
+        )
+        os.close(child_fd)
+        self.loop = asyncio.get_running_loop()
+        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._lines: list[tuple[int, str, str]] = []  # (seq, stream, text) of the cell running now
+        self._unsent: list[tuple[int, str, str]] = []
+        self._seq = 0
+        self._marks: dict[str, threading.Event] = {"out": threading.Event(), "err": threading.Event()}
+        self._lock = threading.Lock()
+        self._cell: int | None = None
+        self._ids = 0
+        self._last_event = 0.0
+        self.started = time.time()
+        self.ready = self.loop.create_future()
+        threading.Thread(target=self._read_messages, daemon=True, name="gpu-magics-rank-messages").start()
+        for name, stream in (("out", self.process.stdout), ("err", self.process.stderr)):
+            threading.Thread(target=self._read_stream, args=(name, stream), daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    # -- threads ------------------------------------------------------------------------------------------------
+    def _read_messages(self) -> None:
+        while True:
+            try:
+                message = self.connection.recv()
+            except (EOFError, OSError):
+                break
+            self.loop.call_soon_threadsafe(self._on_message, message)
+        self.loop.call_soon_threadsafe(self._on_exit)
+
+    def _read_stream(self, name: str, stream: Any) -> None:
+        previous_blank = False
+        for raw in iter(stream.readline, b""):
+            text = raw.decode(errors="replace").rstrip("\n")
+            if MARK in text:
+                before = text.split(MARK, 1)[0]
+                if before:
+                    self._add_line(name, before)
+                self._marks[name].set()
+                previous_blank = False
+                continue
+            if previous_blank:  # a blank line is held back: the REPL writes one before its mark
+                self._add_line(name, "")
+            previous_blank = text == ""
+            if not previous_blank:
+                self._add_line(name, text)
+        self._marks[name].set()
+
+    def _add_line(self, stream: str, text: str) -> None:
+        with self._lock:
+            entry = (self._seq, stream, text)
+            self._seq += 1
+            if len(self._lines) < LINE_LIMIT:
+                self._lines.append(entry)
+            self._unsent.append(entry)
+        self.loop.call_soon_threadsafe(self._send_lines)
+
+    # -- on the worker's event loop -----------------------------------------------------------------------------
+    def _send_lines(self) -> None:
+        now = time.monotonic()
+        if now - self._last_event < EVENT_GAP:
+            self.loop.call_later(EVENT_GAP, self._send_lines)
+            return
+        with self._lock:
+            unsent, self._unsent = self._unsent, []
+        if unsent:
+            self._last_event = now
+            self.worker.log_event(self.topic, {"rank": self.rank, "cell": self._cell, "lines": unsent})
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        if message.get("op") == "ready":
+            if not self.ready.done():
+                self.ready.set_result(message)
+            return
+        future = self._replies.pop(message.get("id", -1), None)
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    def _on_exit(self) -> None:
+        code = self.process.wait()
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError(f"the rank process ended at start (exit code {code})"))
+        for future in self._replies.values():
+            if not future.done():
+                future.set_result({"op": "done", "ok": False, "ended": True, "exit_code": code, "error": None})
+        self._replies.clear()
+
+    async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one message and wait for its reply (a cell's: with every line it printed)."""
+        await self.ready
+        self._ids += 1
+        ident = self._ids
+        future = self.loop.create_future()
+        self._replies[ident] = future
+        with self._lock:
+            self._lines, self._seq = [], 0
+        for event in self._marks.values():
+            event.clear()
+        self._cell = message.get("cell")
+        began = time.perf_counter()
+        self.connection.send({**message, "id": ident})
+        reply = await future
+        await asyncio.to_thread(self._wait_for_marks)
+        self._send_lines()
+        with self._lock:
+            reply["lines"], reply["line_count"] = list(self._lines), self._seq
+        reply.setdefault("seconds", time.perf_counter() - began)
+        self._cell = None
+        return reply
+
+    def _wait_for_marks(self) -> None:
+        for event in self._marks.values():
+            event.wait(2.0)
+
+    async def where(self) -> str:
+        if not self.alive:
+            return "ended"
+        future = self.loop.create_future()
+        self._replies[-2] = future
+        self.connection.send({"op": "where", "id": -2})
+        try:
+            reply = await asyncio.wait_for(future, 2.0)
+        except TimeoutError:
+            return "no answer"
+        return str(reply.get("text", ""))
+
+    async def stop(self, grace: float) -> bool:
+        """Interrupt the cell; end the process if it has not stopped after ``grace`` seconds. Whether it ended."""
+        if not self.alive:
+            return True
+        pending = [future for key, future in self._replies.items() if key >= 0]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGINT)
+        if pending:
+            done, _ = await asyncio.wait(pending, timeout=grace)
+            if len(done) == len(pending):
+                return False
+        elif grace > 0:
+            return False
+        await self.kill()
+        return True
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        await asyncio.to_thread(self.process.wait, 10)
+        with contextlib.suppress(OSError):
+            self.connection.close()
+
+
+def _hosts(worker: Any) -> dict[str, RankProcess]:
+    found = getattr(worker, _ATTRIBUTE, None)
+    if found is None:
+        found = {}
+        setattr(worker, _ATTRIBUTE, found)
+    return found
+
+
+# -- what the kernel calls (Client.run) ----------------------------------------------------------------------------
+
+
+def probe(dask_worker: Any) -> dict[str, Any]:
+    """What this worker is: its host, its GPU (``CUDA_VISIBLE_DEVICES``' first entry, as dask-cuda gives each
+    worker its own GPU first), and which frameworks it can import."""
+    import importlib.util
+
+    from distributed.comm import get_address_host
+
+    from gpu_magics import gpus
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = gpus.inventory().devices()
+    gpu = None
+    if devices and visible != "":
+        first = devices[0]
+        gpu = {"uuid": first.uuid, "cuda_id": first.cuda_id, "name": first.name}
+    return {
+        "host": get_address_host(dask_worker.address),
+        "name": str(dask_worker.name),
+        "pid": os.getpid(),
+        "visible": visible,
+        "gpu": gpu,
+        "has_torch": importlib.util.find_spec("torch") is not None,
+        "has_jax": importlib.util.find_spec("jax") is not None,
+    }
+
+
+def free_ports(count: int, dask_worker: Any) -> list[int]:
+    """``count`` ports free now on this worker's host (all at once, so they differ)."""
+    from distributed.comm import get_address_host
+
+    host = get_address_host(dask_worker.address)
+    probes = []
+    try:
+        for _ in range(count):
+            probe_socket = socket.socket()
+            probes.append(probe_socket)
+            probe_socket.bind((host, 0))
+        return [int(item.getsockname()[1]) for item in probes]
+    finally:
+        for item in probes:
+            item.close()
+
+
+async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -> int:
+    """Start this worker's rank process for ``owner`` (ending one it had); its pid once it is ready."""
+    hosts = _hosts(dask_worker)
+    old = hosts.pop(owner, None)
+    if old is not None:
+        await old.kill()
+    made = RankProcess(owner, topic, env, dask_worker)
+    hosts[owner] = made
+    await asyncio.wait_for(made.ready, 60)
+    return made.process.pid
+
+
+async def ask(owner: str, message: dict[str, Any], dask_worker: Any) -> dict[str, Any]:
+    """Hand the rank one message (a cell, values, an init) and return its reply."""
+    made = _hosts(dask_worker).get(owner)
+    if made is None or not made.alive:
+        return {"op": "done", "ok": False, "ended": True, "error": None, "lines": [], "line_count": 0}
+    return await made.ask(message)
+
+
+async def where(owner: str, dask_worker: Any) -> str:
+    made = _hosts(dask_worker).get(owner)
+    return "no rank" if made is None else await made.where()
+
+
+async def stop(owner: str, grace: float, dask_worker: Any) -> bool:
+    """Interrupt the rank's cell; whether its process had to be ended."""
+    made = _hosts(dask_worker).get(owner)
+    if made is None:
+        return False
+    ended = await made.stop(grace)
+    if ended:
+        _hosts(dask_worker).pop(owner, None)
+    return ended
+
+
+async def end(owner: str, dask_worker: Any) -> bool:
+    """End ``owner``'s rank process here; whether there was one."""
+    made = _hosts(dask_worker).pop(owner, None)
+    if made is None:
+        return False
+    await made.kill()
+    return True
+
+
+def rank_pids(dask_worker: Any) -> dict[str, int]:
+    """Owner -> pid of the live rank processes here (for tests and ``%gpucluster status``)."""
+    return {owner: made.process.pid for owner, made in _hosts(dask_worker).items() if made.alive}

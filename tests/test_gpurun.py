@@ -217,7 +217,7 @@ def test_empty_cell_runs(ip: InteractiveShell) -> None:
 
 
 BAD_LINES = {
-    "quantum": "unknown backend 'quantum'; choose one of cpu-single, cpu-threads, gpu, multi-gpu, auto",
+    "quantum": "unknown backend 'quantum'; choose one of cpu-single, cpu-threads, gpu, multi-gpu, auto, spmd",
     "cpu-threads --turbo": "unrecognized arguments: --turbo (valid options:",
     "cpu-threads --repeat 0": "expected a number of at least 1",
     "cpu-threads --repeat many": "expected a whole number, got 'many'",

@@ -15,13 +15,16 @@ HOLD_S = 0.3
 
 
 def rank_list(ranks: Iterable[int]) -> str:
-    """``0-3``, ``0,2``, ``0-2,5``."""
+    """``0-3``, ``0,2``, ``0,1``, ``0-2,5``."""
     ordered = sorted(set(ranks))
     parts: list[str] = []
     start = previous = None
     for rank in [*ordered, None]:
         if start is not None and (rank is None or rank != (previous or 0) + 1):
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
+            if start == previous:
+                parts.append(str(start))
+            else:
+                parts.append(f"{start},{previous}" if previous == start + 1 else f"{start}-{previous}")
             start = None
         if rank is not None and start is None:
             start = rank

@@ -43,6 +43,7 @@ class Ranks:
         self._line_handler: LineHandler | None = None
         self._lock = threading.Lock()
         client.subscribe_topic(self.topic, self._on_event)
+        self._watched = False
 
     # -- calls to the workers -----------------------------------------------------------------------------------
     def call(self, function: Callable[..., Any], *args: Any, workers: Sequence[str]) -> concurrent.futures.Future[Any]:
@@ -125,6 +126,11 @@ class Ranks:
         return made, notes
 
     def _start(self, made: World) -> None:
+        if not self._watched:
+            from gpu_magics.spmd.kernel import leaving
+
+            leaving.watch(self.client, self.owner)
+            self._watched = True
         futures = {
             rank.rank: self.call(host.start, self.owner, self.topic, made.env(rank), workers=[rank.member.address])
             for rank in made.ranks

@@ -72,8 +72,9 @@ class Repl:
         innermost = mine[-1]
         parts = []
         if cell:
-            parts.append(f"cell line {cell[-1].lineno}")
-        if innermost is not (cell[-1] if cell else None):
+            own = cell[-1]
+            parts.append(f"cell line {own.lineno}" + ("" if own.name == "<module>" else f", in {own.name}"))
+        if not innermost.filename.startswith("<rank"):
             parts.append(f"in {innermost.name} ({os.path.basename(innermost.filename)}:{innermost.lineno})")
         return ", ".join(parts)
 

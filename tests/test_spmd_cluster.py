@@ -1,0 +1,259 @@
+"""SPMD cells on a real cluster (``%gpucluster --cpu-workers 3``: real worker processes, each with its rank
+process) from a real IPython shell: the rank environment, variables kept per rank, ``--ranks``, merged output,
+results, values moved both ways, failures that stop every rank (one stuck where an interrupt cannot reach it),
+real process groups (torch's gloo with DDP and a DataLoader with worker processes, JAX's gloo collectives), the
+SPMD session, and bad input in one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from gpu_magics import spmd
+from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.spmd.kernel import ranks as rank_sets
+from gpu_magics.spmd.worker import host
+from tests.test_gpurun import NO_GPU, inventory
+
+pytestmark = pytest.mark.slow
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_JAX = importlib.util.find_spec("jax") is not None
+
+
+@pytest.fixture(scope="module")
+def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
+    with inventory(NO_GPU), capture_output():
+        loaded_shell.run_line_magic("gpucluster", "--cpu-workers 3 --name spmd")
+    try:
+        yield loaded_shell
+    finally:
+        with capture_output():
+            loaded_shell.run_line_magic("gpucluster", "stop")
+
+
+def spmd_cell(shell: InteractiveShell, line: str, body: str) -> tuple[Any, str, str, Any]:
+    """Run ``%%gpurun spmd LINE`` as a cell (as the notebook does); its value, stdout (with the text of what it
+    displayed), stderr and result."""
+    with capture_output() as captured:
+        result = shell.run_cell(f"%%gpurun spmd {line}\n{body}")
+    shown = "\n".join(output.data.get("text/plain", "") for output in captured.outputs)
+    return result.result, captured.stdout + shown, captured.stderr, result
+
+
+def rank_processes() -> dict[str, dict[str, int]]:
+    """Worker address -> owner -> pid of its rank process."""
+    return dict(cluster.require_client().run(host.rank_pids))
+
+
+def test_every_rank_gets_torchruns_environment_and_rank_0s_value_is_the_result(shell: InteractiveShell) -> None:
+    body = (
+        "import os\n"
+        "env = {k: os.environ[k] for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK',\n"
+        "       'MASTER_ADDR', 'MASTER_PORT', 'JAX_COORDINATOR_ADDRESS', 'CUDA_VISIBLE_DEVICES')}\n"
+        "env"
+    )
+    value, _, _, _ = spmd_cell(shell, "-q -o t_env", body)
+    result = shell.user_ns["t_env"]
+    envs = result.values
+    assert [env["RANK"] for env in envs] == ["0", "1", "2"] and value == envs[0]
+    assert {env["WORLD_SIZE"] for env in envs} == {"3"} and {env["LOCAL_WORLD_SIZE"] for env in envs} == {"3"}
+    assert [env["LOCAL_RANK"] for env in envs] == ["0", "1", "2"] and {env["NODE_RANK"] for env in envs} == {"0"}
+    assert {env["MASTER_ADDR"] for env in envs} == {"127.0.0.1"}
+    master_port, jax_port = int(envs[0]["MASTER_PORT"]), int(envs[0]["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[1])
+    assert master_port != jax_port and master_port > 1024 and {env["CUDA_VISIBLE_DEVICES"] for env in envs} == {""}
+    assert "rank 2: {" in repr(result) and result[1].seconds is not None
+
+
+def test_each_rank_keeps_its_variables_and_ranks_picks_some(shell: InteractiveShell) -> None:
+    spmd_cell(shell, "-q", "import os\nmine = int(os.environ['RANK']) * 10")
+    value, _, _, _ = spmd_cell(shell, "-q --ranks 1-2 -o t_some", "mine + 1")
+    assert value == 11  # the first chosen rank's value
+    assert [outcome.rank for outcome in shell.user_ns["t_some"].outcomes] == [1, 2]
+    assert spmd.pull("mine") == [0, 10, 20] and spmd.pull("mine", rank=2) == 20
+
+
+def test_alike_lines_show_once_and_stderr_stays_stderr(shell: InteractiveShell) -> None:
+    body = "import os, sys\nprint('epoch 1')\nprint('rank says', os.environ['RANK'])\nprint('careful', file=sys.stderr)"
+    _, out, err, _ = spmd_cell(shell, "", body)
+    assert "[0-2] epoch 1" in out and out.count("epoch 1") == 1
+    assert all(f"[{rank}] rank says {rank}" in out for rank in range(3))
+    assert "[0-2] careful" in err and "careful" not in out
+    assert "spmd · 3 ranks on 1 host (CPU) · 3 done in" in out  # the status rows
+
+
+def test_values_go_to_every_rank_and_come_back(shell: InteractiveShell) -> None:
+    def scale(x: int) -> int:  # a function made here travels by value
+        return x * 3
+
+    spmd.push(t_scale=scale, t_base=7)
+    value, _, _, _ = spmd_cell(shell, "-q -o t_pushed", "import os\nt_scale(t_base) + int(os.environ['RANK'])")
+    assert shell.user_ns["t_pushed"].values == [21, 22, 23] and value == 21
+    with pytest.raises(UsageError, match="spmd.pull: rank 0: KeyError: 'nothing_here'"):
+        spmd.pull("nothing_here", rank=0)
+
+
+def test_a_failing_rank_stops_the_others_even_one_an_interrupt_cannot_reach(shell: InteractiveShell) -> None:
+    spmd_cell(shell, "-q", "keep = 'kept'")
+    body = (
+        "import os, signal, time\n"
+        "rank = int(os.environ['RANK'])\n"
+        "if rank == 2:\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a rank stuck in a collective's C code\n"
+        "if rank == 1:\n"
+        "    time.sleep(0.5)\n"
+        "    raise ValueError('boom on rank 1')\n"
+        "time.sleep(120)\n"
+    )
+    before = rank_processes()
+    began = time.monotonic()
+    _, out, err, result = spmd_cell(shell, "", body)
+    took = time.monotonic() - began
+    assert took < 10, f"the cell took {took:.1f} s"
+    assert not result.success and type(result.error_in_exec).__name__ == "ValueError"
+    text = out + err
+    assert "rank 1 (127.0.0.1 · CPU) failed first:" in text and "ValueError: boom on rank 1" in text
+    assert 'File "<rank cell' in text and "repl.py" not in text  # the rank's own frames only
+    assert "rank 0: stopped" in text
+    assert "rank 2: its process was ended" in text and "ranks 2 did not stop within 3 s" in text
+    # the next cell starts new ranks: variables are gone, but the cell works
+    value, _, _, _ = spmd_cell(shell, "-q", "'keep' in globals()")
+    assert value is False
+    after = rank_processes()
+    owner = rank_sets.current().owner  # type: ignore[union-attr]
+    assert {pids[owner] for pids in after.values()}.isdisjoint({pids.get(owner) for pids in before.values()})
+
+
+def test_a_rank_that_makes_no_progress_is_named_with_where_it_waits(shell: InteractiveShell) -> None:
+    shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 1.0")
+    try:
+        body = "import os, time\ndef waiting_here():\n    time.sleep(3.5 if os.environ['RANK'] == '0' else 0)\nwaiting_here()"
+        with capture_output() as captured:
+            shell.run_cell(f"%%gpurun spmd\n{body}")
+    finally:
+        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
+    updates = [output.data.get("text/plain", "") for output in captured.outputs]
+    assert any("no output for" in text and "cell line 3, in waiting_here" in text for text in updates), updates
+
+
+def test_syntax_errors_and_ranks_outside_the_world_are_one_line_and_run_nothing(shell: InteractiveShell) -> None:
+    for line, body, message in [
+        ("", "def broken(:\n", "%%gpurun spmd: the cell does not parse (line 1"),
+        ("--ranks 7", "x = 1", "%%gpurun spmd --ranks: no rank 7; the world has ranks 0-2"),
+    ]:
+        with pytest.raises(UsageError) as caught:
+            shell.run_cell_magic("gpurun", f"spmd {line}", body)
+        assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_the_spmd_session_runs_plain_cells_on_every_rank_until_off(shell: InteractiveShell) -> None:
+    with capture_output() as captured:
+        shell.run_line_magic("gpurun", "spmd")
+    assert "plain cells now run as SPMD cells" in captured.stdout
+    try:
+        with capture_output() as captured:
+            plain = shell.run_cell("import os\nprint('from', os.environ['RANK'])\nint(os.environ['WORLD_SIZE'])")
+        assert plain.result == 3 and "[0] from 0" in captured.stdout and "[2] from 2" in captured.stdout
+        with capture_output() as captured:
+            shell.run_cell("%gpurun")
+        assert "plain cells run as SPMD cells" in captured.stdout
+    finally:
+        with capture_output() as captured:
+            shell.run_cell("%gpurun off")
+    assert "plain cells run in this kernel again (not spmd)" in captured.stdout
+    assert shell.run_cell("t_here = 5\nt_here").result == 5  # in the kernel again
+
+
+def test_reset_ends_the_ranks_and_the_next_cell_starts_new_ones(shell: InteractiveShell) -> None:
+    spmd_cell(shell, "-q", "remember = 1")
+    owner = rank_sets.current().owner  # type: ignore[union-attr]
+    old = {pids[owner] for pids in rank_processes().values()}
+    with capture_output() as captured:
+        shell.run_line_magic("gpurun", "spmd --reset")
+    assert "the ranks were ended" in captured.stdout
+    assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie" for pid in old)
+    value, _, _, _ = spmd_cell(shell, "-q", "'remember' in globals()")
+    assert value is False
+
+
+def test_a_dataloader_style_pool_of_worker_processes_works_inside_a_rank(shell: InteractiveShell) -> None:
+    body = "import multiprocessing as mp\nwith mp.get_context('fork').Pool(2) as pool:\n    got = pool.map(abs, [-1, -2])\ngot"
+    value, _, err, result = spmd_cell(shell, "-q", body)
+    assert result.success, err
+    assert value == [1, 2]
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch)")
+def test_init_torch_makes_a_gloo_group_once_and_ddp_trains_with_a_dataloader(shell: InteractiveShell) -> None:
+    _, out, err, result = spmd_cell(shell, "--init torch", "import torch.distributed as dist\ndist.get_backend()")
+    assert result.success, out + err
+    assert "torch.distributed: gloo group of 3" in out and result.result == "gloo"
+    body = (
+        "import os, torch, torch.distributed as dist\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "losses = []\n"
+        "for x, y in DataLoader(data, batch_size=16, num_workers=2):\n"
+        "    optimizer.zero_grad()\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    losses.append(loss.item())\n"
+        "total = torch.ones(1)\n"
+        "dist.all_reduce(total)\n"
+        "(total.item(), [p.detach().sum().item() for p in model.parameters()])"
+    )
+    _, out, err, result = spmd_cell(shell, "--init torch -o t_ddp", body)  # the group is kept, not made again
+    assert result.success, out + err
+    assert "gloo group" not in out
+    values = shell.user_ns["t_ddp"].values
+    assert all(value[0] == 3.0 for value in values)
+    assert values[0][1] == values[1][1] == values[2][1]  # DDP kept the replicas equal
+
+
+@pytest.mark.skipif(not HAS_JAX, reason="jax is not installed (pip install 'jax[cpu]')")
+def test_init_jax_runs_a_gloo_collective_between_the_cpu_ranks(shell: InteractiveShell) -> None:
+    body = (
+        "import os, jax, numpy as np\n"
+        "from jax.experimental import multihost_utils\n"
+        "gathered = multihost_utils.process_allgather(np.array([int(os.environ['RANK'])]))\n"
+        "(jax.process_count(), gathered.ravel().tolist())"
+    )
+    _, out, err, result = spmd_cell(shell, "--init jax --timeout 1", body)
+    assert result.success, out + err
+    assert result.result == (3, [0, 1, 2])
+
+
+def test_stopping_the_cluster_ends_every_rank_process(loaded_shell: InteractiveShell) -> None:
+    with inventory(NO_GPU), capture_output():
+        loaded_shell.run_line_magic("gpucluster", "--replace --cpu-workers 2 --name spmd-stop")
+    spmd_cell(loaded_shell, "-q", "x = 1")
+    owner = rank_sets.current().owner  # type: ignore[union-attr]
+    pids = [found[owner] for found in rank_processes().values()]
+    assert len(pids) == 2
+    with capture_output():
+        loaded_shell.run_line_magic("gpucluster", "stop")
+    deadline = time.monotonic() + 15
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in pids):
+        assert time.monotonic() < deadline, "rank processes outlived the cluster"
+        time.sleep(0.2)
+    with pytest.raises(UsageError, match="no cluster is running"):
+        loaded_shell.run_cell_magic("gpurun", "spmd", "x")
+    with inventory(NO_GPU), capture_output():
+        loaded_shell.run_line_magic("gpucluster", "--cpu-workers 3 --name spmd")  # for the module's other tests
+
+
+def test_no_stray_environment_in_the_kernel() -> None:
+    assert "RANK" not in os.environ and "MASTER_PORT" not in os.environ

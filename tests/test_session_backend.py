@@ -191,7 +191,10 @@ def test_the_array_display_says_where_an_array_is_computed(shell: InteractiveShe
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("nosuch", "%gpurun: unknown backend 'nosuch'; choose one of cpu-single, cpu-threads, gpu, multi-gpu, auto, spmd."),
+        (
+            "nosuch",
+            "%gpurun: unknown backend 'nosuch'; choose one of cpu-single, cpu-threads, gpu, multi-gpu, auto, spmd.",
+        ),
         ("multi-gpu", "%gpurun: no cluster is running: start one with %gpucluster"),
         ("--compare cpu-single,cpu-threads", "%gpurun: --compare runs one cell on several backends"),
         ("cpu-single --repeat 3", "%gpurun: --repeat times one cell"),

@@ -98,7 +98,7 @@ def test_values_go_to_every_rank_and_come_back(shell: InteractiveShell) -> None:
     spmd.push(t_scale=scale, t_base=7)
     value, _, _, _ = spmd_cell(shell, "-q -o t_pushed", "import os\nt_scale(t_base) + int(os.environ['RANK'])")
     assert shell.user_ns["t_pushed"].values == [21, 22, 23] and value == 21
-    with pytest.raises(UsageError, match="spmd.pull: rank 0: KeyError: 'nothing_here'"):
+    with pytest.raises(UsageError, match=r"spmd\.pull: rank 0: KeyError: 'nothing_here'"):
         spmd.pull("nothing_here", rank=0)
 
 
@@ -136,7 +136,12 @@ def test_a_failing_rank_stops_the_others_even_one_an_interrupt_cannot_reach(shel
 def test_a_rank_that_makes_no_progress_is_named_with_where_it_waits(shell: InteractiveShell) -> None:
     shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 1.0")
     try:
-        body = "import os, time\ndef waiting_here():\n    time.sleep(3.5 if os.environ['RANK'] == '0' else 0)\nwaiting_here()"
+        body = (
+            "import os, time\n"
+            "def waiting_here():\n"
+            "    time.sleep(3.5 if os.environ['RANK'] == '0' else 0)\n"
+            "waiting_here()"
+        )
         with capture_output() as captured:
             shell.run_cell(f"%%gpurun spmd\n{body}")
     finally:
@@ -186,7 +191,12 @@ def test_reset_ends_the_ranks_and_the_next_cell_starts_new_ones(shell: Interacti
 
 
 def test_a_dataloader_style_pool_of_worker_processes_works_inside_a_rank(shell: InteractiveShell) -> None:
-    body = "import multiprocessing as mp\nwith mp.get_context('fork').Pool(2) as pool:\n    got = pool.map(abs, [-1, -2])\ngot"
+    body = (
+        "import multiprocessing as mp\n"
+        "with mp.get_context('fork').Pool(2) as pool:\n"
+        "    got = pool.map(abs, [-1, -2])\n"
+        "got"
+    )
     value, _, err, result = spmd_cell(shell, "-q", body)
     assert result.success, err
     assert value == [1, 2]

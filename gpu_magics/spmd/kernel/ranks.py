@@ -89,10 +89,9 @@ class Ranks:
         workers = inspection.scheduler_workers(self.client)
         if self.world is not None and set(workers) == self.world.addresses:
             return self.world, []
-        with_gpu, _ = queries.split_workers_by_gpu()
-        return self.prepare(workers, with_gpu)
+        return self.prepare(workers, cpu_only=_cpu_workers_only(queries.active()))
 
-    def prepare(self, workers: dict[str, dict[str, Any]], gpu_workers: set[str]) -> tuple[World, list[str]]:
+    def prepare(self, workers: dict[str, dict[str, Any]], *, cpu_only: bool = False) -> tuple[World, list[str]]:
         """The world for ``workers`` (the one running when they did not change), with rank processes started;
         and the lines to say (a new world, why the old one went)."""
         notes: list[str] = []
@@ -112,7 +111,7 @@ class Ranks:
         for address, found in probes.items():
             if isinstance(found, BaseException):
                 raise UsageError(f"{PROG}: worker {address} did not answer ({type(found).__name__}: {found})")
-            members.append(worlds.Member.from_probe(address, found, gpu=address in gpu_workers))
+            members.append(worlds.Member.from_probe(address, found, gpu=not cpu_only))
         ranks = worlds.order(members)
         worlds.check_gpus(ranks)
         first = ranks[0].member.address
@@ -173,6 +172,14 @@ class Ranks:
         self.end()
         with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(self.topic)
+
+
+def _cpu_workers_only(current: Any) -> bool:
+    """Whether the cluster's workers were asked to be CPU workers (``--cpu-workers``): their ranks see no GPU even
+    where the host has some. Otherwise each worker says whether it has a GPU (its ``CUDA_VISIBLE_DEVICES``)."""
+    if current is None:
+        return False
+    return current.kind == "cpu" or bool(getattr(current.options, "cpu_workers", None))
 
 
 _by_client: dict[str, Ranks] = {}

@@ -44,13 +44,37 @@ class Ranks:
         self._lock = threading.Lock()
         client.subscribe_topic(self.topic, self._on_event)
         self._watched = False
+        self._direct = True
 
     # -- calls to the workers -----------------------------------------------------------------------------------
     def call(self, function: Callable[..., Any], *args: Any, workers: Sequence[str]) -> concurrent.futures.Future[Any]:
-        """``function(*args)`` on ``workers`` (each as ``dask_worker``); a future of address -> result or error."""
-        coroutine = self.client._run(function, *args, workers=list(workers), on_error="return")
+        """``function(*args)`` on ``workers`` (each as ``dask_worker``); a future of address -> result or error.
+        One worker is asked directly (one hop, as the client fetches results), falling back to the scheduler
+        where the kernel cannot reach the worker (a gateway's proxy); several through the scheduler."""
+        if len(workers) == 1 and self._direct:
+            coroutine = self._run_direct(function, args, workers[0])
+        else:
+            coroutine = self.client._run(function, *args, workers=list(workers), on_error="return")
         loop: Any = self.client.loop
         return asyncio.run_coroutine_threadsafe(coroutine, loop.asyncio_loop)
+
+    async def _run_direct(self, function: Callable[..., Any], args: tuple[Any, ...], address: str) -> dict[str, Any]:
+        from distributed.comm.core import CommClosedError
+        from distributed.protocol.pickle import dumps, loads
+
+        try:
+            response = await self.client.rpc(address).run(
+                function=dumps(function), args=dumps(args), kwargs=dumps({}), wait=True
+            )
+        except (OSError, CommClosedError):
+            self._direct = False  # this kernel does not reach the workers: through the scheduler from now on
+            return dict(await self.client._run(function, *args, workers=[address], on_error="return"))
+        except Exception as error:
+            return {address: error}
+        if response.get("status") == "OK":
+            return {address: response.get("result")}
+        exception = response.get("exception")
+        return {address: loads(exception) if isinstance(exception, bytes) else RuntimeError(str(response))}
 
     def call_wait(self, function: Callable[..., Any], *args: Any, workers: Sequence[str], timeout: float) -> dict:
         future = self.call(function, *args, workers=workers)

@@ -1,10 +1,11 @@
 """The rank's REPL: runs the cells it is handed in one namespace that lives as long as the process.
 
-Started as ``python -m gpu_magics.spmd.rank FD`` by the rank host; FD is its end of a socket pair that carries
-pickled messages both ways. The main thread runs the cells (so ``SIGINT`` from the host raises
-``KeyboardInterrupt`` in user code); a reader thread takes the messages, answers "where are you" from the side
-(the main thread's stack, even while it waits in a collective) and ends the process when the host goes away
-(end of file on the socket: the worker died), so no rank outlives its worker.
+Started as ``python -m gpu_magics.spmd.rank CMD_FD CTL_FD`` by the rank host; each FD is its end of a socket
+pair that carries pickled messages both ways. The main thread reads the commands and runs the cells (so
+``SIGINT`` from the host raises ``KeyboardInterrupt`` in user code, and a command costs no hand-over between
+threads); a control thread answers "where are you" from the side (the main thread's stack, even while it waits
+in a collective) and ends the process when the host goes away (end of file: the worker died), so no rank
+outlives its worker.
 
 After each cell the REPL writes a marker line to stdout and stderr (``MARK`` + the message id), so the host knows
 every line the cell printed has arrived before it reports the cell done.
@@ -17,7 +18,6 @@ import contextlib
 import linecache
 import os
 import pickle
-import queue
 import signal
 import sys
 import threading
@@ -35,29 +35,20 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 class Repl:
     """One rank's namespace and the connection to its host."""
 
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
+    def __init__(self, commands: Connection, control: Connection) -> None:
+        self.commands, self.control = commands, control
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
-        self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._send_lock = threading.Lock()
         self._main = threading.main_thread().ident
 
-    def send(self, message: dict[str, Any]) -> None:
-        with self._send_lock:
-            self.connection.send(message)
-
-    # -- the reader thread -----------------------------------------------------------------------------------------
-    def read_forever(self) -> None:
-        """Take the host's messages; the host's end closing means the worker is gone: end at once."""
+    # -- the control thread ----------------------------------------------------------------------------------------
+    def control_forever(self) -> None:
+        """Answer "where are you"; the host's end closing means the worker is gone: end at once."""
         while True:
             try:
-                message = self.connection.recv()
+                message = self.control.recv()
+                self.control.send({"op": "where", "id": message.get("id"), "text": self.where()})
             except (EOFError, OSError):
                 os._exit(0)
-            if message.get("op") == "where":
-                self.send({"op": "where", "id": message.get("id"), "text": self.where()})
-            else:
-                self.inbox.put(message)
 
     def where(self) -> str:
         """Where the main thread is now: its innermost frames, the cell's own line first."""
@@ -80,15 +71,17 @@ class Repl:
 
     # -- the main thread -------------------------------------------------------------------------------------------
     def serve(self) -> None:
-        self.send({"op": "ready", "pid": os.getpid()})
+        self.commands.send({"op": "ready", "pid": os.getpid()})
         while True:
             try:
-                message = self.inbox.get()
+                message = self.commands.recv()
             except KeyboardInterrupt:  # an interrupt that came while idle: nothing to stop
                 continue
+            except (EOFError, OSError):
+                os._exit(0)
             reply = self.handle(message)
             _mark(message.get("id"))
-            self.send(reply)
+            self.commands.send(reply)
 
     def handle(self, message: dict[str, Any]) -> dict[str, Any]:
         op, ident = message.get("op"), message.get("id")
@@ -189,8 +182,7 @@ def _mark(ident: Any) -> None:
 
 
 def main(argv: list[str]) -> None:
-    connection = Connection(int(argv[1]))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    repl = Repl(connection)
-    threading.Thread(target=repl.read_forever, name="gpu-magics-rank-reader", daemon=True).start()
+    repl = Repl(Connection(int(argv[1])), Connection(int(argv[2])))
+    threading.Thread(target=repl.control_forever, name="gpu-magics-rank-control", daemon=True).start()
     repl.serve()

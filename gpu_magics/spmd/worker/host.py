@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,91 +31,119 @@ _ATTRIBUTE = "_gpu_magics_rank_hosts"
 
 
 class RankProcess:
-    """One rank process and the cell it runs now."""
+    """One rank process and the cell it runs now. Its sockets and pipes are read on the worker's event loop
+    (``add_reader``): no thread stands between a rank's reply and the kernel."""
 
     def __init__(self, owner: str, topic: str, env: dict[str, str], worker: Any) -> None:
         self.owner, self.topic, self.worker = owner, topic, worker
         self.rank = int(env.get("RANK", "0"))
-        mine, theirs = socket.socketpair()
-        self.connection = Connection(mine.detach())
-        child_fd = theirs.detach()
+        self.loop = asyncio.get_running_loop()
+        pairs = [socket.socketpair() for _ in range(2)]
+        self.commands, self.control = (Connection(mine.detach()) for mine, _ in pairs)
+        child_fds = [theirs.detach() for _, theirs in pairs]
         self.process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "gpu_magics.spmd.rank", str(child_fd)],
+            [sys.executable, "-u", "-m", "gpu_magics.spmd.rank", *map(str, child_fds)],
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(child_fd,),
+            pass_fds=tuple(child_fds),
             close_fds=True,
         )
-        os.close(child_fd)
-        self.loop = asyncio.get_running_loop()
+        for fd in child_fds:
+            os.close(fd)
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._where: asyncio.Future[str] | None = None
         self._lines: list[tuple[int, str, str]] = []  # (seq, stream, text) of the cell running now
         self._unsent: list[tuple[int, str, str]] = []
         self._seq = 0
-        self._marks: dict[str, threading.Event] = {"out": threading.Event(), "err": threading.Event()}
-        self._lock = threading.Lock()
-        self._cell: int | None = None
+        self._marks: dict[str, asyncio.Event] = {"out": asyncio.Event(), "err": asyncio.Event()}
+        self._partial: dict[str, str] = {"out": "", "err": ""}
+        self._blank: dict[str, bool] = {"out": False, "err": False}
+        self._cell: Any = None
         self._ids = 0
         self._last_event = 0.0
+        self._flush_due = False
         self.started = time.time()
-        self.ready = self.loop.create_future()
-        threading.Thread(target=self._read_messages, daemon=True, name="gpu-magics-rank-messages").start()
+        self.ready: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self.loop.add_reader(self.commands.fileno(), self._read_commands)
+        self.loop.add_reader(self.control.fileno(), self._read_control)
         for name, stream in (("out", self.process.stdout), ("err", self.process.stderr)):
-            threading.Thread(target=self._read_stream, args=(name, stream), daemon=True).start()
+            assert stream is not None
+            os.set_blocking(stream.fileno(), False)
+            self.loop.add_reader(stream.fileno(), self._read_stream, name, stream.fileno())
 
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    # -- threads ------------------------------------------------------------------------------------------------
-    def _read_messages(self) -> None:
-        while True:
-            try:
-                message = self.connection.recv()
-            except (EOFError, OSError):
-                break
-            self.loop.call_soon_threadsafe(self._on_message, message)
-        self.loop.call_soon_threadsafe(self._on_exit)
+    # -- readers, on the worker's event loop ---------------------------------------------------------------------
+    def _read_commands(self) -> None:
+        try:
+            while self.commands.poll(0):
+                self._on_message(self.commands.recv())
+        except (EOFError, OSError):
+            self.loop.remove_reader(self.commands.fileno())
+            self._on_exit()
 
-    def _read_stream(self, name: str, stream: Any) -> None:
-        previous_blank = False
-        for raw in iter(stream.readline, b""):
-            text = raw.decode(errors="replace").rstrip("\n")
-            if MARK in text:
-                before = text.split(MARK, 1)[0]
-                if before:
-                    self._add_line(name, before)
-                self._marks[name].set()
-                previous_blank = False
-                continue
-            if previous_blank:  # a blank line is held back: the REPL writes one before its mark
-                self._add_line(name, "")
-            previous_blank = text == ""
-            if not previous_blank:
-                self._add_line(name, text)
-        self._marks[name].set()
+    def _read_control(self) -> None:
+        try:
+            while self.control.poll(0):
+                message = self.control.recv()
+                if self._where is not None and not self._where.done():
+                    self._where.set_result(str(message.get("text", "")))
+        except (EOFError, OSError):
+            self.loop.remove_reader(self.control.fileno())
+
+    def _read_stream(self, name: str, fd: int) -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # the rank process closed it: it ended
+            self.loop.remove_reader(fd)
+            if self._partial[name]:
+                self._add_line(name, self._partial[name])
+                self._partial[name] = ""
+            self._marks[name].set()
+            return
+        text = self._partial[name] + data.decode(errors="replace")
+        *complete, self._partial[name] = text.split("\n")
+        for line in complete:
+            self._take_line(name, line)
+
+    def _take_line(self, name: str, text: str) -> None:
+        if MARK in text:
+            before = text.split(MARK, 1)[0]
+            if before:
+                self._add_line(name, before)
+            self._blank[name] = False
+            self._marks[name].set()
+            return
+        if self._blank[name]:  # a blank line is held back: the REPL writes one before its mark
+            self._add_line(name, "")
+        self._blank[name] = text == ""
+        if not self._blank[name]:
+            self._add_line(name, text)
 
     def _add_line(self, stream: str, text: str) -> None:
-        with self._lock:
-            entry = (self._seq, stream, text)
-            self._seq += 1
-            if len(self._lines) < LINE_LIMIT:
-                self._lines.append(entry)
-            self._unsent.append(entry)
-        self.loop.call_soon_threadsafe(self._send_lines)
+        entry = (self._seq, stream, text)
+        self._seq += 1
+        if len(self._lines) < LINE_LIMIT:
+            self._lines.append(entry)
+        self._unsent.append(entry)
+        if not self._flush_due:
+            self._flush_due = True
+            delay = max(0.0, EVENT_GAP - (time.monotonic() - self._last_event))
+            self.loop.call_later(delay, self._send_lines)
 
-    # -- on the worker's event loop -----------------------------------------------------------------------------
     def _send_lines(self) -> None:
-        now = time.monotonic()
-        if now - self._last_event < EVENT_GAP:
-            self.loop.call_later(EVENT_GAP, self._send_lines)
-            return
-        with self._lock:
-            unsent, self._unsent = self._unsent, []
+        self._flush_due = False
+        unsent, self._unsent = self._unsent, []
         if unsent:
-            self._last_event = now
+            self._last_event = time.monotonic()
             self.worker.log_event(self.topic, {"rank": self.rank, "cell": self._cell, "lines": unsent})
 
     def _on_message(self, message: dict[str, Any]) -> None:
@@ -129,7 +156,7 @@ class RankProcess:
             future.set_result(message)
 
     def _on_exit(self) -> None:
-        code = self.process.wait()
+        code = self.process.poll()
         if not self.ready.done():
             self.ready.set_exception(RuntimeError(f"the rank process ended at start (exit code {code})"))
         for future in self._replies.values():
@@ -144,43 +171,38 @@ class RankProcess:
         ident = self._ids
         future = self.loop.create_future()
         self._replies[ident] = future
-        with self._lock:
-            self._lines, self._seq = [], 0
+        self._lines, self._seq = [], 0
         for event in self._marks.values():
             event.clear()
         self._cell = message.get("cell")
         began = time.perf_counter()
-        self.connection.send({**message, "id": ident})
+        self.commands.send({**message, "id": ident})
         reply = await future
-        await asyncio.to_thread(self._wait_for_marks)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(event.wait() for event in self._marks.values())), 2.0)
         self._send_lines()
-        with self._lock:
-            reply["lines"], reply["line_count"] = list(self._lines), self._seq
+        reply["lines"], reply["line_count"] = list(self._lines), self._seq
         reply.setdefault("seconds", time.perf_counter() - began)
+        if reply.get("ended"):
+            reply["exit_code"] = await asyncio.to_thread(self.process.wait, 10)
         self._cell = None
         return reply
-
-    def _wait_for_marks(self) -> None:
-        for event in self._marks.values():
-            event.wait(2.0)
 
     async def where(self) -> str:
         if not self.alive:
             return "ended"
-        future = self.loop.create_future()
-        self._replies[-2] = future
-        self.connection.send({"op": "where", "id": -2})
+        self._where = self.loop.create_future()
+        self.control.send({"op": "where"})
         try:
-            reply = await asyncio.wait_for(future, 2.0)
+            return await asyncio.wait_for(self._where, 2.0)
         except TimeoutError:
             return "no answer"
-        return str(reply.get("text", ""))
 
     async def stop(self, grace: float) -> bool:
         """Interrupt the cell; end the process if it has not stopped after ``grace`` seconds. Whether it ended."""
         if not self.alive:
             return True
-        pending = [future for key, future in self._replies.items() if key >= 0]
+        pending = list(self._replies.values())
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.process.pid, signal.SIGINT)
         if pending:
@@ -196,8 +218,17 @@ class RankProcess:
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
         await asyncio.to_thread(self.process.wait, 10)
-        with contextlib.suppress(OSError):
-            self.connection.close()
+        for connection in (self.commands, self.control):
+            with contextlib.suppress(OSError, ValueError):
+                self.loop.remove_reader(connection.fileno())
+            with contextlib.suppress(OSError):
+                connection.close()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self.loop.remove_reader(stream.fileno())
+                    stream.close()
+        self._on_exit()
 
 
 def _hosts(worker: Any) -> dict[str, RankProcess]:

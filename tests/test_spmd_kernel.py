@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,13 +59,11 @@ def kill_only_the_kernel(kernel: Kernel) -> None:
 
 
 def port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    """Whether no process listens on ``port`` (a connection of another test may use it as its own end)."""
+    return not any(
+        conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port
+        for conn in psutil.net_connections(kind="tcp")
+    )
 
 
 STUCK_CELL = """%%gpurun spmd

@@ -46,6 +46,7 @@ CLUSTER_QUERIES = ("status", "scale", "restart", "dashboard")
 BACKEND_ORDER = ("cpu-threads", "gpu", "multi-gpu")
 RUN_CLASS = "gpu-magics-run"  # the HTML class of a %%gpurun summary
 COMPARE_CLASS = "gpu-magics-compare"  # ... and of a --compare table
+SPMD_CLASS = "gpu-magics-spmd"  # ... and of a %%gpurun spmd cell's status rows
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,8 @@ def outputs_text(nb: Any) -> str:
 
 
 def gpurun_outputs(nb: Any) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """The ``%%gpurun`` summaries and ``--compare`` tables in the outputs: ``{"cell", "text"}`` each."""
+    """The ``%%gpurun`` summaries (an SPMD cell's status rows among them) and ``--compare`` tables in the outputs:
+    ``{"cell", "text"}`` each."""
     summaries, compares = [], []
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -233,7 +235,7 @@ def gpurun_outputs(nb: Any) -> tuple[list[dict[str, str]], list[dict[str, str]]]
             html = str(output.get("data", {}).get("text/html", ""))
             if COMPARE_CLASS in html:
                 compares.append({"cell": first, "text": _text(output)})
-            elif RUN_CLASS in html:
+            elif RUN_CLASS in html or SPMD_CLASS in html:
                 summaries.append({"cell": first, "text": _text(output)})
     return summaries, compares
 

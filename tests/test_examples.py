@@ -34,6 +34,14 @@ EXPECTED: dict[str, list[str | tuple[str, ...]]] = {
         "Wall time",
         "every backend agrees",
     ],
+    "spmd-training": [
+        ("2 CPU ranks with gloo between them", "NCCL between them"),
+        "torch.distributed: ",
+        "the replicas agree",
+        "RuntimeError: rank",
+        ("jax.distributed: ", "jax on every rank: False"),
+        "stopped cluster",
+    ],
     "linear-algebra": [
         "Task graph of",
         "largest singular value",

@@ -89,7 +89,8 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
     if options.init and options.init not in made.groups:
         check_group(world, options.init, world.ranks)
         init = _CellRun(shell, made, world, world.ranks, settings)
-        result = init.run({"op": "init", "kind": options.init, "timeout": timeout_s}, "init")
+        made.cells += 1
+        result = init.run({"op": "init", "kind": options.init, "timeout": timeout_s}, f"<rank init {made.cells}>")
         if result is None:
             return None
         made.groups.add(options.init)
@@ -127,7 +128,8 @@ class _CellRun:
     def run(self, message: dict[str, Any], cell: str) -> SpmdResult | None:
         """Run ``message`` on the chosen ranks; the result, or ``None`` when the cell failed (shown already)."""
         self.began = time.perf_counter()
-        self.made.listen(lambda rank, _cell, lines: self.events.put(("lines", rank, lines)))
+        self.cell = cell
+        self.made.listen(self._on_lines)
         pending: dict[int, concurrent.futures.Future[Any]] = {}
         for rank in self.chosen:
             future = self.made.ask(rank, {**message, "cell": cell})
@@ -152,6 +154,11 @@ class _CellRun:
             self._fail(interrupted, ended)
             return None
         return result
+
+    def _on_lines(self, rank: int, cell: Any, lines: list[tuple[int, str, str]]) -> None:
+        """Live lines from the workers' events: this cell's only (a late event of the cell before is dropped)."""
+        if cell == self.cell:
+            self.events.put(("lines", rank, lines))
 
     def _watch(self, pending: dict[int, concurrent.futures.Future[Any]], handle: Any) -> bool:
         """Take events until every rank answered; whether the user interrupted."""

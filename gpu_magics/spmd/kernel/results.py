@@ -25,7 +25,10 @@ class RankValue:
 
 
 def load_value(rank: int, data: bytes | None, text: str | None) -> Any:
-    """The rank's value as an object here where it loads, else a ``RankValue`` with its repr."""
+    """The rank's value as an object here where it loads, else a ``RankValue`` with its repr (``None`` where the
+    cell left no value)."""
+    if data is None and text is None:
+        return None
     if data is not None:
         try:
             return pickle.loads(data)

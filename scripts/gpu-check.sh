@@ -2,10 +2,13 @@
 # Run the GPU tests and the benchmarks on a machine with CUDA GPUs, in one go; the log goes to $OUT/gpu-check.log
 # (default OUT: ./gpu-logs), executed example notebooks to $OUT/executed.
 #   bash scripts/gpu-check.sh [STAGE...]
-#     stages: env tests seed session cluster levers large transfers scaling display monitor telemetry server attach
-#             examples jobqueue (default: all but jobqueue, which tests runs too)
+#     stages: env tests spmd seed session cluster levers large transfers scaling display monitor telemetry server
+#             attach examples jobqueue (default: all but jobqueue, which tests runs too)
 #     startup: %gpucluster start-up in a fresh and a used kernel against plain LocalCUDACluster (1 GPU), and a py-spy
 #              profile of a fresh start (kernel, worker server and workers) where py-spy is carried
+#     spmd: %%gpurun spmd with torch on the GPUs: tests/gpu/test_spmd_gpu.py (NCCL ranks on their workers' GPUs, DDP,
+#           gloo CPU ranks, a DataLoader in a rank; the tests stage leaves that file to this stage when both run) and
+#           benchmarks/spmd.py (an empty SPMD cell, fresh ranks to the first all_reduce and a DDP step, against torchrun)
 #     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
 #     levers: where a multi-gpu cell's time goes and each lever against it, dask-cuda's array operations, py-spy
@@ -47,8 +50,10 @@ for module in list(sys.modules.values()):  # the image's own packages too, where
             compileall.compile_file(path, quiet=2)
 PY
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env tests seed session cluster levers large transfers scaling display monitor telemetry server attach
-  examples)
+[ ${#stages[@]} -eq 0 ] && stages=(env tests spmd seed session cluster levers large transfers scaling display monitor telemetry server
+  attach examples)
+spmd_apart=""  # the spmd stage runs the SPMD tests: the tests stage leaves them out where both run
+case " ${stages[*]} " in *" spmd "*) spmd_apart="--ignore=tests/gpu/test_spmd_gpu.py" ;; esac
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 counts=""  # 1, 2, 4, ... up to the GPU count, and the count itself
 for k in 1 2 4 8 16; do [ "$k" -le "$gpus" ] && counts="$counts,$k"; done
@@ -67,7 +72,12 @@ run() {  # run NAME COMMAND...: log to $OUT/NAME.log, remember failures
 for stage in "${stages[@]}"; do
   case $stage in
     env) run env bash -c 'nvidia-smi -L; python3 --version; python3 -c "import cupy, dask, distributed, dask_cuda; print(cupy.__version__, dask.__version__, distributed.__version__, dask_cuda.__version__)"' ;;
-    tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 ${PYTEST_ARGS:-} ;;
+    tests) run pytest-gpu python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider -o addopts="" --timeout 300 $spmd_apart \
+        ${PYTEST_ARGS:-} ;;
+    spmd)
+      run spmd-tests python3 -m pytest -m gpu tests/gpu/test_spmd_gpu.py -q -rA -p no:cacheprovider -o addopts="" --timeout 300 \
+        ${PYTEST_ARGS:-}
+      run spmd python3 benchmarks/spmd.py --json "$OUT/spmd.json" ;;
     seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
     startup)
       run startup python3 benchmarks/cluster_start.py --gpus 1 --repeat 3 --json "$OUT/startup.json"

@@ -44,7 +44,7 @@ from typing import Any
 from IPython.utils.capture import capture_output
 
 TARGETS = {"empty_cell_ms": 5.0, "ddp_step_ratio": 1.02}
-GPU_SIZES = {"batch": 512, "features": 1024, "hidden": 1024, "classes": 10, "warmup": 20, "steps": 200, "rounds": 20}
+GPU_SIZES = {"batch": 512, "features": 1024, "hidden": 1024, "classes": 10, "warmup": 20, "steps": 200, "rounds": 50}
 CPU_SIZES = {"batch": 64, "features": 256, "hidden": 256, "classes": 10, "warmup": 5, "steps": 20, "rounds": 5}
 
 # The all_reduce both sides time to; in an SPMD cell ``--init torch`` made the group (and set the device) before.

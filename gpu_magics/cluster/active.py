@@ -43,18 +43,17 @@ class ActiveCluster:
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
-    manager: ClusterManager | None = None  # --slurm, --from: the cluster manager object that gives the workers
-    adaptive: tuple[int, int] | None = None  # adapt MIN MAX on a cluster started here
+    manager: ClusterManager | None = None  # what gives the workers (managers/: local, attached, SLURM, --from)
 
     @property
     def owned(self) -> bool:
         """Whether this kernel started the cluster (and so may restart and stop it)."""
-        return self.cluster is not None or (self.manager is not None and self.manager.owned)
+        return self.manager is not None and self.manager.owned
 
     @property
     def scalable(self) -> bool:
         """Whether ``scale`` and ``adapt`` act on it: started here, or a manager object (adopted ones too)."""
-        return self.cluster is not None or self.manager is not None
+        return self.manager is not None and self.manager.scalable
 
 
 _in_use: ActiveCluster | None = None

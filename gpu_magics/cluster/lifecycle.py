@@ -3,10 +3,9 @@
 ``%gpucluster`` drives it; ``%%gpurun multi-gpu`` asks ``require_client()`` and ``has_gpu_workers()``.
 Nothing here touches a GPU at import: dask-cuda is imported when a GPU cluster starts, CuPy only inside the
 workers. Safety: everything binds to 127.0.0.1 unless ``--host`` says otherwise; clusters started here close
-on ``stop``, ``%unload_ext`` and interpreter exit, and their worker processes exit by themselves when this
-process dies (each watches a pipe from its parent: ``distributed.process.AsyncProcess``). A cluster attached
-to is never stopped from here. Workers from a cluster manager object (SLURM jobs, ``--slurm``; the user's
-object, ``--from``) go through ``managers``' one interface: its ``scale()``, ``adapt()`` and ``close()``.
+on ``stop``, ``%unload_ext`` and interpreter exit. Every way to get workers (a cluster started here, a scheduler
+attached to, SLURM jobs, the user's manager object) is a manager behind ``managers``' one interface, so each
+verb here is one call on the manager in use, with no branch on the kind of cluster.
 """
 
 from __future__ import annotations
@@ -21,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import attach, factories, idle, inspection
+from gpu_magics.cluster import factories, idle, inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.inspection import one_line
+from gpu_magics.cluster.managers.opening import chosen_gpus, open_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
     active,
@@ -49,7 +49,7 @@ from gpu_magics.cluster.workers import forkserver
 from gpu_magics.display.format import format_duration
 
 if TYPE_CHECKING:
-    from distributed import Client, LocalCluster
+    pass
 
 # The lifecycle's own verbs, and the queries answered here too: the magic and scripts ask this module, while
 # ``gpurun`` asks ``cluster.queries`` only.
@@ -100,7 +100,7 @@ def start(
         # check the GPU choice before anything stops: a bad --gpus must not stop the running cluster (a line that
         # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
         reuse = current is not None and not options.replace and "gpus" not in options.given
-        gpu_ids = factories.choose_gpus(options.gpus) if options.kind == "gpu" and not reuse else ()
+        gpu_ids = () if reuse else chosen_gpus(options)
         if current is not None:
             if not options.replace:
                 notice = (
@@ -112,20 +112,16 @@ def start(
                     notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
                 return status(notice=notice)
             stop()
-        waiting: str | None = None  # what the workers of a manager still wait for
-        if options.kind == "attached":
-            started = _attach(options)
-        elif options.kind in ("slurm", "adopted"):
-            from gpu_magics.cluster.managers import steps
+        from gpu_magics.cluster.managers import steps
 
-            started, waiting = steps.start(options, namespace or {}, began)
-        else:
-            started = _start_local(options, gpu_ids, began)
-        if started.cluster is not None:
-            started.saved_config = _keep_forking()
+        manager = open_manager(options, namespace or {}, gpu_ids)
+        started, waiting = steps.start(manager, options, began)
+        started.saved_config = _apply_settings(manager.settings())
         set_in_use(started)
-        if started.kind == "gpu" or (started.kind not in ("gpu", "cpu") and has_gpu_workers()):
-            started.saved_config = {**(started.saved_config or {}), **_set_cupy_defaults()}
+        if worker_kind(started) == "gpu":
+            from gpu_magics.dask_settings import cupy_cluster_defaults
+
+            started.saved_config.update(_apply_settings(cupy_cluster_defaults()))
         if telemetry_interval > 0:
             _start_telemetry(started, telemetry_interval)
         _watch_idle(started, idle_timeout, write=False)
@@ -153,8 +149,8 @@ def status(notice: str | None = None) -> ClusterInfo:
     if current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
         current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
     workers = inspection.scheduler_workers(current.client)
-    if current.kind not in ("gpu", "cpu"):
-        attach.learn_gpus(current.client, current.devices, set(workers))
+    if current.manager is not None:
+        current.manager.learn(current.client, current.devices, set(workers))
     if not workers and notice is None:
         fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
         notice = f"{PROG}: the cluster has no workers: {fix}"
@@ -182,19 +178,11 @@ def stop(close: bool = False) -> str:
             dask.config.set(current.saved_config)
         with contextlib.suppress(Exception):
             current.client.close(timeout=5)
-        if current.manager is not None:
-            try:
-                return current.manager.finish(current.name, close)
-            except Exception as error:
-                return f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
-        if current.cluster is None:
-            return (
-                f"{PROG}: disconnected from {current.options.address}; its scheduler and workers keep "
-                "running (this kernel did not start them)"
-            )
-        with contextlib.suppress(Exception):
-            current.cluster.close(timeout=15)
-        return f"{PROG}: stopped cluster {current.name!r}"
+        assert current.manager is not None
+        try:
+            return current.manager.finish(current.name, close)
+        except Exception as error:
+            return f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
 
 
 def restart() -> ClusterInfo:
@@ -216,42 +204,13 @@ def restart() -> ClusterInfo:
 
 def scale(count: int) -> ClusterInfo:
     """Grow or shrink the cluster started here to ``count`` workers (at most one per chosen GPU)."""
-    from gpu_magics.cluster.workers import warmup
+    from gpu_magics.cluster.managers import steps
 
     with _lock:
         current = _require_owned("scale", scalable=True)
-        if current.manager is not None:
-            from gpu_magics.cluster.managers import steps
-
-            notice = steps.scale(current, count)
-            record_writer.write_record(current)
-            return status(notice=notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
-        if current.kind == "gpu" and count > len(current.gpu_ids):
-            ids = ",".join(current.gpu_ids)
-            raise UsageError(
-                f"{PROG} scale {count}: the cluster may use {len(current.gpu_ids)} GPU(s) ({ids}), one "
-                f"worker each; start it with --gpus all --replace for more"
-            )
-        assert current.cluster is not None
-        before = set(inspection.scheduler_workers(current.client))
-        if current.adaptive is not None:
-            current.cluster.adapt(minimum=count, maximum=count)  # distributed's scale() leaves adapting on
-            current.adaptive = None
-        with factories.worker_start_config():
-            current.cluster.scale(count)
-            try:
-                inspection.wait_for_count(current.client, count, current.options.start_timeout)
-            except TimeoutError as error:
-                raise UsageError(f"{PROG} scale {count}: {error}") from None
-        workers = inspection.scheduler_workers(current.client)
-        names = {str(info.get("name", address)) for address, info in workers.items()}
-        current.devices = {name: seen for name, seen in current.devices.items() if name in names}
-        new = sorted(set(workers) - before)
-        if new:
-            devices, current.warm_s = warmup.warm_workers(current.client, current.kind, workers=new)
-            current.devices.update(devices)
+        notice = steps.scale(current, count)
         record_writer.write_record(current)
-        return status(notice=f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+        return status(notice=notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
 
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
@@ -327,93 +286,14 @@ def dashboard_url() -> str | None:
     return dashboard_links.for_kernel(inspection.dashboard_link(_require_active("dashboard").client)).url
 
 
-def _start_local(options: ClusterOptions, gpu_ids: tuple[str, ...], began: float) -> ActiveCluster:
-    """Start the cluster and warm it; ``ready_s`` counts from ``began`` (the magic's start) until every worker
-    answered, ``warm_s`` from then until the warm-up is done: together, the magic's wall time."""
-    from gpu_magics.cluster.workers import warmup
-
-    cluster: LocalCluster | None = None
-    client: Client | None = None
-    made = threading.Event()
-    helper = threading.Thread(
-        target=warmup.prepare_here, args=(options.kind == "gpu", made), name="gpu-magics-prepare", daemon=True
-    )
-    try:
-        forkserver.start_server()  # unless %load_ext did: its imports overlap this process's from here on
-        from distributed import Client
-
-        if options.kind == "gpu":
-            make = factories.gpu_cluster_factory(options, gpu_ids)
-        else:
-            make = factories.cpu_cluster_factory(options)
-        helper.start()  # after this thread's imports: two threads importing one package can see it half-made
-        with factories.worker_start_config(options.kind):
-            cluster = make()
-        made.set()
-        client = Client(cluster, set_as_default=True)
-        expected = len(gpu_ids) if options.kind == "gpu" else int(options.cpu_workers or 1)
-        client.wait_for_workers(expected, timeout=options.start_timeout)
-        ready_s = time.perf_counter() - began
-        devices, _ = warmup.warm_workers(client, options.kind, before_cluster_round=helper.join)
-        warm_s = time.perf_counter() - began - ready_s
-    except BaseException as error:
-        made.set()
-        if helper.is_alive():
-            helper.join()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close(timeout=5)
-        if cluster is not None:
-            with contextlib.suppress(Exception):
-                cluster.close(timeout=15)
-        if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
-            raise
-        raise UsageError(f"{PROG}: the cluster did not start: {one_line(error)}") from error
-    return ActiveCluster(
-        name=options.cluster_name,
-        kind=options.kind,
-        options=options,
-        client=client,
-        cluster=cluster,
-        gpu_ids=gpu_ids,
-        devices=devices,
-        ready_s=ready_s,
-        warm_s=warm_s,
-    )
-
-
-def _keep_forking() -> dict[str, Any]:
-    """Keep distributed's multiprocessing method on our worker server while the cluster lives, so that the
-    processes its nannies start later (a worker that died, ran out of memory or was restarted) fork from it
-    too; returns the settings to put back at ``stop``."""
+def _apply_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Apply dask ``settings`` while the cluster lives (the manager's, and CuPy chunks' defaults on GPU workers,
+    also outside ``%%gpurun``: the client is the default one); returns what to put back at ``stop``."""
     import dask
 
-    settings = forkserver.config()
     saved = {key: dask.config.get(key, default=None) for key in settings}
     dask.config.set(settings)
     return saved
-
-
-def _set_cupy_defaults() -> dict[str, Any]:
-    """Dask settings for CuPy chunks on this cluster, also outside ``%%gpurun`` (the client is the default
-    one); returns what to put back at ``stop``."""
-    import dask
-
-    from gpu_magics.dask_settings import cupy_cluster_defaults
-
-    settings = cupy_cluster_defaults()
-    saved = {key: dask.config.get(key, default=None) for key in settings}
-    dask.config.set(settings)
-    return saved
-
-
-def _attach(options: ClusterOptions) -> ActiveCluster:
-    assert options.address is not None
-    client = attach.connect(options.address, options.start_timeout)
-    attached = ActiveCluster(name=options.cluster_name, kind="attached", options=options, client=client, cluster=None)
-    with contextlib.suppress(Exception):
-        attach.learn_gpus(client, attached.devices, set(inspection.scheduler_workers(client)))
-    return attached
 
 
 def _start_telemetry(current: ActiveCluster, interval: float) -> None:

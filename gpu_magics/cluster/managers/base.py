@@ -1,5 +1,9 @@
-"""The one interface ``lifecycle`` uses for clusters whose workers come from a cluster manager object: its own
-``scale()``, ``adapt()`` and ``close()``, the jobs behind its workers, and waiting for workers that may come late."""
+"""The one interface ``lifecycle`` uses for every cluster, whatever gives its workers: a cluster started here
+(``local``), a scheduler attached to (``attached``), SLURM jobs (``slurm``) or the user's manager object
+(``adopted``). Each is a manager with its own ``scale()``, ``adapt()`` and ``close()``, the jobs behind its
+workers, and the hooks of the one start and one scale skeleton (``steps``): connect, wait for the workers, learn
+their GPUs, warm them. The defaults here are those of a Dask cluster manager object (dask-jobqueue's
+``JobQueueCluster``, distributed's ``SpecCluster``, ``KubeCluster``, ``GatewayCluster``)."""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.info import JobInfo
+from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.display.format import format_duration
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, LocalCluster
 
 POLL_S = 0.25
 
@@ -21,11 +26,65 @@ class ClusterManager:
     """A Dask cluster manager object (anything with ``scheduler_address``, ``scale``, ``adapt``, ``close``)."""
 
     owned = False  # whether this kernel made it (and so closes it on stop); an adopted one is only detached
+    scalable = True  # whether scale and adapt act on it (an attached scheduler's workers are not ours to scale)
 
-    def __init__(self, cluster: Any, label: str) -> None:
+    def __init__(self, cluster: Any, label: str | None) -> None:
         self.cluster = cluster
-        self.label = label  # what the headline calls it: "SLURMCluster", "KubeCluster", ...
+        self.label = label  # what the headline calls it: "SLURMCluster", "KubeCluster", ... (None: no manager)
         self.adaptive: tuple[int, int] | None = None
+
+    @property
+    def local_cluster(self) -> LocalCluster | None:
+        """The ``LocalCluster`` started here, where this manager started one."""
+        return None
+
+    def settings(self) -> dict[str, Any]:
+        """Dask settings to apply while the cluster lives (put back at ``stop``)."""
+        return {}
+
+    # -- the start skeleton's hooks (steps.start) -----------------------------------------------------------------
+    def connect(self, options: ClusterOptions) -> Client:
+        """A client of the manager's scheduler."""
+        from gpu_magics.cluster import attach
+
+        return attach.connect_manager(self.cluster, options.start_timeout)
+
+    def await_workers(self, client: Client, options: ClusterOptions) -> str | None:
+        """Wait for the first workers; ``None`` when they came, else what they still wait for."""
+        return self.wait_for_workers(client, options.start_wait)
+
+    def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
+        """Add to ``devices`` what the workers at ``addresses`` say about their GPUs (asking them)."""
+        from gpu_magics.cluster import attach
+
+        attach.learn_gpus(client, devices, addresses)
+
+    def worker_kind(self, devices: dict[str, dict[str, Any]]) -> Kind:
+        """``gpu`` or ``cpu``: what the workers are (here: what they said)."""
+        return "gpu" if any(seen.get("gpu_name") for seen in devices.values()) else "cpu"
+
+    def warms(self) -> bool:
+        """Whether the start warms the workers."""
+        return True
+
+    def before_cluster_round(self) -> None:
+        """Called between the workers' own warm-up and the round across the cluster."""
+
+    def start_failed(self, client: Client | None) -> None:
+        """The start failed after ``connect`` (or during it): close what this made."""
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=5)
+        self.abandon()
+
+    # -- the scale skeleton's hooks (steps.scale) -----------------------------------------------------------------
+    def check_scale(self, count: int, verb: str) -> None:
+        """A one-line ``UsageError`` where ``count`` workers cannot be (``verb``: scale or adapt)."""
+
+    def resize(self, client: Client, count: int, options: ClusterOptions) -> str | None:
+        """Ask for ``count`` workers and wait for them; what still waits (``None``: they came)."""
+        self.scale(count)
+        return self.wait_for_workers(client, options.start_wait, count)
 
     def scale(self, count: int) -> None:
         """Ask the manager for ``count`` workers (it stops adapting)."""

@@ -1,5 +1,5 @@
-"""Making the ``ClusterManager`` a ``%gpucluster`` line asks for: SLURM jobs (``--slurm``) or the user's object
-(``--from NAME``)."""
+"""Making the ``ClusterManager`` a ``%gpucluster`` line asks for: a cluster started here (GPU or CPU workers), a
+scheduler to attach to (``--address``), SLURM jobs (``--slurm``) or the user's object (``--from NAME``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,28 @@ from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import ClusterOptions
 
 
-def open_manager(options: ClusterOptions, namespace: dict[str, Any]) -> ClusterManager:
-    """The manager for ``options`` (``--from`` looks its name up in ``namespace``); one-line ``UsageError``s."""
+def chosen_gpus(options: ClusterOptions) -> tuple[str, ...]:
+    """The GPUs a GPU cluster started here would use (``--gpus``); none for other kinds. Checked before a running
+    cluster stops, so a bad ``--gpus`` leaves it running."""
+    if options.kind != "gpu":
+        return ()
+    from gpu_magics.cluster import factories
+
+    return factories.choose_gpus(options.gpus)
+
+
+def open_manager(options: ClusterOptions, namespace: dict[str, Any], gpu_ids: tuple[str, ...] = ()) -> ClusterManager:
+    """The manager for ``options`` (``--from`` looks its name up in ``namespace``; ``gpu_ids``: the GPUs chosen
+    for a GPU cluster started here); one-line ``UsageError``s."""
+    if options.kind in ("gpu", "cpu"):
+        from gpu_magics.cluster.managers.local import LocalManager
+
+        return LocalManager(options.kind, gpu_ids)
+    if options.kind == "attached":
+        from gpu_magics.cluster.managers.attached import AttachedManager
+
+        assert options.address is not None
+        return AttachedManager(options.address)
     if options.from_name is not None:
         from gpu_magics.cluster.managers.adopted import adopt
 

@@ -1,7 +1,7 @@
-"""The lifecycle's steps for a cluster whose workers come from a manager (``--slurm``, ``--from``): start
-(connect, wait for the workers, learn their GPUs, warm them) and scale, through ``base.ClusterManager``; and
-``adapt MIN MAX`` for any cluster that scales: through its manager's own ``adapt()`` (SLURM jobs leave the
-queue when idle) or, for a cluster started here, distributed's ``Adaptive`` on it."""
+"""The lifecycle's one start and one scale skeleton, the same for every manager (``base.ClusterManager``):
+connect, wait for the workers, learn their GPUs, warm them; ask for more or fewer, wait, learn and warm the new
+ones. ``adapt MIN MAX`` through the manager's own ``adapt()`` (SLURM jobs leave the queue when idle; a cluster
+started here uses distributed's ``Adaptive``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import attach, inspection
+from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.inspection import one_line
+from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import worker_kind
 
@@ -21,33 +22,29 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
-def start(options: ClusterOptions, namespace: dict[str, Any], began: float) -> tuple[ActiveCluster, str | None]:
-    """The cluster ``options`` ask for, and what its workers still wait for (``None``: they all came). Waits
-    up to ``--wait`` seconds for the workers. A failure closes what this made (SLURM: its jobs leave the
-    queue) and is one ``UsageError`` line."""
-    from gpu_magics.cluster.managers.opening import open_manager
+def start(manager: ClusterManager, options: ClusterOptions, began: float) -> tuple[ActiveCluster, str | None]:
+    """The cluster ``manager`` gives, and what its workers still wait for (``None``: they all came). ``ready_s``
+    counts from ``began`` (the magic's start) until the workers answered, ``warm_s`` from then until the warm-up
+    is done. A failure closes what this made (SLURM: its jobs leave the queue) and is one ``UsageError`` line."""
     from gpu_magics.cluster.workers import warmup
 
-    manager = open_manager(options, namespace)
     client: Client | None = None
     try:
-        client = attach.connect_manager(manager.cluster, options.start_timeout)
-        notice = manager.wait_for_workers(client, options.start_wait)
+        client = manager.connect(options)
+        notice = manager.await_workers(client, options)
         ready_s = time.perf_counter() - began
         devices: dict[str, dict[str, Any]] = {}
         workers = inspection.scheduler_workers(client)
-        attach.learn_gpus(client, devices, set(workers))
+        manager.learn(client, devices, set(workers))
         warm_s = None
-        if workers:
-            gpu = any(seen.get("gpu_name") for seen in devices.values())
-            seen, _ = warmup.warm_workers(client, "gpu" if gpu else "cpu")
+        if workers and manager.warms():
+            seen, _ = warmup.warm_workers(
+                client, manager.worker_kind(devices), before_cluster_round=manager.before_cluster_round
+            )
             _merge(devices, seen)
             warm_s = time.perf_counter() - began - ready_s
     except BaseException as error:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close(timeout=5)
-        manager.abandon()
+        manager.start_failed(client)
         if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
             raise
         raise UsageError(f"{PROG}: the cluster did not start: {one_line(error)}") from error
@@ -56,7 +53,8 @@ def start(options: ClusterOptions, namespace: dict[str, Any], began: float) -> t
         kind=options.kind,
         options=options,
         client=client,
-        cluster=None,
+        cluster=manager.local_cluster,
+        gpu_ids=getattr(manager, "gpu_ids", ()),
         manager=manager,
         devices=devices,
         ready_s=ready_s,
@@ -66,22 +64,26 @@ def start(options: ClusterOptions, namespace: dict[str, Any], began: float) -> t
 
 
 def scale(current: ActiveCluster, count: int) -> str | None:
-    """``scale`` through the manager's own ``scale()``; waits ``--wait`` seconds and warms the new workers;
-    returns what still waits (``None``: every worker came)."""
+    """``scale`` through the manager; waits for the workers and warms the new ones; returns what still waits
+    (``None``: every worker came)."""
     from gpu_magics.cluster.workers import warmup
 
-    assert current.manager is not None
+    manager = current.manager
+    assert manager is not None
+    manager.check_scale(count, "scale")
     before = set(inspection.scheduler_workers(current.client))
     try:
-        current.manager.scale(count)
-        notice = current.manager.wait_for_workers(current.client, current.options.start_wait, count)
+        notice = manager.resize(current.client, count, current.options)
     except UsageError:
         raise
     except Exception as error:
         raise UsageError(f"{PROG} scale {count}: {one_line(error)}") from None
-    new = sorted(set(inspection.scheduler_workers(current.client)) - before)
+    workers = inspection.scheduler_workers(current.client)
+    names = {str(info.get("name", address)) for address, info in workers.items()}
+    current.devices = {name: seen for name, seen in current.devices.items() if name in names}
+    new = sorted(set(workers) - before)
     if new:
-        attach.learn_gpus(current.client, current.devices, set(new))
+        manager.learn(current.client, current.devices, set(new))
         with contextlib.suppress(Exception):
             seen, current.warm_s = warmup.warm_workers(current.client, worker_kind(current), workers=new)
             _merge(current.devices, seen)
@@ -96,18 +98,11 @@ def _merge(devices: dict[str, dict[str, Any]], seen: dict[str, dict[str, Any]]) 
 
 def adapt(current: ActiveCluster, minimum: int, maximum: int) -> str:
     """Have ``current`` adapt between ``minimum`` and ``maximum`` workers; says so in one line."""
-    if current.kind == "gpu" and maximum > len(current.gpu_ids):
-        raise UsageError(
-            f"{PROG} adapt: the cluster may use {len(current.gpu_ids)} GPU(s), one worker each; give at most "
-            f"{len(current.gpu_ids)}"
-        )
+    manager = current.manager
+    assert manager is not None
+    manager.check_scale(maximum, "adapt")
     try:
-        if current.manager is not None:
-            current.manager.adapt(minimum, maximum)
-        else:
-            assert current.cluster is not None
-            current.cluster.adapt(minimum=minimum, maximum=maximum)
-            current.adaptive = (minimum, maximum)
+        manager.adapt(minimum, maximum)
     except Exception as error:
         raise UsageError(f"{PROG} adapt: {one_line(error)}") from None
     return f"{PROG}: {current.name!r} adapts between {minimum} and {maximum} workers"

@@ -41,7 +41,7 @@ def describe(
         kernel_gpus=kernel_gpus(),
         manager=manager.label if manager is not None else None,
         jobs=jobs(current, workers, infos),
-        adaptive=manager.adaptive if manager is not None else current.adaptive,
+        adaptive=manager.adaptive if manager is not None else None,
         figures_age=current.telemetry.reports_age() if current.telemetry is not None else None,
     )
 

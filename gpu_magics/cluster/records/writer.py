@@ -90,8 +90,8 @@ def _jobs(current: ActiveCluster, seen: tuple[dict[str, Any], tuple[WorkerInfo, 
     """The record's manager fields; the queue is asked again at most every ``JOBS_REFRESH_S`` seconds on a
     refresh (``seen`` None: the workers as last written)."""
     manager = current.manager
-    if manager is None:
-        return {"manager": None, "jobs": (), "adaptive": current.adaptive}
+    if manager is None or manager.label is None:  # a cluster started here or attached to: no jobs to read
+        return {"manager": None, "jobs": (), "adaptive": None if manager is None else manager.adaptive}
     fields: dict[str, Any] = {"manager": manager.label, "adaptive": manager.adaptive}
     previous = current.record
     if seen is None and previous is not None and time.monotonic() - _jobs_read.get(id(current), 0.0) < JOBS_REFRESH_S:

@@ -1,0 +1,124 @@
+"""A cluster started here: dask-cuda's ``LocalCUDACluster`` (one worker per chosen GPU) or distributed's
+``LocalCluster`` (``--cpu-workers N``), its worker processes forked from this package's worker server, warmed
+while they start. Closed on ``stop``, ``%unload_ext`` and interpreter exit; its worker processes exit by
+themselves when this process dies (each watches a pipe from its parent: ``distributed.process.AsyncProcess``)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from gpu_magics.cluster import factories, inspection
+from gpu_magics.cluster.managers.base import ClusterManager
+from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+from gpu_magics.cluster.workers import forkserver
+
+if TYPE_CHECKING:
+    from distributed import Client, LocalCluster
+
+
+class LocalManager(ClusterManager):
+    """The ``LocalCluster`` this kernel starts (``cluster`` is ``None`` until ``connect``)."""
+
+    owned = True
+
+    def __init__(self, kind: Kind, gpu_ids: tuple[str, ...]) -> None:
+        super().__init__(None, None)
+        self.kind = kind
+        self.gpu_ids = gpu_ids  # CUDA devices given to the workers (GPU clusters)
+        self._made = threading.Event()
+        self._helper: threading.Thread | None = None
+
+    @property
+    def local_cluster(self) -> LocalCluster | None:
+        return self.cluster
+
+    def settings(self) -> dict[str, Any]:
+        """distributed's multiprocessing method stays on this package's worker server while the cluster lives, so
+        the processes its nannies start later (a worker that died, ran out of memory or was restarted) fork from
+        it too."""
+        return dict(forkserver.config())
+
+    def connect(self, options: ClusterOptions) -> Client:
+        from gpu_magics.cluster.workers import warmup
+
+        self._helper = threading.Thread(
+            target=warmup.prepare_here, args=(self.kind == "gpu", self._made), name="gpu-magics-prepare", daemon=True
+        )
+        forkserver.start_server()  # unless %load_ext did: its imports overlap this process's from here on
+        from distributed import Client
+
+        if self.kind == "gpu":
+            make = factories.gpu_cluster_factory(options, self.gpu_ids)
+        else:
+            make = factories.cpu_cluster_factory(options)
+        self._helper.start()  # after this thread's imports: two threads importing one package can see it half-made
+        with factories.worker_start_config(self.kind):
+            self.cluster = make()
+        self._made.set()
+        return Client(self.cluster, set_as_default=True)
+
+    def await_workers(self, client: Client, options: ClusterOptions) -> str | None:
+        expected = len(self.gpu_ids) if self.kind == "gpu" else int(options.cpu_workers or 1)
+        client.wait_for_workers(expected, timeout=options.start_timeout)
+        return None
+
+    def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
+        """Nothing to ask: the kind of cluster says what the workers have, and their warm-up what they saw."""
+
+    def worker_kind(self, devices: dict[str, dict[str, Any]]) -> Kind:
+        return self.kind
+
+    def before_cluster_round(self) -> None:
+        if self._helper is not None:
+            self._helper.join()
+
+    def start_failed(self, client: Client | None) -> None:
+        self._made.set()
+        if self._helper is not None and self._helper.is_alive():
+            self._helper.join()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=5)
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.close(timeout=15)
+
+    def expected_workers(self) -> int:
+        return len(self.gpu_ids) if self.kind == "gpu" else 0
+
+    def check_scale(self, count: int, verb: str) -> None:
+        if self.kind != "gpu" or count <= len(self.gpu_ids):
+            return
+        if verb == "adapt":
+            raise UsageError(
+                f"{PROG} adapt: the cluster may use {len(self.gpu_ids)} GPU(s), one worker each; give at most "
+                f"{len(self.gpu_ids)}"
+            )
+        raise UsageError(
+            f"{PROG} scale {count}: the cluster may use {len(self.gpu_ids)} GPU(s) ({','.join(self.gpu_ids)}), one "
+            f"worker each; start it with --gpus all --replace for more"
+        )
+
+    def resize(self, client: Client, count: int, options: ClusterOptions) -> str | None:
+        if self.adaptive is not None:
+            self.cluster.adapt(minimum=count, maximum=count)  # distributed's scale() leaves adapting on
+            self.adaptive = None
+        with factories.worker_start_config():
+            self.cluster.scale(count)
+            try:
+                inspection.wait_for_count(client, count, options.start_timeout)
+            except TimeoutError as error:
+                raise UsageError(f"{PROG} scale {count}: {error}") from None
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.cluster.close(timeout=15)
+
+    def finish(self, name: str, close: bool) -> str:
+        self.close()
+        return f"{PROG}: stopped cluster {name!r}"

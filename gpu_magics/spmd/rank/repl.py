@@ -39,6 +39,11 @@ class Repl:
         self.commands, self.control = commands, control
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
         self._main = threading.main_thread().ident
+        self.running = False  # an interrupt stops a cell only: between cells (replying, waiting) it is ignored
+
+    def on_interrupt(self, signum: int, frame: Any) -> None:
+        if self.running:
+            raise KeyboardInterrupt
 
     # -- the control thread ----------------------------------------------------------------------------------------
     def control_forever(self) -> None:
@@ -75,8 +80,6 @@ class Repl:
         while True:
             try:
                 message = self.commands.recv()
-            except KeyboardInterrupt:  # an interrupt that came while idle: nothing to stop
-                continue
             except (EOFError, OSError):
                 os._exit(0)
             reply = self.handle(message)
@@ -88,6 +91,7 @@ class Repl:
         began = time.perf_counter()
         reply: dict[str, Any] = {"op": "done", "id": ident, "ok": True, "value": None, "repr": None, "error": None}
         try:
+            self.running = True
             if op == "run":
                 value = run_cell(self.namespace, message["code"], message["name"])
                 if value is not None:
@@ -105,7 +109,10 @@ class Repl:
             else:
                 raise ValueError(f"unknown message {op!r}")
         except BaseException as error:  # the cell's own failure, KeyboardInterrupt included: reported, not fatal
+            self.running = False
             reply.update(ok=False, error=_describe(error))
+        finally:
+            self.running = False
         reply["seconds"] = time.perf_counter() - began
         reply["peak_memory"] = _peak_gpu_memory()
         return reply
@@ -182,7 +189,7 @@ def _mark(ident: Any) -> None:
 
 
 def main(argv: list[str]) -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     repl = Repl(Connection(int(argv[1])), Connection(int(argv[2])))
+    signal.signal(signal.SIGINT, repl.on_interrupt)
     threading.Thread(target=repl.control_forever, name="gpu-magics-rank-control", daemon=True).start()
     repl.serve()

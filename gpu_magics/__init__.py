@@ -40,14 +40,14 @@ __all__ = ["__version__", "client", "load_ipython_extension", "philox_random_sta
 
 def load_ipython_extension(shell: InteractiveShell) -> None:
     """Register the magics, formatters and configurables with ``shell``."""
-    from gpu_magics import extension
+    from gpu_magics.magics import extension
 
     extension.load(shell)
 
 
 def unload_ipython_extension(shell: InteractiveShell) -> None:
     """Unregister everything ``load_ipython_extension`` registered and release what it started."""
-    from gpu_magics import extension
+    from gpu_magics.magics import extension
 
     extension.unload(shell)
 
@@ -63,7 +63,7 @@ def philox_random_state(seed: Any = None) -> Any:
     """A ``dask.array.random.RandomState`` whose chunks draw with CuPy's Philox generator (dask's API; CuPy's
     default XORWOW spends most of a small chunk's time setting up): ``rs = gpu_magics.philox_random_state(42)``,
     then ``x = rs.normal(10, 1, size=..., chunks=...)``."""
-    from gpu_magics.philox import philox_random_state as make
+    from gpu_magics.arrays.philox import philox_random_state as make
 
     return make(seed)
 

@@ -247,7 +247,7 @@ def test_a_dashboard_closes_without_a_traceback(
 def test_ucx_without_distributed_ucxx_is_one_line_and_no_warning(
     shell: InteractiveShell, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from gpu_magics.cluster import protocols
+    from gpu_magics.cluster.managers import protocols
 
     if protocols.ucxx_schemes() or protocols.legacy_ucx_py():
         pytest.skip("UCX is installed here")

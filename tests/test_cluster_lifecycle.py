@@ -26,8 +26,8 @@ from IPython.utils.capture import capture_output
 
 import gpu_magics
 from gpu_magics import gpus, hints
-from gpu_magics.cluster import factories
 from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.magics.gpucluster import ClusterMagics

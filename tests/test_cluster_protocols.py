@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import protocols
+from gpu_magics.cluster.managers import protocols
 from gpu_magics.cluster.options import parse_cluster_line
 
 

@@ -6,6 +6,8 @@ Read statically (``ast``), so the rules hold for code paths a test run never tak
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -30,11 +32,21 @@ def package_modules(package: Path) -> dict[str, Path]:
 MODULES = package_modules(PACKAGE)
 
 
+def _parsed(path: Path) -> ast.Module:
+    """Each file's text is parsed once for every rule."""
+    return _parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _parse(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
 def imports(path: Path, *, top_level_only: bool = False, modules: dict[str, Path] = MODULES) -> Iterator[str]:
     """Every module ``path`` imports (``import_module("x")`` too; ``from p import m`` names ``p.m`` when it is one
     of ``modules``); with ``top_level_only``, only those run at import time (not inside functions, not under
     ``if TYPE_CHECKING``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parsed(path)
 
     def walk(node: ast.AST, inside: bool) -> Iterator[str]:
         for child in ast.iter_child_nodes(node):
@@ -180,16 +192,7 @@ def test_the_circle_check_sees_a_lazy_circle(tmp_path: Path) -> None:
 
 def test_top_level_holds_only_entry_points_and_cross_cutting_modules() -> None:
     top = sorted(path.name for path in PACKAGE.glob("*.py"))
-    assert top == [
-        "__init__.py",
-        "argparsing.py",
-        "chunk_advice.py",
-        "dask_settings.py",
-        "extension.py",
-        "gpus.py",
-        "hints.py",
-        "philox.py",
-    ]
+    assert top == ["__init__.py", "argparsing.py", "gpus.py", "hints.py", "units.py"]
 
 
 def test_no_module_is_too_long() -> None:
@@ -197,10 +200,56 @@ def test_no_module_is_too_long() -> None:
     assert long == {}
 
 
-def test_no_folder_holds_more_than_twelve_modules() -> None:
-    folders = Counter(path.parent for path in MODULES.values() if path.name != "__init__.py")
+def test_no_folder_holds_more_than_twelve_entries() -> None:
+    """Modules and sub-packages both count; the side panel's sources too."""
+    folders: Counter[Path] = Counter()
+    for path in MODULES.values():
+        if path.name == "__init__.py":
+            if path.parent != PACKAGE:
+                folders[path.parent.parent] += 1  # a sub-package is an entry of its parent
+        else:
+            folders[path.parent] += 1
     crowded = {str(folder.relative_to(PACKAGE.parent)): n for folder, n in folders.items() if n > 12}
     assert crowded == {}
+
+
+def test_the_cluster_engine_never_imports_the_displays() -> None:
+    """Units (bytes, durations, the one-line error) live below both, in ``gpu_magics.units``."""
+    graph = import_graph(MODULES)
+    reaching = {name: sorted(m for m in found if within(m, "gpu_magics.display")) for name, found in graph.items()}
+    assert {name: found for name, found in reaching.items() if within(name, "gpu_magics.cluster") and found} == {}
+
+
+def test_the_spmd_rooms_keep_to_their_process() -> None:
+    """The rank process imports nothing of dask, distributed, IPython or the kernel's side; the worker's side
+    nothing of the kernel's."""
+    graph = import_graph(MODULES)
+    for name, found in graph.items():
+        if within(name, "gpu_magics.spmd.rank"):
+            assert not {m for m in found if within(m, "gpu_magics") and not within(m, "gpu_magics.spmd.rank")}, name
+            heavy = {m for m in imports(MODULES[name]) if m.split(".")[0] in ("dask", "distributed", "IPython")}
+            assert heavy == set(), name
+        if within(name, "gpu_magics.spmd.worker"):
+            assert not {m for m in found if within(m, "gpu_magics.spmd.kernel")}, name
+
+
+README = PACKAGE.parent / "README.md"
+
+
+def test_the_readme_map_names_every_package_and_top_level_module() -> None:
+    text = README.read_text(encoding="utf-8")
+    table = text.split("Where things live", 1)[1].split("\n\n", 2)[1]
+    named = set(re.findall(r"`([a-z_/]+(?:\.py)?)`", table))
+    packages = {
+        str(path.parent.relative_to(PACKAGE)) + "/"
+        for path in MODULES.values()
+        if path.name == "__init__.py"
+        and path.parent != PACKAGE
+        and path.parent.parent in (PACKAGE, PACKAGE / "cluster")
+    }
+    top = {path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py"}
+    missing = sorted(entry for entry in packages | top if entry not in named)
+    assert missing == []
 
 
 CLUSTER_PACKAGES = sorted(n for n, p in MODULES.items() if p.name == "__init__.py" and within(n, "gpu_magics.cluster"))

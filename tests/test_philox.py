@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpu_magics
-from gpu_magics.gpurun import advice
+from gpu_magics.gpurun.timing import advice
 
 PHILOX = 5  # CURAND_RNG_PSEUDO_PHILOX4_32_10's value
 

@@ -12,11 +12,11 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics import chunk_advice
+from gpu_magics.arrays import chunk_advice
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.gpurun import advice
 from gpu_magics.gpurun.graphs import tuning
-from gpu_magics.gpurun.time_split import PARTS, TaskTiming, TimeSplit, split
+from gpu_magics.gpurun.timing import advice
+from gpu_magics.gpurun.timing.time_split import PARTS, TaskTiming, TimeSplit, split
 
 
 def test_each_worker_second_is_counted_once() -> None:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.cluster.idle import IdleWatcher
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.cluster.records.refresh import RecordRefresher
+from gpu_magics.cluster.stopping.idle import IdleWatcher
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 
 if TYPE_CHECKING:

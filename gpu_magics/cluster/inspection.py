@@ -138,8 +138,3 @@ def wait_for_count(client: Client, count: int, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the cluster has {now} workers after {timeout:g} s, not {count}")
         time.sleep(0.05)
-
-
-def one_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

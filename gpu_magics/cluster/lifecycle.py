@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import factories, idle, inspection
+from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
-from gpu_magics.cluster.inspection import one_line
+from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.managers.opening import chosen_gpus, open_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
@@ -44,9 +44,10 @@ from gpu_magics.cluster.records import kernel_report, status_info
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
+from gpu_magics.cluster.stopping import idle
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 from gpu_magics.cluster.workers import forkserver
-from gpu_magics.display.format import format_duration
+from gpu_magics.units import format_duration, one_line
 
 if TYPE_CHECKING:
     pass
@@ -119,7 +120,7 @@ def start(
         started.saved_config = _apply_settings(manager.settings())
         set_in_use(started)
         if worker_kind(started) == "gpu":
-            from gpu_magics.dask_settings import cupy_cluster_defaults
+            from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 
             started.saved_config.update(_apply_settings(cupy_cluster_defaults()))
         if telemetry_interval > 0:

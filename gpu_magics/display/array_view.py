@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_magics import chunk_advice
+from gpu_magics.arrays import chunk_advice
 from gpu_magics.display import svg
 from gpu_magics.display.format import MUTED, STYLE, WARN, format_bytes
 

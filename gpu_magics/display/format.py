@@ -1,11 +1,5 @@
-"""How every notebook display writes numbers, and its one inline style.
-
-Bytes are in binary units (B, KiB, MiB, GiB, TiB), as NVML reports them and as the JupyterLab side panel
-writes them: ``format_bytes``, ``format_percent`` and ``format_number`` give the same strings as
-``formatBytes``, ``formatPercent`` and ``formatNumber`` in ``labextension/src/format.ts`` (pinned by
-``tests/data/format_cases.json``). An unknown value reads as an en dash. Durations are written by
-``format_seconds`` everywhere (``"518 ms"``, ``"2.31 s"``, ``"2 min 5 s"``); how long ago something started
-(a cluster's uptime) by ``format_age``, as the side panel's ``formatAge``.
+"""How every notebook display writes numbers (``gpu_magics.units``, re-exported here), its one inline style, and
+its tables.
 
 Styles follow the JupyterLab theme: its font variables and colour variables (with fallbacks for other front
 ends), so every display reads in light and dark themes alike.
@@ -14,10 +8,20 @@ ends), so every display reads in light and dark themes alike.
 from __future__ import annotations
 
 import html
-import math
-import time
 from collections.abc import Sequence
-from decimal import ROUND_HALF_UP, Decimal
+
+from gpu_magics.units import (  # the display's numbers, as everywhere else
+    DASH,
+    format_age,
+    format_bytes,
+    format_clock,
+    format_count,
+    format_duration,
+    format_number,
+    format_percent,
+    format_rate,
+    format_seconds,
+)
 
 STYLE = "font-family:var(--jp-ui-font-family,sans-serif);font-size:var(--jp-ui-font-size1,13px);line-height:1.4"
 """The inline style of every display's outer element: the theme's UI font and type scale."""
@@ -34,119 +38,27 @@ ERROR = "var(--jp-error-color1,#c62828)"
 STATUS_COLOURS = {"running": SUCCESS, "paused": WARN, "closing": ERROR, "closed": ERROR, "unreadable": ERROR}
 """Colours of status words: the theme's success, warning and error colours."""
 
-DASH = "\u2013"
-"""An unknown value."""
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def _known(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
-
-
-def _to_fixed(value: float, digits: int) -> str:
-    """JavaScript's ``value.toFixed(digits)`` for ``0 <= value < 1e21``: the exact value, halves rounded up."""
-    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
-
-
-def _round(value: float) -> int:
-    """JavaScript's ``Math.round``: the nearest integer, halves towards +infinity."""
-    whole = math.floor(value)
-    return whole + 1 if value - whole >= 0.5 else whole
-
-
-def format_bytes(n: float | None) -> str:
-    """``'512 B'``, ``'1.5 KiB'``, ``'67.2 GiB'``, ``'140 GiB'``: one decimal below 100, none from 100 or in B."""
-    if n is None or not _known(n):
-        return DASH
-    value, unit = abs(float(n)), 0
-    while value >= 1024 and unit < len(_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    digits = 0 if unit == 0 or value >= 100 else 1
-    return f"{'-' if n < 0 else ''}{_to_fixed(value, digits)} {_UNITS[unit]}"
-
-
-def format_rate(received: float | None, sent: float | None) -> str:
-    """A link's throughput both ways: ``'↓1.2 GiB/s ↑340 MiB/s'``; an en dash when neither is known."""
-    if received is None and sent is None:
-        return DASH
-    return f"\u2193{format_bytes(received)}/s \u2191{format_bytes(sent)}/s"
-
-
-def format_percent(value: float | None) -> str:
-    """``49.6`` -> ``'50%'``."""
-    return DASH if value is None or not _known(value) else f"{_round(value)}%"
-
-
-def format_number(value: float | None, unit: str) -> str:
-    """``(64.6, '°C')`` -> ``'65 °C'``."""
-    return DASH if value is None or not _known(value) else f"{_round(value)} {unit}"
-
-
-def format_count(n: float | None) -> str:
-    """``1000000`` -> ``'1,000,000'``; None or NaN -> ``'?'``."""
-    return "?" if n is None or not _known(n) else f"{int(n):,}"
-
-
-def format_seconds(seconds: float | None) -> str:
-    """A duration, three significant digits below two minutes: ``'87.1 us'``, ``'76.0 ms'``, ``'2.31 s'``,
-    ``'12.3 s'``, then ``'2 min 5 s'``, ``'1 h 4 min'``."""
-    if seconds is None or not _known(seconds):
-        return DASH
-    if seconds >= 120:  # whole units, rounded before they are split: never "2 min 60 s"
-        if round(seconds / 60) >= 60:
-            hours, minutes = divmod(round(seconds / 60), 60)
-            return f"{hours} h {minutes} min"
-        minutes, rest = divmod(round(seconds), 60)
-        return f"{minutes} min {rest} s"
-    if seconds >= 10:
-        return f"{seconds:.1f} s"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    milliseconds = float(f"{seconds * 1e3:.3g}")  # 0.99996 s is 1.00 s, not 1e+03 ms
-    if milliseconds >= 1000:
-        return "1.00 s"
-    if milliseconds >= 1:
-        return f"{_three_digits(milliseconds)} ms"
-    return f"{_three_digits(seconds * 1e6)} us"
-
-
-def _three_digits(value: float) -> str:
-    """Three significant digits, trailing zeros kept: ``76.0``, ``5.00``, ``523``."""
-    rounded = float(f"{value:.3g}")
-    return f"{rounded:.{2 if rounded < 10 else 1 if rounded < 100 else 0}f}"
-
-
-def format_age(started_at: float, now: float) -> str:
-    """How long ago ``started_at`` was (seconds since the epoch): ``'3 s'``, ``'5 min'``, ``'2.5 h'``."""
-    seconds = max(0, _round(now - started_at))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{_round(seconds / 60)} min"
-    return f"{_to_fixed(seconds / 3600, 1)} h"
-
-
-def format_clock(moment: float, now: float) -> str:
-    """The local clock time of ``moment`` (seconds since the epoch): ``'14:03:12'`` on the day of ``now``, else
-    ``'Mar 03 14:03'``; a moment said this way stays true in a saved output, where a duration would freeze."""
-    local, today = time.localtime(moment), time.localtime(now)
-    if (local.tm_year, local.tm_yday) == (today.tm_year, today.tm_yday):
-        return time.strftime("%H:%M:%S", local)
-    return time.strftime("%b %d %H:%M", local)
-
-
-def format_duration(seconds: float) -> str:
-    """A timeout or the time left on it: ``'45 s'``, ``'30 min'``, ``'1 h 30 min'`` (as ``formatDuration``)."""
-    seconds = max(0, _round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = _round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+__all__ = [
+    "DASH",
+    "ERROR",
+    "MUTED",
+    "SMALL",
+    "STATUS_COLOURS",
+    "STYLE",
+    "SUCCESS",
+    "WARN",
+    "format_age",
+    "format_bytes",
+    "format_clock",
+    "format_count",
+    "format_duration",
+    "format_number",
+    "format_percent",
+    "format_rate",
+    "format_seconds",
+    "html_table",
+    "text_table",
+]
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = ()) -> list[str]:

@@ -24,10 +24,11 @@ from IPython.core.error import UsageError
 
 from gpu_magics import gpus as devices
 from gpu_magics import hints
-from gpu_magics.dask_settings import cupy_cluster_defaults
-from gpu_magics.gpurun import gpuless, task_count
+from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
+from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import tuning as graph_tuning
 from gpu_magics.gpurun.options import BACKENDS
+from gpu_magics.gpurun.timing import task_count
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from dask.callbacks import Callback
 
-from gpu_magics.display.format import format_count, format_seconds
-from gpu_magics.gpurun import task_count
+from gpu_magics.gpurun.timing import task_count
+from gpu_magics.units import format_count, format_seconds
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.display.format import DASH, MUTED, SMALL, STYLE, format_seconds, html_table, text_table
-from gpu_magics.gpurun.time_split import TimeSplit
+from gpu_magics.gpurun.timing.time_split import TimeSplit
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from traitlets import Bool, Float, TraitError, Unicode, validate
 
 from gpu_magics.argparsing import duration
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster import shutdown
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.queries import no_cluster_message
 from gpu_magics.cluster.records import kernel_report
+from gpu_magics.cluster.stopping import shutdown
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 from gpu_magics.display.format import format_bytes
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free, own_descendants

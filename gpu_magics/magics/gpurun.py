@@ -268,7 +268,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         """After a plain cell on the session backend: as after a ``%%gpurun`` cell (an interrupted cluster run
         says what still runs there; the pool is given back with ``free_pool_after_cell``)."""
         if isinstance(error, KeyboardInterrupt) and plan.client is not None:
-            from gpu_magics.cluster import interrupts
+            from gpu_magics.cluster.stopping import interrupts
 
             print(interrupts.after_interrupt(plan.client, restart=self.restart_on_interrupt))
         self._after_gpu_cell([plan])
@@ -357,7 +357,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         if outcome.error is None:
             return
         if outcome.interrupted and plan.client is not None:
-            from gpu_magics.cluster import interrupts
+            from gpu_magics.cluster.stopping import interrupts
 
             print(interrupts.after_interrupt(plan.client, restart=self.restart_on_interrupt))
         run.mark_failed(self._shell, outcome.error)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.info import JobInfo
 from gpu_magics.cluster.options import ClusterOptions, Kind
-from gpu_magics.display.format import format_duration
+from gpu_magics.units import format_duration
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -45,7 +45,7 @@ class ClusterManager:
     # -- the start skeleton's hooks (steps.start) -----------------------------------------------------------------
     def connect(self, options: ClusterOptions) -> Client:
         """A client of the manager's scheduler."""
-        from gpu_magics.cluster import attach
+        from gpu_magics.cluster.managers import attach
 
         return attach.connect_manager(self.cluster, options.start_timeout)
 
@@ -55,7 +55,7 @@ class ClusterManager:
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
         """Add to ``devices`` what the workers at ``addresses`` say about their GPUs (asking them)."""
-        from gpu_magics.cluster import attach
+        from gpu_magics.cluster.managers import attach
 
         attach.learn_gpus(client, devices, addresses)
 

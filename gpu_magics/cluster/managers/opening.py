@@ -14,7 +14,7 @@ def chosen_gpus(options: ClusterOptions) -> tuple[str, ...]:
     cluster stops, so a bad ``--gpus`` leaves it running."""
     if options.kind != "gpu":
         return ()
-    from gpu_magics.cluster import factories
+    from gpu_magics.cluster.managers import factories
 
     return factories.choose_gpus(options.gpus)
 

@@ -13,9 +13,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import protocols
 from gpu_magics.cluster.info import JobInfo
-from gpu_magics.cluster.managers import squeue
+from gpu_magics.cluster.managers import protocols, squeue
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.jobqueue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions

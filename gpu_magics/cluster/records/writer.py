@@ -12,10 +12,10 @@ from typing import Any
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use
 from gpu_magics.cluster.info import WorkerInfo
-from gpu_magics.cluster.inspection import one_line
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.records import kernel_report, status_info
 from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.units import one_line
 
 _warned = False
 JOBS_REFRESH_S = 5.0  # how often a refreshed record asks the batch queue again

@@ -15,8 +15,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from gpu_magics.cluster.telemetry.process_memory import cuda_loaded, primary_contexts
-from gpu_magics.display.format import format_bytes
 from gpu_magics.gpus import GpuDevice
+from gpu_magics.units import format_bytes
 
 
 @dataclass(frozen=True)

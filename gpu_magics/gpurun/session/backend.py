@@ -20,9 +20,10 @@ from typing import Any, Protocol
 import dask
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.gpurun import backends, execute, gpuless, task_count
+from gpu_magics.gpurun import backends, execute, gpuless
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import RunResult
+from gpu_magics.gpurun.timing import task_count
 
 PROG = "%gpurun"
 _KEY = "_gpu_magics_session"

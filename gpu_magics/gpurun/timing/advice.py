@@ -10,10 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics import chunk_advice
-from gpu_magics.display.format import format_bytes, format_seconds
-from gpu_magics.gpurun.time_split import TimeSplit
-from gpu_magics.philox import CALL
+from gpu_magics.arrays import chunk_advice
+from gpu_magics.arrays.philox import CALL
+from gpu_magics.gpurun.timing.time_split import TimeSplit
+from gpu_magics.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus, hints
-from gpu_magics.cluster import protocols
 from gpu_magics.cluster.dashboard import close as dashboard_close
+from gpu_magics.cluster.managers import protocols
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.workers import forkserver, kernel_context
 

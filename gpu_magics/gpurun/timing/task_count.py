@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from dask.callbacks import Callback
 
-from gpu_magics.gpurun import time_split
-from gpu_magics.gpurun.time_split import TaskTiming, TimeSplit
+from gpu_magics.gpurun.timing import time_split
+from gpu_magics.gpurun.timing.time_split import TaskTiming, TimeSplit
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -213,6 +213,16 @@ def test_no_folder_holds_more_than_twelve_entries() -> None:
     assert crowded == {}
 
 
+def test_the_side_panels_sources_hold_at_most_twelve_entries_a_folder() -> None:
+    source = PACKAGE.parent / "labextension" / "src"
+    crowded = {}
+    for folder in [source, *(path for path in source.rglob("*") if path.is_dir())]:
+        entries = [path for path in folder.iterdir() if path.is_dir() or path.suffix == ".ts"]
+        if len(entries) > 12:
+            crowded[str(folder.relative_to(source.parent))] = len(entries)
+    assert crowded == {}
+
+
 def test_the_cluster_engine_never_imports_the_displays() -> None:
     """Units (bytes, durations, the one-line error) live below both, in ``gpu_magics.units``."""
     graph = import_graph(MODULES)

@@ -3,26 +3,19 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import {
-  adaptProblem,
-  clusterCommand,
-  FREE_NOTEBOOK_COMMAND,
-  parseAdapt,
-  parseWorkers,
-  runInKernel,
-  scaleProblem
-} from './clusters';
-import { MonitorConnection } from './connection';
+import { clusterCommand, FREE_NOTEBOOK_COMMAND, runInKernel } from './clusters';
+import { MonitorConnection } from './server/connection';
 import { GpuPanelModel } from './model';
 import { GpuPanel } from './panel';
-import { GpuStatusItem } from './statusItem';
+import { GpuStatusItem } from './statusBar/item';
+import { askAdapt, askWorkers, confirmRestart, confirmStop } from './views/dialogs';
 import gpuSvg from '../style/icons/gpu.svg';
 
 /** The plugin id; also the settings id (`schema/plugin.json`). */
@@ -70,48 +63,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
         );
         await connection.refresh();
       },
-      askWorkers: async cluster => {
-        const result = await showDialog({
-          title: `Scale ${cluster.name}`,
-          body: new CheckedInput('Number of workers', String(cluster.workers), scaleProblem, parseWorkers),
-          focusNodeSelector: 'input',
-          buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Scale' })]
-        });
-        return result.button.accept ? result.value : null;
-      },
-      askAdapt: async cluster => {
-        const bounds = cluster.adaptive ?? [0, Math.max(1, cluster.workers)];
-        const result = await showDialog({
-          title: `Adapt ${cluster.name}`,
-          body: new CheckedInput(
-            'Least and most workers (the cluster adds workers when tasks wait and gives them back when idle)',
-            `${bounds[0]} ${bounds[1]}`,
-            adaptProblem,
-            parseAdapt
-          ),
-          focusNodeSelector: 'input',
-          buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Adapt' })]
-        });
-        return result.button.accept ? result.value : null;
-      },
-      confirmStop: async cluster => {
-        const result = await showDialog({
-          title: `Stop ${cluster.name}?`,
-          body: `Its kernel ${cluster.path ? `(${cluster.path}) ` : ''}runs %gpucluster stop; work on the cluster is lost.`,
-          buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop' })]
-        });
-        return result.button.accept;
-      },
-      confirmRestart: async cluster => {
-        const result = await showDialog({
-          title: `Restart ${cluster.name}?`,
-          body:
-            `Its kernel ${cluster.path ? `(${cluster.path}) ` : ''}runs %gpucluster restart: every worker ` +
-            'starts afresh, and the data and state they hold (persisted collections, futures, imports) are lost.',
-          buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restart' })]
-        });
-        return result.button.accept;
-      },
+      askWorkers,
+      askAdapt,
+      confirmStop,
+      confirmRestart,
       freeCached: async owner => {
         if (!owner.kernelId) {
           throw new Error('This notebook has no kernel to run the command in.');
@@ -176,50 +131,5 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
-
-/**
- * The Scale and Adapt dialogs' body: a field, with what is wrong with it said under it. An invalid field keeps
- * the dialog's OK button disabled (the dialog disables it while an input is `:invalid`).
- */
-class CheckedInput<T> extends Widget implements Dialog.IBodyWidget<T | null> {
-  private readonly _input = document.createElement('input');
-  private readonly _message = document.createElement('div');
-
-  constructor(
-    text: string,
-    value: string,
-    private readonly _problem: (text: string) => string | null,
-    private readonly _parse: (text: string) => T | null
-  ) {
-    super();
-    this.addClass('jp-GpuMagics-scaleDialog');
-    const label = document.createElement('label');
-    label.textContent = text;
-    this._input.type = 'text';
-    this._input.inputMode = 'numeric';
-    this._input.className = 'jp-mod-styled';
-    this._input.value = value;
-    this._input.setAttribute('aria-describedby', 'jp-GpuMagics-scaleMessage');
-    this._message.id = 'jp-GpuMagics-scaleMessage';
-    this._message.className = 'jp-GpuMagics-scaleMessage';
-    this._message.setAttribute('role', 'alert');
-    label.appendChild(this._input);
-    this.node.append(label, this._message);
-    this._input.addEventListener('input', () => this._check());
-    this._input.addEventListener('focus', () => this._input.select());
-  }
-
-  getValue(): T | null {
-    return this._parse(this._input.value);
-  }
-
-  private _check(): void {
-    const problem = this._problem(this._input.value);
-    this._input.setCustomValidity(problem ?? '');
-    this._message.textContent = problem ?? '';
-    // the dialog checks validity on input in the capture phase, before this listener: ask it to check again
-    this.node.dispatchEvent(new Event('input', { bubbles: true }));
-  }
-}
 
 export default plugin;

@@ -7,7 +7,7 @@ import type { Message } from '@lumino/messaging';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { el } from './dom';
+import { el } from './views/dom';
 import { GpuPanelModel, ModelChange } from './model';
 import { ClustersView, IClusterActions } from './views/clusters';
 import { GpuCardsView } from './views/gpuCards';

@@ -1,4 +1,4 @@
-import { errorStatus, MonitorConnection } from '../src/connection';
+import { errorStatus, MonitorConnection } from '../src/server/connection';
 import { forbiddenMessage, GpuPanelModel } from '../src/model';
 import { reading, snapshot } from './fixtures';
 
@@ -6,7 +6,7 @@ jest.mock('@jupyterlab/services', () => ({
   ServerConnection: { makeSettings: () => ({}) }
 }));
 
-jest.mock('../src/api', () => ({
+jest.mock('../src/server/api', () => ({
   fetchClusters: jest.fn(async () => ({ clusters: [] })),
   fetchHistory: jest.fn(async () => ({ snapshots: [] })),
   fetchProcesses: jest.fn(async () => ({
@@ -21,7 +21,7 @@ jest.mock('../src/api', () => ({
   socketUrl: () => 'ws://localhost/gpu-magics/api/ws'
 }));
 
-const api = jest.requireMock('../src/api') as {
+const api = jest.requireMock('../src/server/api') as {
   fetchClusters: jest.Mock;
   fetchProcesses: jest.Mock;
   requestAPI: jest.Mock;

@@ -1,8 +1,8 @@
 // fs and path read the cases shared with the Python tests.
 /// <reference types="node" />
 
-import { Backoff } from '../src/backoff';
-import { chartSpanLabel, sparklinePath } from '../src/chart';
+import { Backoff } from '../src/server/backoff';
+import { chartSpanLabel, sparklinePath } from '../src/views/chart';
 import { clusterCommand } from '../src/clusters';
 import { readFileSync } from 'fs';
 import { join } from 'path';

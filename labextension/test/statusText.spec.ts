@@ -1,4 +1,4 @@
-import { gpuStatus, kernelGpus } from '../src/statusText';
+import { gpuStatus, kernelGpus } from '../src/statusBar/text';
 import type { IProcessesReply } from '../src/types';
 import { holder, reading } from './fixtures';
 

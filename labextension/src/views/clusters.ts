@@ -13,7 +13,7 @@ import {
   idleText,
   jobLines
 } from '../clusters';
-import { Child, el } from '../dom';
+import { Child, el } from './dom';
 import { formatAge, formatBytes } from '../format';
 import type { ConnectionPhase } from '../model';
 import type { ICluster } from '../types';

@@ -1,5 +1,5 @@
 /** The small controls the panel's views share: a button, an in-app link, a bar filled to a percentage. */
-import { el } from '../dom';
+import { el } from './dom';
 import { formatBytes } from '../format';
 
 /** A panel button: `enabled` false disables it; `attrs` may add classes or a title. */

@@ -1,6 +1,6 @@
 /** The GPU cards: per GPU its name, four metrics, a memory bar and a chart of utilization and memory over time. */
-import { chartSpanLabel, sparklinePath } from '../chart';
-import { el, svg } from '../dom';
+import { chartSpanLabel, sparklinePath } from './chart';
+import { el, svg } from './dom';
 import {
   formatBytes,
   formatBytesPair,

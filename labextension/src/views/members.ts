@@ -1,6 +1,6 @@
 /** A cluster's workers with their GPUs, live: a heading per host, a line per GPU (or one for a worker without). */
 import { gpuShortLabel, memberName, membersByHost, memberWithoutGpus } from '../clusters';
-import { el } from '../dom';
+import { el } from './dom';
 import { formatBytes, formatBytesPair, formatPercent } from '../format';
 import { othersText, splitText } from '../model';
 import type { IClusterMember, IMemberGpu } from '../types';

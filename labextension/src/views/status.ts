@@ -1,5 +1,5 @@
 /** The panel's status line (live, connecting, reconnecting...) and the banner that says what is wrong, if anything. */
-import { el } from '../dom';
+import { el } from './dom';
 import type { IConnectionState } from '../model';
 import type { IServerConfig } from '../types';
 import { button } from './controls';

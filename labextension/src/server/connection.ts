@@ -17,8 +17,8 @@ import {
   socketUrl
 } from './api';
 import { Backoff } from './backoff';
-import { forbiddenMessage, GpuPanelModel } from './model';
-import type { ServerMessage } from './types';
+import { forbiddenMessage, GpuPanelModel } from '../model';
+import type { ServerMessage } from '../types';
 
 const POLL_MS = 2000;
 

@@ -1,6 +1,6 @@
 /** What the status-bar item says: pure functions of the server's readings and processes (no widget, no network). */
-import { formatBytes } from './format';
-import type { IGpuReading, IProcessesReply } from './types';
+import { formatBytes } from '../format';
+import type { IGpuReading, IProcessesReply } from '../types';
 
 export interface IGpuStatus {
   /** "GPU 0-1 · 45% · 12.0 / 160 GiB", or "No GPU". */

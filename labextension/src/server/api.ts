@@ -7,7 +7,7 @@ import type {
   IProcessesReply,
   IServerConfig,
   ISnapshot
-} from './types';
+} from '../types';
 
 const NAMESPACE = 'gpu-magics/api';
 

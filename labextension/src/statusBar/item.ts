@@ -7,9 +7,9 @@ import { ServerConnection } from '@jupyterlab/services';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { requestAPI } from './api';
-import { gpuStatus, kernelGpus } from './statusText';
-import type { IProcessesReply, IServerConfig, ISnapshot } from './types';
+import { requestAPI } from '../server/api';
+import { gpuStatus, kernelGpus } from './text';
+import type { IProcessesReply, IServerConfig, ISnapshot } from '../types';
 
 export const STATUS_POLL_MS = 5000;
 

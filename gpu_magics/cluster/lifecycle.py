@@ -126,7 +126,8 @@ def start(
         if telemetry_interval > 0:
             _start_telemetry(started, telemetry_interval)
         _watch_idle(started, idle_timeout, write=False)
-        record_writer.write_record(started)
+        state = status_info.read(started)  # the verb's one read: the record and the output are made from it
+        record_writer.write_record(started, state=state)
         if started.telemetry is not None:
             reports = started.telemetry
             reports.kernel_held = kernel_report.held_by_uuid
@@ -134,7 +135,7 @@ def start(
                 lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
             )
         _register_atexit()
-        return status_info.describe(started, notice=waiting)
+        return status_info.describe(started, state, notice=waiting)
 
 
 def prestart_worker_server() -> None:
@@ -155,7 +156,14 @@ def status(notice: str | None = None) -> ClusterInfo:
     if not workers and notice is None:
         fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
         notice = f"{PROG}: the cluster has no workers: {fix}"
-    return status_info.describe(current, workers, notice=notice)
+    return status_info.describe(current, status_info.read(current, workers), notice=notice)
+
+
+def _written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
+    """The end of a verb that changed the workers: one read, from which the record and the output are made."""
+    state = status_info.read(current)
+    record_writer.write_record(current, state=state)
+    return status_info.describe(current, state, notice=notice)
 
 
 def stop(close: bool = False) -> str:
@@ -210,8 +218,7 @@ def scale(count: int) -> ClusterInfo:
     with _lock:
         current = _require_owned("scale", scalable=True)
         notice = steps.scale(current, count)
-        record_writer.write_record(current)
-        return status(notice=notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+        return _written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
 
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
@@ -220,9 +227,7 @@ def adapt(minimum: int, maximum: int) -> ClusterInfo:
         current = _require_owned("adapt", scalable=True)
         from gpu_magics.cluster.managers import steps
 
-        notice = steps.adapt(current, minimum, maximum)
-        record_writer.write_record(current)
-        return status(notice=notice)
+        return _written_status(current, steps.adapt(current, minimum, maximum))
 
 
 def free_workers() -> tuple[int, int, list[str]]:

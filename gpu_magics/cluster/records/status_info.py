@@ -1,4 +1,8 @@
-"""Describing the cluster in use for ``%gpucluster``: the scheduler's view joined with the workers' reports."""
+"""Describing the cluster in use for ``%gpucluster``: the scheduler's view joined with the workers' reports.
+
+``read`` is the one read at the end of a verb: the scheduler's workers and the manager's jobs, asked once, into
+one ``ClusterState`` from which the output (``describe``), the record (``writer.write_record``) and the status
+are made."""
 
 from __future__ import annotations
 
@@ -12,16 +16,32 @@ from gpu_magics.cluster.info import ClusterInfo, JobInfo, KernelGpuInfo, WorkerG
 from gpu_magics.cluster.records import kernel_report
 
 
-def describe(
-    current: ActiveCluster, workers: dict[str, dict[str, Any]] | None = None, notice: str | None = None
-) -> ClusterInfo:
-    """What ``%gpucluster`` shows of ``current``: its scheduler's workers (fetched unless given), with the GPUs
-    each reports about itself, and the dashboard link as the browser can open it."""
+@dataclasses.dataclass(frozen=True)
+class ClusterState:
+    """The cluster's workers (the scheduler's view, and what the kernel learnt of each) and the jobs behind them,
+    read once."""
+
+    workers: dict[str, dict[str, Any]]
+    infos: tuple[WorkerInfo, ...]
+    jobs: tuple[JobInfo, ...]
+
+
+def read(current: ActiveCluster, workers: dict[str, dict[str, Any]] | None = None) -> ClusterState:
+    """Ask the scheduler for the workers (unless given) and the manager for its jobs, once."""
     if workers is None:
         workers = inspection.scheduler_workers(current.client)
-    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
     infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
-    infos = tuple(_with_reports(info, reported.get(info.address)) for info in infos)
+    return ClusterState(workers, infos, jobs(current, workers, infos))
+
+
+def describe(current: ActiveCluster, state: ClusterState | None = None, notice: str | None = None) -> ClusterInfo:
+    """What ``%gpucluster`` shows of ``current``: its scheduler's workers (read unless given), with the GPUs
+    each reports about itself, and the dashboard link as the browser can open it."""
+    if state is None:
+        state = read(current)
+    workers = state.workers
+    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
+    infos = tuple(_with_reports(info, reported.get(info.address)) for info in state.infos)
     link = dashboard_links.for_kernel(inspection.dashboard_link(current.client))
     manager = current.manager
     return ClusterInfo(
@@ -40,7 +60,7 @@ def describe(
         idle_left=current.idle.left() if current.idle is not None else None,
         kernel_gpus=kernel_gpus(),
         manager=manager.label if manager is not None else None,
-        jobs=jobs(current, workers, infos),
+        jobs=with_gpus(state.jobs, infos),
         adaptive=manager.adaptive if manager is not None else None,
         figures_age=current.telemetry.reports_age() if current.telemetry is not None else None,
     )
@@ -57,6 +77,10 @@ def jobs(
         found = current.manager.jobs(workers)
     except Exception:
         return ()
+    return with_gpus(found, infos)
+
+
+def with_gpus(found: tuple[JobInfo, ...], infos: tuple[WorkerInfo, ...]) -> tuple[JobInfo, ...]:
     by_name = {info.name: info for info in infos}
     return tuple(dataclasses.replace(job, gpus=_gpus(by_name, job.workers)) for job in found)
 

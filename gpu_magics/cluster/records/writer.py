@@ -11,7 +11,6 @@ from typing import Any
 
 from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use
-from gpu_magics.cluster.info import WorkerInfo
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.records import kernel_report, status_info
 from gpu_magics.cluster.records import record as cluster_records
@@ -23,9 +22,12 @@ _jobs_read: dict[int, float] = {}  # cluster (id) -> when its record last asked 
 _UNREPORTED = {"nvml_index": None, "memory_used": None, "gpu_util": None, "error": None, "others": None}
 
 
-def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
-    """Write ``current``'s record (``refresh``: again, as its workers report, without waiting for the disk);
-    a failure is said once per kernel: the cluster works without its record."""
+def write_record(
+    current: ActiveCluster, *, refresh: bool = False, state: status_info.ClusterState | None = None
+) -> None:
+    """Write ``current``'s record (``refresh``: again, as its workers report, without waiting for the disk;
+    ``state``: the verb's one read, else read here); a failure is said once per kernel: the cluster works
+    without its record."""
     try:
         if refresh and current.record is not None:  # only the members change: no round trip to the scheduler
             members = tuple(_members(current))
@@ -41,8 +43,9 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
             current.record_path = cluster_records.write_record(record, durable=False)
             current.record = record
             return
-        workers = inspection.scheduler_workers(current.client)
-        infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
+        if state is None:
+            state = status_info.read(current)
+        infos = state.infos
         if current.kind == "gpu":
             gpus = tuple(info.gpu_device or info.name for info in infos)
         else:
@@ -59,7 +62,7 @@ def write_record(current: ActiveCluster, *, refresh: bool = False) -> None:
             members=tuple(_members(current)),
             plain_cells=current.plain_cells,
             **_idle(current),
-            **_jobs(current, (workers, infos)),
+            **_jobs(current, state),
         )
         if current.record_path is not None and current.record_path.name != record.filename:
             cluster_records.remove_record(current.record_path)
@@ -86,22 +89,22 @@ def set_plain_cells(backend: str | None) -> None:
         write_record(current, refresh=True)
 
 
-def _jobs(current: ActiveCluster, seen: tuple[dict[str, Any], tuple[WorkerInfo, ...]] | None) -> dict[str, Any]:
-    """The record's manager fields; the queue is asked again at most every ``JOBS_REFRESH_S`` seconds on a
-    refresh (``seen`` None: the workers as last written)."""
+def _jobs(current: ActiveCluster, state: status_info.ClusterState | None) -> dict[str, Any]:
+    """The record's manager fields; on a refresh (``state`` None) the queue is asked again at most every
+    ``JOBS_REFRESH_S`` seconds."""
     manager = current.manager
     if manager is None or manager.label is None:  # a cluster started here or attached to: no jobs to read
         return {"manager": None, "jobs": (), "adaptive": None if manager is None else manager.adaptive}
     fields: dict[str, Any] = {"manager": manager.label, "adaptive": manager.adaptive}
     previous = current.record
-    if seen is None and previous is not None and time.monotonic() - _jobs_read.get(id(current), 0.0) < JOBS_REFRESH_S:
+    if state is None and previous is not None and time.monotonic() - _jobs_read.get(id(current), 0.0) < JOBS_REFRESH_S:
         fields["jobs"] = previous.jobs
         return fields
-    if seen is None:
+    if state is None:
         workers = inspection.scheduler_workers(current.client)
-        seen = workers, inspection.worker_infos(workers, current.devices, gpu=True)
+        state = status_info.read(current, workers)
     _jobs_read[id(current)] = time.monotonic()
-    fields["jobs"] = tuple(job.to_json() for job in status_info.jobs(current, *seen))
+    fields["jobs"] = tuple(job.to_json() for job in status_info.with_gpus(state.jobs, state.infos))
     return fields
 
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -38,6 +39,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _first_page(url: str, server: subprocess.Popen[bytes], log: Path) -> str:
+    """The page at ``url``, asked again for a few seconds while the connection is refused (a loaded machine); a
+    failure shows the server's log."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                assert response.status == 200
+                return str(response.read().decode())
+        except urllib.error.URLError as error:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise AssertionError(f"{error}; the server said:\n{log.read_text()[-3000:]}") from error
+            time.sleep(0.5)
+
+
 def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> None:
     command = jupyter_command()
     assert command[:2] == [".venv/bin/jupyter", "lab"]
@@ -57,9 +73,7 @@ def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> 
             found = NOTEBOOK_URL.search(log.read_text())
         assert found is not None, log.read_text()[-3000:]
         assert "/lab?token=" not in log.read_text()  # no Launcher URL beside it
-        with urllib.request.urlopen(found.group(0), timeout=30) as response:
-            page = response.read().decode()
-            assert response.status == 200
+        page = _first_page(found.group(0), server, log)
         assert '"treePath": "quickstart.ipynb"' in page
         port, token = found.groups()  # and that path is the notebook, in the folder the file browser shows
         contents = f"http://127.0.0.1:{port}/api/contents/quickstart.ipynb?content=0&token={token}"

@@ -5,7 +5,7 @@
 // model needed). Screenshots go to $ARTIFACTS. Usage: node displays.mjs BASE_URL TOKEN NOTEBOOK_PATH
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch } from './chromium.mjs';
+import { launch, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, notebook] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -44,8 +44,13 @@ async function main() {
       .catch(() => null);
     step(`progress while %%gpurun ran: ${progress}`);
     if (!progress) problems.push('no elapsed time and task count in the live panel while %%gpurun ran');
-    else await page.locator('.gpu-magics-monitor', { has: page.locator('.gpu-magics-progress') }).first()
-      .screenshot({ path: path.join(artifacts, 'displays-progress.png') });
+    else {
+      // the live panel is replaced as figures arrive and gives way to the summary when the cell ends: a picture of
+      // it is a record, not a check (the line above was the check)
+      const live = page.locator('.gpu-magics-monitor', { has: page.locator('.gpu-magics-progress') }).first();
+      await steadyScreenshot(live, { path: path.join(artifacts, 'displays-progress.png'), timeout: 5000 })
+        .catch(error => step(`no picture of the live panel (${String(error).split('\n')[0]})`));
+    }
     await page.waitForFunction(
       () => {
         const prompts = Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'));

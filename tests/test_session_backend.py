@@ -18,7 +18,7 @@ from IPython.utils.capture import capture_output
 
 from gpu_magics.display.array_view import ArrayView
 from gpu_magics.gpurun import backends
-from gpu_magics.gpurun.session import backend as session
+from gpu_magics.gpurun.session import plain_cells as session
 from tests.test_gpurun import NO_GPU, inventory
 
 # Records, per task, the thread that ran it: where the plain cell's dask work ran.

@@ -18,7 +18,7 @@ from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.display.array_view import ArrayView
-from gpu_magics.gpurun.session import backend as session
+from gpu_magics.gpurun.session import plain_cells as session
 from tests.test_gpurun import NO_GPU, inventory
 from tests.test_session_backend import SEED_CELL, WHERE_CELL, cell, line
 

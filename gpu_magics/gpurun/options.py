@@ -196,3 +196,31 @@ def _check_spmd(options: RunOptions) -> None:
     for field_name, unset, why in _NOT_SPMD:
         if getattr(options, field_name) != unset:
             raise UsageError(f"%%gpurun spmd: no {why}.")
+
+
+_CELL_ONLY = (
+    (
+        "compare",
+        (),
+        "--compare runs one cell on several backends: put %%gpurun --compare ... on that cell's first line",
+    ),
+    ("repeat", 1, "--repeat times one cell: put %%gpurun ... --repeat N on that cell's first line"),
+    ("output", None, "-o keeps one cell's result: put %%gpurun ... -o NAME on that cell's first line"),
+    ("quiet", False, "-q is how plain cells run already: %gpurun BACKEND shows no summary"),
+    ("monitor", True, "plain cells show no live panel: --no-monitor is for %%gpurun cells"),
+    ("rtol", 1e-3, "--rtol is for %%gpurun --compare cells"),
+)
+
+
+def parse_session_line(line: str) -> RunOptions:
+    """The options of ``%gpurun BACKEND`` as a line: a backend, ``--device``, ``--workers``; a one-line
+    ``UsageError`` for what only a cell can use."""
+    options = parse_run_line(line)
+    for name, default, why in _CELL_ONLY:
+        if getattr(options, name) != default:
+            raise UsageError(f"%gpurun: {why}.")
+    if options.backend is None:
+        raise UsageError(
+            "%gpurun: name the backend for plain cells (cpu-single, cpu-threads, gpu, multi-gpu or auto), or off."
+        )
+    return options

@@ -173,13 +173,12 @@ class ClusterMagics(Magics, FreeGpuSettings):
         run = self._run_magics()
         if run is not None and action == "start" and self.plain_cells_on_cluster:
             print(run.use_session("multi-gpu"))
-        if run is not None:
-            plain = run.plain_cells()
-            info = dataclasses.replace(info, plain_cells=plain.line(), plain_cells_idle_gpus=plain.gpus_idle)
+        plain = _plain_cells(self.shell)
+        info = dataclasses.replace(info, plain_cells=plain.line(), plain_cells_idle_gpus=plain.gpus_idle)
         display(ClusterView(info))
 
     def _run_magics(self) -> Any:
-        """The ``GpuMagics`` of this shell, which knows where plain cells run (``None`` if not loaded)."""
+        """The ``GpuMagics`` of this shell, whose settings make the plain-cell session (``None`` if not loaded)."""
         return None if self.shell is None else self.shell.magics_manager.registry.get("GpuMagics")
 
     def _choose_free_gpus(self, options: ClusterOptions) -> ClusterOptions:
@@ -234,3 +233,11 @@ class ClusterMagics(Magics, FreeGpuSettings):
         self._forget_client_names()
         shutdown.uninstall(self.shell)
         cluster.stop()
+
+
+def _plain_cells(shell: Any) -> Any:
+    """Where plain cells run now: the shell's session, read directly."""
+    from gpu_magics.gpurun.session import placement, plain_cells
+
+    made = plain_cells.current(shell)
+    return placement.plain_cells(None if made is None else made.plan)

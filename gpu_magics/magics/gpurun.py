@@ -12,10 +12,10 @@ from traitlets import Bool, CaselessStrEnum, Float, Int
 
 from gpu_magics.gpurun import backends
 from gpu_magics.gpurun import execute as run
-from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line
+from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line, parse_session_line
 from gpu_magics.gpurun.results import RunResult
-from gpu_magics.gpurun.session import backend as session
 from gpu_magics.gpurun.session import placement
+from gpu_magics.gpurun.session import plain_cells as session
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
 from gpu_magics.spmd.kernel import session as spmd_session
 
@@ -166,12 +166,16 @@ class GpuMagics(Magics, FreeGpuSettings):
         from gpu_magics.display.live import shared_slot
 
         with shared_slot() as slot:  # the live panels, then the summary, take one output
+            ran: list[tuple[backends.BackendPlan, run.Outcome]] = []
             try:
                 if not options.compare:
-                    return self._run_single(options, plans[0], compiled, slot)
-                return self._run_compare(options, plans, compiled, skipped, slot)
+                    return self._run_single(options, plans[0], compiled, slot, ran)
+                return self._run_compare(options, plans, compiled, skipped, slot, ran)
             finally:
-                self._after_gpu_cell(plans)
+                error = ran[-1][1].error if ran else None
+                self._after_cell([plan for plan, _ in ran] or plans, error)
+                if error is not None:  # the cell fails (its traceback was shown once)
+                    run.mark_failed(self._shell, error)
 
     def _run_spmd(self, options: RunOptions, cell: str) -> Any:
         from gpu_magics.spmd.kernel import cell as spmd_cell
@@ -230,7 +234,7 @@ class GpuMagics(Magics, FreeGpuSettings):
             print(f"%gpurun: plain cells run with dask's own settings{said}: {where}")
             return
         try:
-            options = _session_options(line)
+            options = parse_session_line(line)
             options = self._choose_free_device(options)
             plans, _ = self._plans(options)
         except UsageError as error:
@@ -265,16 +269,17 @@ class GpuMagics(Magics, FreeGpuSettings):
         return dataclasses.replace(options, device=index, device_free=False)
 
     def after_session_cell(self, plan: backends.BackendPlan, error: BaseException | None) -> None:
-        """After a plain cell on the session backend: as after a ``%%gpurun`` cell (an interrupted cluster run
-        says what still runs there; the pool is given back with ``free_pool_after_cell``)."""
-        if isinstance(error, KeyboardInterrupt) and plan.client is not None:
+        """After a plain cell on the session backend: the same step as after a ``%%gpurun`` cell."""
+        self._after_cell([plan], error)
+
+    def _after_cell(self, plans: list[backends.BackendPlan], error: BaseException | None) -> None:
+        """After a cell on backends, either kind: an interrupted cluster run says what still runs there (and
+        restarts the workers with ``restart_on_interrupt``); with ``free_pool_after_cell``, what the kernel's pool
+        caches is given back once a cell ran on a GPU here."""
+        if isinstance(error, KeyboardInterrupt) and plans and plans[-1].client is not None:
             from gpu_magics.cluster.stopping import interrupts
 
-            print(interrupts.after_interrupt(plan.client, restart=self.restart_on_interrupt))
-        self._after_gpu_cell([plan])
-
-    def _after_gpu_cell(self, plans: list[backends.BackendPlan]) -> None:
-        """With ``free_pool_after_cell``, give back what the kernel's pool caches once a cell ran on a GPU here."""
+            print(interrupts.after_interrupt(plans[-1].client, restart=self.restart_on_interrupt))
         if self.free_pool_after_cell and any(plan.gpu_indices for plan in plans):
             from gpu_magics.cluster.records import kernel_report
 
@@ -298,11 +303,16 @@ class GpuMagics(Magics, FreeGpuSettings):
         return plans, tuple((item.backend, item.reason) for item in skipped)
 
     def _run_single(
-        self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell, slot: PanelSlot
+        self,
+        options: RunOptions,
+        plan: backends.BackendPlan,
+        compiled: run.CompiledCell,
+        slot: PanelSlot,
+        ran: list[tuple[backends.BackendPlan, run.Outcome]],
     ) -> Any:
         result, outcome = self._run_plan(options, plan, compiled)
+        ran.append((plan, outcome))
         self._report(options, result, slot)
-        self._after_failure(plan, outcome)
         return None if outcome.failed or compiled.silent else outcome.value
 
     def _run_compare(
@@ -312,15 +322,16 @@ class GpuMagics(Magics, FreeGpuSettings):
         compiled: run.CompiledCell,
         skipped: tuple[tuple[str, str], ...],
         slot: PanelSlot,
+        ran: list[tuple[backends.BackendPlan, run.Outcome]],
     ) -> Any:
         results: list[tuple[RunResult, run.Outcome]] = []
         for plan in plans:
             results.append(self._run_plan(options, plan, compiled))
+            ran.append((plan, results[-1][1]))
             if results[-1][1].failed:
                 break
         comparison = dataclasses.replace(run.compare_rows(results, options.rtol), skipped=skipped)
         self._report(options, comparison, slot)
-        self._after_failure(plans[len(results) - 1], results[-1][1])
         first = results[0][1]
         return None if first.failed or compiled.silent else first.value
 
@@ -351,17 +362,6 @@ class GpuMagics(Magics, FreeGpuSettings):
         if not options.quiet:
             slot.show(result)
 
-    def _after_failure(self, plan: backends.BackendPlan, outcome: run.Outcome) -> None:
-        """A failed run fails the cell (its traceback was shown once); an interrupted cluster run says what
-        still runs there, and restarts the workers when ``restart_on_interrupt`` asks for it."""
-        if outcome.error is None:
-            return
-        if outcome.interrupted and plan.client is not None:
-            from gpu_magics.cluster.stopping import interrupts
-
-            print(interrupts.after_interrupt(plan.client, restart=self.restart_on_interrupt))
-        run.mark_failed(self._shell, outcome.error)
-
     def close(self) -> None:
         """Release what the magics hold (called on ``%unload_ext``)."""
         from gpu_magics.spmd.kernel import ranks
@@ -369,34 +369,6 @@ class GpuMagics(Magics, FreeGpuSettings):
         spmd_session.end(self._shell)
         ranks.end_all()
         backends.shutdown_pools()
-
-
-_CELL_ONLY = (
-    (
-        "compare",
-        (),
-        "--compare runs one cell on several backends: put %%gpurun --compare ... on that cell's first line",
-    ),
-    ("repeat", 1, "--repeat times one cell: put %%gpurun ... --repeat N on that cell's first line"),
-    ("output", None, "-o keeps one cell's result: put %%gpurun ... -o NAME on that cell's first line"),
-    ("quiet", False, "-q is how plain cells run already: %gpurun BACKEND shows no summary"),
-    ("monitor", True, "plain cells show no live panel: --no-monitor is for %%gpurun cells"),
-    ("rtol", 1e-3, "--rtol is for %%gpurun --compare cells"),
-)
-
-
-def _session_options(line: str) -> RunOptions:
-    """The options of ``%gpurun BACKEND`` as a line: a backend, ``--device``, ``--workers``; a one-line
-    ``UsageError`` for what only a cell can use."""
-    options = parse_run_line(line)
-    for name, default, why in _CELL_ONLY:
-        if getattr(options, name) != default:
-            raise UsageError(f"%gpurun: {why}.")
-    if options.backend is None:
-        raise UsageError(
-            "%gpurun: name the backend for plain cells (cpu-single, cpu-threads, gpu, multi-gpu or auto), or off."
-        )
-    return options
 
 
 def _as_line_magic(message: str) -> str:

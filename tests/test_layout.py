@@ -90,6 +90,7 @@ def importers_of(prefix: str) -> set[str]:
         ("ipywidgets", "gpu_magics.display."),
         ("tornado", "gpu_magics.server"),
         ("jupyter_server", "gpu_magics.server"),
+        ("dask_jobqueue", "gpu_magics.cluster.managers.slurm"),
     ],
 )
 def test_only_one_place_imports(prefix: str, allowed: str) -> None:
@@ -211,6 +212,12 @@ def test_no_folder_holds_more_than_twelve_entries() -> None:
             folders[path.parent] += 1
     crowded = {str(folder.relative_to(PACKAGE.parent)): n for folder, n in folders.items() if n > 12}
     assert crowded == {}
+
+
+def test_only_squeue_runs_slurms_commands_and_only_the_rank_host_starts_processes() -> None:
+    """SLURM's commands run in ``managers.squeue`` only (every call with a timeout); the only other process this
+    package starts itself is a rank process, from its worker's rank host."""
+    assert importers_of("subprocess") == {"gpu_magics.cluster.managers.squeue", "gpu_magics.spmd.worker.host"}
 
 
 def test_the_side_panels_sources_hold_at_most_twelve_entries_a_folder() -> None:

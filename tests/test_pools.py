@@ -163,12 +163,12 @@ def test_free_pool_after_cell_gives_the_cache_back_after_a_gpu_cell(ip: Interact
     gpu_plan = BackendPlan(name="gpu", hardware="1x NVIDIA H200 (GPU 1)", chunk_type="cupy", gpu_indices=(1,))
     cpu_plan = BackendPlan(name="cpu-threads", hardware="2 CPU threads", chunk_type="numpy")
     assert magics.free_pool_after_cell is False  # off by default
-    magics._after_gpu_cell([gpu_plan])
+    magics._after_cell([gpu_plan], None)
     assert kernel_report.kernel_memory(fresh=True)[0].held.cached == 10 * GIB
     magics.free_pool_after_cell = True
-    magics._after_gpu_cell([cpu_plan])  # a CPU cell leaves the pool alone
+    magics._after_cell([cpu_plan], None)  # a CPU cell leaves the pool alone
     assert kernel_report.kernel_memory(fresh=True)[0].held.cached == 10 * GIB
-    magics._after_gpu_cell([gpu_plan])
+    magics._after_cell([gpu_plan], None)
     assert kernel_report.kernel_memory(fresh=True)[0].held.cached == 0
     [gpu] = kernel_records(shared)[0]["gpus"]  # type: ignore[misc]
     assert gpu["cached_memory"] == 0

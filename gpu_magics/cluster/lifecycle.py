@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
@@ -40,7 +39,9 @@ from gpu_magics.cluster.queries import (
     worker_count,
     worker_kind,
 )
-from gpu_magics.cluster.records import kernel_report, status_info
+from gpu_magics.cluster.reading import inspection
+from gpu_magics.cluster.reading import status as status_info
+from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.cluster.records.refresh import RecordRefresher

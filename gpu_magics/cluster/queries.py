@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 
 from gpu_magics import hints
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use, on_change
 from gpu_magics.cluster.options import PROG, Kind
+from gpu_magics.cluster.reading import inspection
 
 __all__ = [
     "active",

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.reading import inspection
 from gpu_magics.units import one_line
 
 if TYPE_CHECKING:

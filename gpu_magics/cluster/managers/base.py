@@ -11,9 +11,9 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.info import JobInfo
 from gpu_magics.cluster.options import ClusterOptions, Kind
+from gpu_magics.cluster.reading import inspection
 from gpu_magics.units import format_duration
 
 if TYPE_CHECKING:

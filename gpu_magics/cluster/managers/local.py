@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.workers import forkserver
 
 if TYPE_CHECKING:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import worker_kind
+from gpu_magics.cluster.reading import inspection
 from gpu_magics.units import one_line
 
 if TYPE_CHECKING:

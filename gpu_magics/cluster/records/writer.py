@@ -9,10 +9,11 @@ import sys
 import time
 from typing import Any
 
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster, in_use
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.records import kernel_report, status_info
+from gpu_magics.cluster.reading import inspection
+from gpu_magics.cluster.reading import status as status_info
+from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.units import one_line
 

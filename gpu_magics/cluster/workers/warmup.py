@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from distributed import WorkerPlugin
 
-from gpu_magics.cluster.inspection import scheduler_workers
 from gpu_magics.cluster.options import Kind
+from gpu_magics.cluster.reading.inspection import scheduler_workers
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -104,7 +104,8 @@ class Ranks:
     def prepare_for_cell(self) -> tuple[World, list[str]]:
         """The world for the cluster's workers now. While the client's own view of the workers (refreshed every
         few seconds) matches the running world, no round trip is made; otherwise the scheduler is asked."""
-        from gpu_magics.cluster import inspection, queries
+        from gpu_magics.cluster import queries
+        from gpu_magics.cluster.reading import inspection
 
         cached = getattr(self.client, "_scheduler_identity", None) or {}
         known = set((cached.get("workers") or {}).keys())

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpu_magics.cluster import inspection
 from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo, JobInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
+from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.records import kernel_report
 
 

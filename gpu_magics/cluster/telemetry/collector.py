@@ -31,6 +31,8 @@ from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 if TYPE_CHECKING:
     from distributed import Client
 
+    from gpu_magics.cluster.telemetry.feed import TelemetryFeed
+
 _log = logging.getLogger(__name__)
 
 STALE_INTERVALS = 3.0  # reports missed before a worker counts as gone
@@ -210,7 +212,7 @@ class ClusterTelemetry:
         limit = time.monotonic() + (1.5 * self.interval + 0.2 if timeout is None else timeout)
         if all(received > moment for _, received in self.fresh_reports()):
             return True
-        from gpu_magics.cluster.telemetry.plugin import ask_for_reports
+        from gpu_magics.cluster.telemetry.feed import ask_for_reports
 
         if ask_for_reports(self.client) is False:
             return False
@@ -347,6 +349,8 @@ class ClusterTelemetry:
     # -- the sampler's interface, for the live panel and the cell summary -----------------------------
 
     def feed(self) -> TelemetryFeed:
+        from gpu_magics.cluster.telemetry.feed import TelemetryFeed
+
         return TelemetryFeed(self)
 
     def history(self, since: float | None = None) -> list[Snapshot]:
@@ -366,53 +370,6 @@ class ClusterTelemetry:
             unwatch()
 
         return unsubscribe
-
-
-class TelemetryFeed:
-    """The cluster's GPU snapshots behind the ``Sampler`` methods that the live panel and the cell monitor
-    use (``history``, ``subscribe``, ``latest``, ``tick``, ``start``/``stop``). The workers sample all the
-    time; ``start`` .. ``stop`` only makes snapshots of their reports."""
-
-    def __init__(self, telemetry: ClusterTelemetry) -> None:
-        self.telemetry = telemetry
-        self.interval = telemetry.interval
-        self._unwatch: Callable[[], None] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._unwatch is not None
-
-    def history(self, since: float | None = None) -> list[Snapshot]:
-        return self.telemetry.history(since)
-
-    def subscribe(self, callback: Callable[[Snapshot], None]) -> Callable[[], None]:
-        return self.telemetry.subscribe(callback)
-
-    def latest(self) -> Snapshot | None:
-        history = self.telemetry.history()
-        return history[-1] if history else None
-
-    def tick(self) -> Snapshot:
-        """A snapshot of the newest reports now (kept in the history, like a sampler's tick)."""
-        now = time.time()
-        self.telemetry._emit(now)
-        latest = self.latest()
-        assert latest is not None
-        return latest
-
-    def settle(self, moment: float) -> None:
-        """Wait (bounded) for the workers' reports that cover ``moment``, the end of a cell."""
-        self.telemetry.wait_reports_after(moment)
-
-    def start(self) -> None:
-        """Make snapshots of the workers' reports from now on (they report all the time)."""
-        if self._unwatch is None:
-            self._unwatch = self.telemetry.watch()
-
-    def stop(self) -> None:
-        unwatch, self._unwatch = self._unwatch, None
-        if unwatch is not None:
-            unwatch()
 
 
 def _worker_gpu(gpu: ClusterGpu, others: OtherUse | None) -> WorkerGpu:

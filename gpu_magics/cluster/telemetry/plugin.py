@@ -119,16 +119,6 @@ def report_now(dask_worker: Any = None) -> bool:
     return True
 
 
-def ask_for_reports(client: Any) -> bool | None:
-    """In the kernel: have every worker send its report now; whether any can (a worker without the plugin
-    cannot), or ``None`` when they could not be asked (their reports then come at their interval)."""
-    try:
-        answers = client.run(report_now, on_error="return")
-    except Exception:
-        return None
-    return any(answer is True for answer in answers.values())
-
-
 def describe_gpus(dask_worker: Any = None) -> list[dict[str, Any]]:
     """``client.run`` target: this worker's GPUs (model, UUID, memory, indices), read now; ``[]`` without any."""
     from gpu_magics.monitor.sources import default_source

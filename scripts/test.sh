@@ -45,7 +45,8 @@ step "jest" bash -c "cd labextension && ../.venv/bin/jlpm test --ci"
 if [ "$quick" = 1 ]; then
   step "pytest --quick" .venv/bin/python -m pytest tests -p no:cacheprovider --quick -n "$workers" --dist loadgroup "$@"
 else
-  step "labextension list" bash -c ".venv/bin/jupyter labextension list 2>&1 | tee /dev/stderr | grep -E 'gpu-magics.*enabled.*OK'"
+  # printed, then checked (no tee to /dev/stderr: reopening a redirected log truncates it, leaving NUL bytes)
+  step "labextension list" bash -c 'listed=$(.venv/bin/jupyter labextension list 2>&1); echo "$listed"; grep -qE "gpu-magics.*enabled.*OK" <<<"$listed"'
   step "pytest" .venv/bin/python -m pytest tests -p no:cacheprovider -n "$workers" --dist loadgroup "$@"
 fi
 

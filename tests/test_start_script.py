@@ -103,3 +103,20 @@ def test_it_says_what_it_does_while_it_installs() -> None:
     lines = [line.strip() for line in setup.splitlines()]
     pips = [i for i, line in enumerate(lines) if line.startswith(".venv/bin/python -m pip install")]
     assert pips and all(lines[i - 1].startswith("echo ") for i in pips)  # each install announced
+
+
+@pytest.mark.slow
+def test_the_test_scripts_labextension_step_leaves_a_redirected_log_readable(tmp_path: Path) -> None:
+    """``bash scripts/test.sh > log 2>&1``: the step that lists the extension writes into the log, never over it
+    (a ``tee /dev/stderr`` there reopened the log and left NUL bytes where earlier steps wrote)."""
+    script = (REPO / "scripts" / "test.sh").read_text()
+    found = re.search(r"step \"labextension list\" bash -c '(.+)'\n", script)
+    assert found is not None
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        out.write("earlier steps wrote this\n")
+        out.flush()
+        done = subprocess.run(["bash", "-c", found.group(1)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    text = log.read_bytes()
+    assert done.returncode == 0, text.decode(errors="replace")
+    assert b"\x00" not in text and text.startswith(b"earlier steps wrote this\n") and b"gpu-magics" in text

@@ -120,11 +120,34 @@ def test_interrupting_a_cluster_cell_keeps_the_workers(kernel: Kernel) -> None:
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
     assert "KeyboardInterrupt" in text
     assert "still running on the cluster" in text and "%gpucluster restart" in text
+    assert_short_interrupt(text)
     assert kernel.worker_pids() == before  # nobody died
     text = kernel.ok(
         "%%gpurun multi-gpu -q\nimport dask.array as da\nprint(int(da.ones(10, chunks=5).sum().compute()))"
     )
     assert text.strip().splitlines()[-1] == "10"
+
+
+def assert_short_interrupt(text: str) -> None:
+    """The interrupt, the user's own lines and our line: no frames of dask, distributed or threading, and no
+    "Task exception was never retrieved" report from the client's loop."""
+    assert "x.sum().compute()" in text  # the user's line
+    for noise in ("threading.py", "dask/base.py", "distributed/client.py", "Task exception was never retrieved"):
+        assert noise not in text, text
+    assert len(text.splitlines()) <= 16, text
+
+
+def test_interrupting_a_session_cell_on_the_cluster_is_short(kernel: Kernel) -> None:
+    kernel.ok("%gpurun multi-gpu")
+    msg_id = kernel.start(SLOW_CELL.split("\n", 1)[1])  # the same work as a plain cell
+    time.sleep(2.0)
+    kernel.manager.interrupt_kernel()
+    reply, text = kernel.finish(msg_id, timeout=30)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    assert "still running on the cluster" in text
+    assert_short_interrupt(text)
+    time.sleep(1.0)  # the abandoned futures are collected: their report would come now
+    assert "Task exception was never retrieved" not in kernel.ok("import gc; gc.collect(); print('next')")
 
 
 def test_interrupting_a_plain_cell_keeps_the_workers(kernel: Kernel) -> None:

@@ -20,11 +20,13 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:register",
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
+    "gpu_magics.gpurun.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
 )
 UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:unregister",
     "gpu_magics.cluster.records.kernel_report:uninstall",
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
+    "gpu_magics.gpurun.interrupt_view:uninstall",
 )
 
 _STATE_KEY = "_gpu_magics_instances"

@@ -119,7 +119,6 @@ def start(
         manager = open_manager(options, namespace or {}, gpu_ids)
         started, waiting = steps.start(manager, options, began)
         started.saved_config = _apply_settings(manager.settings())
-        _quiet_abandoned_gathers(started)
         set_in_use(started)
         if worker_kind(started) == "gpu":
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
@@ -292,15 +291,6 @@ def dashboard_url() -> str | None:
     """The dashboard link of the cluster in use, as the browser can open it (through jupyter-server-proxy
     under JupyterHub; ``None`` when it has none); ``UsageError`` without a cluster."""
     return dashboard_links.for_kernel(inspection.dashboard_link(_require_active("dashboard").client)).url
-
-
-def _quiet_abandoned_gathers(started: ActiveCluster) -> None:
-    """An interrupted cell leaves no "Task exception was never retrieved" report on the client's loop."""
-    from gpu_magics.cluster.stopping.interrupts import quiet_abandoned_gathers
-
-    loop = getattr(started.client.loop, "asyncio_loop", None)
-    if loop is not None:
-        quiet_abandoned_gathers(loop)
 
 
 def _apply_settings(settings: dict[str, Any]) -> dict[str, Any]:

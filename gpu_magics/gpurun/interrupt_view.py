@@ -5,7 +5,7 @@ Installed at ``%load_ext`` around the shell's traceback formatter (``Interactive
 ``set_custom_exc`` would not do: its handler's traceback is shown by ``showtraceback`` but dropped by ``run_code``):
 for a ``KeyboardInterrupt`` the traceback keeps the frames of the notebook's cells and of the user's own files, and
 drops those of installed libraries and of this package; every other error shows as before. The cluster's side of
-the same: ``cluster.stopping.interrupts.quiet_abandoned_gathers``.
+the same: ``cluster.managers.steps.quiet_abandoned_gathers``.
 """
 
 from __future__ import annotations

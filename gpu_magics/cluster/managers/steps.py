@@ -31,6 +31,7 @@ def start(manager: ClusterManager, options: ClusterOptions, began: float) -> tup
     client: Client | None = None
     try:
         client = manager.connect(options)
+        quiet_abandoned_gathers(getattr(client.loop, "asyncio_loop", None))
         notice = manager.await_workers(client, options)
         ready_s = time.perf_counter() - began
         devices: dict[str, dict[str, Any]] = {}
@@ -106,3 +107,30 @@ def adapt(current: ActiveCluster, minimum: int, maximum: int) -> str:
     except Exception as error:
         raise UsageError(f"{PROG} adapt: {one_line(error)}") from None
     return f"{PROG}: {current.name!r} adapts between {minimum} and {maximum} workers"
+
+
+def quiet_abandoned_gathers(loop: Any) -> None:
+    """On the client's event loop (``None``: nothing to do), drop asyncio's report of a future left by an
+    interrupted ``gather``: it ends with distributed's ``AllExit``, nobody reads it, and asyncio would print it
+    later into the notebook as "Task exception was never retrieved" with its traceback. Every other report goes on
+    as before. Never raises."""
+    if loop is None:
+        return
+    try:
+        from distributed.client import AllExit
+    except ImportError:
+        return
+    try:
+        previous = loop.get_exception_handler()
+
+        def handler(event_loop: Any, context: dict[str, Any]) -> None:
+            if isinstance(context.get("exception"), AllExit):
+                return
+            if previous is not None:
+                previous(event_loop, context)
+            else:
+                event_loop.default_exception_handler(context)
+
+        loop.set_exception_handler(handler)
+    except Exception:
+        pass

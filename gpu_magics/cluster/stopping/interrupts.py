@@ -67,27 +67,3 @@ def after_interrupt(client: Client, *, restart: bool) -> str:
 
 def _tasks(count: int) -> str:
     return f"{count} task{'s' if count != 1 else ''}"
-
-
-def quiet_abandoned_gathers(loop: Any) -> None:
-    """On the client's event loop, drop asyncio's report of a future left by an interrupted ``gather``: it ends
-    with distributed's ``AllExit``, nobody reads it, and asyncio would print it later into the notebook as "Task
-    exception was never retrieved" with its traceback. Every other report goes on as before. Never raises."""
-    try:
-        from distributed.client import AllExit
-    except ImportError:
-        return
-    try:
-        previous = loop.get_exception_handler()
-
-        def handler(event_loop: Any, context: dict[str, Any]) -> None:
-            if isinstance(context.get("exception"), AllExit):
-                return
-            if previous is not None:
-                previous(event_loop, context)
-            else:
-                event_loop.default_exception_handler(context)
-
-        loop.set_exception_handler(handler)
-    except Exception:
-        pass

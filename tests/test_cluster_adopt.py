@@ -135,3 +135,28 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_workers_that_see_gpus_without_cupy_stay_cpu_workers(
+    ip: InteractiveShell, magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers on a host with (simulated) GPUs but no CuPy: the warm-up runs on their CPUs instead of failing
+    with "Please install cupy", and their chunks stay NumPy."""
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:2")  # the worker processes inherit it: they see 2 GPUs
+    made = LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
+    )
+    ip.user_ns["t_gpus"] = made
+    try:
+        text = gpucluster(magics, "--from t_gpus")
+        assert "Cluster 't_gpus'" in text and "could not use" not in text and "did not start" not in text
+        current = cluster.active()
+        assert current is not None
+        assert [seen.get("cupy") for seen in current.devices.values()] == [False]
+        assert cluster.split_workers_by_gpu()[0] == set()  # not a GPU worker for arrays
+        with capture_output():
+            result = ip.run_cell(SEED)
+        assert result.success and abs(float(result.result) - 11.0) < 5e-2
+    finally:
+        cluster.stop()
+        made.close()

@@ -46,6 +46,12 @@ class ActiveCluster:
     manager: ClusterManager | None = None  # what gives the workers (managers/: local, attached, SLURM, --from)
 
     @property
+    def workers_kind(self) -> Kind:
+        """The kind whose rules the workers follow: ``cpu`` where the line asked for CPU workers (they stay CPU
+        workers on a host with GPUs), else the cluster's kind."""
+        return "cpu" if self.options.cpu_workers is not None else self.kind
+
+    @property
     def owned(self) -> bool:
         """Whether this kernel started the cluster (and so may restart and stop it)."""
         return self.manager is not None and self.manager.owned

@@ -92,11 +92,16 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
         return set(), set()
     if current.kind in ("gpu", "cpu"):  # started here: the kind says
         return (set(workers), set()) if current.kind == "gpu" else (set(), set(workers))
+    if current.options.cpu_workers is not None:  # asked for CPU workers: they stay CPU workers, GPUs or not
+        return set(), set(workers)
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
     with_gpu = set()
     for address, info in workers.items():
         name = str(info.get("name", address))
-        if (reported.get(address) or ("", ()))[1] or current.devices.get(name, {}).get("gpu_name"):
+        seen = current.devices.get(name, {})
+        if seen.get("cupy") is False:  # a GPU its chunks cannot use (no CuPy there): a CPU worker for arrays
+            continue
+        if (reported.get(address) or ("", ()))[1] or seen.get("gpu_name"):
             with_gpu.add(address)
     return with_gpu, set(workers) - with_gpu
 
@@ -126,14 +131,14 @@ def describe_hardware() -> str:
     except Exception:
         workers = {}
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else None
-    return inspection.hardware(current.kind, current.devices, workers, reported)
+    return inspection.hardware(current.workers_kind, current.devices, workers, reported)
 
 
 def gpu_worker_devices(client: Client) -> dict[str, str]:
     """Worker address -> GPU model, for each worker of ``client``'s cluster that has a GPU."""
     current = in_use()
     cached = current.devices if current is not None and current.client is client else {}
-    skip_gpu = current is not None and current.client is client and current.kind == "cpu"
+    skip_gpu = current is not None and current.client is client and current.workers_kind == "cpu"
     found = {}
     for worker in inspection.worker_infos(inspection.scheduler_workers(client), cached, gpu=not skip_gpu):
         if worker.gpu_name:

@@ -122,3 +122,21 @@ def test_the_idle_timeout_cancels_the_jobs(magics: ClusterMagics) -> None:
     assert ids <= queued()
     wait_for(lambda: cluster.active() is None, 60, "the idle cluster to close")
     wait_for(lambda: not ids & queued(), 60, "its job to leave the queue")
+
+
+def test_cpu_workers_stay_cpu_workers_on_a_host_with_gpus(
+    magics: ClusterMagics, ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--cpu-workers`` on a node whose GPUs the workers see (simulated here; a real GPU node without CuPy too):
+    they warm on their CPUs and stay CPU workers, where the warm-up used to switch to CuPy and fail."""
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:2")  # the jobs' workers inherit it: they see 2 GPUs
+    text = gpucluster(magics, "--slurm --jobs 1 --cpu-workers 1 --name t-cpu-stays")
+    try:
+        assert "did not start" not in text and "1 CPU worker" in text
+        assert cluster.split_workers_by_gpu()[0] == set()
+        with capture_output() as captured:
+            result = ip.run_cell(SEED)
+        assert result.success, captured.stdout
+        assert abs(float(result.result) - 11.0) < 1e-2
+    finally:
+        gpucluster(magics, "stop")

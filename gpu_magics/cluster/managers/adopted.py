@@ -19,6 +19,8 @@ NEEDED = ("scheduler_address", "scale", "adapt", "close")
 class AdoptedManager(ClusterManager):
     """The user's cluster manager; jobs are shown where it is a dask-jobqueue cluster."""
 
+    start_words = "could not use the cluster"  # it was running already: it did not fail to start
+
     def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
         if submits_with(self.cluster, "sbatch"):
             from gpu_magics.cluster.managers.slurm import slurm_jobs

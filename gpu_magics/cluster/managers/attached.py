@@ -18,6 +18,7 @@ class AttachedManager(ClusterManager):
     """The scheduler at ``address``."""
 
     scalable = False
+    start_words = "could not use the cluster"
 
     def __init__(self, address: str) -> None:
         super().__init__(None, None)

@@ -26,6 +26,7 @@ class ClusterManager:
     """A Dask cluster manager object (anything with ``scheduler_address``, ``scale``, ``adapt``, ``close``)."""
 
     owned = False  # whether this kernel made it (and so closes it on stop); an adopted one is only detached
+    start_words = "the cluster did not start"  # what a failed start says
     scalable = True  # whether scale and adapt act on it (an attached scheduler's workers are not ours to scale)
 
     def __init__(self, cluster: Any, label: str | None) -> None:

@@ -39,16 +39,15 @@ def start(manager: ClusterManager, options: ClusterOptions, began: float) -> tup
         manager.learn(client, devices, set(workers))
         warm_s = None
         if workers and manager.warms():
-            seen, _ = warmup.warm_workers(
-                client, manager.worker_kind(devices), before_cluster_round=manager.before_cluster_round
-            )
+            kind = "cpu" if options.cpu_workers is not None else manager.worker_kind(devices)  # asked: CPU workers
+            seen, _ = warmup.warm_workers(client, kind, before_cluster_round=manager.before_cluster_round)
             _merge(devices, seen)
             warm_s = time.perf_counter() - began - ready_s
     except BaseException as error:
         manager.start_failed(client)
         if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
             raise
-        raise UsageError(f"{PROG}: the cluster did not start: {one_line(error)}") from error
+        raise UsageError(f"{PROG}: {manager.start_words}: {one_line(error)}") from error
     started = ActiveCluster(
         name=options.cluster_name,
         kind=options.kind,

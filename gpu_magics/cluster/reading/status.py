@@ -30,7 +30,7 @@ def read(current: ActiveCluster, workers: dict[str, dict[str, Any]] | None = Non
     """Ask the scheduler for the workers (unless given) and the manager for its jobs, once."""
     if workers is None:
         workers = inspection.scheduler_workers(current.client)
-    infos = inspection.worker_infos(workers, current.devices, gpu=current.kind != "cpu")
+    infos = inspection.worker_infos(workers, current.devices, gpu=current.workers_kind != "cpu")
     return ClusterState(workers, infos, jobs(current, workers, infos))
 
 
@@ -49,7 +49,7 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
         kind=current.kind,
         scheduler_address=inspection.scheduler_address(current.client),
         dashboard_url=link.url,
-        hardware=inspection.hardware(current.kind, current.devices, workers, reported),
+        hardware=inspection.hardware(current.workers_kind, current.devices, workers, reported),
         workers=infos,
         ready_s=current.ready_s,
         warm_s=current.warm_s,

@@ -33,10 +33,15 @@ WARM_CHUNKS = (256, 256)
 
 def warm_here(gpu: bool) -> dict[str, Any]:
     """Load what the seed workload needs in this process; returns the pid, the seconds it took and, on a GPU
-    worker, the device it warmed (model, memory, ``CUDA_VISIBLE_DEVICES`` entry)."""
+    worker, the device it warmed (model, memory, ``CUDA_VISIBLE_DEVICES`` entry). A GPU worker without CuPy
+    (a GPU node whose environment lacks it, simulated GPUs) warms as a CPU worker and says so (``cupy``: False):
+    its chunks stay NumPy."""
     began = time.perf_counter()
     import dask
     import dask.array as da
+
+    if gpu and not _cupy_here():
+        return {**warm_here(False), "cupy": False}
 
     with dask.config.set({"array.backend": "cupy" if gpu else "numpy"}):
         x = da.random.normal(10, 1, size=WARM_SHAPE, chunks=WARM_CHUNKS)
@@ -102,6 +107,12 @@ class WarmUp(WorkerPlugin):
         return dict(self._seen)
 
 
+def _cupy_here() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("cupy") is not None
+
+
 def _started_at() -> float:
     try:
         import psutil
@@ -158,6 +169,7 @@ def warm_workers(
     began = time.perf_counter()
     gpu = kind == "gpu"
     seen = client.run(collect, gpu, WARM_TIMEOUT, workers=workers)
+    gpu = gpu and all(found.get("cupy", True) for found in seen.values())  # GPUs without CuPy: NumPy chunks
     if before_cluster_round is not None:
         before_cluster_round()
     if workers is None:

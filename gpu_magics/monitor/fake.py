@@ -25,8 +25,6 @@ Ticks advance with ``advance()``, or with time when ``tick_seconds`` is given.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import threading
@@ -38,11 +36,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpu_magics.monitor.fake_pools import device_memory
+from gpu_magics.monitor.fake_spec import GIB, demo_spec, fake_uuid, load_spec
 from gpu_magics.monitor.nvml import NvmlSource
 
 __all__ = ["ERRORS", "FakeNvml", "FakeSource", "NVMLError", "demo_spec", "load_spec"]
-
-GIB = 2**30
 
 
 class NVMLError(Exception):
@@ -103,61 +100,6 @@ _MIG_DEFAULTS: dict[str, Any] = {
     "memory_total": 10 * GIB,
     **dict.fromkeys(_MIG_UNSUPPORTED),  # a MIG instance reports none of these
 }
-
-
-def load_spec(
-    spec: str | os.PathLike[str] | Mapping[str, Any] | None = None, *, gpus: int | None = None
-) -> dict[str, Any]:
-    """A spec from a dict, a JSON file, or ``gpus=N`` (``demo_spec``); four demo GPUs when given neither."""
-    if spec is not None and gpus is not None:
-        raise ValueError("give a fake GPU spec or a number of GPUs, not both")
-    if spec is None:
-        return demo_spec(4 if gpus is None else gpus)
-    if isinstance(spec, Mapping):
-        data = dict(spec)
-    else:
-        with open(spec, encoding="utf-8") as file:
-            data = json.load(file)
-    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
-        raise ValueError("a fake GPU spec is an object with a 'gpus' list")
-    return data
-
-
-def demo_spec(gpus: int) -> dict[str, Any]:
-    """``gpus`` busy-looking H200s whose values move over ticks (deterministic)."""
-    if gpus < 0:
-        raise ValueError(f"the number of fake GPUs cannot be negative (got {gpus})")
-
-    def wave(low: float, high: float, period: int, i: int) -> dict[str, float]:
-        return {"min": low, "max": high, "period": period, "phase": 3 * i}
-
-    return {
-        "gpus": [
-            {
-                "name": "NVIDIA H200",
-                "uuid": "GPU-" + _fake_uuid(f"gpu{i}"),
-                "memory_total": 150754820096,
-                "memory_used": wave(2 * GIB, 120 * GIB, 60, i),
-                "gpu_util": wave(0, 100, 20, i),
-                "memory_util": wave(0, 60, 20, i),
-                "temperature": wave(32, 68, 80, i),
-                "power": wave(90, 650, 20, i),
-                "power_limit": 700.0,
-                "sm_clock": wave(1200, 1980, 20, i),
-                "pcie_rx": wave(0, 20e9, 30, i),
-                "pcie_tx": wave(0, 8e9, 30, i),
-                "nvlink_rx": wave(0, 300e9, 30, i),
-                "nvlink_tx": wave(0, 300e9, 30, i),
-                "processes": [{"pid": 4000 + i, "used_memory": wave(GIB, 100 * GIB, 60, i)}],
-            }
-            for i in range(gpus)
-        ]
-    }
-
-
-def _fake_uuid(seed: str) -> str:
-    h = hashlib.sha1(seed.encode()).hexdigest()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 @dataclass(frozen=True)
@@ -291,7 +233,7 @@ class FakeNvml:
 
     def _uuid(self, handle: _Handle) -> str:
         uuid = self._entry(handle)[0].get("uuid")
-        return str(uuid or ("GPU-" if handle.mig is None else "MIG-") + _fake_uuid(f"{handle.gpu}/{handle.mig}"))
+        return str(uuid or ("GPU-" if handle.mig is None else "MIG-") + fake_uuid(f"{handle.gpu}/{handle.mig}"))
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> SimpleNamespace:
         self._enter("nvmlDeviceGetMemoryInfo")

@@ -117,7 +117,8 @@ def test_scale_asks_the_manager_for_more_jobs(magics: ClusterMagics) -> None:
 
 
 def test_the_idle_timeout_cancels_the_jobs(magics: ClusterMagics) -> None:
-    gpucluster(magics, "--slurm --jobs 1 --cpu-workers 1 --idle-timeout 2s")
+    # long enough that the cluster is still up when the start returns on a loaded machine (2 s was not)
+    gpucluster(magics, "--slurm --jobs 1 --cpu-workers 1 --idle-timeout 8s")
     ids = job_ids()
     assert ids <= queued()
     wait_for(lambda: cluster.active() is None, 60, "the idle cluster to close")

@@ -269,3 +269,27 @@ def test_stopping_the_cluster_ends_every_rank_process(loaded_shell: InteractiveS
 
 def test_no_stray_environment_in_the_kernel() -> None:
     assert "RANK" not in os.environ and "MASTER_PORT" not in os.environ
+
+
+def test_an_adopted_cluster_gives_ranks_too(loaded_shell: InteractiveShell) -> None:
+    """``--from`` a distributed ``LocalCluster`` made in the notebook: the same SPMD cell runs on its workers."""
+    import logging
+
+    from distributed import LocalCluster
+
+    made = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
+    )
+    loaded_shell.user_ns["t_made"] = made
+    try:
+        with inventory(NO_GPU), capture_output():
+            loaded_shell.run_line_magic("gpucluster", "--replace --from t_made --name spmd-from")
+        value, out, err, result = spmd_cell(loaded_shell, "-q -o t_from", "import os\nint(os.environ['WORLD_SIZE'])")
+        assert result.success, out + err
+        assert value == 2 and len(loaded_shell.user_ns["t_from"].values) == 2
+    finally:
+        with capture_output():
+            loaded_shell.run_line_magic("gpucluster", "stop")
+        made.close()
+        with inventory(NO_GPU), capture_output():
+            loaded_shell.run_line_magic("gpucluster", "--cpu-workers 3 --name spmd")  # for the module's other tests

@@ -141,3 +141,19 @@ def test_cpu_workers_stay_cpu_workers_on_a_host_with_gpus(
         assert abs(float(result.result) - 11.0) < 1e-2
     finally:
         gpucluster(magics, "stop")
+
+
+def test_an_spmd_cell_runs_one_rank_per_job_worker(magics: ClusterMagics, ip: InteractiveShell) -> None:
+    """The same SPMD cell on workers from SLURM jobs: one rank each, torchrun's environment, rank 0's host."""
+    gpucluster(magics, "--slurm --jobs 2 --cpu-workers 1 --name t-spmd")
+    try:
+        with capture_output() as captured:
+            result = ip.run_cell(
+                "%%gpurun spmd -q -o t_ranks\nimport os\n(os.environ['RANK'], os.environ['WORLD_SIZE'], os.getpid())"
+            )
+        assert result.success, captured.stdout + captured.stderr
+        values = ip.user_ns.pop("t_ranks").values
+        assert [value[:2] for value in values] == [("0", "2"), ("1", "2")]
+        assert values[0][2] != values[1][2]
+    finally:
+        gpucluster(magics, "stop")

@@ -27,7 +27,6 @@ from IPython.utils.capture import capture_output
 import gpu_magics
 from gpu_magics import gpus, hints
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.magics.gpucluster import ClusterMagics
@@ -297,15 +296,19 @@ def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, ru
 def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
     magics: ClusterMagics, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpu_magics.cluster.workers.warmup import WarmUp
+    from gpu_magics.cluster.workers import warmup
 
     cluster.stop()
     children = {child.pid for child in psutil.Process().children(recursive=True)}
-    monkeypatch.setattr(factories, "worker_plugins", lambda gpu: (WarmUp(gpu=True),))  # a GPU warm-up, no CuPy
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the workers' warm-up failed\nwith a second line")
+
+    monkeypatch.setattr(warmup, "warm_workers", failing)  # after the workers started: they must all go
     with pytest.raises(UsageError) as caught:
         magics.gpucluster("--cpu-workers 1 --name broken")
     message = str(caught.value)
-    assert "the cluster did not start" in message and "cupy" in message and "\n" not in message
+    assert "the cluster did not start: RuntimeError: the workers' warm-up failed" in message and "\n" not in message
     assert cluster.active() is None and records(runtime_dir) == []
     started = [child.pid for child in psutil.Process().children(recursive=True) if child.pid not in children]
     assert wait_gone(started, 15) == []

@@ -58,6 +58,9 @@ async function main() {
       if (theme === 'dark') {
         await page.evaluate(() => window.jupyterapp.commands.execute('apputils:change-theme', { theme: 'JupyterLab Dark' }));
         await page.waitForFunction(() => document.body.dataset.jpThemeLight === 'false', null, { timeout: 60000 });
+        // the theme change shows JupyterLab's splash over the page for a moment
+        await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 60000 }).catch(() => null);
+        await page.waitForTimeout(1000);
       }
       const cells = page.locator('.jp-CodeCell');
       for (const [index, name] of [[1, 'ran'], [2, 'failed']]) {

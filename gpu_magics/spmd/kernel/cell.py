@@ -274,7 +274,8 @@ class _CellRun:
     def view(self, finished: bool = False) -> StatusView:
         self._add_telemetry()
         outcomes = [self.outcomes[rank.rank] for rank in self.chosen]
-        return StatusView(self.world.describe(), outcomes, time.perf_counter() - self.began, finished)
+        gpus = any(rank.gpu for rank in self.chosen)
+        return StatusView(self.world.describe(), outcomes, time.perf_counter() - self.began, finished, gpus)
 
     def _add_telemetry(self) -> None:
         from gpu_magics.cluster import queries

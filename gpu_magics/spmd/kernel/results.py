@@ -99,8 +99,9 @@ class StatusView:
     outcomes: list[RankOutcome]
     wall: float = 0.0
     finished: bool = False
+    gpus: bool = True  # whether any rank has a GPU (a CPU world shows no GPU column)
 
-    def _header(self) -> str:
+    def _headline(self) -> str:
         counts: dict[str, int] = {}
         for outcome in self.outcomes:
             counts[outcome.state] = counts.get(outcome.state, 0) + 1
@@ -118,22 +119,19 @@ class StatusView:
                     memory += f"/{format_bytes(outcome.gpu_memory_total)}"
                 gpu = f"{format_percent(outcome.gpu_util)} · {memory}"
             state = outcome.summary() if outcome.state == FAILED else outcome.state
-            rows.append(
-                [
-                    f"rank {outcome.rank}",
-                    outcome.label,
-                    state,
-                    format_seconds(outcome.seconds) if outcome.seconds is not None else "",
-                    gpu,
-                    outcome.note,
-                ]
-            )
+            row = [f"rank {outcome.rank}", outcome.label, state]
+            row.append(format_seconds(outcome.seconds) if outcome.seconds is not None else "")
+            if self.gpus:
+                row.append(gpu)
+            rows.append([*row, outcome.note])
         return rows
 
-    HEADER = ("rank", "where", "state", "time", "GPU util · memory", "")
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return ("rank", "where", "state", "time", *(("GPU util · memory",) if self.gpus else ()), "")
 
     def __repr__(self) -> str:
-        return "\n".join([self._header(), *("  " + line for line in text_table(self.HEADER, self._rows(), (3,)))])
+        return "\n".join([self._headline(), *("  " + line for line in text_table(self.columns, self._rows(), (3,)))])
 
     def _repr_html_(self) -> str:
         colours = {FAILED: "var(--jp-error-color1, #d32f2f)", DONE: "var(--jp-success-color1, #388e3c)"}
@@ -145,6 +143,6 @@ class StatusView:
                 cells[2] = f"<span style='color:{colour}'>{cells[2]}</span>"
             rows.append(cells)
         return (
-            f"<div class='gpu-magics-spmd'><div style='font-weight:600'>{html.escape(self._header())}</div>"
-            f"{html_table(self.HEADER, rows, (3,))}</div>"
+            f"<div class='gpu-magics-spmd'><div style='font-weight:600'>{html.escape(self._headline())}</div>"
+            f"{html_table(self.columns, rows, (3,))}</div>"
         )

@@ -221,11 +221,20 @@ def main() -> None:
     print_rows(rows)
     ours = next(row for row in reversed(rows) if row["setup"] == "gpu-magics")
     print(
-        "targets (4x H200):",
+        f"targets (set on 4x H200; this machine: {_this_machine()}):",
         ", ".join(f"{key} {ours[key]} {'<=' if ours[key] <= limit else '>'} {limit}" for key, limit in TARGETS.items()),
     )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+def _this_machine() -> str:
+    """The GPUs here in one phrase (``1x NVIDIA H100 80GB HBM3``), as the figures above ran on them."""
+    from gpu_magics import gpus
+
+    inventory = gpus.inventory()
+    devices = inventory.devices()
+    return gpus.describe(devices, inventory.simulated) if devices else "no GPU"
 
 
 if __name__ == "__main__":

@@ -478,3 +478,35 @@ def test_a_cell_holding_an_unpicklable_object_names_it_in_one_line(
         "TypeError: a task of this cell holds a _thread.lock object, which cannot be sent to the workers; "
         "make it inside the task, or pass the data it holds instead"
     ]
+
+
+def test_an_adaptive_cluster_at_zero_workers_takes_a_cell_and_grows_for_it(
+    magics: ClusterMagics, _session_shell: InteractiveShell
+) -> None:
+    """After ``adapt 0 2`` took the cluster to no workers, a ``%%gpurun multi-gpu`` cell runs (its tasks make the
+    cluster start workers; it says so) and ``status`` says workers start when tasks wait, not "scale N"."""
+    cluster.stop()
+    gpucluster(magics, "--cpu-workers 1 --name t-adapt")
+    try:
+        gpucluster(magics, "adapt 0 2")
+        client = cluster.require_client()
+        deadline = time.monotonic() + 60
+        while client.scheduler_info(n_workers=-1)["workers"]:
+            assert time.monotonic() < deadline, "adapt did not give its idle worker back"
+            time.sleep(0.5)
+        text, _ = gpucluster(magics, "status")
+        assert "the cluster has no workers: it adapts between 0 and 2: workers start when tasks wait" in text
+        _session_shell.run_line_magic("load_ext", "gpu_magics")
+        try:
+            with capture_output() as captured:
+                result = _session_shell.run_cell(
+                    "%%gpurun multi-gpu\nimport dask.array as da\nint(da.ones(100, chunks=10).sum().compute())"
+                )
+        finally:
+            _session_shell.run_line_magic("unload_ext", "gpu_magics")
+        shown = captured.stdout + "\n".join(output.data.get("text/plain", "") for output in captured.outputs)
+        assert result.success, shown + captured.stderr
+        assert result.result == 100
+        assert "it adapts up to 2, and the cell waits as they start" in shown
+    finally:
+        cluster.stop()

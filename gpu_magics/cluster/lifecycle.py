@@ -155,7 +155,13 @@ def status(notice: str | None = None) -> ClusterInfo:
     if current.manager is not None:
         current.manager.learn(current.client, current.devices, set(workers))
     if not workers and notice is None:
-        fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster" if current.owned else "start some"
+        bounds = current.manager.adaptive if current.manager is not None else None
+        if bounds is not None and bounds[1] > 0:
+            fix = f"it adapts between {bounds[0]} and {bounds[1]}: workers start when tasks wait"
+        elif current.owned:
+            fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster"
+        else:
+            fix = "start some"
         notice = f"{PROG}: the cluster has no workers: {fix}"
     return status_info.describe(current, status_info.read(current, workers), notice=notice)
 

@@ -19,7 +19,9 @@ from gpu_magics.cluster.reading import inspection
 __all__ = [
     "active",
     "active_client",
+    "adapting",
     "describe_hardware",
+    "expected_gpu_workers",
     "gpu_worker_devices",
     "has_gpu_workers",
     "no_cluster_message",
@@ -155,6 +157,25 @@ def worker_count() -> int | None:
         return len(inspection.scheduler_workers(current.client))
     except Exception:
         return None
+
+
+def adapting() -> tuple[int, int] | None:
+    """The bounds the cluster in use adapts between (``adapt MIN MAX``), or ``None`` when it does not adapt."""
+    current = in_use()
+    if current is None or current.manager is None:
+        return None
+    return current.manager.adaptive
+
+
+def expected_gpu_workers() -> bool:
+    """Whether the workers an adaptive cluster at zero will start have GPUs: the kind a cluster started here
+    has, else what its workers said before they went (``--cpu-workers``: no)."""
+    current = in_use()
+    if current is None or current.workers_kind == "cpu":
+        return False
+    if current.workers_kind == "gpu":
+        return True
+    return any(seen.get("gpu_name") and seen.get("cupy") is not False for seen in current.devices.values())
 
 
 def tell_plain_cells(backend: str | None) -> None:

@@ -290,16 +290,24 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
     from gpu_magics.cluster import queries
 
     client = queries.require_client()
-    if queries.worker_count() == 0:
-        raise UsageError(
-            "%%gpurun multi-gpu: the cluster has no workers; add some with %gpucluster scale N "
-            "(or start a new one with %gpucluster --replace)"
-        )
-    with_gpu, without_gpu = queries.split_workers_by_gpu()
-    on_gpus = bool(with_gpu)
     notes: tuple[str, ...] = ()
     annotations: dict[str, Any] = {}
-    if not on_gpus:
+    with_gpu: set[str] = set()
+    without_gpu: set[str] = set()
+    if queries.worker_count() == 0:
+        bounds = queries.adapting()
+        if bounds is None or bounds[1] == 0:
+            raise UsageError(
+                "%%gpurun multi-gpu: the cluster has no workers; add some with %gpucluster scale N "
+                "(or start a new one with %gpucluster --replace)"
+            )
+        # it adapts: the cell's tasks make it start workers, and the cell waits for them
+        notes = (f"the cluster has no workers now; it adapts up to {bounds[1]}, and the cell waits as they start",)
+        on_gpus = queries.expected_gpu_workers()
+    else:
+        with_gpu, without_gpu = queries.split_workers_by_gpu()
+        on_gpus = bool(with_gpu)
+    if not on_gpus and not notes:
         notes = ("the cluster has CPU workers only: numpy chunks on those workers",)
     elif without_gpu:
         gpu_count, cpu_count = len(with_gpu), len(without_gpu)

@@ -59,11 +59,18 @@ def kill_only_the_kernel(kernel: Kernel) -> None:
 
 
 def port_free(port: int) -> bool:
-    """Whether no process listens on ``port`` (a connection of another test may use it as its own end)."""
-    return not any(
-        conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port
-        for conn in psutil.net_connections(kind="tcp")
-    )
+    """Whether no rank process listens on ``port``. Once the ranks are gone the port is free for anyone: another
+    test's scheduler or worker may take it at once, so only a rank holding it counts."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port or conn.pid is None:
+            continue
+        try:
+            command = " ".join(psutil.Process(conn.pid).cmdline())
+        except psutil.Error:
+            continue
+        if "gpu_magics.spmd.rank" in command:
+            return False
+    return True
 
 
 STUCK_CELL = """%%gpurun spmd

@@ -32,3 +32,14 @@ export async function steadyScreenshot(locator, options, attempts = 5) {
     }
   }
 }
+
+/** Open `notebook` in JupyterLab at `base` and wait until its kernel is idle. */
+export async function openNotebook(page, base, token, notebook) {
+  await page.goto(`${base}lab/tree/${notebook}?token=${token}`);
+  await page.waitForSelector('#main', { timeout: 120000 });
+  await page.waitForFunction(
+    () => window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle',
+    null,
+    { timeout: 120000 }
+  );
+}

@@ -150,3 +150,19 @@ def lab(tmp_path: Path, requirements: None) -> Iterator[Lab]:
         yield server
     finally:
         server.close()
+
+
+def run_notebook_script(lab: Lab, script: str, notebook: str) -> subprocess.CompletedProcess[str]:
+    """Copy ``tests/notebooks/NOTEBOOK`` into the lab and run ``node SCRIPT`` on it (screenshots go to
+    ``test-artifacts/browser``); its output is printed, and a failure shows it."""
+    shutil.copy(REPO / "tests" / "notebooks" / notebook, lab.root / notebook)
+    result = subprocess.run(
+        ["node", str(HERE / script), lab.url, lab.token, notebook],
+        env={**os.environ, "ARTIFACTS": str(REPO / "test-artifacts" / "browser")},
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result

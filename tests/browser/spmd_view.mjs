@@ -4,7 +4,7 @@
 // Usage: node spmd_view.mjs BASE_URL TOKEN NOTEBOOK_PATH
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, steadyScreenshot } from './chromium.mjs';
+import { launch, openNotebook, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, notebook] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -17,13 +17,7 @@ async function main() {
   const problems = [];
   try {
     step('loading JupyterLab');
-    await page.goto(`${base}lab/tree/${notebook}?token=${token}`);
-    await page.waitForSelector('#main', { timeout: 120000 });
-    await page.waitForFunction(
-      () => window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle',
-      null,
-      { timeout: 120000 }
-    );
+    await openNotebook(page, base, token, notebook);
     step('running every cell');
     await page.evaluate(() => void window.jupyterapp.commands.execute('notebook:run-all-cells'));
     await page.waitForFunction(

@@ -6,29 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, REPO, Lab
+from .conftest import HERE, REPO, Lab, run_notebook_script
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_displays_render(lab: Lab) -> None:
-    shutil.copy(REPO / "tests" / "notebooks" / "displays.ipynb", lab.root / "displays.ipynb")
-    result = subprocess.run(
-        ["node", str(HERE / "displays.mjs"), lab.url, lab.token, "displays.ipynb"],
-        env={**os.environ, "ARTIFACTS": str(REPO / "test-artifacts" / "browser")},
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    print(result.stdout)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_notebook_script(lab, "displays.mjs", "displays.ipynb")
     assert "all displays rendered" in result.stdout
     check_saved_notebook(lab.root / "displays.ipynb")
 

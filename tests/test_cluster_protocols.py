@@ -99,3 +99,28 @@ def test_ucx_py_deprecation_warning_is_silenced_for_ucx_only(spelling: str) -> N
         protocols.quiet_ucx_deprecations(lambda: warns("something else"), spelling)()
         protocols.quiet_ucx_deprecations(lambda: warns(ucx_py), "tcp")()
     assert [str(w.message) for w in caught] == ["something else", ucx_py]
+
+
+def test_the_abandoned_gather_report_is_dropped_once_per_loop_and_others_go_on() -> None:
+    """The kernel's clients share one event loop: starting clusters again does not stack handlers, an interrupted
+    gather's ``AllExit`` is dropped, and any other report still reaches the handler that was there before."""
+    import asyncio
+
+    from distributed.client import AllExit
+
+    from gpu_magics.cluster.managers.steps import quiet_abandoned_gathers
+
+    loop = asyncio.new_event_loop()
+    seen: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context.get("exception")))
+    try:
+        quiet_abandoned_gathers(loop)
+        installed = loop.get_exception_handler()
+        quiet_abandoned_gathers(loop)
+        assert loop.get_exception_handler() is installed
+        loop.call_exception_handler({"message": "Task exception was never retrieved", "exception": AllExit()})
+        other = ValueError("kept")
+        loop.call_exception_handler({"message": "something else", "exception": other})
+        assert seen == [other]
+    finally:
+        loop.close()

@@ -121,6 +121,8 @@ def quiet_abandoned_gathers(loop: Any) -> None:
         return
     try:
         previous = loop.get_exception_handler()
+        if getattr(previous, "_gpu_magics_quiet", False):  # the kernel's clients share one loop: once is enough
+            return
 
         def handler(event_loop: Any, context: dict[str, Any]) -> None:
             if isinstance(context.get("exception"), AllExit):
@@ -130,6 +132,7 @@ def quiet_abandoned_gathers(loop: Any) -> None:
             else:
                 event_loop.default_exception_handler(context)
 
+        handler._gpu_magics_quiet = True  # type: ignore[attr-defined]
         loop.set_exception_handler(handler)
     except Exception:
         pass

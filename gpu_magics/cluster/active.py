@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.cluster.records.refresh import RecordRefresher
-from gpu_magics.cluster.stopping.idle import IdleWatcher
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
+    from gpu_magics.cluster.background.starting import Starting
     from gpu_magics.cluster.managers.base import ClusterManager
 
 
@@ -63,6 +64,17 @@ class ActiveCluster:
 
 
 _in_use: ActiveCluster | None = None
+_starting: Starting | None = None
+
+
+def starting() -> Starting | None:
+    """The start under way (or failed and not yet said), or ``None``; only ``lifecycle`` sets it."""
+    return _starting
+
+
+def set_starting(start: Starting | None) -> None:
+    global _starting
+    _starting = start
 
 
 def in_use() -> ActiveCluster | None:

@@ -1,26 +1,29 @@
-"""The lifecycle of the one cluster a kernel uses: start (GPU or CPU workers) or attach, scale, restart, stop.
+"""The lifecycle of the one cluster a kernel uses: start (in the background or here) or attach, scale, restart, stop.
 
-``%gpucluster`` drives it; ``%%gpurun multi-gpu`` asks ``require_client()`` and ``has_gpu_workers()``.
-Nothing here touches a GPU at import: dask-cuda is imported when a GPU cluster starts, CuPy only inside the
-workers. Safety: everything binds to 127.0.0.1 unless ``--host`` says otherwise; clusters started here close
-on ``stop``, ``%unload_ext`` and interpreter exit. Every way to get workers (a cluster started here, a scheduler
-attached to, SLURM jobs, the user's manager object) is a manager behind ``managers``' one interface, so each
-verb here is one call on the manager in use, with no branch on the kind of cluster.
+``%gpucluster`` drives it; ``gpurun`` asks ``queries``. Nothing here touches a GPU at import. Everything binds to
+127.0.0.1 unless ``--host`` says otherwise; clusters started here close on ``stop``, ``%unload_ext`` and
+interpreter exit. Every way to get workers is a manager behind ``managers``' one interface, so each verb here is
+one call on the manager in use, with no branch on the kind of cluster.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus
+from gpu_magics.cluster import active as active_state
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
+from gpu_magics.cluster.background import idle, start_logs
+from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers import factories
@@ -34,7 +37,9 @@ from gpu_magics.cluster.queries import (
     has_gpu_workers,
     no_cluster_message,
     require_client,
+    settle_start,
     split_workers_by_gpu,
+    start_under_way,
     telemetry,
     worker_count,
     worker_kind,
@@ -45,13 +50,9 @@ from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
-from gpu_magics.cluster.stopping import idle
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 from gpu_magics.cluster.workers import forkserver
-from gpu_magics.units import format_duration, one_line
-
-if TYPE_CHECKING:
-    pass
+from gpu_magics.units import one_line
 
 # The lifecycle's own verbs, and the queries answered here too: the magic and scripts ask this module, while
 # ``gpurun`` asks ``cluster.queries`` only.
@@ -59,6 +60,7 @@ __all__ = [
     "active",
     "active_client",
     "adapt",
+    "begin",
     "dashboard_url",
     "describe_hardware",
     "free_workers",
@@ -70,14 +72,18 @@ __all__ = [
     "scale",
     "split_workers_by_gpu",
     "start",
+    "start_progress",
+    "start_under_way",
     "status",
     "stop",
     "telemetry",
+    "unreported_start_failure",
     "worker_count",
 ]
 
 DEFAULT_TELEMETRY_INTERVAL = 1.0  # seconds between the GPU reports of each worker
 RECORD_REFRESH_S = 2.0  # how often the discovery record takes in new telemetry (the side panel's view)
+STOP_WAIT_S = 30.0  # how long stop waits for a start under way to close what it made (its workers may be starting)
 
 _lock = threading.RLock()
 _atexit_registered = False
@@ -89,11 +95,32 @@ def start(
     idle_timeout: float = 0.0,
     namespace: dict[str, Any] | None = None,
 ) -> ClusterInfo:
-    """Start (or attach to) a cluster as ``options`` say; reuses a running one unless ``options.replace``.
-    Every worker then reports its GPUs every ``telemetry_interval`` seconds (0: not at all); after
-    ``idle_timeout`` seconds without a task (0: never) the cluster closes, or an attached or adopted one is
-    detached. ``namespace``: where ``--from NAME`` finds the cluster manager object."""
+    """Start (or attach to) a cluster as ``options`` say, and return once every worker is up and warm (``begin``
+    returns once the start is under way); an interrupt stops the start."""
+    starting = begin(options, telemetry_interval, idle_timeout, namespace)
+    return cast(ClusterInfo, starting.wait())
+
+
+def begin(
+    options: ClusterOptions,
+    telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL,
+    idle_timeout: float = 0.0,
+    namespace: dict[str, Any] | None = None,
+    *,
+    background: bool = False,
+    listen: Callable[[Starting], None] | None = None,
+) -> Starting:
+    """Start (or attach to) a cluster as ``options`` say (reusing a running one unless ``options.replace``); with
+    ``background``, a cluster started here starts in a thread and this returns at once (cells that need it wait).
+    Returns the start's handle (``info``: the status once ready); ``listen`` gets it before it runs. Workers
+    report their GPUs every ``telemetry_interval`` s (0: never); after ``idle_timeout`` s without a task (0:
+    never) the cluster closes (attached, adopted: detached). ``namespace``: where ``--from NAME`` looks."""
     began = time.perf_counter()
+    pending = active_state.starting()
+    if pending is not None and not pending.finished.is_set():
+        if not options.replace:
+            return pending  # the start under way is the cluster this asks for
+        stop()  # outside the lock: the start's thread takes it to close what it made
     with _lock:
         current = in_use()
         if current is not None and current.client.status not in ("running", "connecting"):
@@ -103,39 +130,84 @@ def start(
         # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
         reuse = current is not None and not options.replace and "gpus" not in options.given
         gpu_ids = () if reuse else chosen_gpus(options)
-        if current is not None:
-            if not options.replace:
-                notice = (
-                    f"{PROG}: cluster {current.name!r} is already up; using it "
-                    f"(add --replace to start a new one with these options)"
-                )
-                if "idle_timeout" in options.given:
-                    _watch_idle(current, idle_timeout)
-                    notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
-                return status(notice=notice)
-            stop()
-        from gpu_magics.cluster.managers import steps
-
+        if current is not None and not options.replace:
+            notice = (
+                f"{PROG}: cluster {current.name!r} is already up; using it "
+                f"(add --replace to start a new one with these options)"
+            )
+            if "idle_timeout" in options.given:
+                _watch_idle(current, idle_timeout)
+                notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
+            done = Starting(PROG, current.name, 0)
+            done.run_here(lambda _: status(notice=notice))
+            return done
+        stop()
         manager = open_manager(options, namespace or {}, gpu_ids)
-        started, waiting = steps.start(manager, options, began)
-        started.saved_config = _apply_settings(manager.settings())
-        set_in_use(started)
+        words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
+        starting = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
+        active_state.set_starting(starting)
+    if listen is not None:
+        listen(starting)
+    job = functools.partial(_start_job, manager, options, began, telemetry_interval, idle_timeout)
+    if background and manager.background:
+        starting.run_in_background(job)
+    else:
+        starting.run_here(job)
+    return starting
+
+
+def _start_job(
+    manager: Any,
+    options: ClusterOptions,
+    began: float,
+    reports_every: float,
+    idle_timeout: float,
+    starting: Starting,
+) -> ClusterInfo:
+    """The start itself (``steps.start``), with distributed's own lines in the log file rather than the notebook;
+    the cluster is in use from the moment its scheduler answers."""
+    from gpu_magics.cluster.managers import steps
+
+    def take_into_use(started: ActiveCluster) -> None:
+        with _lock:
+            started.saved_config = _apply_settings(manager.settings())
+            set_in_use(started)
+            if reports_every > 0:
+                _start_telemetry(started, reports_every)
+            _watch_idle(started, idle_timeout, write=False)
+            record_writer.write_record(started)
+            if started.telemetry is not None:
+                reports = started.telemetry
+                reports.kernel_held = kernel_report.held_by_uuid
+                started.refresher = RecordRefresher(
+                    lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
+                )
+            _register_atexit()
+
+    log = start_logs.log_path()
+    size = log.stat().st_size
+    try:
+        with start_logs.kernel_logs_to_file(log):
+            started, waiting = steps.start(manager, options, began, starting, take_into_use, _release)
+    except UsageError as error:
+        if log.stat().st_size > size:  # distributed said more: its last error, and where to read the rest
+            cause = start_logs.last_error(log, size)
+            said = f"{error}" + (f"; the log says {cause}" if cause and cause not in str(error) else "")
+            raise UsageError(f"{said} (distributed's log: {start_logs.shown(log)})") from None
+        raise
+    finally:
+        starting.imports_done.set()
+    with _lock:
         if worker_kind(started) == "gpu":
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 
+            assert started.saved_config is not None
             started.saved_config.update(_apply_settings(cupy_cluster_defaults()))
-        if telemetry_interval > 0:
-            _start_telemetry(started, telemetry_interval)
-        _watch_idle(started, idle_timeout, write=False)
         state = status_info.read(started)  # the verb's one read: the record and the output are made from it
         record_writer.write_record(started, state=state)
-        if started.telemetry is not None:
-            reports = started.telemetry
-            reports.kernel_held = kernel_report.held_by_uuid
-            started.refresher = RecordRefresher(
-                lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
-            )
-        _register_atexit()
+        starting.ready_at(time.perf_counter() - began)
+        if active_state.starting() is starting:
+            active_state.set_starting(None)
         return status_info.describe(started, state, notice=waiting)
 
 
@@ -146,10 +218,28 @@ def prestart_worker_server() -> None:
         forkserver.start_server()
 
 
+def unreported_start_failure() -> str | None:
+    """The line of a background start that failed, if nobody said it yet (then it counts as said)."""
+    pending = active_state.starting()
+    return None if pending is None else pending.take_unreported()
+
+
+def start_progress() -> StartProgress | None:
+    """How far the start under way got (``None``: none is under way)."""
+    pending = active_state.starting()
+    return None if pending is None or pending.finished.is_set() else pending.progress()
+
+
 def status(notice: str | None = None) -> ClusterInfo:
-    """The state of the cluster in use, fetched from its scheduler; ``UsageError`` when there is none."""
-    current = _require_active("status")
-    if current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
+    """The state of the cluster in use, fetched from its scheduler (while it starts: as far as it got, without
+    waiting); ``UsageError`` when there is none."""
+    progress = start_progress()
+    current = in_use() if progress is not None else _require_active("status")
+    if current is None:
+        raise UsageError(f"{PROG} status: {no_cluster_message()}")
+    if progress is not None:
+        notice = notice or progress.line()
+    elif current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
         current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
     workers = inspection.scheduler_workers(current.client)
     if current.manager is not None:
@@ -175,30 +265,53 @@ def _written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
 
 def stop(close: bool = False) -> str:
     """Close the cluster started here (or only disconnect from one attached to; an adopted one is closed only
-    with ``close``); says what it did."""
+    with ``close``); a start under way is stopped (what it made is closed). Says what it did."""
+    pending = active_state.starting()
+    if pending is not None and not pending.finished.is_set():
+        ended = pending.cancel(timeout=STOP_WAIT_S)
+        with _lock:
+            active_state.set_starting(None)
+            current = in_use()
+            if current is not None and current.name == pending.name:  # the start could not end by itself
+                _release(current)
+                with contextlib.suppress(Exception):
+                    assert current.manager is not None
+                    current.manager.close()
+        return f"{PROG}: stopped {pending.name!r} while it started" + ("" if ended else " (it was slow to end)")
     with _lock:
+        if pending is not None:
+            active_state.set_starting(None)  # a failed start: stop is the answer to it
         current = set_in_use(None)
         if current is None:
             return f"{PROG}: no cluster is running"
-        if current.idle is not None:
-            current.idle.stop()
-        if current.refresher is not None:
-            current.refresher.stop()
-        cluster_records.remove_record(current.record_path)
-        if current.telemetry is not None:
-            # an attached cluster may serve other kernels too, which the plugin also reports to: it stays
-            current.telemetry.close(unregister=False)
-        if current.saved_config is not None:
-            import dask
-
-            dask.config.set(current.saved_config)
-        with contextlib.suppress(Exception):
-            current.client.close(timeout=5)
+        _release(current)
         assert current.manager is not None
         try:
             return current.manager.finish(current.name, close)
         except Exception as error:
             return f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
+
+
+def _release(current: ActiveCluster) -> None:
+    """Stop using ``current``: undo what taking it into use did (idle watch, record, telemetry, dask settings)
+    and close its client; its manager is left to the caller."""
+    with _lock:
+        if in_use() is current:
+            set_in_use(None)
+    if current.idle is not None:
+        current.idle.stop()
+    if current.refresher is not None:
+        current.refresher.stop()
+    cluster_records.remove_record(current.record_path)
+    if current.telemetry is not None:
+        # an attached cluster may serve other kernels too, which the plugin also reports to: it stays
+        current.telemetry.close(unregister=False)
+    if current.saved_config is not None:
+        import dask
+
+        dask.config.set(current.saved_config)
+    with contextlib.suppress(Exception):
+        current.client.close(timeout=5)
 
 
 def restart() -> ClusterInfo:
@@ -240,21 +353,13 @@ def adapt(minimum: int, maximum: int) -> ClusterInfo:
 def free_workers() -> tuple[int, int, list[str]]:
     """Have every worker of the cluster in use give back what its pool caches on its GPU: (bytes released,
     workers that answered, why some memory stays); ``UsageError`` without a cluster."""
-    from gpu_magics.cluster.telemetry.pools import free_worker
+    from gpu_magics.cluster.telemetry.pools import free_workers as free_on_workers
 
-    current = _require_active("free")
+    client = _require_active("free").client
     try:
-        answers = current.client.run(free_worker, on_error="return")
+        return free_on_workers(client)
     except Exception as error:
         raise UsageError(f"{PROG} free: the workers did not answer ({one_line(error)})") from None
-    released, kept, answered = 0, set(), 0
-    for answer in answers.values():
-        if isinstance(answer, dict):
-            answered += 1
-            released += int(answer.get("released") or 0)
-            if answer.get("kept"):
-                kept.add(str(answer["kept"]))
-    return released, answered, sorted(kept)
 
 
 def _watch_idle(current: ActiveCluster, timeout: float, *, write: bool = True) -> None:
@@ -278,19 +383,10 @@ def _close_idle(watched: ActiveCluster) -> None:
     with _lock:
         if in_use() is not watched or watched.idle is None:
             return
-        waited = format_duration(watched.idle.timeout)
+        waited = watched.idle.timeout
         watched.idle = None  # stop() must not wait for the thread that calls this
         stop()
-    if watched.owned:
-        print(
-            f"{PROG}: closed cluster {watched.name!r} after {waited} without a task (--idle-timeout); "
-            f"its GPUs are free. {PROG} starts a new one"
-        )
-    else:
-        print(
-            f"{PROG}: detached from {watched.options.address or watched.name} after {waited} without a task "
-            "(--idle-timeout); its scheduler and workers keep running"
-        )
+    print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, waited))
 
 
 def dashboard_url() -> str | None:
@@ -323,6 +419,8 @@ def _start_telemetry(current: ActiveCluster, interval: float) -> None:
 
 
 def _require_active(action: str) -> ActiveCluster:
+    """The cluster in use, once a start under way is done (its failure is this verb's one line)."""
+    settle_start()
     current = in_use()
     if current is None:
         raise UsageError(f"{PROG} {action}: {no_cluster_message()}")

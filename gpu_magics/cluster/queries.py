@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from IPython.core.error import UsageError
 
 from gpu_magics import hints
-from gpu_magics.cluster.active import ActiveCluster, in_use, on_change
+from gpu_magics.cluster.active import ActiveCluster, in_use, on_change, starting
 from gpu_magics.cluster.options import PROG, Kind
 from gpu_magics.cluster.reading import inspection
 
@@ -27,7 +27,9 @@ __all__ = [
     "no_cluster_message",
     "on_change",
     "require_client",
+    "settle_start",
     "split_workers_by_gpu",
+    "start_under_way",
     "telemetry",
     "tell_plain_cells",
     "worker_count",
@@ -37,6 +39,7 @@ __all__ = [
 if TYPE_CHECKING:
     from distributed import Client
 
+    from gpu_magics.cluster.background.starting import Starting
     from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 
 
@@ -59,8 +62,24 @@ def active_client() -> Client | None:
     return None if current is None else current.client
 
 
+def start_under_way() -> Starting | None:
+    """The cluster's start while it goes on in the background (``None``: none is under way)."""
+    pending = starting()
+    return None if pending is None or pending.finished.is_set() else pending
+
+
+def settle_start() -> None:
+    """Wait for a start under way; its failure, if nobody said it yet, as one ``UsageError`` line."""
+    pending = starting()
+    if pending is None or (pending.finished.is_set() and pending.reported):
+        return
+    pending.wait()
+
+
 def require_client() -> Client:
-    """The ``Client`` of the cluster in use; a ``UsageError`` pointing to ``%gpucluster`` without one."""
+    """The ``Client`` of the cluster in use (once a start under way is done); a ``UsageError`` pointing to
+    ``%gpucluster`` without one."""
+    settle_start()
     current = in_use()
     if current is None:
         raise UsageError(no_cluster_message())

@@ -117,3 +117,35 @@ class Progress:
         """The panel's progress line, or ``None`` in the first ``QUIET_FOR`` seconds."""
         state = self.state()
         return state.text() if state.elapsed >= QUIET_FOR else None
+
+
+def wait_for_cluster(live: bool) -> float:
+    """Wait for the cluster's start under way (``live``: with a line in this cell that says how far it got);
+    the seconds waited (0: no start was under way). Its failure is one ``UsageError`` line."""
+    from gpu_magics.cluster import queries
+
+    pending = queries.start_under_way()
+    if pending is None:
+        return 0.0
+    began = time.perf_counter()
+    if not live:
+        queries.settle_start()
+        return time.perf_counter() - began
+    from IPython.display import display
+
+    from gpu_magics.display.start_line import StartText
+
+    def text(joined: int, warm: int, expected: int) -> StartText:
+        return StartText(f"%%gpurun: waiting for the cluster to start ({joined} of {expected} up, {warm} warm) ...")
+
+    now = pending.progress()
+    handle = display(text(now.joined, now.warm, now.expected), display_id=True)
+    stop = pending.listen(lambda p: None if p.finished else handle.update(text(p.joined, p.warm, p.expected)))
+    said = ""
+    try:
+        queries.settle_start()
+        said = f"%%gpurun: waited {format_seconds(time.perf_counter() - began)} for the cluster to start"
+    finally:
+        stop()
+        handle.update(StartText(said))
+    return time.perf_counter() - began

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -13,12 +15,15 @@ from traitlets import Bool, Float, TraitError, Unicode, validate
 
 from gpu_magics.argparsing import duration
 from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.background import ahead, shutdown
+from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.queries import no_cluster_message
 from gpu_magics.cluster.records import kernel_report
-from gpu_magics.cluster.stopping import shutdown
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 from gpu_magics.display.format import format_bytes
+from gpu_magics.display.live import can_show_widgets
+from gpu_magics.display.start_line import StartLine
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free, own_descendants
 
 
@@ -32,6 +37,17 @@ class ClusterMagics(Magics, FreeGpuSettings):
             "At %load_ext, launch the process that %gpucluster's workers fork from, so that its imports "
             "(dask, distributed, dask-cuda, CuPy) are done before the first %gpucluster. It is idle, holds no "
             "GPU memory and exits with the kernel."
+        ),
+    ).tag(config=True)
+
+    wait_for_workers = Bool(
+        None,
+        allow_none=True,
+        help=(
+            "True: %gpucluster returns once every worker is up and warm. False: it returns as soon as the start is "
+            "under way, with a line that updates in place while the workers join and warm; cells that need the "
+            "cluster wait for it. Default (None): False in a notebook, True in a terminal IPython (whose output "
+            "cannot update in place)."
         ),
     ).tag(config=True)
 
@@ -73,6 +89,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         shutdown.install(shell)
         if self.prestart_workers:
             cluster.prestart_worker_server()
+            if shell is not None:
+                ahead.import_after_this_cell(shell)
+        if shell is not None:
+            shell.events.register("pre_run_cell", self._before_cell)
 
     @line_magic
     def gpucluster(self, line: str = "") -> None:
@@ -142,15 +162,16 @@ class ClusterMagics(Magics, FreeGpuSettings):
             print(self._free(options.free_target))
             return
         if action == "start":
-            options = self._choose_free_gpus(options)
-            idle = options.idle_timeout if options.idle_timeout is not None else duration(self.idle_timeout)
-            namespace = self.shell.user_ns if self.shell is not None else {}
-            info = cluster.start(
-                options, telemetry_interval=max(0.0, self.telemetry_interval), idle_timeout=idle, namespace=namespace
-            )
-        elif action == "status":
+            info = self._start(options)
+            self._bind_client(options.client_name, wait=False)
+            self._plain_cells_on_cluster()
+            if info is not None:  # else its line shows it: how far it got, then the cluster once ready
+                display(self._view(info))
+            return
+        if action == "status":
+            progress = cluster.start_progress()
             if cluster.active() is None:
-                print(f"{PROG}: {no_cluster_message()}")
+                print(progress.line() if progress is not None else f"{PROG}: {no_cluster_message()}")
                 return
             info = cluster.status()
         elif action == "restart":
@@ -170,12 +191,64 @@ class ClusterMagics(Magics, FreeGpuSettings):
             self._bind_client(options.client_name)
             return
         self._bind_client(options.client_name)
+        display(self._view(info))
+
+    def _start(self, options: ClusterOptions) -> Any:
+        """Begin the start the line asks for; its status once the cluster is ready, or ``None`` when its line
+        shows it (how far it got, then the cluster's view once ready): in the background, or a start here that
+        waited long enough to show a line."""
+        options = self._choose_free_gpus(options)
+        idle = options.idle_timeout if options.idle_timeout is not None else duration(self.idle_timeout)
+        namespace = self.shell.user_ns if self.shell is not None else {}
+        live = can_show_widgets(self.shell)
+        line = StartLine(self._view) if live else None
+
+        def listen(starting: Starting) -> None:
+            if line is None:
+                return
+
+            def heard(progress: StartProgress) -> None:
+                if progress.finished:
+                    line.finish(progress, starting.info)
+                else:
+                    line.show(progress)
+
+            starting.listen(heard)
+
+        background = not (self.wait_for_workers if self.wait_for_workers is not None else not live)
+        starting = cluster.begin(
+            options,
+            telemetry_interval=max(0.0, self.telemetry_interval),
+            idle_timeout=idle,
+            namespace=namespace,
+            background=background,
+            listen=listen,
+        )
+        if starting.finished.is_set():
+            info = starting.wait()  # its failure: this magic's one line
+            if line is not None and line.shown:
+                line.finish(starting.progress(), info)
+                return None
+            return info
+        return None
+
+    def _plain_cells_on_cluster(self) -> None:
         run = self._run_magics()
-        if run is not None and action == "start" and self.plain_cells_on_cluster:
-            print(run.use_session("multi-gpu"))
+        if run is not None and self.plain_cells_on_cluster:
+            print(run.use_session("multi-gpu"))  # it needs the cluster: waits for a start under way
+
+    def _view(self, info: Any) -> ClusterView:
+        """The cluster's view, with where plain cells run now."""
         plain = _plain_cells(self.shell)
-        info = dataclasses.replace(info, plain_cells=plain.line(), plain_cells_idle_gpus=plain.gpus_idle)
-        display(ClusterView(info))
+        return ClusterView(dataclasses.replace(info, plain_cells=plain.line(), plain_cells_idle_gpus=plain.gpus_idle))
+
+    def _before_cell(self, *_: Any) -> None:
+        """Before each cell: wait for what is being imported in the background (two threads importing one package
+        can each see it half-made), and say once that a background start failed."""
+        ahead.wait_for_imports()
+        line = cluster.unreported_start_failure()
+        if line is not None:
+            print(line, file=sys.stderr)
 
     def _run_magics(self) -> Any:
         """The ``GpuMagics`` of this shell, whose settings make the plain-cell session (``None`` if not loaded)."""
@@ -214,9 +287,21 @@ class ClusterMagics(Magics, FreeGpuSettings):
                 said.append(f"{workers} gave back {format_bytes(released)}" + "".join(f" ({why})" for why in kept))
         return f"{PROG} free: " + "; ".join(said)
 
-    def _bind_client(self, name: str | None) -> None:
+    def _bind_client(self, name: str | None, wait: bool = True) -> None:
         if name is None or self.shell is None:
             return
+        if not wait:  # the start goes on: the name is bound once it is ready
+            pending = cluster.start_under_way()
+            if pending is not None:
+                namespace = self.shell.user_ns
+
+                def bind(progress: StartProgress) -> None:
+                    if progress.phase == "ready":
+                        namespace[name] = cluster.active_client()
+
+                pending.listen(bind)
+                self._client_names.add(name)
+                return
         self.shell.user_ns[name] = cluster.require_client()
         self._client_names.add(name)
 
@@ -232,6 +317,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """Called on ``%unload_ext``: stop the cluster started here (or disconnect from an attached one)."""
         self._forget_client_names()
         shutdown.uninstall(self.shell)
+        if self.shell is not None:
+            with contextlib.suppress(ValueError):
+                self.shell.events.unregister("pre_run_cell", self._before_cell)
         cluster.stop()
 
 

@@ -10,7 +10,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from traitlets import Bool, CaselessStrEnum, Float, Int
 
-from gpu_magics.gpurun import backends
+from gpu_magics.display.live import can_show_widgets
+from gpu_magics.gpurun import backends, progress
 from gpu_magics.gpurun import execute as run
 from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line, parse_session_line
 from gpu_magics.gpurun.results import RunResult
@@ -18,6 +19,7 @@ from gpu_magics.gpurun.session import placement
 from gpu_magics.gpurun.session import plain_cells as session
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
 from gpu_magics.spmd.kernel import session as spmd_session
+from gpu_magics.units import format_seconds
 
 if TYPE_CHECKING:
     from gpu_magics.display.live import PanelSlot
@@ -277,7 +279,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         restarts the workers with ``restart_on_interrupt``); with ``free_pool_after_cell``, what the kernel's pool
         caches is given back once a cell ran on a GPU here."""
         if isinstance(error, KeyboardInterrupt) and plans and plans[-1].client is not None:
-            from gpu_magics.cluster.stopping import interrupts
+            from gpu_magics.cluster.background import interrupts
 
             print(interrupts.after_interrupt(plans[-1].client, restart=self.restart_on_interrupt))
         if self.free_pool_after_cell and any(plan.gpu_indices for plan in plans):
@@ -286,7 +288,19 @@ class GpuMagics(Magics, FreeGpuSettings):
             kernel_report.free()
 
     def _plans(self, options: RunOptions) -> tuple[list[backends.BackendPlan], tuple[tuple[str, str], ...]]:
-        """The plans to run, and the backends ``--compare all`` skips here, each with why."""
+        """The plans to run, and the backends ``--compare all`` skips here, each with why; a cell that needs the
+        cluster waits for its start under way (and says so in a note)."""
+        names = {name or self.default_backend for name in options.backends}
+        waited = 0.0
+        if options.compare or "multi-gpu" in names:
+            waited = progress.wait_for_cluster(can_show_widgets(self._shell))
+        plans, skipped = self._plan(options)
+        if waited >= 0.05:
+            note = f"waited {format_seconds(waited)} for the cluster to start (not in the times below)"
+            plans = [dataclasses.replace(plan, notes=(note, *plan.notes)) for plan in plans]
+        return plans, skipped
+
+    def _plan(self, options: RunOptions) -> tuple[list[backends.BackendPlan], tuple[tuple[str, str], ...]]:
         preferences = backends.Preferences(gpu_threads=self.gpu_threads, cpu_threads=self.cpu_threads or None)
         if options.compare != (COMPARE_ALL,):
             plans = backends.plans_for(

@@ -13,6 +13,8 @@ from gpu_magics.cluster.options import PROG, ClusterOptions
 if TYPE_CHECKING:
     from distributed import Client
 
+    from gpu_magics.cluster.background.starting import Starting
+
 
 class AttachedManager(ClusterManager):
     """The scheduler at ``address``."""
@@ -27,7 +29,7 @@ class AttachedManager(ClusterManager):
     def connect(self, options: ClusterOptions) -> Client:
         return attach.connect(self.address, options.start_timeout)
 
-    def await_workers(self, client: Client, options: ClusterOptions) -> str | None:
+    def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
         return None  # the workers it has now are the workers it has
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:

@@ -19,6 +19,8 @@ from gpu_magics.units import format_duration
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
+    from gpu_magics.cluster.background.starting import Starting
+
 POLL_S = 0.25
 
 
@@ -28,6 +30,7 @@ class ClusterManager:
     owned = False  # whether this kernel made it (and so closes it on stop); an adopted one is only detached
     start_words = "the cluster did not start"  # what a failed start says
     scalable = True  # whether scale and adapt act on it (an attached scheduler's workers are not ours to scale)
+    background = False  # whether its start goes on while cells run (the magic returns once it is under way)
 
     def __init__(self, cluster: Any, label: str | None) -> None:
         self.cluster = cluster
@@ -50,9 +53,10 @@ class ClusterManager:
 
         return attach.connect_manager(self.cluster, options.start_timeout)
 
-    def await_workers(self, client: Client, options: ClusterOptions) -> str | None:
-        """Wait for the first workers; ``None`` when they came, else what they still wait for."""
-        return self.wait_for_workers(client, options.start_wait)
+    def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
+        """Wait for the first workers (``starting`` hears how many joined); ``None`` when they came, else what
+        they still wait for."""
+        return self.wait_for_workers(client, options.start_wait, starting=starting)
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
         """Add to ``devices`` what the workers at ``addresses`` say about their GPUs (asking them)."""
@@ -67,6 +71,13 @@ class ClusterManager:
     def warms(self) -> bool:
         """Whether the start warms the workers."""
         return True
+
+    def warm(self, client: Client, kind: Kind, starting: Starting) -> dict[str, dict[str, Any]]:
+        """Warm the workers (a round trip to each, then one round across the cluster); what each saw, by name."""
+        from gpu_magics.cluster.workers import warmup
+
+        seen, _ = warmup.warm_workers(client, kind, before_cluster_round=self.before_cluster_round)
+        return seen
 
     def before_cluster_round(self) -> None:
         """Called between the workers' own warm-up and the round across the cluster."""
@@ -132,7 +143,9 @@ class ClusterManager:
             with contextlib.suppress(Exception):
                 self.close()
 
-    def wait_for_workers(self, client: Client, wait: float, count: int | None = None) -> str | None:
+    def wait_for_workers(
+        self, client: Client, wait: float, count: int | None = None, starting: Starting | None = None
+    ) -> str | None:
         """Wait up to ``wait`` seconds for ``count`` workers (default: the manager's plan); ``None`` when they
         came, else one line saying how many are up and what the rest wait for. ``UsageError`` when some can
         no longer come (``check_started``)."""
@@ -142,6 +155,9 @@ class ClusterManager:
         while True:
             workers = inspection.scheduler_workers(client)
             seen.update(str(info.get("name", address)) for address, info in workers.items())
+            if starting is not None:
+                starting.update(joined=len(workers))
+                starting.check()
             self.check_started(seen)
             if len(workers) >= expected or time.monotonic() >= deadline:
                 break

@@ -7,12 +7,14 @@ dask-cuda is imported only here, when a GPU cluster is made.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from IPython.core.error import UsageError
 
@@ -59,6 +61,24 @@ def scheduler_defaults(kind: Kind) -> dict[str, Any]:
     return {}
 
 
+class WorkersLater(Protocol):
+    """A cluster made with its scheduler only: ``begin_workers`` starts the workers it was made for."""
+
+    def begin_workers(self, count: int) -> concurrent.futures.Future[None]: ...
+
+
+def _begin_workers(cluster: Any, count: int) -> concurrent.futures.Future[None]:
+    """Give ``cluster`` (a ``SpecCluster``) the spec of ``count`` workers, as its ``scale`` does, and start them on
+    its event loop; the future ends when they are up, with the first worker's failure if one could not start."""
+    while len(cluster.worker_spec) < count:
+        cluster.worker_spec.update(cluster.new_worker_spec())
+
+    async def correct() -> None:
+        await cluster._correct_state()
+
+    return asyncio.run_coroutine_threadsafe(correct(), cluster.loop.asyncio_loop)
+
+
 def worker_plugins(gpu: bool) -> tuple[Any, ...]:
     from gpu_magics.cluster.workers.warmup import WarmUp
 
@@ -81,9 +101,14 @@ def _common_kwargs(options: ClusterOptions) -> dict[str, Any]:
 
 def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
     from distributed import LocalCluster
+    from distributed.worker_memory import parse_memory_limit
 
     class QuietLocalCluster(LocalCluster):
-        """distributed's cluster, closing its dashboard first (``dashboard.close``)."""
+        """distributed's cluster, made with its scheduler only (``begin_workers``), closing its dashboard first
+        (``dashboard.close``)."""
+
+        def begin_workers(self, count: int) -> concurrent.futures.Future[None]:
+            return _begin_workers(self, count)
 
         async def _close(self) -> None:
             await dashboard_close.stop_dashboard(self)
@@ -93,7 +118,9 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
 
     factory = functools.partial(
         QuietLocalCluster,
-        n_workers=options.cpu_workers,
+        n_workers=0,
+        # what distributed gives each of N workers, where they start with the cluster
+        memory_limit=parse_memory_limit("auto", 1, int(options.cpu_workers or 1), logger=logging.getLogger(__name__)),
         processes=True,
         plugins=worker_plugins(gpu=False),
         **_common_kwargs(options),
@@ -118,7 +145,19 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
     plugins = worker_plugins(gpu=True)
 
     class WarmingCUDACluster(LocalCUDACluster):
-        """dask-cuda's cluster, with the warm-up plugin next to dask-cuda's own in each worker's spec."""
+        """dask-cuda's cluster, with the warm-up plugin next to dask-cuda's own in each worker's spec, made with its
+        scheduler only: the ``scale`` its ``__init__`` calls is left for ``begin_workers``."""
+
+        _later = True
+
+        def scale(self, n: int = 0, memory: Any = None, cores: Any = None) -> Any:
+            if self._later:
+                return None
+            return super().scale(n, memory=memory, cores=cores)
+
+        def begin_workers(self, count: int) -> concurrent.futures.Future[None]:
+            self._later = False
+            return _begin_workers(self, count)
 
         def new_worker_spec(self) -> dict[str, Any]:
             spec: dict[str, Any] = super().new_worker_spec()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
@@ -25,6 +26,7 @@ class LocalManager(ClusterManager):
     """The ``LocalCluster`` this kernel starts (``cluster`` is ``None`` until ``connect``)."""
 
     owned = True
+    background = True
 
     def __init__(self, kind: Kind, gpu_ids: tuple[str, ...]) -> None:
         super().__init__(None, None)
@@ -32,6 +34,7 @@ class LocalManager(ClusterManager):
         self.gpu_ids = gpu_ids  # CUDA devices given to the workers (GPU clusters)
         self._made = threading.Event()
         self._helper: threading.Thread | None = None
+        self._watch: Any = None  # warmup.WarmWatch, from the workers' start to their warm-up's end
 
     @property
     def local_cluster(self) -> LocalCluster | None:
@@ -44,11 +47,7 @@ class LocalManager(ClusterManager):
         return dict(forkserver.config())
 
     def connect(self, options: ClusterOptions) -> Client:
-        from gpu_magics.cluster.workers import warmup
-
-        self._helper = threading.Thread(
-            target=warmup.prepare_here, args=(self.kind == "gpu", self._made), name="gpu-magics-prepare", daemon=True
-        )
+        """The cluster with its scheduler only: its workers start in ``await_workers``."""
         forkserver.start_server()  # unless %load_ext did: its imports overlap this process's from here on
         from distributed import Client
 
@@ -56,16 +55,49 @@ class LocalManager(ClusterManager):
             make = factories.gpu_cluster_factory(options, self.gpu_ids)
         else:
             make = factories.cpu_cluster_factory(options)
-        self._helper.start()  # after this thread's imports: two threads importing one package can see it half-made
         with factories.worker_start_config(self.kind):
             self.cluster = make()
-        self._made.set()
         return Client(self.cluster, set_as_default=True)
 
-    def await_workers(self, client: Client, options: ClusterOptions) -> str | None:
-        expected = len(self.gpu_ids) if self.kind == "gpu" else int(options.cpu_workers or 1)
-        client.wait_for_workers(expected, timeout=options.start_timeout)
+    def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
+        """Start the workers, and while they start import here what their results need and make this process's
+        CUDA context; a worker that cannot start is the start's failure, in one line."""
+        from gpu_magics.cluster.workers import warmup
+
+        expected = self.expected_workers() or int(options.cpu_workers or 1)
+        scheduler = self.cluster.scheduler
+        self._watch = warmup.WarmWatch(client, lambda count: starting.update(warm=count))
+        started = self.cluster.begin_workers(expected)
+        starting.counting(lambda: len(scheduler.workers))
+        warmup.import_here(self.kind == "gpu")
+        starting.imports_done.set()
+        self._helper = threading.Thread(
+            target=warmup.prepare_here, args=(self.kind == "gpu", self._made), name="gpu-magics-prepare", daemon=True
+        )
+        self._helper.start()
+        try:
+            started.result(timeout=options.start_timeout)
+        except TimeoutError:
+            started.cancel()
+            raise TimeoutError(f"the workers did not start within {options.start_timeout:g} s") from None
+        finally:
+            starting.counting(None)
+        starting.update(joined=len(scheduler.workers))
+        self._made.set()
         return None
+
+    def warm(self, client: Client, kind: Kind, starting: Starting) -> dict[str, dict[str, Any]]:
+        """Each worker warmed itself as it started, and said so (``warmup.WarmWatch``): no round trip."""
+        from gpu_magics.cluster.workers import warmup
+
+        assert self._watch is not None
+        try:
+            seen = self._watch.wait(set(inspection.scheduler_workers(client)), warmup.WARM_TIMEOUT, starting.cancelled)
+        finally:
+            self._watch.close()
+        starting.check()
+        self.before_cluster_round()
+        return seen
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
         """Nothing to ask: the kind of cluster says what the workers have, and their warm-up what they saw."""
@@ -79,6 +111,8 @@ class LocalManager(ClusterManager):
 
     def start_failed(self, client: Client | None) -> None:
         self._made.set()
+        if self._watch is not None:
+            self._watch.close()
         if self._helper is not None and self._helper.is_alive():
             self._helper.join()
         if client is not None:

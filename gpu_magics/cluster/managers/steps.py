@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.background.starting import StartCancelled, Starting
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import worker_kind
@@ -22,44 +24,55 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
-def start(manager: ClusterManager, options: ClusterOptions, began: float) -> tuple[ActiveCluster, str | None]:
-    """The cluster ``manager`` gives, and what its workers still wait for (``None``: they all came). ``ready_s``
-    counts from ``began`` (the magic's start) until the workers answered, ``warm_s`` from then until the warm-up
-    is done. A failure closes what this made (SLURM: its jobs leave the queue) and is one ``UsageError`` line."""
-    from gpu_magics.cluster.workers import warmup
-
+def start(
+    manager: ClusterManager,
+    options: ClusterOptions,
+    began: float,
+    starting: Starting,
+    take_into_use: Callable[[ActiveCluster], None],
+    release: Callable[[ActiveCluster], None],
+) -> tuple[ActiveCluster, str | None]:
+    """The cluster ``manager`` gives, and what its workers still wait for (``None``: they all came). Once its
+    scheduler answers, the cluster is taken into use (``take_into_use``: its status, record and panel show the
+    workers arrive); ``starting`` hears how far it got. ``ready_s`` counts from ``began`` (the magic's start)
+    until the workers answered, ``warm_s`` from then until they are warm. A failure (or ``starting``'s cancel)
+    releases the cluster and closes what this made (SLURM: its jobs leave the queue); a failure is one
+    ``UsageError`` line."""
     client: Client | None = None
+    started: ActiveCluster | None = None
     try:
         client = manager.connect(options)
         quiet_abandoned_gathers(getattr(client.loop, "asyncio_loop", None))
-        notice = manager.await_workers(client, options)
-        ready_s = time.perf_counter() - began
-        devices: dict[str, dict[str, Any]] = {}
+        starting.check()
+        started = ActiveCluster(
+            name=options.cluster_name,
+            kind=options.kind,
+            options=options,
+            client=client,
+            cluster=manager.local_cluster,
+            gpu_ids=getattr(manager, "gpu_ids", ()),
+            manager=manager,
+        )
+        take_into_use(started)
+        starting.update(phase="workers")
+        notice = manager.await_workers(client, options, starting)
+        starting.imports_done.set()
+        starting.check()
+        started.ready_s = time.perf_counter() - began
         workers = inspection.scheduler_workers(client)
-        manager.learn(client, devices, set(workers))
-        warm_s = None
+        manager.learn(client, started.devices, set(workers))
         if workers and manager.warms():
-            kind = "cpu" if options.cpu_workers is not None else manager.worker_kind(devices)  # asked: CPU workers
-            seen, _ = warmup.warm_workers(client, kind, before_cluster_round=manager.before_cluster_round)
-            _merge(devices, seen)
-            warm_s = time.perf_counter() - began - ready_s
+            kind = "cpu" if options.cpu_workers is not None else manager.worker_kind(started.devices)  # asked: CPU
+            _merge(started.devices, manager.warm(client, kind, starting))
+            started.warm_s = time.perf_counter() - began - started.ready_s
+        starting.check()
     except BaseException as error:
+        if started is not None:
+            release(started)
         manager.start_failed(client)
-        if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
+        if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit, StartCancelled)):
             raise
         raise UsageError(f"{PROG}: {manager.start_words}: {one_line(error)}") from error
-    started = ActiveCluster(
-        name=options.cluster_name,
-        kind=options.kind,
-        options=options,
-        client=client,
-        cluster=manager.local_cluster,
-        gpu_ids=getattr(manager, "gpu_ids", ()),
-        manager=manager,
-        devices=devices,
-        ready_s=ready_s,
-        warm_s=warm_s,
-    )
     return started, notice
 
 

@@ -127,6 +127,20 @@ def free_worker(dask_worker: Any = None) -> dict[str, Any]:
 # -- simulated GPUs ------------------------------------------------------------------------------------
 
 
+def free_workers(client: Any) -> tuple[int, int, list[str]]:
+    """In the kernel: have every worker of ``client``'s cluster run ``free_worker``: (bytes released, workers that
+    answered, why some memory stays)."""
+    answers = client.run(free_worker, on_error="return")
+    released, kept, answered = 0, set(), 0
+    for answer in answers.values():
+        if isinstance(answer, dict):
+            answered += 1
+            released += int(answer.get("released") or 0)
+            if answer.get("kept"):
+                kept.add(str(answer["kept"]))
+    return released, answered, sorted(kept)
+
+
 def _fake_spec() -> dict[str, Any] | None:
     from gpu_magics.monitor.sources import source_from_env
 

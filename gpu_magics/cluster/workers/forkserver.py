@@ -25,13 +25,19 @@ from typing import Any
 
 METHOD_KEY = "distributed.worker.multiprocessing-method"
 PRELOAD_MODULE = "gpu_magics.cluster.workers.forkserver_preload"  # imported by the server only
+WORKER_LOG_ENV = "GPU_MAGICS_WORKER_LOG"  # where the server sends its standard error (and its workers')
 
 
 def start_server() -> None:
     """Launch the forkserver (unless it runs already) to import ``PRELOAD_MODULE``; returns at once."""
+    from gpu_magics.cluster.background import start_logs
+
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([PRELOAD_MODULE])
-    with _environment(_pre_spawn_environment()):
+    environment = _pre_spawn_environment()
+    with contextlib.suppress(OSError):
+        environment[WORKER_LOG_ENV] = str(start_logs.log_path())
+    with _environment(environment):
         multiprocessing.forkserver.ensure_running()
 
 

@@ -40,6 +40,15 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 with contextlib.suppress(OSError):
     os.setpgid(0, 0)
 
+# distributed's log lines and tracebacks of the workers go to the kernel's log file, not into the notebook (the
+# kernel passes its standard error on to its children, and ipykernel shows that in the cell that runs).
+_log = os.environ.pop("GPU_MAGICS_WORKER_LOG", None)
+if _log:
+    with contextlib.suppress(OSError):
+        _descriptor = os.open(_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(_descriptor, 2)
+        os.close(_descriptor)
+
 for _name in WORKER_MODULES:
     with contextlib.suppress(Exception):
         importlib.import_module(_name)

@@ -3,8 +3,10 @@
 ``setup`` runs in the worker process before the worker registers with its scheduler (on a dask-cuda worker,
 after dask-cuda created the CUDA context). It starts the warm-up in a thread, so registration is not held up:
 the thread loads dask.array, and on a GPU worker CuPy and the kernels of the seed workload (random normal,
-add, strided slice, mean) on small chunks. ``collect`` (run in each worker through ``client.run``) waits for
-the thread and returns what the warm-up saw. A worker that restarts warms again by itself.
+add, strided slice, mean) on small chunks, then tells the kernel what it saw as an event (``WARM_TOPIC``), which
+``WarmWatch`` hears: no round trip. ``collect`` (run in each worker through ``client.run``) waits for the thread
+and returns what the warm-up saw, for clusters whose kernel did not watch. A worker that restarts warms again by
+itself.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
 PLUGIN_NAME = "gpu-magics-warmup"
+WARM_TOPIC = "gpu-magics-warm"  # the event each worker's warm-up sends when it is done
 WARM_SHAPE = (512, 512)
 WARM_CHUNKS = (256, 256)
 
@@ -76,6 +79,7 @@ class WarmUp(WorkerPlugin):
         self._seen: dict[str, Any] = {}
         self._error: BaseException | None = None
         self._setup_at = 0.0
+        self._worker: Any = None
 
     def __getstate__(self) -> dict[str, Any]:  # travels to the worker process before it starts
         return {"gpu": self.gpu}
@@ -85,6 +89,7 @@ class WarmUp(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         self._setup_at = time.time()
+        self._worker = worker
         self._thread = threading.Thread(target=self._run, name="gpu-magics-warmup", daemon=True)
         self._thread.start()
 
@@ -92,8 +97,13 @@ class WarmUp(WorkerPlugin):
         try:
             self._seen = warm_here(self.gpu)
             self._seen.update(setup_at=self._setup_at, warmed_at=time.time(), process_started_at=_started_at())
+            said: dict[str, Any] = dict(self._seen)
         except BaseException as error:  # reported by wait(), in the kernel
             self._error = error
+            said = {"error": f"{type(error).__name__}: {error}"}
+        with contextlib.suppress(Exception):  # thread-safe: the worker sends it from its own event loop
+            worker = self._worker
+            worker.log_event(WARM_TOPIC, {**said, "address": worker.address, "name": str(worker.name)})
 
     def wait(self, timeout: float) -> dict[str, Any]:
         """What the warm-up saw, once it is done; ``TimeoutError`` after ``timeout`` seconds."""
@@ -136,16 +146,27 @@ async def collect(gpu: bool, timeout: float, dask_worker: Any) -> dict[str, Any]
 WARM_TIMEOUT = 120.0  # seconds; a worker that dies while warming must not hang the magic
 
 
-def prepare_here(gpu: bool, made: threading.Event) -> None:
-    """While the worker processes start, load here what the first result needs: dask.array, and for GPU workers
-    CuPy and this process's CUDA context (results come back as CuPy arrays). Once the cluster is made, collect
-    garbage fully: starting a cluster leaves this process (which also hosts the scheduler) with many new
-    long-lived objects, which would otherwise set off a full collection, 0.1-0.2 s on a GPU host, during the
-    first cells that use the cluster. Off the critical path: this process mostly waits for its workers (their
-    CUDA contexts, then their warm-up) meanwhile."""
+def import_here(gpu: bool) -> None:
+    """Import here what the first result needs: dask.array and distributed's serializers, and for GPU workers
+    CuPy (results come back as CuPy arrays). Creates no CUDA context."""
     with contextlib.suppress(Exception):
         import dask.array  # noqa: F401
+        import distributed.protocol.numpy
 
+        if gpu:
+            import cupy  # noqa: F401
+            import distributed.protocol.cupy  # noqa: F401
+
+
+def prepare_here(gpu: bool, made: threading.Event) -> None:
+    """While the worker processes start, make this process's CUDA context for GPU workers (their results come
+    back as CuPy arrays; after ``import_here``). Once the cluster is made, collect garbage fully: starting a
+    cluster leaves this process (which also hosts the scheduler) with many new long-lived objects, which would
+    otherwise set off a full collection, 0.1-0.2 s on a GPU host, during the first cells that use the cluster.
+    Off the critical path: this process mostly waits for its workers (their CUDA contexts, then their warm-up)
+    meanwhile; a cell may use CuPy here at the same time (CUDA's context is shared by the process's threads)."""
+    import_here(gpu)
+    with contextlib.suppress(Exception):
         if gpu:
             import cupy
 
@@ -153,6 +174,63 @@ def prepare_here(gpu: bool, made: threading.Event) -> None:
             cupy.cuda.runtime.deviceSynchronize()
     made.wait(timeout=WARM_TIMEOUT)
     gc.collect()
+
+
+class WarmWatch:
+    """In the kernel: hears each worker's warm-up end (``WARM_TOPIC``) as it happens, from the moment it is made
+    (before the workers start), and counts them."""
+
+    def __init__(self, client: Client, heard: Callable[[int], None] | None = None) -> None:
+        self.client = client
+        self.seen: dict[str, dict[str, Any]] = {}  # worker address -> what its warm-up saw
+        self._heard = heard
+        self._changed = threading.Condition()
+        client.subscribe_topic(WARM_TOPIC, self._event)
+
+    def _event(self, event: Any) -> None:
+        _, message = event
+        if not isinstance(message, dict) or "address" not in message:
+            return
+        with self._changed:
+            self.seen[str(message["address"])] = dict(message)
+            count = len(self.seen)
+            self._changed.notify_all()
+        if self._heard is not None:
+            with contextlib.suppress(Exception):
+                self._heard(count)
+
+    def wait(self, addresses: set[str], timeout: float, cancelled: threading.Event | None = None) -> dict[str, Any]:
+        """What the warm-up of each worker at ``addresses`` saw, by worker name, once all have said; the first
+        worker's failure as ``RuntimeError``; ``TimeoutError`` after ``timeout`` seconds (``cancelled``: ends the
+        wait at once, with what came)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not addresses <= set(self.seen):
+                left = deadline - time.monotonic()
+                if left <= 0 or (cancelled is not None and cancelled.is_set()):
+                    break
+                self._changed.wait(min(left, 0.1))
+        missing = addresses - set(self.seen)
+        if missing and not (cancelled is not None and cancelled.is_set()):
+            for _, message in self.client.get_events(WARM_TOPIC):  # said before the watch began (unlikely)
+                if isinstance(message, dict) and message.get("address") in missing:
+                    self.seen[str(message["address"])] = dict(message)
+            if addresses - set(self.seen):
+                raise TimeoutError(f"the workers' warm-up took more than {timeout:g} s")
+        failed = [self.seen[a] for a in sorted(addresses) if a in self.seen and "error" in self.seen[a]]
+        if failed:
+            raise RuntimeError(f"worker {failed[0].get('name')}: {failed[0]['error']}")
+        return {
+            str(self.seen[a].get("name", a)): _without_event_keys(self.seen[a]) for a in addresses if a in self.seen
+        }
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(WARM_TOPIC)
+
+
+def _without_event_keys(message: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in message.items() if key not in ("address", "name")}
 
 
 def warm_workers(

@@ -105,3 +105,18 @@ class IdleWatcher:
                 return
             self._wake.wait(self.poll_interval())
             self._wake.clear()
+
+
+def closed_line(prog: str, owned: bool, name: str, waited: float) -> str:
+    """What the kernel says when the idle timeout closed its cluster (``owned``) or detached from one."""
+    from gpu_magics.units import format_duration
+
+    if owned:
+        return (
+            f"{prog}: closed cluster {name!r} after {format_duration(waited)} without a task (--idle-timeout); "
+            f"its GPUs are free. {prog} starts a new one"
+        )
+    return (
+        f"{prog}: detached from {name} after {format_duration(waited)} without a task (--idle-timeout); its "
+        "scheduler and workers keep running"
+    )

@@ -1,0 +1,222 @@
+"""In the kernel: a cluster start that goes on while cells run (``%gpucluster`` gives the prompt back at once).
+
+A ``Starting`` is the handle of one start: its job runs in a thread of its own, and says how far it got (the
+scheduler, workers joining, workers warm); whoever shows a line listens (``listen``), whoever needs the cluster
+waits (``wait``), ``%gpucluster stop`` and the kernel's shutdown cancel it (``cancel``). A start that failed is
+said once: by the line that showed it, and at the next cell (``take_unreported``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from IPython.core.error import UsageError
+
+from gpu_magics.units import format_duration
+
+Phase = Literal["scheduler", "workers", "ready", "failed", "stopped"]
+TICK_S = 0.2  # how often the count of joined workers is read while they start
+
+
+class StartCancelled(Exception):
+    """Raised inside a start's job once ``cancel`` was called: it closes what it made."""
+
+
+@dataclass(frozen=True)
+class StartProgress:
+    """How far a start got, and its one line."""
+
+    prog: str
+    name: str
+    phase: Phase
+    expected: int
+    joined: int
+    warm: int
+    elapsed: float
+    error: str | None = None
+    kind: str = "workers"  # "GPU workers" / "CPU workers": what the line calls them
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("ready", "failed", "stopped")
+
+    def line(self) -> str:
+        """``starting 'x': 1 of 4 GPU workers up, 0 warm ...`` and then ``'x': 4 GPU workers ready in 2.1 s``."""
+        if self.phase == "failed":
+            return str(self.error)
+        if self.phase == "stopped":
+            return f"{self.prog}: stopped {self.name!r} while it started"
+        if self.phase == "ready":
+            return f"{self.prog}: {self.name!r}: {self.expected} {self.kind} ready in {format_duration(self.elapsed)}"
+        if self.phase == "scheduler":
+            return f"{self.prog}: starting {self.name!r}: the scheduler ..."
+        return (
+            f"{self.prog}: starting {self.name!r}: {self.joined} of {self.expected} {self.kind} up, "
+            f"{self.warm} warm ..."
+        )
+
+
+Listener = Callable[[StartProgress], None]
+
+
+class Starting:
+    """One start of a cluster; its job runs in a thread (``run_in_background``) or here (``run_here``)."""
+
+    def __init__(self, prog: str, name: str, expected: int, kind: str = "workers") -> None:
+        self.prog, self.name, self.expected, self.kind = prog, name, expected, kind
+        self.began = time.perf_counter()
+        self.imports_done = threading.Event()  # what the job imports is imported: cells may import it too
+        self.finished = threading.Event()
+        self.cancelled = threading.Event()
+        self.info: Any = None  # the job's result (the status once ready)
+        self.error: str | None = None
+        self.reported = False
+        self.waited_s = 0.0  # how long cells waited for it, in all
+        self._phase: Phase = "scheduler"
+        self._joined = 0
+        self._warm = 0
+        self._elapsed: float | None = None
+        self._count: Callable[[], int] | None = None
+        self._listeners: list[Listener] = []
+        self._lock = threading.Lock()
+        self._last_line = ""
+        self._thread: threading.Thread | None = None
+
+    # -- the job's side ---------------------------------------------------------------------------------
+    def run_in_background(self, job: Callable[[Starting], Any]) -> None:
+        """Run ``job(self)`` in a thread; it ends by returning the result or raising (one line, ``UsageError``)."""
+        self._thread = threading.Thread(target=self._run, args=(job,), name="gpu-magics-start", daemon=True)
+        self._thread.start()
+        threading.Thread(target=self._tick, name="gpu-magics-start-count", daemon=True).start()
+
+    def run_here(self, job: Callable[[Starting], Any]) -> None:
+        """Run ``job(self)`` in this thread (a start that cannot go on in the background)."""
+        self._run(job)
+
+    def _run(self, job: Callable[[Starting], Any]) -> None:
+        try:
+            self.info = job(self)
+        except StartCancelled:
+            self._end("stopped")
+        except BaseException as error:  # one line: the job made it so; anything else is said in one line too
+            self.error = str(error) if isinstance(error, UsageError) else f"{self.prog}: {type(error).__name__}"
+            if not isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
+                self.error += f": {error}"
+            self._end("failed")
+        else:
+            self._end("ready")
+
+    def _end(self, phase: Phase) -> None:
+        self.imports_done.set()
+        with self._lock:
+            self._phase = phase
+            if self._elapsed is None:
+                self._elapsed = time.perf_counter() - self.began
+        self.finished.set()
+        self._notify()
+
+    def counting(self, count: Callable[[], int] | None) -> None:
+        """From now on (``None``: no more) the line reads ``count()`` as the number of workers that joined."""
+        self._count = count
+
+    def update(self, *, phase: Phase | None = None, joined: int | None = None, warm: int | None = None) -> None:
+        """Say how far the job got; listeners hear of it when the line changes."""
+        with self._lock:
+            if phase is not None:
+                self._phase = phase
+            if joined is not None:
+                self._joined = joined
+            if warm is not None:
+                self._warm = warm
+        self._notify()
+
+    def ready_at(self, elapsed: float) -> None:
+        """The seconds the line says the start took (the job's own count, from the magic's start)."""
+        self._elapsed = elapsed
+
+    def check(self) -> None:
+        """Raise ``StartCancelled`` once ``cancel`` was called."""
+        if self.cancelled.is_set():
+            raise StartCancelled
+
+    def _tick(self) -> None:
+        while not self.finished.wait(TICK_S):
+            count = self._count
+            if count is not None:
+                with contextlib.suppress(Exception):
+                    joined = count()
+                    if joined != self._joined:
+                        self.update(joined=joined)
+
+    # -- everyone else's side ---------------------------------------------------------------------------
+    def progress(self) -> StartProgress:
+        with self._lock:
+            elapsed = self._elapsed if self._elapsed is not None else time.perf_counter() - self.began
+            return StartProgress(
+                self.prog,
+                self.name,
+                self._phase,
+                self.expected,
+                self._joined,
+                self._warm,
+                elapsed,
+                self.error,
+                self.kind,
+            )
+
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` with the progress whenever the line changes (from the job's thread); returns what
+        stops it."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return remove
+
+    def _notify(self) -> None:
+        progress = self.progress()
+        line = progress.line()
+        if line == self._last_line:
+            return
+        self._last_line = line
+        for listener in list(self._listeners):
+            with contextlib.suppress(Exception):  # a display that fails never stops the start
+                listener(progress)
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """The job's result once it ends; its failure as one ``UsageError`` line (said: ``reported``);
+        ``TimeoutError`` after ``timeout`` seconds."""
+        began = time.perf_counter()
+        try:
+            if not self.finished.wait(timeout):
+                raise TimeoutError(f"the cluster did not start within {timeout:g} s")
+        finally:
+            self.waited_s += time.perf_counter() - began
+        if self._phase == "failed":
+            self.reported = True
+            raise UsageError(str(self.error))
+        if self._phase == "stopped":
+            raise UsageError(f"{self.prog}: {self.name!r} was stopped while it started")
+        return self.info
+
+    def cancel(self, timeout: float) -> bool:
+        """Have the job close what it made and end; ``False`` when it did not end within ``timeout`` s."""
+        self.cancelled.set()
+        if self._thread is None or self._thread is threading.current_thread():
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def take_unreported(self) -> str | None:
+        """The failure's line if nobody said it yet (then it counts as said), else ``None``."""
+        if self._phase != "failed" or self.reported:
+            return None
+        self.reported = True
+        return self.error

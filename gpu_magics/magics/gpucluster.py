@@ -203,9 +203,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         live = can_show_widgets(self.shell)
         line = StartLine(self._view) if live else None
 
-        def listen(starting: Starting) -> None:
+        def listen(starting: Starting) -> None:  # here, before the start runs: its line shows in this cell
             if line is None:
                 return
+            line.show(starting.progress())
 
             def heard(progress: StartProgress) -> None:
                 if progress.finished:

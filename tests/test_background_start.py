@@ -1,0 +1,153 @@
+"""``%gpucluster`` in a notebook gives the prompt back at once and the cluster starts while cells run; through a
+real kernel, as JupyterLab drives it (jupyter_client), with real worker processes (CPU workers).
+
+A slow worker start is a worker preload file that sleeps: the start is then surely under way when the next
+request comes. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.test_kernel_faults import Kernel
+
+pytestmark = pytest.mark.slow
+
+SUM_CELL = "%%gpurun multi-gpu\nimport dask.array as da\nprint(int(da.ones(10, chunks=5).sum().compute()))"
+
+
+def slow_preload(directory: Path, seconds: float) -> str:
+    """A worker preload file that holds each worker's start for ``seconds``; the config line that sets it."""
+    path = directory / "slow_preload.py"
+    path.write_text(f"import time\ntime.sleep({seconds})\n")
+    return f"import dask; dask.config.set({{'distributed.worker.preload': [{str(path)!r}]}})"
+
+
+def descendants(pid: int) -> set[int]:
+    try:
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def worker_processes(pid: int) -> set[int]:
+    """The kernel's worker processes: the children of the worker server it forks them from."""
+    found = set()
+    try:
+        for child in psutil.Process(pid).children():
+            if "forkserver" in " ".join(child.cmdline()):
+                found |= {worker.pid for worker in child.children(recursive=True)}
+    except psutil.NoSuchProcess:
+        pass
+    return found
+
+
+def all_output(kernel: Kernel, seconds: float) -> list[dict[str, Any]]:
+    """Every output message (displays, their updates, streams) the kernel sends within ``seconds``."""
+    messages = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            message = kernel.client.get_iopub_msg(timeout=left)
+        except Exception:
+            break
+        if message["msg_type"] in ("display_data", "update_display_data", "stream", "error"):
+            messages.append(message)
+    return messages
+
+
+def text_of(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return str(content.get("text") or content.get("data", {}).get("text/plain", "") or content.get("evalue", ""))
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Any:
+    started = Kernel(tmp_path)
+    try:
+        started.ok("%load_ext gpu_magics")
+        yield started
+    finally:
+        started.close()
+
+
+def test_the_magic_returns_while_workers_start_and_the_next_cell_gets_its_answer(kernel: Kernel, tmp_path: Path) -> None:
+    kernel.ok(slow_preload(tmp_path, 2.0))
+    text = kernel.ok("%gpucluster --cpu-workers 2 --name bg")
+    assert "starting 'bg'" in text and "Cluster 'bg'" not in text  # its line, not yet the cluster
+    assert "starting 'bg'" in kernel.ok("%gpucluster status")  # said as far as it got, without waiting
+    kernel.start(SUM_CELL)
+    said = [text_of(message) for message in all_output(kernel, 10.0)]
+    assert any(text.startswith("%%gpurun: waiting for the cluster to start") for text in said)
+    assert any(text.startswith("%%gpurun: waited") and "for the cluster to start" in text for text in said)
+    assert "10\n" in said  # the cell's answer
+    assert "2 workers running" in kernel.ok("%gpucluster status")
+
+
+def test_the_line_updates_in_place_and_ends_as_the_cluster(kernel: Kernel) -> None:
+    msg_id = kernel.start("%gpucluster --cpu-workers 2 --name live")
+    messages = all_output(kernel, 8.0)
+    first = [m for m in messages if m["msg_type"] == "display_data" and m["parent_header"].get("msg_id") == msg_id]
+    assert len(first) == 1 and "starting 'live'" in text_of(first[0])
+    display_id = first[0]["content"]["transient"]["display_id"]
+    updates = [m for m in messages if m["msg_type"] == "update_display_data"]
+    assert updates and all(m["content"]["transient"]["display_id"] == display_id for m in updates)
+    assert "Cluster 'live'" in text_of(updates[-1]) and "2 workers running" in text_of(updates[-1])
+    assert not [m for m in messages if m["msg_type"] in ("stream", "error") and "distributed" in text_of(m)]
+
+
+def test_a_failed_start_is_one_line_at_the_next_cell_with_nothing_left(kernel: Kernel, tmp_path: Path) -> None:
+    kernel.ok("import dask; dask.config.set({'distributed.worker.preload': ['no_such_preload_module']})")
+    kernel.ok("%gpucluster --cpu-workers 2 --name broken")
+    time.sleep(6.0)  # the start fails meanwhile
+    said = [kernel.run("print('next')")[1], kernel.run("print('again')")[1]]
+    lines = [line for text in said for line in text.splitlines() if "did not start" in line]
+    assert len(lines) == 1, said  # said once
+    assert "No module named 'no_such_preload_module'" in lines[0] and "gpu-magics-kernel-" in lines[0]
+    assert not any("Traceback" in text or "distributed.nanny" in text for text in said)
+    assert worker_processes(kernel.manager.provisioner.pid) == set()  # type: ignore[union-attr]
+    log = next(tmp_path.glob("gpu-magics-kernel-*.log"))
+    assert "no_such_preload_module" in log.read_text() and log.stat().st_mode & 0o077 == 0
+    reply, text = kernel.run(SUM_CELL)
+    assert reply["status"] == "error" and "no cluster is running" in text
+
+
+def test_stop_during_the_start_leaves_nothing(kernel: Kernel, tmp_path: Path) -> None:
+    kernel.ok(slow_preload(tmp_path, 3.0))
+    kernel.ok("%gpucluster --cpu-workers 2 --name stopped")
+    time.sleep(0.5)
+    assert "stopped 'stopped' while it started" in kernel.ok("%gpucluster stop", timeout=60)
+    pid = kernel.manager.provisioner.pid  # type: ignore[union-attr]
+    assert worker_processes(pid) == set()
+    assert not list(tmp_path.glob("gpu-magics-cluster-*.json"))  # no record left for the side panel
+    assert "no cluster is running" in kernel.ok("%gpucluster status")
+
+
+def test_an_interrupted_wait_leaves_the_start_going(kernel: Kernel, tmp_path: Path) -> None:
+    kernel.ok(slow_preload(tmp_path, 4.0))
+    kernel.ok("%gpucluster --cpu-workers 2 --name waited")
+    msg_id = kernel.start(SUM_CELL)
+    time.sleep(1.0)
+    kernel.manager.interrupt_kernel()
+    reply, _ = kernel.finish(msg_id, timeout=30)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    text = kernel.ok(SUM_CELL, timeout=60)  # the start went on: the next cell runs on it
+    assert text.rstrip().endswith("10")
+
+
+def test_a_kernel_restart_during_the_start_leaves_no_worker(kernel: Kernel, tmp_path: Path) -> None:
+    kernel.ok(slow_preload(tmp_path, 3.0))
+    pid = kernel.manager.provisioner.pid  # type: ignore[union-attr]
+    kernel.ok("%gpucluster --cpu-workers 2 --name restarted")
+    time.sleep(1.5)
+    started = worker_processes(pid) | descendants(pid)
+    kernel.manager.restart_kernel(now=False)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in started):
+        time.sleep(0.2)
+    assert not [p for p in started if psutil.pid_exists(p)]

@@ -30,6 +30,7 @@ from typing import Any
 
 TARGETS = {"start_s": 2.5, "first_over_warm": 1.3, "warm_s": 0.20}
 USED_KERNEL = "gpu-magics, used kernel"  # the setup where a %%gpurun cell ran before %gpucluster
+RUN_ALL = "gpu-magics, Run All"  # %gpucluster, then at once the seed cell (fresh kernel)
 
 
 def seed(n: int, chunk: int, backend: str) -> float:
@@ -57,6 +58,8 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_magics")  # also launches the server that workers fork from
+    shell.run_line_magic("config", f"ClusterMagics.wait_for_workers = {args.wait_for_workers}")  # a notebook's
+    shell.events.trigger("post_run_cell", None)  # the %load_ext cell ends (its imports ahead begin)
     if used_kernel:
         shell.run_cell_magic("gpurun", "cpu-threads -q" if args.cpu_workers else "gpu -q", SMALL_SEED_CELL)
     time.sleep(args.pause)
@@ -64,15 +67,21 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
         line = f"--cpu-workers {args.cpu_workers}"
     else:
         line = f"--gpus {','.join(str(i) for i in range(args.gpu_count))}" if args.gpu_count else ""
+    shell.events.trigger("pre_run_cell", None)  # the next cell waits for the imports begun ahead, as any cell
     began = time.perf_counter()
     began_epoch = time.time()
     shell.run_line_magic("gpucluster", f"{line} {args.options}")
     took = time.perf_counter() - began
+    if args.run_all:  # the seed cell comes at once (it waits for the cluster itself)
+        return cluster.describe_hardware(), {"began": began}, took
+    cluster.require_client()  # ready: every worker up and warm
+    ready = time.perf_counter() - began
     current = cluster.active()
     assert current is not None and current.ready_s is not None and current.warm_s is not None
     forks = [info.get("process_started_at", 0.0) - began_epoch for info in current.devices.values()]
     setups = [info.get("setup_at", 0.0) - began_epoch for info in current.devices.values()]
     breakdown = {
+        "all_warm_s": round(ready, 3),
         "ready_s": round(current.ready_s, 3),
         "warm_s": round(current.warm_s, 3),
         "workers_forked_s": round(max(forks), 3) if forks else None,
@@ -112,6 +121,10 @@ def measure(setup: str, args: argparse.Namespace) -> dict[str, Any]:
     began = time.perf_counter()
     value = seed(args.n, args.chunk, backend)
     first_s = time.perf_counter() - began
+    if "began" in breakdown:  # Run All: %gpucluster, then the seed cell at once
+        breakdown["run_all_s"] = round(time.perf_counter() - breakdown.pop("began"), 3)
+    elif setup == "plain":
+        breakdown["run_all_s"] = round(start_s + first_s, 3)
     first_full_collections = gc.get_stats()[2]["collections"] - full_collections
     warm = []
     for _ in range(args.repeat):
@@ -156,6 +169,7 @@ def run_child(setup: str, args: argparse.Namespace, gpu_count: int = 0) -> dict[
     ]
     if args.cpu_workers:
         command += ["--cpu-workers", str(args.cpu_workers)]
+    command += ["--wait-for-workers", args.wait_for_workers] + (["--run-all"] if setup == RUN_ALL else [])
     finished = subprocess.run(command, capture_output=True, text=True, timeout=args.child_timeout)
     lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
     if finished.returncode != 0 or not lines:
@@ -172,15 +186,30 @@ def fill_kernel_cache(args: argparse.Namespace) -> None:
 
 
 def compare(args: argparse.Namespace, gpu_counts: list[int]) -> list[dict[str, Any]]:
-    """Plain and gpu-magics rows for each GPU count (0: every visible GPU), plain first."""
+    """Plain and gpu-magics rows for each GPU count (0: every visible GPU), plain first; ``--rounds`` of each,
+    interleaved."""
     fill_kernel_cache(args)
     rows = []
     for count in gpu_counts:
-        if not args.only_ours:
-            rows.append(run_child("plain", args, count))
-        rows.append(run_child("gpu-magics", args, count))
-        rows.append(run_child(USED_KERNEL, args, count))
+        for _ in range(args.rounds):
+            if not args.only_ours:
+                rows.append(run_child("plain", args, count))
+            rows.append(run_child("gpu-magics", args, count))
+            rows.append(run_child(USED_KERNEL, args, count))
+            rows.append(run_child(RUN_ALL, args, count))
     return rows
+
+
+def medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per setup and GPU count: the median of each figure over the rounds."""
+    found: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        figures = {"start_s": row["start_s"], "first_s": row["first_s"], **row["breakdown"]}
+        into = found.setdefault(f"{row['setup']} ({row['gpus'] or 'all'} GPU)", {})
+        for key, value in figures.items():
+            if isinstance(value, (int, float)):
+                into.setdefault(key, []).append(float(value))
+    return {setup: {k: round(statistics.median(v), 3) for k, v in figs.items()} for setup, figs in found.items()}
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
@@ -200,6 +229,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only-ours", action="store_true", help="skip the plain LocalCUDACluster setup")
     parser.add_argument("--pause", type=float, default=3.0, help="seconds between %%load_ext and %%gpucluster")
     parser.add_argument("--child-timeout", type=float, default=300)
+    parser.add_argument(
+        "--wait-for-workers", default="False", choices=("True", "False"), help="%%gpucluster waits (True) or not"
+    )
+    parser.add_argument("--run-all", action="store_true", help="the seed cell right after %%gpucluster (Run All)")
+    parser.add_argument("--rounds", type=int, default=1, help="fresh processes per setup (medians reported)")
 
 
 def main() -> None:
@@ -219,6 +253,9 @@ def main() -> None:
     rows = compare(args, [int(count) for count in args.gpus.split(",")])
     print(f"seed workload {args.n}^2 float64 in {args.chunk}^2 chunks")
     print_rows(rows)
+    print(f"medians of {args.rounds} rounds (this machine: {_this_machine()}):")
+    for setup, figures in medians(rows).items():
+        print(f"  {setup}: " + ", ".join(f"{key} {value}" for key, value in figures.items()))
     ours = next(row for row in reversed(rows) if row["setup"] == "gpu-magics")
     print(
         f"targets (set on 4x H200; this machine: {_this_machine()}):",

@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7, help="rounds (medians reported)")
     parser.add_argument("--cpu-workers", type=int, default=0, help="CPU workers instead of a GPU (no GPU needed)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--empty-only", action="store_true", help="only the empty cells (median of --count)")
+    parser.add_argument("--count", type=int, default=200, help="empty cells per median")
     args = parser.parse_args()
 
     from IPython.core.interactiveshell import InteractiveShell
@@ -124,12 +126,15 @@ def main() -> None:
     cell = SEED.format(n=args.n, chunk=args.chunk)
     chunks = "numpy" if args.cpu_workers else "cupy"
     magic(shell, "gpucluster", f"--cpu-workers {args.cpu_workers}" if args.cpu_workers else "--gpus 0")
-    results = [compare(shell, "multi-gpu", cell, chunks, args.repeat)]
-    empty = {"multi-gpu": empty_cells(shell, "multi-gpu")}
+    results = [] if args.empty_only else [compare(shell, "multi-gpu", cell, chunks, args.repeat)]
+    empty = {"multi-gpu": empty_cells(shell, "multi-gpu", args.count)}
     magic(shell, "gpucluster", "stop")
     local = "cpu-threads" if args.cpu_workers else "gpu"
-    results.append(compare(shell, local, cell, chunks, args.repeat))
-    empty[local] = empty_cells(shell, local)
+    if not args.empty_only:
+        results.append(compare(shell, local, cell, chunks, args.repeat))
+    empty[local] = empty_cells(shell, local, args.count)
+    if local != "cpu-threads":
+        empty["cpu-threads"] = empty_cells(shell, "cpu-threads", args.count)
 
     print(f"seed workload {args.n}^2 float64 in {args.chunk}^2 chunks; medians of {args.repeat} interleaved rounds")
     for result in results:

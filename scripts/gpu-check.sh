@@ -4,11 +4,13 @@
 #   bash scripts/gpu-check.sh [STAGE...]
 #     stages: env tests spmd seed session cluster levers large transfers scaling display monitor telemetry server
 #             attach examples jobqueue (default: all but jobqueue, which tests runs too)
-#     startup: %gpucluster start-up in a fresh and a used kernel against plain LocalCUDACluster (1 GPU), and a py-spy
+#     startup: %gpucluster start-up (returns, every worker warm, Run All) in a fresh and a used kernel against plain
+#              LocalCUDACluster (1 GPU, medians of 3 fresh processes each), and a py-spy
 #              profile of a fresh start (kernel, worker server and workers) where py-spy is carried
 #     spmd: %%gpurun spmd with torch on the GPUs: tests/gpu/test_spmd_gpu.py (NCCL ranks on their workers' GPUs, DDP,
 #           gloo CPU ranks, a DataLoader in a rank; the tests stage leaves that file to this stage when both run) and
 #           benchmarks/spmd.py (an empty SPMD cell, fresh ranks to the first all_reduce and a DDP step, against torchrun)
+#     empty: the median of 50 empty cells (plain, in a session, %%gpurun -q) on multi-gpu, gpu and cpu-threads
 #     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
 #     levers: where a multi-gpu cell's time goes and each lever against it, dask-cuda's array operations, py-spy
@@ -80,12 +82,13 @@ for stage in "${stages[@]}"; do
       run spmd python3 benchmarks/spmd.py --json "$OUT/spmd.json" ;;
     seed) run seed-1gpu env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/seed_workload.py --json "$OUT/seed-1gpu.json" ;;
     startup)
-      run startup python3 benchmarks/cluster_start.py --gpus 1 --repeat 3 --json "$OUT/startup.json"
+      run startup python3 benchmarks/cluster_start.py --gpus 1 --repeat 2 --rounds 3 --json "$OUT/startup.json"
       if [ -x /tmp/site/bin/py-spy ]; then
         run startup-profile /tmp/site/bin/py-spy record -r 200 --subprocesses --idle -f speedscope -o "$OUT/startup.speedscope.json" \
           -- python3 benchmarks/cluster_start.py --child gpu-magics --gpu-count 1 --n 20000 --chunk 5000 --repeat 1
       fi ;;
     session) run session python3 benchmarks/session_backend.py --json "$OUT/session.json" ;;
+    empty) run empty-cells python3 benchmarks/session_backend.py --empty-only --count 50 --json "$OUT/empty.json" ;;
     cluster) run multi-gpu python3 benchmarks/seed_workload.py --multi-gpu "$counts" --only-multi-gpu --json "$OUT/multi-gpu.json" ;;
     levers) run levers python3 benchmarks/multi_gpu_levers.py --operations --profile "$OUT/prof" --json "$OUT/levers.json" ;;
     large) run large python3 benchmarks/multi_gpu_levers.py --n 400000 --chunk 20000 --repeat 2 --only-seed \

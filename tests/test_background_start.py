@@ -76,7 +76,9 @@ def kernel(tmp_path: Path) -> Any:
         started.close()
 
 
-def test_the_magic_returns_while_workers_start_and_the_next_cell_gets_its_answer(kernel: Kernel, tmp_path: Path) -> None:
+def test_the_magic_returns_while_workers_start_and_the_next_cell_gets_its_answer(
+    kernel: Kernel, tmp_path: Path
+) -> None:
     kernel.ok(slow_preload(tmp_path, 2.0))
     text = kernel.ok("%gpucluster --cpu-workers 2 --name bg")
     assert "starting 'bg'" in text and "Cluster 'bg'" not in text  # its line, not yet the cluster

@@ -66,7 +66,7 @@ class LocalManager(ClusterManager):
 
         expected = self.expected_workers() or int(options.cpu_workers or 1)
         scheduler = self.cluster.scheduler
-        self._watch = warmup.WarmWatch(client, lambda count: starting.update(warm=count))
+        self._watch = warmup.WarmWatch(client, self.kind == "gpu", lambda count: starting.update(warm=count))
         started = self.cluster.begin_workers(expected)
         starting.counting(lambda: len(scheduler.workers))
         warmup.import_here(self.kind == "gpu")

@@ -103,6 +103,7 @@ class WarmUp(WorkerPlugin):
             said = {"error": f"{type(error).__name__}: {error}"}
         with contextlib.suppress(Exception):  # thread-safe: the worker sends it from its own event loop
             worker = self._worker
+            _registered(worker, WARM_TIMEOUT)  # before that the worker drops what it is asked to send
             worker.log_event(WARM_TOPIC, {**said, "address": worker.address, "name": str(worker.name)})
 
     def wait(self, timeout: float) -> dict[str, Any]:
@@ -115,6 +116,16 @@ class WarmUp(WorkerPlugin):
         if self._error is not None:
             raise self._error
         return dict(self._seen)
+
+
+def _registered(worker: Any, timeout: float) -> None:
+    """Wait (up to ``timeout`` s) until ``worker`` has its stream to the scheduler."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stream = getattr(worker, "batched_stream", None)
+        if stream is not None and getattr(stream, "comm", None) is not None:
+            return
+        time.sleep(0.005)
 
 
 def _cupy_here() -> bool:
@@ -180,8 +191,9 @@ class WarmWatch:
     """In the kernel: hears each worker's warm-up end (``WARM_TOPIC``) as it happens, from the moment it is made
     (before the workers start), and counts them."""
 
-    def __init__(self, client: Client, heard: Callable[[int], None] | None = None) -> None:
+    def __init__(self, client: Client, gpu: bool, heard: Callable[[int], None] | None = None) -> None:
         self.client = client
+        self.gpu = gpu
         self.seen: dict[str, dict[str, Any]] = {}  # worker address -> what its warm-up saw
         self._heard = heard
         self._changed = threading.Condition()
@@ -211,18 +223,21 @@ class WarmWatch:
                     break
                 self._changed.wait(min(left, 0.1))
         missing = addresses - set(self.seen)
-        if missing and not (cancelled is not None and cancelled.is_set()):
-            for _, message in self.client.get_events(WARM_TOPIC):  # said before the watch began (unlikely)
-                if isinstance(message, dict) and message.get("address") in missing:
-                    self.seen[str(message["address"])] = dict(message)
-            if addresses - set(self.seen):
-                raise TimeoutError(f"the workers' warm-up took more than {timeout:g} s")
+        if missing and not (cancelled is not None and cancelled.is_set()):  # a lost event: ask those workers
+            asked = self.client.run(collect, self.gpu, timeout, workers=sorted(missing), on_error="return")
+            for address, found in asked.items():
+                if isinstance(found, BaseException):
+                    found = {"error": f"{type(found).__name__}: {found}"}
+                self.seen[address] = {**found, "address": address, "name": self._name_of(address)}
         failed = [self.seen[a] for a in sorted(addresses) if a in self.seen and "error" in self.seen[a]]
         if failed:
             raise RuntimeError(f"worker {failed[0].get('name')}: {failed[0]['error']}")
         return {
             str(self.seen[a].get("name", a)): _without_event_keys(self.seen[a]) for a in addresses if a in self.seen
         }
+
+    def _name_of(self, address: str) -> str:
+        return str(scheduler_workers(self.client).get(address, {}).get("name", address))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

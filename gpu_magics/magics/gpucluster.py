@@ -146,7 +146,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         queue) when idle. Jobs of ``--slurm`` are cancelled on stop, idle timeout, a failed start and kernel
         shutdown or restart.
 
-        Workers fork from a process that ``%load_ext`` launched with their imports done
+        In a notebook a cluster started here starts in the background: the prompt comes back at once, a line
+        updates in place until the workers are warm, and cells that need the cluster wait for it; a failure is
+        one line (distributed's own log goes to the file it names). ``%config ClusterMagics.wait_for_workers =
+        True`` waits here instead. Workers fork from a process that ``%load_ext`` launched with their imports done
         (``%config ClusterMagics.prestart_workers = False`` turns it off) and warm their GPU while they register.
         The client is also ``gpu_magics.client()``; ``%%gpurun multi-gpu`` uses it. The cluster closes on
         ``%gpucluster stop``, ``%unload_ext gpu_magics`` and when the kernel exits; a cluster attached to with

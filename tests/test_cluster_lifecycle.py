@@ -304,7 +304,7 @@ def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
     def failing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the workers' warm-up failed\nwith a second line")
 
-    monkeypatch.setattr(warmup, "warm_workers", failing)  # after the workers started: they must all go
+    monkeypatch.setattr(warmup.WarmWatch, "wait", failing)  # after the workers started: they must all go
     with pytest.raises(UsageError) as caught:
         magics.gpucluster("--cpu-workers 1 --name broken")
     message = str(caught.value)

@@ -94,6 +94,7 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
     try:
         started.ok("%load_ext gpu_magics")
         started.ok("%gpucluster --cpu-workers 2 --name faults", timeout=120)
+        started.ok("import gpu_magics; gpu_magics.client();", timeout=120)  # its start went on: wait for it
         yield started
     finally:
         started.close()

@@ -93,6 +93,8 @@ async function main() {
         const model = panel.content.model.sharedModel;
         model.insertCells(model.cells.length, [
           { cell_type: 'code', source },
+          // the cluster starts while cells run: this cell uses it (and waits for it) before the next stops it
+          { cell_type: 'code', source: 'import gpu_magics\nprint(len(gpu_magics.client().scheduler_info()["workers"]), "workers up")' },
           { cell_type: 'code', source: '%gpucluster stop' }
         ]);
       }, hint);

@@ -117,8 +117,8 @@ class Starting:
             self._phase = phase
             if self._elapsed is None:
                 self._elapsed = time.perf_counter() - self.began
+        self._notify()  # the line shows the end before anyone waiting goes on
         self.finished.set()
-        self._notify()
 
     def counting(self, count: Callable[[], int] | None) -> None:
         """From now on (``None``: no more) the line reads ``count()`` as the number of workers that joined."""

@@ -80,6 +80,7 @@ class WarmUp(WorkerPlugin):
         self._error: BaseException | None = None
         self._setup_at = 0.0
         self._worker: Any = None
+        self._done = threading.Event()
 
     def __getstate__(self) -> dict[str, Any]:  # travels to the worker process before it starts
         return {"gpu": self.gpu}
@@ -101,6 +102,7 @@ class WarmUp(WorkerPlugin):
         except BaseException as error:  # reported by wait(), in the kernel
             self._error = error
             said = {"error": f"{type(error).__name__}: {error}"}
+        self._done.set()
         with contextlib.suppress(Exception):  # thread-safe: the worker sends it from its own event loop
             worker = self._worker
             _registered(worker, WARM_TIMEOUT)  # before that the worker drops what it is asked to send
@@ -110,8 +112,7 @@ class WarmUp(WorkerPlugin):
         """What the warm-up saw, once it is done; ``TimeoutError`` after ``timeout`` seconds."""
         if self._thread is None:  # not set up (should not happen): warm now
             return warm_here(self.gpu)
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        if not self._done.wait(timeout):
             raise TimeoutError(f"the worker's warm-up took more than {timeout:g} s")
         if self._error is not None:
             raise self._error
@@ -121,7 +122,7 @@ class WarmUp(WorkerPlugin):
 def _registered(worker: Any, timeout: float) -> None:
     """Wait (up to ``timeout`` s) until ``worker`` has its stream to the scheduler."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and hasattr(worker, "batched_stream"):
         stream = getattr(worker, "batched_stream", None)
         if stream is not None and getattr(stream, "comm", None) is not None:
             return

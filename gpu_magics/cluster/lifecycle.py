@@ -184,20 +184,9 @@ def _start_job(
                 )
             _register_atexit()
 
-    try:  # distributed's lines go to the log file of a cluster started here (not where it cannot be written)
-        log = start_logs.log_path() if manager.background else None
-    except OSError:
-        log = None
-    size = log.stat().st_size if log is not None else 0
-    try:
-        with start_logs.kernel_logs_to_file(log) if log is not None else contextlib.nullcontext():
+    try:  # distributed's lines go to the log file of a cluster started here; its failure names the file
+        with start_logs.during_start(manager.background):
             started, waiting = steps.start(manager, options, began, starting, take_into_use, _release)
-    except UsageError as error:
-        if log is not None and log.stat().st_size > size:  # distributed said more: its last error, and where
-            cause = start_logs.last_error(log, size)
-            said = f"{error}" + (f"; the log says {cause}" if cause and cause not in str(error) else "")
-            raise UsageError(f"{said} (distributed's log: {start_logs.shown(log)})") from None
-        raise
     finally:
         starting.imports_done.set()
     with _lock:

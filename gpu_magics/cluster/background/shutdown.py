@@ -22,6 +22,7 @@ def close_everything(shell: Any = None) -> None:
     """Freeze ``%gpumonitor`` panels (a saved notebook keeps their last view, marked stopped), stop the cluster
     (or disconnect from an attached one), then the worker server and resource tracker."""
     from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.background import start_logs
     from gpu_magics.cluster.workers import forkserver
 
     monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
@@ -33,6 +34,7 @@ def close_everything(shell: Any = None) -> None:
         lifecycle.stop()
     with contextlib.suppress(Exception):
         forkserver.stop_server()
+    start_logs.remove_if_empty()  # a log file with nothing in it says nothing: it goes with the kernel
 
 
 def install(shell: Any) -> bool:

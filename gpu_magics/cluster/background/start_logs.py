@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from IPython.core.error import UsageError
+
 from gpu_magics.cluster.records.record import runtime_dir
 
 LOGGERS = ("distributed", "dask_cuda", "tornado.application", "asyncio")
@@ -69,6 +71,30 @@ def last_error(path: Path, since: int) -> str | None:
         return None
     found = re.findall(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Exit)\b[^\n]*)$", written, re.MULTILINE)
     return found[-1].strip() if found else None
+
+
+@contextlib.contextmanager
+def during_start(wanted: bool) -> Iterator[None]:
+    """Inside the block (a start, ``wanted``: of a cluster started here), distributed's lines go to this kernel's
+    log file (nowhere else when it cannot be written); a ``UsageError`` that leaves the block after distributed
+    wrote there names the file and the last error in it."""
+    try:
+        log = log_path() if wanted else None
+    except OSError:
+        log = None
+    if log is None:
+        yield
+        return
+    size = log.stat().st_size
+    try:
+        with kernel_logs_to_file(log):
+            yield
+    except UsageError as error:
+        if log.stat().st_size <= size:
+            raise
+        cause = last_error(log, size)
+        said = f"{error}" + (f"; the log says {cause}" if cause and cause not in str(error) else "")
+        raise UsageError(f"{said} (distributed's log: {shown(log)})") from None
 
 
 def remove_if_empty() -> None:

@@ -7,7 +7,7 @@ The dependency runs one way: ``gpurun`` imports this, nothing in ``cluster`` imp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
@@ -24,6 +24,7 @@ __all__ = [
     "expected_gpu_workers",
     "gpu_worker_devices",
     "has_gpu_workers",
+    "local_scheduler",
     "no_cluster_message",
     "on_change",
     "require_client",
@@ -94,6 +95,12 @@ def require_client() -> Client:
             f"the cluster {current.name!r} no longer answers ({status}); run {PROG} --replace to start a new one"
         )
     return current.client
+
+
+def local_scheduler(client: Client) -> Any:
+    """The ``Scheduler`` object of ``client``'s cluster where it runs in this process (read without a round trip),
+    else ``None``."""
+    return inspection.local_scheduler(client)
 
 
 def has_gpu_workers() -> bool:

@@ -103,17 +103,31 @@ def forget_closed_client(client: Client | None) -> None:
         dask.config.config.pop("scheduler", None)
 
 
+class _Quiet(logging.Filter):
+    """Drops every record while ``quiet`` is above 0 (a filter: changing a logger's level would clear the
+    level cache of every logger, at each cell)."""
+
+    quiet = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.quiet <= 0
+
+
+_pickle_log = _Quiet()
+
+
 @contextlib.contextmanager
 def quiet_serialization_log() -> Iterator[None]:
     """distributed logs a long traceback when the graph does not pickle, then raises; the cell's error already
     names the object in one line (``execute.unpicklable_reason``)."""
     logger = logging.getLogger("distributed.protocol.pickle")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    if _pickle_log not in logger.filters:
+        logger.addFilter(_pickle_log)
+    _pickle_log.quiet += 1
     try:
         yield
     finally:
-        logger.setLevel(level)
+        _pickle_log.quiet -= 1
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import html
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -15,6 +19,13 @@ from gpu_magics.display.monitor_view import timeline
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.monitor.sampler import GpuSummary, Sampler, get_sampler, summarize
+
+QUIET_SAMPLING_AFTER_S = 0.3
+"""A quiet cell (``-q``, no live panel, no ``-o``) is sampled only once it has run this long: a short one costs
+nothing."""
+SETTLE_AFTER_S = 0.5
+"""A cell that ran at least this long waits (bounded) for its cluster's reports that cover its end; a shorter one
+uses the latest reports rather than asking every worker."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,37 @@ def _cluster_gpus(plan: BackendPlan) -> tuple[Sampler | None, tuple[int, ...]]:
     return cast(Sampler, telemetry.feed()), ()  # the sampler's interface, as the live panel and history use it
 
 
+class _Later:
+    """One daemon thread that calls functions when they are due (a thread per cell would cost its start)."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._changed = threading.Condition()
+        self._count = 0
+        self._thread: threading.Thread | None = None
+
+    def call(self, delay: float, function: Callable[[], None]) -> None:
+        with self._changed:
+            self._count += 1
+            heapq.heappush(self._due, (time.monotonic() + delay, self._count, function))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="gpu-magics-later", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                _, _, function = heapq.heappop(self._due)
+            with contextlib.suppress(Exception):
+                function()
+
+
+_later = _Later()
+
+
 class CellMonitor:
     """A ``run.CellObserver``: samples while one backend runs the cell, with a live panel in a notebook."""
 
@@ -170,8 +212,10 @@ class CellMonitor:
         show_live: bool = True,
         keep_static: bool = True,
         sampler: Sampler | None = None,
+        lazy: bool = False,
     ) -> None:
         self.shell = shell
+        self.lazy = lazy  # sample only once the cell has run a while (a quiet cell whose figures nobody keeps)
         self.show_live = show_live
         self.keep_static = keep_static
         self._sampler = sampler
@@ -181,16 +225,20 @@ class CellMonitor:
         self._plan: BackendPlan | None = None
         self._panel: Any = None
         self._handle: DisplayHandle | None = None
+        self._lock = threading.Lock()
+        self._sampling = False  # whether this cell's run is sampled (a quiet cell: once it ran a while)
+        self._stopped = False
 
     def start(self, plan: BackendPlan) -> None:
         feed, self._gpu_indices = _cluster_gpus(plan)
         sampler = self._sampler = feed or self._sampler or get_sampler()
         self._plan = plan
         self._start = time.time()
-        self._started_here = not sampler.running
-        if self._started_here:
-            sampler.start()
-        sampler.tick()
+        self._stopped = False
+        if not self.lazy or self.show_live or sampler.running:
+            self._begin_sampling()
+        else:  # a quiet cell costs nothing to watch until it has run a while
+            _later.call(QUIET_SAMPLING_AFTER_S, self._begin_sampling)
         from gpu_magics.display.live import LivePanel, can_show_widgets
         from gpu_magics.gpurun.progress import Progress
 
@@ -201,15 +249,31 @@ class CellMonitor:
             self._handle = self._panel.show()
             self._panel.start()
 
+    def _begin_sampling(self) -> None:
+        sampler = self._sampler
+        assert sampler is not None
+        with self._lock:
+            if self._stopped or self._sampling:
+                return
+            self._started_here = not sampler.running
+            if self._started_here:
+                sampler.start()
+            self._sampling = True
+        sampler.tick()
+
     def stop(self) -> MonitorFigures:
         sampler, plan = self._sampler, self._plan
         assert sampler is not None and plan is not None, "stop() before start()"
+        with self._lock:
+            self._stopped = True  # a call still due finds it stopped
         end = time.time()
-        settle = getattr(sampler, "settle", None)  # a cluster's reports come later than the cell's end
-        if callable(settle):
-            settle(end)
-        sampler.tick()
-        snapshots = within_cell(sampler.history(since=self._start - 1e-3), end)
+        snapshots: list[Snapshot] = []
+        if self._sampling:
+            settle = getattr(sampler, "settle", None)  # a cluster's reports come later than the cell's end
+            if callable(settle) and end - self._start >= SETTLE_AFTER_S:  # a short cell: the latest will do
+                settle(end)
+            sampler.tick()
+            snapshots = within_cell(sampler.history(since=self._start - 1e-3), end)
         if self._started_here:
             sampler.stop()
         uses_gpu = plan.chunk_type == "cupy"

@@ -367,7 +367,8 @@ class GpuMagics(Magics, FreeGpuSettings):
             return None
         from gpu_magics.gpurun.cell_monitor import CellMonitor
 
-        return CellMonitor(self._shell, show_live=not options.quiet, keep_static=not options.compare)
+        quiet = options.quiet and not options.output  # nobody looks at its figures: sampled once it runs a while
+        return CellMonitor(self._shell, show_live=not options.quiet, keep_static=not options.compare, lazy=quiet)
 
     def _report(self, options: RunOptions, result: Any, slot: PanelSlot) -> None:
         """Keep the result (``-o``) and show it where the live panel was (or as a new output)."""

@@ -14,7 +14,23 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+def local_scheduler(client: Client) -> Any:
+    """The ``Scheduler`` of ``client``'s cluster where it runs in this process (a cluster started here, SLURM
+    jobs' scheduler), read without a round trip; ``None`` elsewhere."""
+    scheduler = getattr(getattr(client, "cluster", None), "scheduler", None)
+    if scheduler is None or type(scheduler).__name__ != "Scheduler" or not hasattr(scheduler, "identity"):
+        return None
+    return scheduler
+
+
 def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
+    """The scheduler's view of each worker, by address (in this process where the scheduler runs here)."""
+    scheduler = local_scheduler(client)
+    if scheduler is not None and client.status == "running":
+        try:  # what scheduler_info() would fetch; a worker that joins meanwhile changes the dict: ask then
+            return {address: dict(worker) for address, worker in scheduler.identity()["workers"].items()}
+        except RuntimeError:
+            pass
     try:
         info = client.scheduler_info(n_workers=-1)
     except TypeError:  # distributed before n_workers existed returned every worker

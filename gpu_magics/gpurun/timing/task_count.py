@@ -247,16 +247,30 @@ def scheduler_mark(client: Client) -> tuple[int, int, int, float] | None:
     if not plugin_installed(client):
         return None
     try:
-        return client.run_on_scheduler(read_mark)
+        return _on_scheduler(client, read_mark)
     except Exception:
         return None
 
 
 def _read_since(client: Client, mark: tuple[int, int, int, float]) -> dict[str, Any] | None:
     try:
-        return client.run_on_scheduler(read_since, records=mark[1], arrivals=mark[2])
+        return _on_scheduler(client, read_since, records=mark[1], arrivals=mark[2])
     except Exception:
         return None
+
+
+def _on_scheduler(client: Client, function: Any, **kwargs: Any) -> Any:
+    """``function`` run on the scheduler: called here where the scheduler runs in this process (no round trip;
+    it only reads the plugin's counts), else through ``run_on_scheduler``."""
+    from gpu_magics.cluster.queries import local_scheduler
+
+    scheduler = local_scheduler(client)
+    if scheduler is not None:
+        try:
+            return function(dask_scheduler=scheduler, **kwargs)
+        except RuntimeError:  # the scheduler's loop changed what was read: ask on that loop
+            pass
+    return client.run_on_scheduler(function, **kwargs)
 
 
 def _cluster_split(

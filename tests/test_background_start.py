@@ -123,7 +123,7 @@ def test_stop_during_the_start_leaves_nothing(kernel: Kernel, tmp_path: Path) ->
     kernel.ok(slow_preload(tmp_path, 3.0))
     kernel.ok("%gpucluster --cpu-workers 2 --name stopped")
     time.sleep(0.5)
-    assert "stopped 'stopped' while it started" in kernel.ok("%gpucluster stop", timeout=60)
+    assert "stopped 'stopped' while it was starting" in kernel.ok("%gpucluster stop", timeout=60)
     pid = kernel.manager.provisioner.pid  # type: ignore[union-attr]
     assert worker_processes(pid) == set()
     assert not list(tmp_path.glob("gpu-magics-cluster-*.json"))  # no record left for the side panel
@@ -153,3 +153,16 @@ def test_a_kernel_restart_during_the_start_leaves_no_worker(kernel: Kernel, tmp_
     while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in started):
         time.sleep(0.2)
     assert not [p for p in started if psutil.pid_exists(p)]
+
+
+def test_restart_and_scale_go_on_in_the_background_as_a_start_does(kernel: Kernel) -> None:
+    kernel.ok("%gpucluster --cpu-workers 2 --name changed")
+    before = kernel.worker_pids()  # waits for the start
+    text = kernel.ok("%gpucluster restart")
+    assert "restarting 'changed'" in text and "Cluster 'changed'" not in text
+    after = kernel.worker_pids()  # waits for the restart
+    assert len(after) == 2 and not set(after) & set(before)
+    text = kernel.ok("%gpucluster scale 1")
+    assert "scaling 'changed'" in text
+    assert len(kernel.worker_pids()) == 1
+    assert "1 worker running" in kernel.ok("%gpucluster status")

@@ -17,3 +17,11 @@ def cupy_cluster_defaults() -> dict[str, Any]:
     if dask.config.get("array.rechunk.method", default=None) is None:
         return {"array.rechunk.method": "tasks"}
     return {}
+
+
+def apply(settings: dict[str, Any]) -> dict[str, Any]:
+    """Apply dask ``settings`` (a cluster's, while it lives: also outside ``%%gpurun``, its client is the default
+    one); returns what puts them back."""
+    saved = {key: dask.config.get(key, default=None) for key in settings}
+    dask.config.set(settings)
+    return saved

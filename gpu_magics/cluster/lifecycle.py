@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,14 +18,13 @@ from typing import Any, cast
 
 from IPython.core.error import UsageError
 
-from gpu_magics import gpus
+from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster import active as active_state
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
 from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
-from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.managers.opening import chosen_gpus, open_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
@@ -50,7 +48,7 @@ from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
-from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
+from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
 from gpu_magics.units import one_line
 
@@ -68,8 +66,6 @@ __all__ = [
     "has_gpu_workers",
     "prestart_worker_server",
     "require_client",
-    "restart",
-    "scale",
     "split_workers_by_gpu",
     "start",
     "start_progress",
@@ -85,7 +81,7 @@ DEFAULT_TELEMETRY_INTERVAL = 1.0  # seconds between the GPU reports of each work
 RECORD_REFRESH_S = 2.0  # how often the discovery record takes in new telemetry (the side panel's view)
 STOP_WAIT_S = 30.0  # how long stop waits for a start under way to close what it made (its workers may be starting)
 
-_lock = threading.RLock()
+lock = threading.RLock()  # the verbs change the cluster in use one at a time
 _atexit_registered = False
 
 
@@ -121,7 +117,7 @@ def begin(
         if not options.replace:
             return pending  # the start under way is the cluster this asks for
         stop()  # outside the lock: the start's thread takes it to close what it made
-    with _lock:
+    with lock:
         current = in_use()
         if current is not None and current.client.status not in ("running", "connecting"):
             stop()  # it died under us: clean up, then start afresh
@@ -169,11 +165,11 @@ def _start_job(
     from gpu_magics.cluster.managers import steps
 
     def take_into_use(started: ActiveCluster) -> None:
-        with _lock:
-            started.saved_config = _apply_settings(manager.settings())
+        with lock:
+            started.saved_config = dask_settings.apply(manager.settings())
             set_in_use(started)
             if reports_every > 0:
-                _start_telemetry(started, reports_every)
+                started.telemetry = start_collecting(started.client, reports_every)
             _watch_idle(started, idle_timeout, write=False)
             record_writer.write_record(started)
             if started.telemetry is not None:
@@ -189,12 +185,12 @@ def _start_job(
             started, waiting = steps.start(manager, options, began, starting, take_into_use, _release)
     finally:
         starting.imports_done.set()
-    with _lock:
+    with lock:
         if worker_kind(started) == "gpu":
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 
             assert started.saved_config is not None
-            started.saved_config.update(_apply_settings(cupy_cluster_defaults()))
+            started.saved_config.update(dask_settings.apply(cupy_cluster_defaults()))
         state = status_info.read(started)  # the verb's one read: the record and the output are made from it
         record_writer.write_record(started, state=state)
         starting.ready_at(time.perf_counter() - began)
@@ -226,7 +222,7 @@ def status(notice: str | None = None) -> ClusterInfo:
     """The state of the cluster in use, fetched from its scheduler (while it starts: as far as it got, without
     waiting); ``UsageError`` when there is none."""
     progress = start_progress()
-    current = in_use() if progress is not None else _require_active("status")
+    current = in_use() if progress is not None else require_active("status")
     if current is None:
         raise UsageError(f"{PROG} status: {no_cluster_message()}")
     if progress is not None:
@@ -248,7 +244,7 @@ def status(notice: str | None = None) -> ClusterInfo:
     return status_info.describe(current, status_info.read(current, workers), notice=notice)
 
 
-def _written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
+def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
     """The end of a verb that changed the workers: one read, from which the record and the output are made."""
     state = status_info.read(current)
     record_writer.write_record(current, state=state)
@@ -261,7 +257,7 @@ def stop(close: bool = False) -> str:
     pending = active_state.starting()
     if pending is not None and not pending.finished.is_set():
         ended = pending.cancel(timeout=STOP_WAIT_S)
-        with _lock:
+        with lock:
             active_state.set_starting(None)
             current = in_use()
             if current is not None and current.name == pending.name:  # the start could not end by itself
@@ -269,8 +265,9 @@ def stop(close: bool = False) -> str:
                 with contextlib.suppress(Exception):
                     assert current.manager is not None
                     current.manager.close()
-        return f"{PROG}: stopped {pending.name!r} while it started" + ("" if ended else " (it was slow to end)")
-    with _lock:
+        slow = "" if ended else " (it was slow to end)"
+        return f"{PROG}: stopped {pending.name!r} while it was {pending.verb}{slow}"
+    with lock:
         if pending is not None:
             active_state.set_starting(None)  # a failed start: stop is the answer to it
         current = set_in_use(None)
@@ -287,7 +284,7 @@ def stop(close: bool = False) -> str:
 def _release(current: ActiveCluster) -> None:
     """Stop using ``current``: undo what taking it into use did (idle watch, record, telemetry, dask settings)
     and close its client; its manager is left to the caller."""
-    with _lock:
+    with lock:
         if in_use() is current:
             set_in_use(None)
     if current.idle is not None:
@@ -306,40 +303,13 @@ def _release(current: ActiveCluster) -> None:
         current.client.close(timeout=5)
 
 
-def restart() -> ClusterInfo:
-    """Restart every worker process of the cluster started here (frees their memory), then warm them again."""
-    from gpu_magics.cluster.workers import warmup
-
-    with _lock:
-        current = _require_owned("restart")
-        began = time.perf_counter()
-        try:
-            with factories.worker_start_config():
-                current.client.restart(timeout=current.options.start_timeout, wait_for_workers=True)
-        except Exception as error:
-            raise UsageError(f"{PROG} restart: {one_line(error)}") from error
-        current.ready_s = time.perf_counter() - began
-        current.devices, current.warm_s = warmup.warm_workers(current.client, worker_kind(current))
-        return status(notice=f"{PROG}: restarted {current.name!r}")
-
-
-def scale(count: int) -> ClusterInfo:
-    """Grow or shrink the cluster started here to ``count`` workers (at most one per chosen GPU)."""
-    from gpu_magics.cluster.managers import steps
-
-    with _lock:
-        current = _require_owned("scale", scalable=True)
-        notice = steps.scale(current, count)
-        return _written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
-
-
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
-    with _lock:
-        current = _require_owned("adapt", scalable=True)
+    with lock:
+        current = require_owned("adapt", scalable=True)
         from gpu_magics.cluster.managers import steps
 
-        return _written_status(current, steps.adapt(current, minimum, maximum))
+        return written_status(current, steps.adapt(current, minimum, maximum))
 
 
 def free_workers() -> tuple[int, int, list[str]]:
@@ -347,7 +317,7 @@ def free_workers() -> tuple[int, int, list[str]]:
     workers that answered, why some memory stays); ``UsageError`` without a cluster."""
     from gpu_magics.cluster.telemetry.pools import free_workers as free_on_workers
 
-    client = _require_active("free").client
+    client = require_active("free").client
     try:
         return free_on_workers(client)
     except Exception as error:
@@ -372,7 +342,7 @@ def _watch_idle(current: ActiveCluster, timeout: float, *, write: bool = True) -
 
 def _close_idle(watched: ActiveCluster) -> None:
     """The idle watcher's end: close the cluster it watched (if still in use) and say so in one line."""
-    with _lock:
+    with lock:
         if in_use() is not watched or watched.idle is None:
             return
         waited = watched.idle.timeout
@@ -384,33 +354,10 @@ def _close_idle(watched: ActiveCluster) -> None:
 def dashboard_url() -> str | None:
     """The dashboard link of the cluster in use, as the browser can open it (through jupyter-server-proxy
     under JupyterHub; ``None`` when it has none); ``UsageError`` without a cluster."""
-    return dashboard_links.for_kernel(inspection.dashboard_link(_require_active("dashboard").client)).url
+    return dashboard_links.for_kernel(inspection.dashboard_link(require_active("dashboard").client)).url
 
 
-def _apply_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """Apply dask ``settings`` while the cluster lives (the manager's, and CuPy chunks' defaults on GPU workers,
-    also outside ``%%gpurun``: the client is the default one); returns what to put back at ``stop``."""
-    import dask
-
-    saved = {key: dask.config.get(key, default=None) for key in settings}
-    dask.config.set(settings)
-    return saved
-
-
-def _start_telemetry(current: ActiveCluster, interval: float) -> None:
-    """Have every worker report its GPUs; a cluster whose workers cannot load the plugin still works."""
-    local = {device.uuid: index for index, device in enumerate(gpus.usable_devices()) if device.uuid}
-    collector = ClusterTelemetry(current.client, interval=interval, local_uuids=local)
-    try:
-        collector.start()
-    except Exception as error:
-        print(f"{PROG}: the workers will not report their GPUs ({one_line(error)})", file=sys.stderr)
-        collector.close(unregister=False)
-        return
-    current.telemetry = collector
-
-
-def _require_active(action: str) -> ActiveCluster:
+def require_active(action: str) -> ActiveCluster:
     """The cluster in use, once a start under way is done (its failure is this verb's one line)."""
     settle_start()
     current = in_use()
@@ -419,9 +366,9 @@ def _require_active(action: str) -> ActiveCluster:
     return current
 
 
-def _require_owned(action: str, *, scalable: bool = False) -> ActiveCluster:
+def require_owned(action: str, *, scalable: bool = False) -> ActiveCluster:
     """The cluster in use, if this kernel started it (``scalable``: or it came from a manager object)."""
-    current = _require_active(action)
+    current = require_active(action)
     if not (current.scalable if scalable else current.owned):
         raise UsageError(
             f"{PROG} {action}: this kernel attached to {current.options.address or current.name} and did not start "

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -15,7 +16,7 @@ from traitlets import Bool, Float, TraitError, Unicode, validate
 
 from gpu_magics.argparsing import duration
 from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster.background import ahead, shutdown
+from gpu_magics.cluster.background import ahead, changes, shutdown
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.queries import no_cluster_message
@@ -177,11 +178,19 @@ class ClusterMagics(Magics, FreeGpuSettings):
                 print(progress.line() if progress is not None else f"{PROG}: {no_cluster_message()}")
                 return
             info = cluster.status()
-        elif action == "restart":
-            info = cluster.restart()
-        elif action == "scale":
-            assert options.scale_to is not None
-            info = cluster.scale(options.scale_to)
+        elif action in ("restart", "scale"):  # a change under way, shown as a start is
+            count = options.scale_to
+            info = self._while_it_goes(
+                lambda background, listen: (
+                    changes.begin_restart(background=background, listen=listen)
+                    if count is None
+                    else changes.begin_scale(count, background=background, listen=listen)
+                )
+            )
+            self._bind_client(options.client_name)
+            if info is not None:
+                display(self._view(info))
+            return
         elif action == "adapt":
             assert options.adapt_range is not None
             info = cluster.adapt(*options.adapt_range)
@@ -203,10 +212,25 @@ class ClusterMagics(Magics, FreeGpuSettings):
         options = self._choose_free_gpus(options)
         idle = options.idle_timeout if options.idle_timeout is not None else duration(self.idle_timeout)
         namespace = self.shell.user_ns if self.shell is not None else {}
+        return self._while_it_goes(
+            lambda background, listen: cluster.begin(
+                options,
+                telemetry_interval=max(0.0, self.telemetry_interval),
+                idle_timeout=idle,
+                namespace=namespace,
+                background=background,
+                listen=listen,
+            )
+        )
+
+    def _while_it_goes(self, begin: Callable[[bool, Callable[[Starting], None]], Starting]) -> Any:
+        """Begin a start (or restart, scale) with ``begin(background, listen)``: in a notebook its line shows
+        how far it got and then the cluster's view, and it goes on in the background unless
+        ``wait_for_workers``; returns the status to show, or ``None`` when its line shows it."""
         live = can_show_widgets(self.shell)
         line = StartLine(self._view) if live else None
 
-        def listen(starting: Starting) -> None:  # here, before the start runs: its line shows in this cell
+        def listen(starting: Starting) -> None:  # here, before it runs: its line shows in this cell
             if line is None:
                 return
             line.show(starting.progress())
@@ -220,14 +244,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
             starting.listen(heard)
 
         background = not (self.wait_for_workers if self.wait_for_workers is not None else not live)
-        starting = cluster.begin(
-            options,
-            telemetry_interval=max(0.0, self.telemetry_interval),
-            idle_timeout=idle,
-            namespace=namespace,
-            background=background,
-            listen=listen,
-        )
+        starting = begin(background, listen)
         if starting.finished.is_set():
             info = starting.wait()  # its failure: this magic's one line
             if line is not None and line.shown:

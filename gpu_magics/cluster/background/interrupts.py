@@ -39,13 +39,14 @@ def after_interrupt(client: Client, *, restart: bool) -> str:
     """One line for the user after an interrupt; with ``restart``, restart the workers of a cluster started
     here first (tasks still running stop, their memory is freed)."""
     from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.background import changes
 
     count = running_tasks(client)
     current = lifecycle.active()
     ours = current is not None and current.client is client and current.owned
     if restart and count and ours:
         try:
-            lifecycle.restart()
+            changes.restart()
         except Exception as error:
             return f"{PROG}: interrupted; restarting the workers failed ({error}); try {PROG} restart"
         return f"{PROG}: interrupted; restarted the workers, which stopped {_tasks(count)} still running"

@@ -40,6 +40,7 @@ class StartProgress:
     elapsed: float
     error: str | None = None
     kind: str = "workers"  # "GPU workers" / "CPU workers": what the line calls them
+    verb: str = "starting"  # or "restarting", "scaling": what goes on
 
     @property
     def finished(self) -> bool:
@@ -50,13 +51,15 @@ class StartProgress:
         if self.phase == "failed":
             return str(self.error)
         if self.phase == "stopped":
-            return f"{self.prog}: stopped {self.name!r} while it started"
+            return f"{self.prog}: stopped {self.name!r} while it was {self.verb}"
+        took = format_duration(self.elapsed)
         if self.phase == "ready":
-            return f"{self.prog}: {self.name!r}: {self.expected} {self.kind} ready in {format_duration(self.elapsed)}"
+            done = {"restarting": "restarted ", "scaling": "scaled "}.get(self.verb, "")
+            return f"{self.prog}: {done}{self.name!r}: {self.expected} {self.kind} ready in {took}"
         if self.phase == "scheduler":
-            return f"{self.prog}: starting {self.name!r}: the scheduler ..."
+            return f"{self.prog}: {self.verb} {self.name!r}: the scheduler ..."
         return (
-            f"{self.prog}: starting {self.name!r}: {self.joined} of {self.expected} {self.kind} up, "
+            f"{self.prog}: {self.verb} {self.name!r}: {self.joined} of {self.expected} {self.kind} up, "
             f"{self.warm} warm ..."
         )
 
@@ -67,8 +70,8 @@ Listener = Callable[[StartProgress], None]
 class Starting:
     """One start of a cluster; its job runs in a thread (``run_in_background``) or here (``run_here``)."""
 
-    def __init__(self, prog: str, name: str, expected: int, kind: str = "workers") -> None:
-        self.prog, self.name, self.expected, self.kind = prog, name, expected, kind
+    def __init__(self, prog: str, name: str, expected: int, kind: str = "workers", verb: str = "starting") -> None:
+        self.prog, self.name, self.expected, self.kind, self.verb = prog, name, expected, kind, verb
         self.began = time.perf_counter()
         self.imports_done = threading.Event()  # what the job imports is imported: cells may import it too
         self.finished = threading.Event()
@@ -77,7 +80,7 @@ class Starting:
         self.error: str | None = None
         self.reported = False
         self.waited_s = 0.0  # how long cells waited for it, in all
-        self._phase: Phase = "scheduler"
+        self._phase: Phase = "scheduler" if verb == "starting" else "workers"
         self._joined = 0
         self._warm = 0
         self._elapsed: float | None = None
@@ -167,6 +170,7 @@ class Starting:
                 elapsed,
                 self.error,
                 self.kind,
+                self.verb,
             )
 
     def listen(self, listener: Listener) -> Callable[[], None]:
@@ -203,7 +207,7 @@ class Starting:
             self.reported = True
             raise UsageError(str(self.error))
         if self._phase == "stopped":
-            raise UsageError(f"{self.prog}: {self.name!r} was stopped while it started")
+            raise UsageError(f"{self.prog}: {self.name!r} was stopped while it was {self.verb}")
         return self.info
 
     def cancel(self, timeout: float) -> bool:

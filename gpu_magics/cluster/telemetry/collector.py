@@ -415,3 +415,22 @@ def gpu_json(gpu: ClusterGpu, others: OtherUse | None = None) -> dict[str, Any]:
 
 def _natural(name: str) -> tuple[int, int | str]:
     return (0, int(name)) if name.isdigit() else (1, name)
+
+
+def start_collecting(client: Client, interval: float) -> ClusterTelemetry | None:
+    """Have every worker of ``client``'s cluster report its GPUs every ``interval`` seconds; ``None`` (said in one
+    line) where the workers cannot load the plugin: the cluster still works."""
+    import sys
+
+    from gpu_magics import gpus
+    from gpu_magics.units import one_line
+
+    local = {device.uuid: index for index, device in enumerate(gpus.usable_devices()) if device.uuid}
+    collector = ClusterTelemetry(client, interval=interval, local_uuids=local)
+    try:
+        collector.start()
+    except Exception as error:
+        print(f"%gpucluster: the workers will not report their GPUs ({one_line(error)})", file=sys.stderr)
+        collector.close(unregister=False)
+        return None
+    return collector

@@ -1,0 +1,105 @@
+"""In the kernel: restarting and scaling the cluster in use as changes under way, as a start is (``starting``): in
+a notebook the prompt comes back at once, a line shows the workers come back, and cells that need the cluster wait
+for them; elsewhere (and in ``restart()``, ``scale()``) they run here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import cast
+
+from IPython.core.error import UsageError
+
+from gpu_magics.cluster import active as active_state
+from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.background import start_logs
+from gpu_magics.cluster.background.starting import Starting
+from gpu_magics.cluster.info import ClusterInfo
+from gpu_magics.cluster.managers import factories
+from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.queries import worker_kind
+from gpu_magics.cluster.reading import inspection
+from gpu_magics.units import one_line
+
+
+def restart() -> ClusterInfo:
+    """Restart every worker process of the cluster started here (frees their memory), then warm them again."""
+    return cast(ClusterInfo, begin_restart().wait())
+
+
+def begin_restart(*, background: bool = False, listen: Callable[[Starting], None] | None = None) -> Starting:
+    """``restart`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
+    from gpu_magics.cluster.workers import warmup
+
+    current = lifecycle.require_owned("restart")
+
+    def job(starting: Starting) -> ClusterInfo:
+        began = time.perf_counter()
+        with lifecycle.lock, start_logs.during_start(current.manager is not None and current.manager.background):
+            try:
+                with factories.worker_start_config():
+                    current.client.restart(timeout=current.options.start_timeout, wait_for_workers=True)
+            except Exception as error:
+                raise UsageError(f"{PROG} restart: {one_line(error)}") from error
+            current.ready_s = time.perf_counter() - began
+            starting.update(joined=starting.expected)
+            current.devices, current.warm_s = warmup.warm_workers(current.client, worker_kind(current))
+            return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
+
+    return _change(current, "restarting", len(inspection.scheduler_workers(current.client)), job, background, listen)
+
+
+def scale(count: int) -> ClusterInfo:
+    """Grow or shrink the cluster started here to ``count`` workers (at most one per chosen GPU)."""
+    return cast(ClusterInfo, begin_scale(count).wait())
+
+
+def begin_scale(count: int, *, background: bool = False, listen: Callable[[Starting], None] | None = None) -> Starting:
+    """``scale`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
+    from gpu_magics.cluster.managers import steps
+
+    current = lifecycle.require_owned("scale", scalable=True)
+    assert current.manager is not None
+    current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
+
+    def job(starting: Starting) -> ClusterInfo:
+        with lifecycle.lock:
+            notice = steps.scale(current, count)
+            return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+
+    return _change(current, "scaling", count, job, background, listen)
+
+
+def _change(
+    current: ActiveCluster,
+    verb: str,
+    expected: int,
+    job: Callable[[Starting], ClusterInfo],
+    background: bool,
+    listen: Callable[[Starting], None] | None,
+) -> Starting:
+    """Run ``job`` as a change of ``current``'s workers that cells needing the cluster wait for, as for a start;
+    in a thread where ``background`` and the cluster was started here."""
+    words = {"gpu": "GPU workers", "cpu": "CPU workers"}.get(current.workers_kind, "workers")
+    changing = Starting(PROG, current.name, expected, words, verb)
+    scheduler = inspection.local_scheduler(current.client)
+    if scheduler is not None:
+        changing.counting(lambda: len(scheduler.workers))
+    active_state.set_starting(changing)
+    if listen is not None:
+        listen(changing)
+
+    def run(starting: Starting) -> ClusterInfo:
+        info = job(starting)
+        starting.imports_done.set()
+        if active_state.starting() is starting:
+            active_state.set_starting(None)
+        return info
+
+    owned_here = current.manager is not None and current.manager.background
+    if background and owned_here:
+        changing.run_in_background(run)
+    else:
+        changing.run_here(run)
+    return changing

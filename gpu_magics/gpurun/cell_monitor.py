@@ -24,8 +24,8 @@ QUIET_SAMPLING_AFTER_S = 0.3
 """A quiet cell (``-q``, no live panel, no ``-o``) is sampled only once it has run this long: a short one costs
 nothing."""
 SETTLE_AFTER_S = 0.5
-"""A cell that ran at least this long waits (bounded) for its cluster's reports that cover its end; a shorter one
-uses the latest reports rather than asking every worker."""
+"""A quiet cell that ran at least this long waits (bounded) for its cluster's reports that cover its end; a shorter
+one uses the latest reports rather than asking every worker (a cell that shows its figures always waits)."""
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ class CellMonitor:
         snapshots: list[Snapshot] = []
         if self._sampling:
             settle = getattr(sampler, "settle", None)  # a cluster's reports come later than the cell's end
-            if callable(settle) and end - self._start >= SETTLE_AFTER_S:  # a short cell: the latest will do
+            if callable(settle) and (not self.lazy or end - self._start >= SETTLE_AFTER_S):  # short, quiet: latest
                 settle(end)
             sampler.tick()
             snapshots = within_cell(sampler.history(since=self._start - 1e-3), end)

@@ -250,7 +250,7 @@ def run_on_backend(
                 ) as recorded:
                     start = time.perf_counter()
                     outcome = run_once(shell, cell, plan.client, plan.explain_error)
-                    if not outcome.failed:
+                    if not outcome.failed and recorded.ran_tasks():  # no task: no GPU work queued to wait for
                         try:
                             plan.synchronize()
                         except KeyboardInterrupt as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass
 
 from IPython.core.error import UsageError
@@ -133,8 +134,9 @@ def _parser() -> MagicArgumentParser:
 _PARSER = _parser()
 
 
+@functools.lru_cache(maxsize=64)
 def parse_run_line(line: str) -> RunOptions:
-    """Parse the arguments of ``%%gpurun``."""
+    """Parse the arguments of ``%%gpurun`` (a notebook repeats a few lines: each is parsed once)."""
     args = _PARSER.parse_line(line)
     backend = normalize_backend(args.backend) if args.backend else None
     compare: tuple[str, ...] = ()

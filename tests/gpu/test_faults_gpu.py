@@ -19,6 +19,7 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
     try:
         started.ok("%load_ext gpu_magics")
         started.ok("%gpucluster --name gpu-faults", timeout=180)
+        started.ok("import gpu_magics; gpu_magics.client();", timeout=180)  # its start goes on: wait for it
         yield started
     finally:
         started.close()

@@ -22,7 +22,7 @@ from gpu_magics import gpus, hints
 from gpu_magics.cluster.dashboard import close as dashboard_close
 from gpu_magics.cluster.managers import protocols
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
-from gpu_magics.cluster.workers import forkserver, kernel_context
+from gpu_magics.cluster.workers import forkserver
 
 if TYPE_CHECKING:
     from distributed import LocalCluster
@@ -136,7 +136,6 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
             f"{PROG}: dask-cuda is not installed (pip install 'gpu-magics[cuda12]' or [cuda13]); "
             f"or use {hints.cpu_cluster_command()}"
         ) from None
-    kernel_context.report(gpu_ids, PROG)  # one line when this kernel already holds memory on those GPUs
     extra: dict[str, Any] = {}
     if options.device_memory_limit is not None:
         extra["device_memory_limit"] = options.device_memory_limit

@@ -32,6 +32,10 @@ class LocalManager(ClusterManager):
         super().__init__(None, None)
         self.kind = kind
         self.gpu_ids = gpu_ids  # CUDA devices given to the workers (GPU clusters)
+        if kind == "gpu":  # here, in the cell that asked: one line when this kernel already holds memory there
+            from gpu_magics.cluster.workers import kernel_context
+
+            kernel_context.report(gpu_ids, PROG)
         self._made = threading.Event()
         self._helper: threading.Thread | None = None
         self._watch: Any = None  # warmup.WarmWatch, from the workers' start to their warm-up's end

@@ -11,12 +11,13 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dask.callbacks import Callback
 
+from gpu_magics.cluster import queries
 from gpu_magics.gpurun.timing import time_split
 from gpu_magics.gpurun.timing.time_split import TaskTiming, TimeSplit
 
@@ -196,6 +197,7 @@ class Recorded:
 
     tasks: int | None = None
     split: TimeSplit | None = None
+    ran_tasks: Callable[[], bool] = lambda: True  # whether the block has run a task so far (True where unknown)
 
 
 @contextlib.contextmanager
@@ -216,6 +218,8 @@ def recording(
             box.split = time_split.split(began, ended, counter.timings, workers=1, arrivals=counter.arrivals, gpu=gpu)
         return
     mark = scheduler_mark(client)
+    if mark is not None and queries.local_scheduler(client) is not None:  # read in place: free to ask
+        box.ran_tasks = lambda: (_on_scheduler(client, read_mark) or mark)[0] != mark[0]
     began = time.time()
     yield box
     ended = time.time()
@@ -262,9 +266,7 @@ def _read_since(client: Client, mark: tuple[int, int, int, float]) -> dict[str, 
 def _on_scheduler(client: Client, function: Any, **kwargs: Any) -> Any:
     """``function`` run on the scheduler: called here where the scheduler runs in this process (no round trip;
     it only reads the plugin's counts), else through ``run_on_scheduler``."""
-    from gpu_magics.cluster.queries import local_scheduler
-
-    scheduler = local_scheduler(client)
+    scheduler = queries.local_scheduler(client)
     if scheduler is not None:
         try:
             return function(dask_scheduler=scheduler, **kwargs)

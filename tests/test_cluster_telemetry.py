@@ -133,3 +133,15 @@ def test_waiting_for_reports_is_bounded_and_says_so() -> None:
     assert seen.wait_reports_after(time.time() - 60, timeout=0.1)
     age = seen.reports_age()
     assert age is not None and age < 5
+
+
+def test_cpu_workers_on_a_host_with_gpus_have_none_of_them() -> None:
+    """``--cpu-workers`` on a GPU host: each worker sees the host's GPUs, and none of them is the worker's."""
+    host_gpus = (gpu(0, 0, "GPU-a"), gpu(1, 1, "GPU-b"))
+    seen = telemetry(cpu_workers=True)
+    seen.receive(report("0", "127.0.0.1", host_gpus, hostname="jupyter-host"), received=100.0)
+    assert [member.gpus for member in seen.members(now=100.5)] == [()]
+    assert seen.gpus(now=100.5) == [] and [gpus for _, gpus in seen.worker_gpus(now=100.5).values()] == [()]
+    gpu_workers = telemetry()
+    gpu_workers.receive(report("0", "127.0.0.1", host_gpus, hostname="jupyter-host"), received=100.0)
+    assert len(gpu_workers.gpus(now=100.5)) == 2

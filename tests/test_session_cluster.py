@@ -64,6 +64,9 @@ def test_gpucluster_says_how_plain_cells_run(shell: InteractiveShell, up: str) -
     line(shell, "multi-gpu")
     assert "plain cells: multi-gpu, NumPy chunks on the cluster (2 CPU workers" in gpucluster(shell, "status")
     assert record()["plain_cells"] == "multi-gpu"
+    line(shell, "cpu-threads")  # on this kernel's threads: the side panel's card says so too, as status does
+    assert "plain cells: cpu-threads" in gpucluster(shell, "status")
+    assert record()["plain_cells"] == "cpu-threads"
     line(shell, "off")
     assert record()["plain_cells"] is None
 

@@ -169,7 +169,7 @@ def _start_job(
             started.saved_config = dask_settings.apply(manager.settings())
             set_in_use(started)
             if reports_every > 0:
-                started.telemetry = start_collecting(started.client, reports_every)
+                started.telemetry = start_collecting(started.client, reports_every, started.workers_kind == "cpu")
             _watch_idle(started, idle_timeout, write=False)
             record_writer.write_record(started)
             if started.telemetry is not None:

@@ -13,6 +13,7 @@ Events arrive on the client's event-loop thread: the handler only parses and sto
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 import threading
@@ -80,9 +81,11 @@ class ClusterTelemetry:
         interval: float,
         local_uuids: Mapping[str, int] | None = None,
         local_hostname: str | None = None,
+        cpu_workers: bool = False,
     ) -> None:
         self.client = client
         self.interval = interval
+        self.cpu_workers = cpu_workers  # asked for as CPU workers: the host's GPUs they see are not theirs
         self._local_uuids = dict(local_uuids or {})  # uuid -> the kernel's own index for GPUs it sees
         self._local_hostname = local_hostname or socket.gethostname()
         self._lock = threading.Lock()
@@ -138,6 +141,8 @@ class ClusterTelemetry:
     def receive(self, report: WorkerReport, received: float | None = None) -> None:
         """Keep ``report`` (the event handler calls this; tests may too)."""
         now = time.time() if received is None else received
+        if self.cpu_workers and report.gpus:  # a CPU worker on a host with GPUs: it has none of them
+            report = dataclasses.replace(report, gpus=())
         with self._lock:
             if report.gone:
                 self._reports.pop(report.worker, None)
@@ -417,7 +422,7 @@ def _natural(name: str) -> tuple[int, int | str]:
     return (0, int(name)) if name.isdigit() else (1, name)
 
 
-def start_collecting(client: Client, interval: float) -> ClusterTelemetry | None:
+def start_collecting(client: Client, interval: float, cpu_workers: bool = False) -> ClusterTelemetry | None:
     """Have every worker of ``client``'s cluster report its GPUs every ``interval`` seconds; ``None`` (said in one
     line) where the workers cannot load the plugin: the cluster still works."""
     import sys
@@ -426,7 +431,7 @@ def start_collecting(client: Client, interval: float) -> ClusterTelemetry | None
     from gpu_magics.units import one_line
 
     local = {device.uuid: index for index, device in enumerate(gpus.usable_devices()) if device.uuid}
-    collector = ClusterTelemetry(client, interval=interval, local_uuids=local)
+    collector = ClusterTelemetry(client, interval=interval, local_uuids=local, cpu_workers=cpu_workers)
     try:
         collector.start()
     except Exception as error:

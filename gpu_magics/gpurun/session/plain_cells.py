@@ -193,10 +193,11 @@ def _chooses_own_backend(raw_cell: str) -> bool:
 
 
 def _mark_cluster(plan: BackendPlan | None) -> None:
-    """Tell the cluster in use (its record, the side panel's card) which backend plain cells use."""
+    """Tell the cluster in use (its record, the side panel's card) which backend plain cells use, on the cluster
+    or here (as ``%gpucluster status`` says it)."""
     from gpu_magics.cluster import queries
 
-    queries.tell_plain_cells(None if plan is None or plan.client is None else plan.name)
+    queries.tell_plain_cells(None if plan is None else plan.name)
 
 
 def for_shell(shell: InteractiveShell, settings: SessionSettings | None = None) -> Session:

@@ -157,3 +157,19 @@ def test_an_spmd_cell_runs_one_rank_per_job_worker(magics: ClusterMagics, ip: In
         assert values[0][2] != values[1][2]
     finally:
         gpucluster(magics, "stop")
+
+
+def test_the_start_line_says_how_many_workers_are_up_and_which_jobs_wait(magics: ClusterMagics) -> None:
+    """In a notebook ``--slurm`` does not wait without a word: its line (heard here as the magic's line hears it)
+    counts the workers up and names the jobs pending, and why."""
+    from gpu_magics.cluster.options import parse_cluster_line
+
+    lines: list[str] = []
+    starting = cluster.begin(
+        parse_cluster_line("--slurm --jobs 3 --cpu-workers 1 --wait 8 --name t-line"),
+        listen=lambda start: start.listen(lambda progress: lines.append(progress.line())),
+    )
+    assert starting.wait() is not None  # it ran here: returned after --wait, with a job still pending
+    assert any(re.search(r"\b0 of 3 workers up", line) for line in lines), lines
+    assert any(re.search(r"\bof 3 workers up, 0 warm; job \d+ pending \(\w+", line) for line in lines), lines
+    gpucluster(magics, "stop")

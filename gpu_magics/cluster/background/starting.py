@@ -41,6 +41,7 @@ class StartProgress:
     error: str | None = None
     kind: str = "workers"  # "GPU workers" / "CPU workers": what the line calls them
     verb: str = "starting"  # or "restarting", "scaling": what goes on
+    detail: str | None = None  # what the workers still wait for (SLURM: jobs pending, and why)
 
     @property
     def finished(self) -> bool:
@@ -58,9 +59,10 @@ class StartProgress:
             return f"{self.prog}: {done}{self.name!r}: {self.expected} {self.kind} ready in {took}"
         if self.phase == "scheduler":
             return f"{self.prog}: {self.verb} {self.name!r}: the scheduler ..."
+        waiting = f"; {self.detail}" if self.detail else ""
         return (
             f"{self.prog}: {self.verb} {self.name!r}: {self.joined} of {self.expected} {self.kind} up, "
-            f"{self.warm} warm ..."
+            f"{self.warm} warm{waiting} ..."
         )
 
 
@@ -83,6 +85,7 @@ class Starting:
         self._phase: Phase = "scheduler" if verb == "starting" else "workers"
         self._joined = 0
         self._warm = 0
+        self._detail: str | None = None
         self._elapsed: float | None = None
         self._count: Callable[[], int] | None = None
         self._listeners: list[Listener] = []
@@ -127,9 +130,19 @@ class Starting:
         """From now on (``None``: no more) the line reads ``count()`` as the number of workers that joined."""
         self._count = count
 
-    def update(self, *, phase: Phase | None = None, joined: int | None = None, warm: int | None = None) -> None:
-        """Say how far the job got; listeners hear of it when the line changes."""
+    def update(
+        self,
+        *,
+        phase: Phase | None = None,
+        joined: int | None = None,
+        warm: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Say how far the job got (``detail``: what the workers still wait for; "" says nothing more);
+        listeners hear of it when the line changes."""
         with self._lock:
+            if detail is not None:
+                self._detail = detail or None
             if phase is not None:
                 self._phase = phase
             if joined is not None:
@@ -171,6 +184,7 @@ class Starting:
                 self.error,
                 self.kind,
                 self.verb,
+                self._detail,
             )
 
     def listen(self, listener: Listener) -> Callable[[], None]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gpu_magics.cluster.background.starting import Starting
 
 POLL_S = 0.25
+JOBS_EVERY_S = 1.0  # how often a start's line reads the jobs (pending, and why) while it waits for workers
 
 
 class ClusterManager:
@@ -152,10 +153,14 @@ class ClusterManager:
         deadline = time.monotonic() + wait
         expected = self.expected_workers() if count is None else count
         seen: set[str] = set()
+        asked = time.monotonic()  # when the jobs were last read for the line (each read runs squeue)
         while True:
             workers = inspection.scheduler_workers(client)
             seen.update(str(info.get("name", address)) for address, info in workers.items())
             if starting is not None:
+                if time.monotonic() - asked >= JOBS_EVERY_S and len(workers) < expected:
+                    asked = time.monotonic()
+                    starting.update(detail=_pending(self.jobs(workers)))
                 starting.update(joined=len(workers))
                 starting.check()
             self.check_started(seen)
@@ -164,10 +169,16 @@ class ClusterManager:
             time.sleep(POLL_S)
         if len(workers) >= expected:
             return None
-        waiting = [job for job in self.jobs(workers) if job.state == "pending"]
-        why = "; ".join(f"job {job.job_id} pending ({job.reason or 'no reason given'})" for job in waiting)
+        why = _pending(self.jobs(workers))
         return (
             f"%gpucluster: {len(workers)} of {expected} workers up after {format_duration(wait)}"
             + (f"; {why}" if why else "")
             + "; the cluster grows as they start (%gpucluster status shows them)"
         )
+
+
+def _pending(jobs: tuple[JobInfo, ...]) -> str:
+    """``job 12 pending (Resources); job 13 pending (Priority)``, or "" when no job waits."""
+    return "; ".join(
+        f"job {job.job_id} pending ({job.reason or 'no reason given'})" for job in jobs if job.state == "pending"
+    )

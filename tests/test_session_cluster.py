@@ -135,3 +135,14 @@ def test_the_setting_runs_plain_cells_on_every_new_cluster(shell: InteractiveShe
     assert {pid for pid, _ in shell.user_ns["t_where"]} <= worker_pids()
     assert record()["plain_cells"] == "multi-gpu"
     gpucluster(shell, "stop")
+
+
+def test_stop_says_what_it_drops_and_a_persisted_array_says_its_data_is_gone(shell: InteractiveShell, up: str) -> None:
+    with capture_output():
+        assert shell.run_cell("import dask.array as da\nkept = da.ones((4, 4), chunks=2).persist()").success
+    assert "Computed on" in ArrayView(shell.user_ns["kept"]).text()
+    said = gpucluster(shell, "stop")
+    assert "the 4 pieces of data kept on its workers (persisted chunks, futures) are gone" in said
+    view = ArrayView(shell.user_ns["kept"])
+    assert "nowhere: its data is gone" in view.text() and "persist it again" in view.html()
+    del shell.user_ns["kept"]

@@ -273,12 +273,17 @@ def stop(close: bool = False) -> str:
         current = set_in_use(None)
         if current is None:
             return f"{PROG}: no cluster is running"
+        held = len(getattr(current.client, "futures", None) or ())  # what the notebook keeps on the workers
         _release(current)
         assert current.manager is not None
         try:
-            return current.manager.finish(current.name, close)
+            said = current.manager.finish(current.name, close)
         except Exception as error:
-            return f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
+            said = f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
+        if held:
+            pieces = f"{held} piece{'s' if held != 1 else ''}"
+            said += f"; the {pieces} of data kept on its workers (persisted chunks, futures) are gone"
+        return said
 
 
 def _release(current: ActiveCluster) -> None:

@@ -246,6 +246,9 @@ def array_info(array: Any, gpu_memory: tuple[int, ...] | bool | None = True) -> 
     hints = _hints(shape, chunksize, dtype, kind, chunk_nbytes, nchunks, gpus)
     if placed is not None and placed[1]:
         hints = (f"Computed on {placed[0]}: {placed[1]}.", *hints)
+    if data_gone(array):
+        placed = ("nowhere: its data is gone", None)
+        hints = (GONE_HINT, *hints)
     return ArrayInfo(
         name=str(getattr(array, "name", "")),
         shape=shape,
@@ -264,6 +267,29 @@ def array_info(array: Any, gpu_memory: tuple[int, ...] | bool | None = True) -> 
         hints=hints,
         computed_on=None if placed is None else placed[0],
     )
+
+
+GONE_HINT = (
+    "Its chunks were kept on a cluster that was stopped (or lost them): run the cells that made it again, "
+    "and persist it again if you want it kept."
+)
+
+
+def data_gone(collection: Any, look_at: int = 64) -> bool:
+    """Whether ``collection`` was persisted on a cluster and its data is gone: the futures in its graph were
+    cancelled or lost, or their client closed (looks at its first ``look_at`` graph values only)."""
+    try:
+        graph = collection.__dask_graph__()
+        layers = getattr(graph, "layers", {"": graph}).values()
+        kept = [layer for layer in layers if getattr(layer, "is_materialized", lambda: True)()]  # not built here
+        values = [value for layer in kept for _, value in zip(range(look_at), layer.values(), strict=False)]
+    except Exception:
+        return False
+    for value in values:
+        if type(value).__name__ == "Future" and type(value).__module__.startswith("distributed"):
+            client = getattr(value, "client", None)
+            return value.status in ("cancelled", "lost") or getattr(client, "status", "running") == "closed"
+    return False
 
 
 class ArrayView:

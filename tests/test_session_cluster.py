@@ -74,6 +74,8 @@ def test_gpucluster_says_how_plain_cells_run(shell: InteractiveShell, up: str) -
 def test_multi_gpu_runs_plain_cells_on_the_workers_with_the_cells_tasks(shell: InteractiveShell, up: str) -> None:
     said = line(shell, "multi-gpu")
     assert said.startswith("%gpurun: plain cells now run on multi-gpu, NumPy chunks on the cluster")
+    assert "numpy" not in said and said.count("(") == 1  # one parenthetical, NumPy said once
+    assert said.rstrip().endswith("; the cluster has no GPU worker; %gpurun off goes back to dask's own settings")
     result, text = cell(shell, WHERE_CELL)
     assert result.success, text
     assert {pid for pid, _ in shell.user_ns["t_where"]} <= worker_pids()

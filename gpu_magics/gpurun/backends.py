@@ -322,7 +322,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
         with_gpu, without_gpu = queries.split_workers_by_gpu()
         on_gpus = bool(with_gpu)
     if not on_gpus and not notes:
-        notes = ("the cluster has CPU workers only: numpy chunks on those workers",)
+        notes = ("the cluster has no GPU worker",)
     elif without_gpu:
         gpu_count, cpu_count = len(with_gpu), len(without_gpu)
         notes = (

@@ -251,8 +251,8 @@ class GpuMagics(Magics, FreeGpuSettings):
     def _use_session(self, plan: backends.BackendPlan) -> str:
         spmd_session.end(self._shell)
         session.for_shell(self._shell, self).use(plan)
-        notes = "".join(f" ({note})" for note in plan.notes)
-        return f"%gpurun: plain cells now run on {placement.plain_cells(plan).where}{notes}"
+        placed = placement.plain_cells(plan)
+        return "; ".join([f"%gpurun: plain cells now run on {placed.where}", *plan.notes, placement.OFF])
 
     def plain_cells(self) -> placement.Placement:
         """Where plain cells run now (the session backend, or dask's own settings)."""

@@ -28,10 +28,13 @@ class Placement:
         return f"plain cells: {self.where}" + (f"; {self.fix}" if self.fix else "")
 
 
+OFF = "%gpurun off goes back to dask's own settings"
+
+
 def plain_cells(plan: BackendPlan | None) -> Placement:
     """Where plain cells run under the session backend ``plan`` (``None``: dask's own settings)."""
     if plan is not None:
-        return Placement(f"{plan.name}, {_plan_where(plan, plan.chunk_type)} (%gpurun off: dask's own settings)")
+        return Placement(f"{plan.name}, {_plan_where(plan, plan.chunk_type)}", OFF)
     from gpu_magics.cluster import queries
 
     backend = str(dask.config.get("array.backend", default="numpy") or "numpy")

@@ -213,19 +213,14 @@ def _hints(
     grown = chunk_advice.grown_chunks([int(s) for s in shape], [int(c) for c in chunksize], factor)
     if kind == "cupy" and nchunks > 1 and grown is not None:
         hints.append(
-            f"Chunks of {format_bytes(chunk_nbytes)} are small for a GPU: each task costs about "
-            f"{TASK_OVERHEAD_S * 1e3:.0f} ms of scheduling but only about {work * 1e3:.2g} ms of GPU work "
-            f"(one {format_bytes(REFERENCE_CHUNK_BYTES)} float64 chunk takes about "
-            f"{REFERENCE_CHUNK_S * 1e3:.0f} ms on an H200), so overhead dominates. A task should do at least "
-            f"{chunk_advice.WORK_PER_OVERHEAD:.0f} times its overhead in work: use chunks about "
-            f"{factor:.0f} times larger, e.g. x.rechunk({svg.format_shape(grown)})."
+            f"Chunks of {format_bytes(chunk_nbytes)} are small for a GPU: about {work * 1e3:.2g} ms of GPU work a "
+            f"task against {TASK_OVERHEAD_S * 1e3:.0f} ms of scheduling; try {factor:.0f}x larger, "
+            f"x.rechunk({svg.format_shape(grown)})."
         )
     if smallest is not None and chunk_nbytes > LARGE_CHUNK_FRACTION * smallest:
-        how = "does not fit in" if chunk_nbytes > smallest else f"is over {LARGE_CHUNK_FRACTION:.0%} of"
         hints.append(
-            f"Chunks of {format_bytes(chunk_nbytes)} are too large for one GPU: one chunk {how} a GPU's "
-            f"{format_bytes(smallest)}, and an operation holds its inputs, outputs and temporaries at once. "
-            f"Use smaller chunks, e.g. {_suggest(shape, chunksize, dtype, smallest / 8)}."
+            f"Chunks of {format_bytes(chunk_nbytes)} are too large for one GPU's {format_bytes(smallest)} (an "
+            f"operation holds inputs, outputs, temporaries): try {_suggest(shape, chunksize, dtype, smallest / 8)}."
         )
     return tuple(hints)
 

@@ -54,10 +54,11 @@ class RunResult:
     def headline(self) -> str:
         """``'gpu · 1x NVIDIA H200 (GPU 0) · 518 ms · 238 dask tasks'``."""
         parts = [self.backend, self.hardware, self.timing_text()]
-        if self.tasks is not None:
-            parts.append(f"{self.tasks:,} dask task{'s' if self.tasks != 1 else ''}")
-        if self.failed:
-            parts.append("failed")
+        tasks = None if self.tasks is None else f"{self.tasks:,} dask task{'s' if self.tasks != 1 else ''}"
+        if self.failed:  # what the count is then: the tasks that finished before it failed or was interrupted
+            parts.append(f"failed after {tasks} finished" if tasks else "failed")
+        elif tasks:
+            parts.append(tasks)
         return " · ".join(parts)
 
     def __str__(self) -> str:

@@ -87,7 +87,9 @@ def test_text_table_right_aligns_number_columns() -> None:
 def test_a_failed_cells_headline_says_what_its_task_count_counts() -> None:
     failed = RunResult(backend="multi-gpu", hardware="2 CPU workers", times=(1.5,), tasks=17, failed=True)
     assert failed.headline().endswith("· failed after 17 dask tasks finished")
-    assert RunResult(backend="gpu", hardware="1x GPU", times=(0.1,), tasks=None, failed=True).headline().endswith(
-        "· failed"
+    assert (
+        RunResult(backend="gpu", hardware="1x GPU", times=(0.1,), tasks=None, failed=True)
+        .headline()
+        .endswith("· failed")
     )
     assert run("gpu", (0.1,)).headline().endswith("· 12 dask tasks")

@@ -318,3 +318,15 @@ def test_a_crashing_binding_only_fails_its_device() -> None:
     gpus, status = source.read(slow=False)
     assert status is None and all(g.error is None and g.memory_used is None for g in gpus)
     assert all(g.gpu_util == 0.0 for g in gpus)
+
+
+def test_simulated_gpus_read_the_same_in_every_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server, a kernel and its workers each simulate the GPUs: begun at different moments, they read the same
+    figures at the same moment, as processes reading one real GPU do."""
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.25)  # one moment, read by both
+    server, kernel = FakeSource(gpus=2, tick_seconds=1.0), FakeSource(gpus=2, tick_seconds=1.0)
+    kernel.nvml._start -= 37.0  # type: ignore[attr-defined]  # began 37 s before the other
+    read = [[(g.memory_used, g.gpu_util) for g in source.read(slow=False)[0]] for source in (server, kernel)]
+    assert read[0] == read[1]

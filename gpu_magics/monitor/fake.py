@@ -156,7 +156,16 @@ class FakeNvml:
 
     @property
     def tick(self) -> int:
-        """The current tick: advanced by ``advance()``, or by time when ``tick_seconds`` is set."""
+        """The current tick: advanced by ``advance()``, or by time when ``tick_seconds`` is set: then counted from
+        the epoch, so every process simulating the same GPUs (the server, a kernel, its workers) reads the same
+        figures at the same moment, as processes reading one real GPU do."""
+        if self.tick_seconds is None:
+            return self._ticks
+        return int(time.time() / self.tick_seconds)
+
+    @property
+    def age(self) -> int:
+        """Ticks since this fake began (``lost_at_tick`` counts these)."""
         if self.tick_seconds is None:
             return self._ticks
         return int((time.monotonic() - self._start) / self.tick_seconds)
@@ -186,7 +195,7 @@ class FakeNvml:
         """The spec of a handle's device and its defaults; raises GpuIsLost once its GPU is lost."""
         gpu = self.spec["gpus"][handle.gpu]
         lost_at = gpu.get("lost_at_tick")
-        if lost_at is not None and self.tick >= lost_at:
+        if lost_at is not None and self.age >= lost_at:
             raise ERRORS["GpuIsLost"]()
         if handle.mig is None:
             return gpu, _DEFAULTS
@@ -305,10 +314,10 @@ class FakeNvml:
 
     def _kib_counter(self, rate: Any) -> int:
         """A cumulative KiB counter that grows at ``rate`` bytes/s (rate constant within each tick)."""
-        seconds, tick = self._seconds(), self.tick
+        seconds, age, base = self._seconds(), self.age, self.tick - self.age  # counted from this fake's start
         length = 1.0 if self.tick_seconds is None else self.tick_seconds
-        done = sum(_evaluate(rate, k) or 0 for k in range(tick)) * length
-        return int((done + (_evaluate(rate, tick) or 0) * (seconds - tick * length)) / 1024)
+        done = sum(_evaluate(rate, base + k) or 0 for k in range(age)) * length
+        return int((done + (_evaluate(rate, base + age) or 0) * (seconds - age * length)) / 1024)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")

@@ -114,6 +114,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       statusBar.registerStatusItem(STATUS_ID, { item, align: 'left', rank: 50 });
       const shell = app.shell as { currentChanged?: { connect(fn: () => void): void } };
       shell.currentChanged?.connect(() => item.render());
+      model.changed.connect((_, what) => {
+        const latest = model.lastSnapshot;
+        if (what === 'snapshot' && latest) {
+          item.take(latest); // the cards' own figures, at their cadence
+        }
+      });
     }
     launcher?.add({ command: OPEN_COMMAND, category: 'Other', rank: 50 });
 

@@ -152,6 +152,7 @@ export class GpuPanelModel {
   private _host: IHostReading | null = null;
   private _status: string | null = null;
   private _lastTime: number | null = null;
+  private _lastSnapshot: ISnapshot | null = null;
   private _config: IServerConfig | null = null;
   private _interval: number | null = null;
   private _clusters: ICluster[] = [];
@@ -179,6 +180,11 @@ export class GpuPanelModel {
   }
 
   // -- readings -----------------------------------------------------------------------------------
+
+  /** The newest snapshot applied (the status-bar item follows it while the panel samples). */
+  get lastSnapshot(): ISnapshot | null {
+    return this._lastSnapshot;
+  }
 
   get gpus(): IGpuView[] {
     return this._order.map(key => this._gpus.get(key) as IGpuView);
@@ -275,6 +281,7 @@ export class GpuPanelModel {
       return false;
     }
     this._lastTime = snapshot.time;
+    this._lastSnapshot = snapshot;
     this._host = snapshot.host;
     this._status = snapshot.status;
     const order: string[] = [];

@@ -1,4 +1,4 @@
-import { gpuStatus, kernelGpus } from '../src/statusBar/text';
+import { gpuStatus, kernelGpus, newerSnapshot } from '../src/statusBar/text';
 import type { IProcessesReply } from '../src/types';
 import { holder, reading } from './fixtures';
 
@@ -17,7 +17,7 @@ describe('gpuStatus', () => {
   });
 
   it('shows all of the server\u2019s GPUs when the kernel holds none', () => {
-    expect(gpuStatus(gpus, []).text).toBe('GPUs 0,1 \u00b7 60% \u00b7 40.0 GiB / 160 GiB');
+    expect(gpuStatus(gpus, []).text).toBe('GPUs 0,1 \u00b7 60% \u00b7 40.0 GiB / 2 \u00d7 80.0 GiB');
     expect(gpuStatus(gpus, null).title).toContain('GPU 1 \u00b7 ');
   });
 
@@ -44,5 +44,23 @@ describe('kernelGpus', () => {
     expect(kernelGpus(reply, 'k1')).toEqual([0, 1]);
     expect(kernelGpus(reply, null)).toBeNull();
     expect(kernelGpus(null, 'k1')).toBeNull();
+  });
+});
+
+describe('the totals and the cadence agree with the cards', () => {
+  it('says n \u00d7 each GPU\u2019s memory where the GPUs are alike, the sum where not', () => {
+    const h200 = 150754820096; // 140.4 GiB each: a rounded sum would say 281 GiB beside two cards of 140 GiB
+    const alike = [reading(0, { memory_total: h200 }), reading(1, { memory_total: h200 })];
+    expect(gpuStatus(alike, null).text).toMatch(/ \/ 2 \u00d7 140 GiB$/);
+    const mixed = [reading(0, { memory_total: 80 * GIB }), reading(1, { memory_total: 40 * GIB })];
+    expect(gpuStatus(mixed, null).text).toMatch(/ \/ 120 GiB$/);
+  });
+
+  it('takes the newer of the panel\u2019s feed and its own poll', () => {
+    const older = { time: 10, gpus: [reading(0)], host: null, status: null } as never;
+    const newer = { time: 11, gpus: [reading(0)], host: null, status: null } as never;
+    expect(newerSnapshot(null, older)).toBe(older);
+    expect(newerSnapshot(older, newer)).toBe(newer);
+    expect(newerSnapshot(newer, older)).toBe(newer);
   });
 });

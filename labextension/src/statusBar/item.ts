@@ -1,14 +1,15 @@
 /**
  * The status-bar item: the GPUs of the notebook in front (those its kernel holds memory on, else all of the
- * server's), their utilization and memory in one short line; a click opens the side panel. It polls the REST
- * API every few seconds on its own (the panel samples only while shown) and stands by while the page is hidden.
+ * server's), their utilization and memory in one short line; a click opens the side panel. While the panel samples,
+ * the item follows its feed (every second, the cards' figures); else it polls the REST API every few seconds and
+ * stands by while the page is hidden.
  */
 import { ServerConnection } from '@jupyterlab/services';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
 import { requestAPI } from '../server/api';
-import { gpuStatus, kernelGpus } from './text';
+import { gpuStatus, kernelGpus, newerSnapshot } from './text';
 import type { IProcessesReply, IServerConfig, ISnapshot } from '../types';
 
 export const STATUS_POLL_MS = 5000;
@@ -37,6 +38,15 @@ export class GpuStatusItem extends Widget {
     });
   }
 
+  /** A snapshot from the side panel's feed (every second while it samples): the item says the same as the cards. */
+  take(snapshot: ISnapshot): void {
+    const shown = newerSnapshot(this._snapshot, snapshot);
+    if (shown !== this._snapshot) {
+      this._snapshot = shown;
+      this.render();
+    }
+  }
+
   /** Render again now (a reply came, or the notebook in front changed). */
   render(): void {
     const status = gpuStatus(this._snapshot?.gpus ?? [], kernelGpus(this._processes, this._kernelId()));
@@ -55,7 +65,7 @@ export class GpuStatusItem extends Widget {
       requestAPI<{ config: IServerConfig; snapshot: ISnapshot }>('devices', {}, this._settings),
       requestAPI<IProcessesReply>('processes', {}, this._settings).catch(() => null)
     ]);
-    this._snapshot = devices.snapshot.gpus.length || !this._snapshot ? devices.snapshot : this._snapshot;
+    this._snapshot = newerSnapshot(this._snapshot, devices.snapshot);
     this._processes = processes;
     this.render();
   }

@@ -1,6 +1,6 @@
 /** What the status-bar item says: pure functions of the server's readings and processes (no widget, no network). */
 import { formatBytes } from '../format';
-import type { IGpuReading, IProcessesReply } from '../types';
+import type { IGpuReading, IProcessesReply, ISnapshot } from '../types';
 
 export interface IGpuStatus {
   /** "GPU 0-1 · 45% · 12.0 / 160 GiB", or "No GPU". */
@@ -32,8 +32,15 @@ export function gpuStatus(readings: IGpuReading[], kernelGpus: number[] | null):
       `GPU ${r.index} \u00b7 ${r.name}: ${r.gpu_util ?? '\u2013'}% busy, ` +
       `${formatBytes(r.memory_used)} / ${formatBytes(r.memory_total)}`
   );
+  // GPUs alike: "2 × 140 GiB", as each card says, rather than a sum rounded on its own ("281 GiB")
+  const totals = Array.from(new Set(shown.map(r => r.memory_total)));
+  const each = totals.length === 1 ? totals[0] : null;
+  const capacity =
+    shown.length > 1 && each !== null && each !== undefined
+      ? `${shown.length} \u00d7 ${formatBytes(each)}`
+      : formatBytes(total);
   return {
-    text: `${label} \u00b7 ${util} \u00b7 ${formatBytes(used)} / ${formatBytes(total)}`,
+    text: `${label} \u00b7 ${util} \u00b7 ${formatBytes(used)} / ${capacity}`,
     title: [`The GPUs ${whose} (click for the GPU panel):`, ...lines].join('\n')
   };
 }
@@ -50,4 +57,12 @@ export function kernelGpus(reply: IProcessesReply | null, kernelId: string | nul
 function sum(values: (number | null)[]): number | null {
   const known = values.filter((v): v is number => v !== null);
   return known.length ? known.reduce((a, b) => a + b, 0) : null;
+}
+
+/** The snapshot the item shows: `incoming` when it is newer than `current` (the panel's 1 s feed, or a poll). */
+export function newerSnapshot(current: ISnapshot | null, incoming: ISnapshot): ISnapshot {
+  if (current === null || incoming.time > current.time || (current.gpus.length === 0 && incoming.gpus.length)) {
+    return incoming;
+  }
+  return current;
 }

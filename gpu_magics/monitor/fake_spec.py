@@ -55,7 +55,8 @@ def demo_spec(gpus: int) -> dict[str, Any]:
                 "pcie_tx": wave(0, 8e9, 30, i),
                 "nvlink_rx": wave(0, 300e9, 30, i),
                 "nvlink_tx": wave(0, 300e9, 30, i),
-                "processes": [{"pid": 4000 + i, "used_memory": wave(GIB, 100 * GIB, 60, i)}],
+                # the process holds 80% of what the GPU uses, tick by tick (the same wave): never more
+                "processes": [{"pid": 4000 + i, "used_memory": wave(1.6 * GIB, 96 * GIB, 60, i)}],
             }
             for i in range(gpus)
         ]

@@ -58,6 +58,8 @@ async function watchCards(page) {
         Array.from(document.querySelectorAll('.jp-GpuMagics-card')).map(card => ({
           gpu: card.dataset.gpu,
           height: card.getBoundingClientRect().height,
+          // the card's content edge: no value may run into its padding
+          contentRight: card.getBoundingClientRect().right - parseFloat(getComputedStyle(card).paddingRight),
           values: Array.from(
             card.querySelectorAll('.jp-GpuMagics-value, .jp-GpuMagics-legend, .jp-GpuMagics-label')
           ).map(node => ({
@@ -65,7 +67,8 @@ async function watchCards(page) {
             lines: node.getClientRects().length,
             height: node.getBoundingClientRect().height,
             lineHeight: parseFloat(getComputedStyle(node).lineHeight) || 0,
-            overflows: node.scrollWidth > node.clientWidth + 1 && getComputedStyle(node).display !== 'inline'
+            overflows: node.scrollWidth > node.clientWidth + 1 && getComputedStyle(node).display !== 'inline',
+            right: node.getBoundingClientRect().right
           }))
         }))
       )
@@ -90,6 +93,10 @@ function checkCards(samples) {
           `"${value.text}" is ${value.height} px tall, more than one line (${value.lineHeight} px)`
         );
         check(!value.overflows, `"${value.text}" is cut off`);
+        check(
+          value.right <= card.contentRight + 0.5,
+          `"${value.text}" runs past its card's content edge (${value.right} > ${card.contentRight} px)`
+        );
       }
     }
   }
@@ -163,6 +170,13 @@ async function checkCluster(page, theme) {
     const note = await row.locator('.jp-GpuMagics-dashboardNote').textContent();
     check(note === cluster.dashboard_note, `the dashboard note is "${note}"`);
   }
+  const notes = await row.locator('.jp-GpuMagics-memberNote').evaluateAll(nodes =>
+    nodes.map(node => ({ text: node.textContent, cut: node.scrollWidth > node.clientWidth + 1 }))
+  );
+  for (const note of notes) {
+    check(!note.cut, `the note "${note.text}" is cut off`);
+  }
+  check(notes.some(note => /in use that no process of yours reports/.test(note.text)), 'no note of others\u2019 use');
   step(`cluster row: ${title}`);
   await steadyScreenshot(row, { path: path.join(artifacts, `layout-cluster-${theme}.png`) });
 }

@@ -45,7 +45,8 @@ def members_on_two_hosts() -> list[dict[str, Any]]:
     return [
         _member("kernel", "127.0.0.1", [], role="kernel"),
         _member("w-0", "127.0.0.1", [_gpu("127.0.0.1", 0, gpu_util=12.0, memory_used=3 * GIB)]),
-        _member("w-1", "127.0.0.1", [_gpu("127.0.0.1", 1)]),
+        # others' memory on w-1's GPU: its note is the longest line of the row
+        _member("w-1", "127.0.0.1", [_gpu("127.0.0.1", 1, others={"bytes": 2 * GIB, "pids": []})]),
         _member("w-2", "127.0.0.2", [_gpu("127.0.0.2", 0, error="GPU is lost", gpu_util=None, memory_used=None)]),
         _member("w-3", "127.0.0.2", [], time=None),
     ]

@@ -224,6 +224,7 @@ def test_replace_starts_a_new_cluster(shared: Client, magics: ClusterMagics, run
     old_address = shared.scheduler.address
     text, _ = gpucluster(magics, "--cpu-workers 1 --name other --replace")
     assert "Cluster 'other': 1 CPU worker x 1 thread" in text
+    assert "\nhost  worker" in text  # the start's table has the host column, as status has
     client = cluster.require_client()
     assert client is not shared and client.scheduler.address != old_address
     assert wait_gone(old_pids, 15) == []
@@ -389,7 +390,7 @@ def test_gpurun_multi_gpu_runs_on_cpu_workers_and_unload_stops(ip: InteractiveSh
     assert value == pytest.approx(11.0, rel=0.01)
     result = ip.user_ns["t_result"]
     assert result.backend == "multi-gpu"
-    assert "2 CPU workers x 2 threads" in str(result) and any("CPU workers" in note for note in result.notes)
+    assert "2 CPU workers x 2 threads" in str(result) and any("no GPU worker" in note for note in result.notes)
     ip.run_line_magic("unload_ext", "gpu_magics")
     try:
         assert cluster.active() is None

@@ -192,6 +192,8 @@ def _start_job(
             assert started.saved_config is not None
             started.saved_config.update(dask_settings.apply(cupy_cluster_defaults()))
         state = status_info.read(started)  # the verb's one read: the record and the output are made from it
+        if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
+            started.telemetry.wait_first_reports(len(state.workers))
         record_writer.write_record(started, state=state)
         starting.ready_at(time.perf_counter() - began)
         if active_state.starting() is starting:

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -229,6 +230,16 @@ class ClusterTelemetry:
                 return False
             time.sleep(0.02)
 
+    def wait_first_reports(self, count: int, timeout: float = 1.0) -> bool:
+        """Have the workers report now, and wait (at most ``timeout`` s) until ``count`` of them have: whether so."""
+        from gpu_magics.cluster.telemetry.feed import ask_for_reports
+
+        limit = time.monotonic() + timeout
+        if len(self.fresh_reports()) < count and ask_for_reports(self.client) is not False:
+            while len(self.fresh_reports()) < count and time.monotonic() < limit:
+                time.sleep(0.01)
+        return len(self.fresh_reports()) >= count
+
     def reports_age(self, now: float | None = None) -> float | None:
         """Seconds since the oldest of the workers' latest reports came; ``None`` before any."""
         now = time.time() if now is None else now
@@ -425,8 +436,6 @@ def _natural(name: str) -> tuple[int, int | str]:
 def start_collecting(client: Client, interval: float, cpu_workers: bool = False) -> ClusterTelemetry | None:
     """Have every worker of ``client``'s cluster report its GPUs every ``interval`` seconds; ``None`` (said in one
     line) where the workers cannot load the plugin: the cluster still works."""
-    import sys
-
     from gpu_magics import gpus
     from gpu_magics.units import one_line
 

@@ -9,6 +9,8 @@ from typing import Any
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 from gpu_magics.cluster.telemetry.reports import ReportedGpu, WorkerReport, host_labels
 
+GIB = 2**30
+
 
 def gpu(index: int, nvml_index: int, uuid: str, **values: Any) -> ReportedGpu:
     return ReportedGpu(index=index, nvml_index=nvml_index, uuid=uuid, name="NVIDIA H200", **values)
@@ -142,6 +144,9 @@ def test_cpu_workers_on_a_host_with_gpus_have_none_of_them() -> None:
     seen.receive(report("0", "127.0.0.1", host_gpus, hostname="jupyter-host"), received=100.0)
     assert [member.gpus for member in seen.members(now=100.5)] == [()]
     assert seen.gpus(now=100.5) == [] and [gpus for _, gpus in seen.worker_gpus(now=100.5).values()] == [()]
+    used = telemetry(cpu_workers=True)  # its process holds memory on one (it used CuPy): it reports what it sees
+    used.receive(report("0", "127.0.0.1", (gpu(0, 0, "GPU-a", process_memory=GIB), host_gpus[1])), received=100.0)
+    assert len(used.gpus(now=100.5)) == 2
     gpu_workers = telemetry()
     gpu_workers.receive(report("0", "127.0.0.1", host_gpus, hostname="jupyter-host"), received=100.0)
     assert len(gpu_workers.gpus(now=100.5)) == 2

@@ -8,6 +8,7 @@ one call on the manager in use, with no branch on the kind of cluster.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import functools
@@ -275,7 +276,7 @@ def stop(close: bool = False) -> str:
         current = set_in_use(None)
         if current is None:
             return f"{PROG}: no cluster is running"
-        held = len(getattr(current.client, "futures", None) or ())  # what the notebook keeps on the workers
+        held = _kept_on_workers(current.client)
         _release(current)
         assert current.manager is not None
         try:
@@ -283,9 +284,23 @@ def stop(close: bool = False) -> str:
         except Exception as error:
             said = f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
         if held:
-            pieces = f"{held} piece{'s' if held != 1 else ''}"
-            said += f"; the {pieces} of data kept on its workers (persisted chunks, futures) are gone"
+            pieces = (
+                f"{held} piece of data kept on its workers (persisted chunks, futures) is"
+                if held == 1
+                else (f"{held} pieces of data kept on its workers (persisted chunks, futures) are")
+            )
+            said += f"; the {pieces} gone"
         return said
+
+
+def _kept_on_workers(client: Any) -> int:
+    """How many results the notebook keeps on the workers (persisted chunks, futures): the client's futures once
+    the releases of those already dropped (queued on its event loop) have run."""
+    try:
+        client.sync(asyncio.sleep, 0)
+        return len(client.futures)
+    except Exception:
+        return 0
 
 
 def _release(current: ActiveCluster) -> None:

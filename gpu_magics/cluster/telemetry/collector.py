@@ -86,7 +86,7 @@ class ClusterTelemetry:
     ) -> None:
         self.client = client
         self.interval = interval
-        self.cpu_workers = cpu_workers  # asked for as CPU workers: the host's GPUs they see are not theirs
+        self.cpu_workers = cpu_workers  # asked for as CPU workers: the host's GPUs are not theirs unless they use one
         self._local_uuids = dict(local_uuids or {})  # uuid -> the kernel's own index for GPUs it sees
         self._local_hostname = local_hostname or socket.gethostname()
         self._lock = threading.Lock()
@@ -142,8 +142,8 @@ class ClusterTelemetry:
     def receive(self, report: WorkerReport, received: float | None = None) -> None:
         """Keep ``report`` (the event handler calls this; tests may too)."""
         now = time.time() if received is None else received
-        if self.cpu_workers and report.gpus:  # a CPU worker on a host with GPUs: it has none of them
-            report = dataclasses.replace(report, gpus=())
+        if self.cpu_workers and not any(g.process_memory for g in report.gpus):  # a CPU worker using no GPU
+            report = dataclasses.replace(report, gpus=())  # has none of its host's (one that uses one reports all)
         with self._lock:
             if report.gone:
                 self._reports.pop(report.worker, None)

@@ -13,8 +13,9 @@ from IPython.core.error import UsageError
 class MagicArgumentParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` that raises ``UsageError`` with one line instead of printing and exiting."""
 
-    def __init__(self, prog: str, **kwargs: object) -> None:
+    def __init__(self, prog: str, dash_values: tuple[str, ...] = (), **kwargs: object) -> None:
         super().__init__(prog=prog, add_help=False, allow_abbrev=False, exit_on_error=False, **kwargs)  # type: ignore[arg-type]
+        self.dash_values = dash_values  # options whose value may itself start with "-" (an sbatch directive)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}. See {self.prog}? for the options.")
@@ -28,6 +29,7 @@ class MagicArgumentParser(argparse.ArgumentParser):
             words = shlex.split(line, posix=True)
         except ValueError as error:
             raise UsageError(f"{self.prog}: {error} in {line.strip()!r}: close the quote.") from None
+        words = self._joined_dash_values(words)
         try:
             namespace, extra = self.parse_known_args(words)
         except argparse.ArgumentError as error:
@@ -36,6 +38,19 @@ class MagicArgumentParser(argparse.ArgumentParser):
             unknown = " ".join(extra)
             self.error(f"unrecognized arguments: {unknown} (valid options: {', '.join(self.option_names())})")
         return namespace
+
+    def _joined_dash_values(self, words: list[str]) -> list[str]:
+        """``--job-option --constraint=a100`` as ``--job-option=--constraint=a100``: argparse would take a value
+        that starts with "-" for an option of its own."""
+        joined: list[str] = []
+        rest = iter(words)
+        for word in rest:
+            if word in self.dash_values:
+                value = next(rest, None)
+                joined.append(word if value is None else f"{word}={value}")
+            else:
+                joined.append(word)
+        return joined
 
     def option_names(self) -> list[str]:
         """The long form of every option, for error messages."""

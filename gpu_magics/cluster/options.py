@@ -268,7 +268,7 @@ def _memory(text: str) -> str:
 
 
 def _build_parser() -> MagicArgumentParser:
-    parser = MagicArgumentParser(PROG)
+    parser = MagicArgumentParser(PROG, dash_values=("--job-option",))
     parser.add_argument("words", nargs="*")
     parser.add_argument("--gpus", type=parse_gpus)
     parser.add_argument("--cpu-workers", type=positive_int)

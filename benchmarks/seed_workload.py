@@ -165,6 +165,8 @@ def multi_gpu_rows(args: argparse.Namespace) -> dict[str, Any]:
         only_ours=False,
         pause=3.0,
         child_timeout=300,
+        wait_for_workers="True",  # the seed rows measure a ready cluster (cluster_start.py measures the start)
+        rounds=1,
     )
     rows = cluster_start.compare(settings, counts)
     print(f"multi-GPU rows: seed workload {args.n}^2 float64 in {args.chunk}^2 chunks, each setup in a fresh process")

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.test_kernel_faults import Kernel
+from tests.test_kernel_faults import Kernel, loaded_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -68,12 +68,8 @@ def text_of(message: dict[str, Any]) -> str:
 
 @pytest.fixture
 def kernel(tmp_path: Path) -> Any:
-    started = Kernel(tmp_path)
-    try:
-        started.ok("%load_ext gpu_magics")
+    with loaded_kernel(tmp_path) as started:
         yield started
-    finally:
-        started.close()
 
 
 def test_the_magic_returns_while_workers_start_and_the_next_cell_gets_its_answer(

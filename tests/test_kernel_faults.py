@@ -7,6 +7,7 @@ bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -88,16 +89,23 @@ class Kernel:
             self.manager.shutdown_kernel(now=True)
 
 
-@pytest.fixture
-def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    started = Kernel(tmp_path)
+@contextlib.contextmanager
+def loaded_kernel(runtime_dir: Path, source: str = "fake:0") -> Iterator[Kernel]:
+    """A real kernel with ``%load_ext gpu_magics`` done; shut down after the block."""
+    started = Kernel(runtime_dir, source)
     try:
         started.ok("%load_ext gpu_magics")
-        started.ok("%gpucluster --cpu-workers 2 --name faults", timeout=120)
-        started.ok("import gpu_magics; gpu_magics.client();", timeout=120)  # its start went on: wait for it
         yield started
     finally:
         started.close()
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    with loaded_kernel(tmp_path) as started:
+        started.ok("%gpucluster --cpu-workers 2 --name faults", timeout=120)
+        started.ok("import gpu_magics; gpu_magics.client();", timeout=120)  # its start went on: wait for it
+        yield started
 
 
 SLOW_CELL = """%%gpurun multi-gpu --no-monitor

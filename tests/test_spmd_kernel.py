@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.cli_cluster import cli_cluster
-from tests.test_kernel_faults import Kernel
+from tests.test_kernel_faults import Kernel, loaded_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -30,12 +30,8 @@ RANK_PIDS = (
 
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    started = Kernel(tmp_path)
-    try:
-        started.ok("%load_ext gpu_magics")
+    with loaded_kernel(tmp_path) as started:
         yield started
-    finally:
-        started.close()
 
 
 def rank_pids(kernel: Kernel) -> list[int]:

@@ -181,11 +181,8 @@ def _start_job(
                 )
             _register_atexit()
 
-    try:  # distributed's lines go to the log file of a cluster started here; its failure names the file
-        with start_logs.during_start(manager.background):
-            started, waiting = steps.start(manager, options, began, starting, take_into_use, _release)
-    finally:
-        starting.imports_done.set()
+    with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
+        started, waiting = steps.start(manager, options, began, starting, take_into_use, _release)
     with lock:
         if worker_kind(started) == "gpu":
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults

@@ -156,12 +156,20 @@ def run_notebook_script(lab: Lab, script: str, notebook: str) -> subprocess.Comp
     """Copy ``tests/notebooks/NOTEBOOK`` into the lab and run ``node SCRIPT`` on it (screenshots go to
     ``test-artifacts/browser``); its output is printed, and a failure shows it."""
     shutil.copy(REPO / "tests" / "notebooks" / notebook, lab.root / notebook)
+    return run_browser_script(lab, script, notebook)
+
+
+def run_browser_script(
+    lab: Lab, script: str, *arguments: str, timeout: float = 540
+) -> subprocess.CompletedProcess[str]:
+    """``node SCRIPT URL TOKEN ARGUMENTS...`` against the lab (screenshots go to ``test-artifacts/browser``); its
+    output is printed, and a failure shows it."""
     result = subprocess.run(
-        ["node", str(HERE / script), lab.url, lab.token, notebook],
+        ["node", str(HERE / script), lab.url, lab.token, *arguments],
         env={**os.environ, "ARTIFACTS": str(REPO / "test-artifacts" / "browser")},
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=timeout,
     )
     print(result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr

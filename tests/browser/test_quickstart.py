@@ -4,15 +4,13 @@ gets start.sh's settings (scripts/lab-settings), the kernel the simulated GPUs o
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, REPO, Lab
+from .conftest import REPO, Lab, run_browser_script
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -30,13 +28,5 @@ def quickstart_lab(tmp_path: Path, requirements: None) -> Iterator[Lab]:
 
 
 def test_the_quickstart_runs_top_to_bottom_and_its_hints_work(quickstart_lab: Lab) -> None:
-    result = subprocess.run(
-        ["node", str(HERE / "quickstart.mjs"), quickstart_lab.url, quickstart_lab.token],
-        env={**os.environ, "ARTIFACTS": str(REPO / "test-artifacts" / "browser")},
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    print(result.stdout)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_browser_script(quickstart_lab, "quickstart.mjs", timeout=840)
     assert "[quickstart] ok" in result.stdout

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -20,17 +20,14 @@ pytest.importorskip("dask_cuda")
 
 
 @pytest.fixture
-def magics(_session_shell: InteractiveShell, tmp_path: object) -> Iterator[ClusterMagics]:
-    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
-    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(tmp_path)
+def magics(
+    _session_shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ClusterMagics]:
+    monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(tmp_path))
     instance = ClusterMagics(shell=_session_shell)
     instance.wait_for_workers = False  # as in a notebook
     yield instance
     instance.close()
-    if previous is None:
-        del os.environ[cluster_records.RUNTIME_DIR_ENV]
-    else:
-        os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
 
 
 def test_cupy_in_the_kernel_while_the_cluster_starts(magics: ClusterMagics) -> None:

@@ -92,7 +92,6 @@ def _change(
 
     def run(starting: Starting) -> ClusterInfo:
         info = job(starting)
-        starting.imports_done.set()
         if active_state.starting() is starting:
             active_state.set_starting(None)
         return info

@@ -81,7 +81,6 @@ class Starting:
         self.info: Any = None  # the job's result (the status once ready)
         self.error: str | None = None
         self.reported = False
-        self.waited_s = 0.0  # how long cells waited for it, in all
         self._phase: Phase = "scheduler" if verb == "starting" else "workers"
         self._joined = 0
         self._warm = 0
@@ -211,12 +210,8 @@ class Starting:
     def wait(self, timeout: float | None = None) -> Any:
         """The job's result once it ends; its failure as one ``UsageError`` line (said: ``reported``);
         ``TimeoutError`` after ``timeout`` seconds."""
-        began = time.perf_counter()
-        try:
-            if not self.finished.wait(timeout):
-                raise TimeoutError(f"the cluster did not start within {timeout:g} s")
-        finally:
-            self.waited_s += time.perf_counter() - began
+        if not self.finished.wait(timeout):
+            raise TimeoutError(f"the cluster did not start within {timeout:g} s")
         if self._phase == "failed":
             self.reported = True
             raise UsageError(str(self.error))

@@ -56,7 +56,6 @@ def start(
         take_into_use(started)
         starting.update(phase="workers")
         notice = manager.await_workers(client, options, starting)
-        starting.imports_done.set()
         starting.check()
         started.ready_s = time.perf_counter() - began
         workers = inspection.scheduler_workers(client)

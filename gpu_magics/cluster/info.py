@@ -83,7 +83,7 @@ class ClusterInfo:
     """A cluster's state at one moment."""
 
     name: str
-    kind: str  # "gpu", "cpu", "attached", "slurm" or "adopted"
+    kind: str  # "gpu", "cpu", "attached", "slurm", "adopted" or "gateway"
     scheduler_address: str
     dashboard_url: str | None
     hardware: str

@@ -26,7 +26,7 @@ from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
-from gpu_magics.cluster.managers.opening import chosen_gpus, open_manager
+from gpu_magics.cluster.managers.opening import chosen_gpus, open_early, open_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
     active,
@@ -127,6 +127,7 @@ def begin(
         # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
         reuse = current is not None and not options.replace and "gpus" not in options.given
         gpu_ids = () if reuse else chosen_gpus(options)
+        early = None if reuse else open_early(options)
         if current is not None and not options.replace:
             notice = (
                 f"{PROG}: cluster {current.name!r} is already up; using it "
@@ -139,7 +140,7 @@ def begin(
             done.run_here(lambda _: status(notice=notice))
             return done
         stop()
-        manager = open_manager(options, namespace or {}, gpu_ids)
+        manager = early or open_manager(options, namespace or {}, gpu_ids)
         words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
         starting = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
         active_state.set_starting(starting)
@@ -251,9 +252,10 @@ def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
     return status_info.describe(current, state, notice=notice)
 
 
-def stop(close: bool = False) -> str:
+def stop(close: bool = False, keep: bool = False) -> str:
     """Close the cluster started here (or only disconnect from one attached to; an adopted one is closed only
-    with ``close``); a start under way is stopped (what it made is closed). Says what it did."""
+    with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
+    it made is closed). Says what it did."""
     pending = active_state.starting()
     if pending is not None and not pending.finished.is_set():
         ended = pending.cancel(timeout=STOP_WAIT_S)
@@ -270,14 +272,19 @@ def stop(close: bool = False) -> str:
     with lock:
         if pending is not None:
             active_state.set_starting(None)  # a failed start: stop is the answer to it
-        current = set_in_use(None)
+        current = in_use()
         if current is None:
             return f"{PROG}: no cluster is running"
+        if keep and not (current.manager is not None and current.manager.keepable):
+            raise UsageError(
+                f"{PROG} stop --keep: only a gateway cluster outlives its kernel; {PROG} stop closes {current.name!r}"
+            )
+        set_in_use(None)
         held = _kept_on_workers(current.client)
         _release(current)
         assert current.manager is not None
         try:
-            said = current.manager.finish(current.name, close)
+            said = current.manager.finish(current.name, close, keep)
         except Exception as error:
             said = f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
         if held:
@@ -368,6 +375,15 @@ def _close_idle(watched: ActiveCluster) -> None:
         watched.idle = None  # stop() must not wait for the thread that calls this
         stop()
     print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, waited))
+
+
+def list_gateway_clusters(address: str | None) -> str:
+    """``--gateway --list``: the user's clusters on the gateway (the one in use here marked)."""
+    from gpu_magics.cluster.managers.gateway import list_clusters
+
+    current = in_use()
+    manager = current.manager if current is not None else None
+    return list_clusters(address, getattr(manager, "name", None) if manager is not None and manager.keepable else None)
 
 
 def dashboard_url() -> str | None:

@@ -25,8 +25,9 @@ PROG = "%gpucluster"
 Action = Literal["start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free"]
 ACTIONS: tuple[Action, ...] = ("start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free")
 # gpu, cpu: started here (LocalCUDACluster, LocalCluster); attached: --address; slurm: --slurm (dask-jobqueue's
-# SLURMCluster, started here); adopted: --from NAME (a cluster manager the user made)
-Kind = Literal["gpu", "cpu", "attached", "slurm", "adopted"]
+# SLURMCluster, started here); adopted: --from NAME (a cluster manager the user made); gateway: --gateway (a
+# cluster from a Dask Gateway, made here or connected to by name)
+Kind = Literal["gpu", "cpu", "attached", "slurm", "adopted", "gateway"]
 GpuDirective = Literal["gres", "gpus"]
 FreeTarget = Literal["all", "kernel", "workers"]
 FREE_TARGETS: tuple[FreeTarget, ...] = ("all", "kernel", "workers")
@@ -46,6 +47,9 @@ _WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ADDRESS = re.compile(r"^(?P<scheme>[a-z]+)://(?P<host>\[[0-9a-fA-F:]+\]|[^\s:/\[\]]+):(?P<port>\d{1,5})/?$")
 _SCHEMES = ("tcp", "tls", "ucx", "ucxx", "ws", "wss")
+_GATEWAY_ADDRESS = re.compile(r"^https?://[^\s/:]+(:\d{1,5})?(/\S*)?$")
+_OPTION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+_GATEWAY_ONLY = ("gateway_options", "workers", "list_clusters", "connect_name")
 _SLURM_ONLY = (
     "jobs",
     "gpus_per_job",
@@ -74,7 +78,9 @@ _START_ONLY = (
     "slurm",
     "from_name",
     "wait",
+    "gateway",
     *_SLURM_ONLY,
+    *_GATEWAY_ONLY,
 )
 _GPU_ONLY = ("gpus", "device_memory_limit", "rmm_pool_size")
 
@@ -114,6 +120,12 @@ class ClusterOptions:
     wait: float | None = None  # seconds to wait for the workers (--slurm, --from); None: DEFAULT_WAIT
     from_name: str | None = None  # --from NAME: adopt the cluster manager in the user's namespace
     close: bool = False  # stop --close: close an adopted cluster rather than detach
+    keep: bool = False  # stop --keep: leave a gateway cluster made here running (it outlives the kernel)
+    gateway: str | None = None  # --gateway [ADDRESS]: "" takes the address from dask-gateway's config
+    gateway_options: tuple[tuple[str, str], ...] = ()  # --gateway-option KEY=VALUE: the gateway's cluster options
+    workers: int | None = None  # --gateway: how many workers to ask for (default 1)
+    list_clusters: bool = False  # --gateway --list: the user's clusters on the gateway
+    connect_name: str | None = None  # --gateway --connect NAME: a running gateway cluster
     adapt_range: tuple[int, int] | None = None  # adapt MIN MAX
     given: frozenset[str] = field(default_factory=frozenset)  # the options the line named
 
@@ -124,6 +136,8 @@ class ClusterOptions:
             return "attached"
         if self.from_name is not None:
             return "adopted"
+        if self.gateway is not None:
+            return "gateway"
         if self.slurm:
             return "slurm"
         return "cpu" if self.cpu_workers is not None else "gpu"
@@ -135,7 +149,7 @@ class ClusterOptions:
 
     @property
     def start_wait(self) -> float:
-        """--slurm, --from: seconds to wait for the workers before saying which jobs still wait."""
+        """--slurm, --from, --gateway: seconds to wait for the workers before saying which jobs still wait."""
         return DEFAULT_WAIT if self.wait is None else self.wait
 
     @property
@@ -154,8 +168,8 @@ class ClusterOptions:
 
     @property
     def cluster_name(self) -> str:
-        """``--name``, or the adopted variable's name, or the kind of cluster."""
-        return self.name or self.from_name or self.kind
+        """``--name``, or the adopted variable's name, or the gateway cluster's, or the kind of cluster."""
+        return self.name or self.from_name or self.connect_name or self.kind
 
 
 def parse_size(text: str) -> int | float:
@@ -257,6 +271,26 @@ def _job_option(text: str) -> str:
     return option
 
 
+def _gateway_address(text: str) -> str:
+    """A Dask Gateway's address, as its users are given it: ``http(s)://host[:port][/prefix]`` ("": none given,
+    dask-gateway's config says)."""
+    if text and not _GATEWAY_ADDRESS.match(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid gateway address {text!r}: use the gateway's URL, like http://gateway.example.org:8000"
+        )
+    return text.rstrip("/")
+
+
+def _gateway_option(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``: one of the gateway's cluster options; the gateway says which keys and values it takes."""
+    key, equals, value = text.partition("=")
+    if not equals or not _OPTION_KEY.match(key.strip()):
+        raise argparse.ArgumentTypeError(
+            f"invalid gateway option {text!r}: use KEY=VALUE, like --gateway-option worker_cores=4"
+        )
+    return key.strip(), value.strip()
+
+
 def _memory(text: str) -> str:
     from dask.utils import parse_bytes
 
@@ -264,6 +298,15 @@ def _memory(text: str) -> str:
         parse_bytes(text)
     except (ValueError, TypeError):
         raise argparse.ArgumentTypeError(f"invalid memory {text!r}: use a unit, like 32GB") from None
+    return text
+
+
+def _gateway_cluster_name(text: str) -> str:
+    """A gateway cluster's name, as ``--gateway --list`` shows it (``namespace.3f2a...``)."""
+    if not _NAME.match(text.replace("+", "")):
+        raise argparse.ArgumentTypeError(
+            f"invalid gateway cluster name {text!r}: give a name that %gpucluster --gateway --list shows"
+        )
     return text
 
 
@@ -297,6 +340,12 @@ def _build_parser() -> MagicArgumentParser:
     parser.add_argument("--wait", type=non_negative_float)
     parser.add_argument("--from", type=_identifier, dest="from_name")
     parser.add_argument("--close", action="store_true", default=None)
+    parser.add_argument("--keep", action="store_true", default=None)
+    parser.add_argument("--gateway", nargs="?", const="", type=_gateway_address)
+    parser.add_argument("--gateway-option", action="append", dest="gateway_options", type=_gateway_option)
+    parser.add_argument("--workers", type=positive_int)
+    parser.add_argument("--list", action="store_true", default=None, dest="list_clusters")
+    parser.add_argument("--connect", type=_gateway_cluster_name, dest="connect_name")
     return parser
 
 
@@ -315,6 +364,10 @@ def parse_cluster_line(line: str) -> ClusterOptions:
 
     if "close" in given and action != "stop":
         raise UsageError(f"{PROG}: --close belongs to stop (%gpucluster stop --close closes an adopted cluster)")
+    if "keep" in given and action != "stop":
+        raise UsageError(f"{PROG}: --keep belongs to stop (%gpucluster stop --keep leaves a gateway cluster running)")
+    if "keep" in given and "close" in given:
+        raise UsageError(f"{PROG} stop: choose one of --close (close it) or --keep (leave it running)")
     if action != "start":
         misplaced = sorted(given & set(_START_ONLY))
         if misplaced:
@@ -323,7 +376,7 @@ def parse_cluster_line(line: str) -> ClusterOptions:
     _check_managers(given)
     if "cpu_workers" in given and "address" in given:
         raise UsageError(f"{PROG}: choose one of --cpu-workers N (start CPU workers) or --address (attach)")
-    if given & {"cpu_workers", "address", "slurm", "from_name"}:
+    if given & {"cpu_workers", "address", "slurm", "from_name", "gateway"}:
         wrong = sorted(given & set(_GPU_ONLY))
         if wrong:
             flags = ", ".join(_flag(key) for key in wrong)
@@ -341,6 +394,8 @@ def parse_cluster_line(line: str) -> ClusterOptions:
     present = {key: value for key, value in values.items() if value is not None}
     if "job_options" in present:
         present["job_options"] = tuple(present["job_options"])
+    if "gateway_options" in present:
+        present["gateway_options"] = tuple(present["gateway_options"])
     if isinstance(present.get("gpus"), FreeGpus):
         present["free_gpus"] = present.pop("gpus").count
     return ClusterOptions(
@@ -348,8 +403,15 @@ def parse_cluster_line(line: str) -> ClusterOptions:
     )
 
 
-_KINDS = ("slurm", "from_name", "address", "cpu_workers")
-_FLAGS = {"from_name": "--from", "job_options": "--job-option", "client_name": "--client"}
+_KINDS = ("slurm", "from_name", "gateway", "address", "cpu_workers")
+_FLAGS = {
+    "from_name": "--from",
+    "job_options": "--job-option",
+    "client_name": "--client",
+    "gateway_options": "--gateway-option",
+    "list_clusters": "--list",
+    "connect_name": "--connect",
+}
 
 
 def _flag(key: str) -> str:
@@ -358,10 +420,14 @@ def _flag(key: str) -> str:
 
 
 def _check_managers(given: frozenset[str]) -> None:
-    """--slurm and --from: what goes with what, each mistake one line."""
-    chosen = [key for key in ("slurm", "from_name", "address") if key in given]
+    """--slurm, --from and --gateway: what goes with what, each mistake one line."""
+    chosen = [key for key in ("slurm", "from_name", "gateway", "address") if key in given]
     if len(chosen) > 1:
-        raise UsageError(f"{PROG}: choose one of --slurm (SLURM jobs), --from NAME (adopt) or --address (attach)")
+        raise UsageError(
+            f"{PROG}: choose one of --slurm (SLURM jobs), --from NAME (adopt), --gateway (a Dask Gateway) or "
+            "--address (attach)"
+        )
+    _check_gateway(given)
     slurm_only = sorted(given & set(_SLURM_ONLY))
     if slurm_only and "slurm" not in given:
         flags = ", ".join(_flag(key) for key in slurm_only)
@@ -370,8 +436,10 @@ def _check_managers(given: frozenset[str]) -> None:
         raise UsageError(f"{PROG} --slurm: choose one of --gpus-per-job G (GPU workers) or --cpu-workers K per job")
     if "gpu_directive" in given and "gpus_per_job" not in given:
         raise UsageError(f"{PROG} --slurm: --gpu-directive goes with --gpus-per-job G")
-    if "wait" in given and not given & {"slurm", "from_name"}:
-        raise UsageError(f"{PROG}: --wait belongs to --slurm and --from (clusters whose workers may come late)")
+    if "wait" in given and not given & {"slurm", "from_name", "gateway"}:
+        raise UsageError(
+            f"{PROG}: --wait belongs to --slurm, --from and --gateway (clusters whose workers may come late)"
+        )
     if "from_name" in given:
         wrong = sorted(given & {"cpu_workers", "threads_per_worker", "protocol", "dashboard", "host", "timeout"})
         if wrong:
@@ -380,6 +448,32 @@ def _check_managers(given: frozenset[str]) -> None:
                 f"{PROG} --from: {flags} belong to clusters started here; the adopted cluster keeps its own "
                 "settings (--from takes --name, --client, --wait, --idle-timeout and --replace)"
             )
+
+
+def _check_gateway(given: frozenset[str]) -> None:
+    """--gateway and its options: what goes with what, each mistake one line."""
+    gateway_only = sorted(given & set(_GATEWAY_ONLY))
+    if gateway_only and "gateway" not in given:
+        flags = ", ".join(_flag(key) for key in gateway_only)
+        raise UsageError(f"{PROG}: {flags} belong to --gateway (a cluster from a Dask Gateway)")
+    if "gateway" not in given:
+        return
+    wrong = sorted(given & {"cpu_workers", "threads_per_worker", "protocol", "dashboard", "host"})
+    if wrong:
+        flags = ", ".join(_flag(key) for key in wrong)
+        raise UsageError(
+            f"{PROG} --gateway: {flags} belong to clusters started here; the gateway sets up its workers from its "
+            "own options: give them as --gateway-option KEY=VALUE (%gpucluster --gateway --list shows them)"
+        )
+    if "list_clusters" in given:
+        extra = sorted(given - {"gateway", "list_clusters", "timeout"})
+        if extra:
+            flags = ", ".join(_flag(key) for key in extra)
+            raise UsageError(f"{PROG} --gateway --list: lists the clusters only; {flags} go with a start")
+    if "connect_name" in given and "gateway_options" in given:
+        raise UsageError(
+            f"{PROG} --gateway --connect: the cluster keeps the options it was made with; leave --gateway-option out"
+        )
 
 
 def _action(words: list[str]) -> tuple[Action, int | tuple[int, int] | FreeTarget | None]:

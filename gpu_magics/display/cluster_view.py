@@ -117,6 +117,7 @@ class ClusterView:
             "attached": "attached, not started here",
             "slurm": "from SLURM jobs",
             "adopted": f"adopted {info.manager or 'cluster manager'}, not started here",
+            "gateway": f"from {info.manager or 'a Dask Gateway'}",
         }
         return f"Cluster {info.name!r}: {info.hardware}, {how.get(info.kind, info.kind)}"
 

@@ -106,7 +106,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
           %gpucluster --address tcp://host:port    attach to a running scheduler (stop only disconnects)
           %gpucluster --slurm --jobs N --gpus-per-job G    workers from SLURM jobs (dask-jobqueue)
           %gpucluster --from NAME           adopt a cluster manager object made in the notebook
-          %gpucluster status | stop [--close] | restart | scale N | adapt MIN MAX | dashboard
+          %gpucluster --gateway [ADDRESS] --workers N   a new cluster from a Dask Gateway
+          %gpucluster --gateway --list | --connect NAME   your gateway clusters; connect to one
+          %gpucluster status | stop [--close|--keep] | restart | scale N | adapt MIN MAX | dashboard
           %gpucluster free [kernel|workers]   give back what CuPy's pools cache (default: both)
 
         Start options:
@@ -140,6 +142,17 @@ class ClusterMagics(Magics, FreeGpuSettings):
           --wait SECONDS            return when the workers are up or after this long (default 60), saying
                                     which jobs are pending and why; the cluster keeps growing as they start
 
+        Dask Gateway (``--gateway``, needs ``gpu-magics[gateway]``; address, proxy and auth from dask-gateway's
+        config, as ``dask_gateway.Gateway()`` takes them, unless ADDRESS is given):
+          --gateway-option KEY=VALUE   one of the gateway's cluster options (repeatable), like
+                                    --gateway-option worker_cores=4; a key it lacks lists those it offers
+          --workers N               how many workers to ask for (default 1); adapt MIN MAX after the start
+          --wait SECONDS            how long to wait for them (default 60)
+          --list                    your running gateway clusters (they outlive kernels)
+          --connect NAME            use one of them (stop detaches, stop --close shuts it down)
+        ``stop`` shuts down a gateway cluster made here, as do the idle timeout and the kernel's end;
+        ``stop --keep`` leaves it running for ``--connect`` later.
+
         ``--from NAME`` adopts a dask-jobqueue cluster, ``KubeCluster``, ``GatewayCluster``, ``LocalCUDACluster``
         or any ``SpecCluster`` held in the variable NAME: ``scale``, ``adapt`` and the panel act through its own
         ``scale()``, ``adapt()``; ``stop`` detaches from it, ``stop --close`` closes it (``close()``).
@@ -160,7 +173,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         action = options.action
         if action == "stop":
             self._forget_client_names()
-            print(cluster.stop(close=options.close))
+            print(cluster.stop(close=options.close, keep=options.keep))
+            return
+        if options.list_clusters:
+            print(cluster.list_gateway_clusters(options.gateway))
             return
         if action == "free":
             print(self._free(options.free_target))

@@ -127,6 +127,8 @@ export function clusterTitle(cluster: ICluster): string {
     }
     case 'adopted':
       return `${cluster.manager ?? 'cluster manager'} · ${models.length ? countModels(models) : workers}`;
+    case 'gateway':
+      return `Dask Gateway · ${models.length ? countModels(models) : workers}`;
     case 'attached': {
       const gpus = models.length ? models : cluster.gpus;
       const hosts = new Set(

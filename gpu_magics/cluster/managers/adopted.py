@@ -4,14 +4,19 @@ It stays the user's: ``stop`` only detaches unless told ``--close``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.info import JobInfo
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.jobqueue import job_workers, submits_with
-from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.options import PROG, ClusterOptions
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from gpu_magics.cluster.background.starting import Starting
 
 NEEDED = ("scheduler_address", "scale", "adapt", "close")
 
@@ -20,6 +25,14 @@ class AdoptedManager(ClusterManager):
     """The user's cluster manager; jobs are shown where it is a dask-jobqueue cluster."""
 
     start_words = "could not use the cluster"  # it was running already: it did not fail to start
+
+    def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
+        """Wait for the workers the manager was asked for: its plan, or where it keeps none (a ``GatewayCluster``)
+        what its scheduler's gateway service was asked for."""
+        from gpu_magics.cluster.managers.gateway import asked_workers
+
+        expected = self.expected_workers() or asked_workers(client)
+        return self.wait_for_workers(client, options.start_wait, expected, starting=starting)
 
     def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
         if submits_with(self.cluster, "sbatch"):

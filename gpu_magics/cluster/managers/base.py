@@ -1,9 +1,9 @@
 """The one interface ``lifecycle`` uses for every cluster, whatever gives its workers: a cluster started here
-(``local``), a scheduler attached to (``attached``), SLURM jobs (``slurm``) or the user's manager object
-(``adopted``). Each is a manager with its own ``scale()``, ``adapt()`` and ``close()``, the jobs behind its
-workers, and the hooks of the one start and one scale skeleton (``steps``): connect, wait for the workers, learn
-their GPUs, warm them. The defaults here are those of a Dask cluster manager object (dask-jobqueue's
-``JobQueueCluster``, distributed's ``SpecCluster``, ``KubeCluster``, ``GatewayCluster``)."""
+(``local``), a scheduler attached to (``attached``), SLURM jobs (``slurm``), the user's manager object
+(``adopted``) or a Dask Gateway (``gateway``). Each is a manager with its own ``scale()``, ``adapt()`` and
+``close()``, the jobs behind its workers, and the hooks of the one start and one scale skeleton (``steps``):
+connect, wait for the workers, learn their GPUs, warm them. The defaults here are those of a Dask cluster manager
+object (dask-jobqueue's ``JobQueueCluster``, distributed's ``SpecCluster``, ``KubeCluster``, ``GatewayCluster``)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class ClusterManager:
     start_words = "the cluster did not start"  # what a failed start says
     scalable = True  # whether scale and adapt act on it (an attached scheduler's workers are not ours to scale)
     background = False  # whether its start goes on while cells run (the magic returns once it is under way)
+    keepable = False  # whether ``stop --keep`` may leave it running after the kernel lets go (a gateway cluster)
 
     def __init__(self, cluster: Any, label: str | None) -> None:
         self.cluster = cluster
@@ -50,9 +51,9 @@ class ClusterManager:
     # -- the start skeleton's hooks (steps.start) -----------------------------------------------------------------
     def connect(self, options: ClusterOptions) -> Client:
         """A client of the manager's scheduler."""
-        from gpu_magics.cluster.managers import attach
+        from gpu_magics.cluster.managers import attached
 
-        return attach.connect_manager(self.cluster, options.start_timeout)
+        return attached.connect_manager(self.cluster, options.start_timeout)
 
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
         """Wait for the first workers (``starting`` hears how many joined); ``None`` when they came, else what
@@ -61,9 +62,9 @@ class ClusterManager:
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
         """Add to ``devices`` what the workers at ``addresses`` say about their GPUs (asking them)."""
-        from gpu_magics.cluster.managers import attach
+        from gpu_magics.cluster.managers import attached
 
-        attach.learn_gpus(client, devices, addresses)
+        attached.learn_gpus(client, devices, addresses)
 
     def worker_kind(self, devices: dict[str, dict[str, Any]]) -> Kind:
         """``gpu`` or ``cpu``: what the workers are (here: what they said)."""
@@ -131,8 +132,9 @@ class ClusterManager:
         """Close the manager: its workers stop, its jobs leave the queue."""
         self.cluster.close()
 
-    def finish(self, name: str, close: bool) -> str:
-        """``%gpucluster stop``: close the manager if it is ours or ``close`` says so, else leave it running."""
+    def finish(self, name: str, close: bool, keep: bool = False) -> str:
+        """``%gpucluster stop``: close the manager if it is ours or ``close`` says so, else leave it running
+        (``keep``: leave it running although it is ours, where ``keepable``)."""
         if not (self.owned or close):
             return f"%gpucluster: detached from {name!r} ({self.label}); it keeps its workers (stop --close closes it)"
         self.close()

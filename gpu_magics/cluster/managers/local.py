@@ -158,6 +158,6 @@ class LocalManager(ClusterManager):
         with contextlib.suppress(Exception):
             self.cluster.close(timeout=15)
 
-    def finish(self, name: str, close: bool) -> str:
+    def finish(self, name: str, close: bool, keep: bool = False) -> str:
         self.close()
         return f"{PROG}: stopped cluster {name!r}"

@@ -1,5 +1,6 @@
 """Making the ``ClusterManager`` a ``%gpucluster`` line asks for: a cluster started here (GPU or CPU workers), a
-scheduler to attach to (``--address``), SLURM jobs (``--slurm``) or the user's object (``--from NAME``)."""
+scheduler to attach to (``--address``), SLURM jobs (``--slurm``), the user's object (``--from NAME``) or a Dask
+Gateway's cluster (``--gateway``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ def chosen_gpus(options: ClusterOptions) -> tuple[str, ...]:
     return factories.choose_gpus(options.gpus)
 
 
+def open_early(options: ClusterOptions) -> ClusterManager | None:
+    """The manager for lines whose mistakes the manager's service finds (a gateway: its address, the user's
+    access, its options), made before a running cluster stops so that a bad line leaves it running; ``None`` for
+    the others (``open_manager`` makes them)."""
+    if options.kind != "gateway":
+        return None
+    from gpu_magics.cluster.managers.gateway import open_gateway
+
+    return open_gateway(options)
+
+
 def open_manager(options: ClusterOptions, namespace: dict[str, Any], gpu_ids: tuple[str, ...] = ()) -> ClusterManager:
     """The manager for ``options`` (``--from`` looks its name up in ``namespace``; ``gpu_ids``: the GPUs chosen
     for a GPU cluster started here); one-line ``UsageError``s."""
@@ -31,6 +43,10 @@ def open_manager(options: ClusterOptions, namespace: dict[str, Any], gpu_ids: tu
 
         assert options.address is not None
         return AttachedManager(options.address)
+    if options.kind == "gateway":
+        from gpu_magics.cluster.managers.gateway import open_gateway
+
+        return open_gateway(options)
     if options.from_name is not None:
         from gpu_magics.cluster.managers.adopted import adopt
 

@@ -120,7 +120,7 @@ class SlurmManager(ClusterManager):
     def _alive(self) -> list[str]:
         return [job.job_id for job in squeue.states(self.submitted).values() if job.state in squeue.ALIVE]
 
-    def finish(self, name: str, close: bool) -> str:
+    def finish(self, name: str, close: bool, keep: bool = False) -> str:
         count = len(self.submitted)
         self.close()
         return f"{PROG}: stopped cluster {name!r}; cancelled its {count} SLURM job{'s' if count != 1 else ''}"

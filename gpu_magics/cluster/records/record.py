@@ -33,7 +33,7 @@ class ClusterRecord:
     name: str
     scheduler_address: str
     dashboard_url: str | None
-    kind: str  # "gpu", "cpu", "attached", "slurm" or "adopted"
+    kind: str  # "gpu", "cpu", "attached", "slurm", "adopted" or "gateway"
     workers: int
     gpus: tuple[str, ...] = ()  # one entry per GPU worker: the device it was given (or its model, attached)
     pid: int = field(default_factory=os.getpid)

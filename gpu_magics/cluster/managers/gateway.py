@@ -1,0 +1,377 @@
+"""``%gpucluster --gateway``: a cluster from a Dask Gateway, the usual source of workers on a managed JupyterHub
+whose notebooks run without GPUs. dask-gateway's ``Gateway`` does the talking: its address, proxy and auth come
+from the user's dask-gateway config (``gateway.address``, ``gateway.auth``) unless the line names the address.
+The line's ``--gateway-option KEY=VALUE`` are checked against what the gateway offers before anything starts;
+``--connect NAME`` takes a running gateway cluster (they outlive kernels). Every request to the gateway is
+bounded, and every failure is one line with nothing left running on the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from IPython.core.error import UsageError
+
+from gpu_magics.cluster.managers import attached
+from gpu_magics.cluster.managers.base import ClusterManager
+from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.cluster.reading import inspection
+from gpu_magics.units import format_duration, one_line
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from gpu_magics.cluster.background.starting import Starting
+
+T = TypeVar("T")
+
+WHAT = f"{PROG} --gateway"
+INSTALL = "pip install 'gpu-magics[gateway]' (dask-gateway)"
+ANSWER_S = 10.0  # how long one request to the gateway's API may take
+STATUS_EVERY_S = 1.0  # how often a start reads the gateway's view of its cluster (failed, stopped) while it waits
+DEFAULT_WORKERS = 1
+LABEL = "Dask Gateway"
+ENDED = ("STOPPING", "STOPPED", "FAILED")
+
+
+class GatewayManager(ClusterManager):
+    """A gateway cluster: made here (``owned``: stop and the kernel's end shut it down unless ``stop --keep``),
+    or connected to by name (stop only detaches unless ``--close``). ``cluster`` is dask-gateway's
+    ``GatewayCluster`` once ``connect`` has it."""
+
+    keepable = True
+
+    def __init__(self, gateway: Any, offered: Any | None, connect_to: str | None, workers: int | None) -> None:
+        super().__init__(None, LABEL)
+        self.gateway = gateway
+        self.offered = offered  # the cluster options to make it with (None: connect to ``connect_to``)
+        self.name = connect_to  # the gateway's name for the cluster, once known
+        self.owned = connect_to is None
+        self.start_words = "the gateway cluster did not start" if self.owned else "could not use the gateway cluster"
+        self.requested = workers if workers is not None else (DEFAULT_WORKERS if self.owned else None)
+        self._status_read = 0.0
+
+    # -- the start ------------------------------------------------------------------------------------------------
+    def connect(self, options: ClusterOptions) -> Client:
+        """Have the gateway make the cluster (or find the one named), wait until its scheduler runs, and connect."""
+        if self.name is None:
+            self.name = str(ask(self.gateway, self.gateway._submit(cluster_options=self.offered), "make a cluster"))
+        self.label = f"{LABEL}: {self.name}"
+        self._wait_running(options.start_timeout)
+        try:
+            self.cluster = self.gateway.connect(self.name, shutdown_on_close=False)
+        except Exception as error:
+            raise UsageError(
+                f"{WHAT}: could not connect to gateway cluster {self.name!r} ({one_line(error)})"
+            ) from None
+        return attached.connect_manager(self.cluster, options.start_timeout)
+
+    def _wait_running(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.gateway_status()
+            if status == "RUNNING":
+                return
+            if status in ENDED:
+                raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {self._gateway_log()}")
+            if time.monotonic() >= deadline:
+                raise UsageError(
+                    f"{WHAT}: the gateway did not start the scheduler of {self.name!r} within {timeout:g} s "
+                    f"(still {status.lower()}); --timeout SECONDS waits longer"
+                )
+            time.sleep(0.25)
+
+    def gateway_status(self) -> str:
+        """What the gateway says the cluster is: PENDING, RUNNING, STOPPING, STOPPED or FAILED."""
+        assert self.name is not None
+        report = ask(self.gateway, self.gateway._cluster_report(self.name), f"read cluster {self.name!r}")
+        return str(report.status.name)
+
+    def _gateway_log(self) -> str:
+        return "the gateway's own log says why (its administrator can read it)"
+
+    def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
+        """Ask for ``--workers`` (a cluster connected to keeps its own count unless told) and wait ``--wait`` for
+        them; none at all after that is the start's failure."""
+        if self.requested is not None:
+            self.scale(self.requested)
+        expected = self.expected_workers() or asked_workers(client)
+        notice = self.wait_for_workers(client, options.start_wait, expected, starting)
+        if notice is not None and not inspection.scheduler_workers(client) and self.owned:
+            raise UsageError(
+                f"{WHAT}: no worker came within {format_duration(options.start_wait)} (the gateway may lack the "
+                "resources its options ask for, or its workers fail to start: its log says why); --wait SECONDS "
+                "waits longer"
+            )
+        return notice
+
+    def expected_workers(self) -> int:
+        if self.adaptive is not None:
+            return self.adaptive[0]
+        return self.requested or 0
+
+    def check_started(self, seen: set[str]) -> None:
+        """The gateway's view, read every second: a cluster it stopped or that failed gives no more workers."""
+        if time.monotonic() - self._status_read < STATUS_EVERY_S:
+            return
+        self._status_read = time.monotonic()
+        status = self.gateway_status()
+        if status in ENDED:
+            raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {self._gateway_log()}")
+
+    def start_failed(self, client: Client | None) -> None:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=5)
+        self.abandon()
+
+    # -- scale, adapt, close --------------------------------------------------------------------------------------
+    def scale(self, count: int) -> None:
+        assert self.name is not None
+        ask(self.gateway, self.gateway._scale_cluster(self.name, count), f"scale {self.name!r}")
+        self.requested = count
+        self.adaptive = None
+
+    def adapt(self, minimum: int, maximum: int) -> None:
+        assert self.name is not None
+        ask(
+            self.gateway,
+            self.gateway._adapt_cluster(self.name, minimum=minimum, maximum=maximum),
+            f"have {self.name!r} adapt",
+        )
+        self.adaptive = (minimum, maximum)
+
+    def close(self) -> None:
+        """Shut the gateway cluster down (its scheduler and workers stop), then let go of it here."""
+        try:
+            if self.name is not None:
+                ask(self.gateway, self.gateway._stop_cluster(self.name), f"shut {self.name!r} down")
+        finally:
+            self._let_go()
+
+    def abandon(self) -> None:
+        if self.owned:
+            with contextlib.suppress(Exception):
+                self.close()
+        else:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Close the ``GatewayCluster`` object and the gateway client here; the cluster on the gateway stays."""
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.close(shutdown=False)
+            close_gateway(self.cluster.gateway)
+        close_gateway(self.gateway)
+
+    def finish(self, name: str, close: bool, keep: bool = False) -> str:
+        if keep or not (self.owned or close):
+            self._let_go()
+            how = "" if self.owned or keep else "; stop --close shuts it down"
+            return (
+                f"{PROG}: detached from {name!r}; gateway cluster {self.name} keeps running{how} "
+                f"({PROG} --gateway --connect {self.name} comes back to it)"
+            )
+        self.close()
+        return f"{PROG}: stopped cluster {name!r} (gateway cluster {self.name} shut down)"
+
+
+def open_gateway(options: ClusterOptions) -> GatewayManager:
+    """The manager for a ``--gateway`` line: the gateway client, and the line's options checked against what the
+    gateway offers (or the cluster to connect to found); one-line ``UsageError``s, nothing started."""
+    gateway = make_gateway(options.gateway)
+    try:
+        if options.connect_name is not None:
+            report = ask(gateway, gateway._cluster_report(options.connect_name), f"find {options.connect_name!r}")
+            if report.status.name in ENDED:
+                raise UsageError(
+                    f"{WHAT} --connect: gateway cluster {options.connect_name!r} is {report.status.name.lower()}; "
+                    f"{PROG} --gateway --list shows the running ones"
+                )
+            return GatewayManager(gateway, None, options.connect_name, options.workers)
+        offered = chosen_options(gateway, options.gateway_options)
+        return GatewayManager(gateway, offered, None, options.workers)
+    except BaseException:
+        close_gateway(gateway)
+        raise
+
+
+def make_gateway(address: str | None) -> Any:
+    """dask-gateway's ``Gateway`` for ``address`` ("" or ``None``: the one dask-gateway's config names)."""
+    try:
+        from dask_gateway import Gateway
+    except ImportError:
+        raise UsageError(f"{WHAT}: dask-gateway is not installed ({INSTALL})") from None
+    try:
+        return Gateway(address or None)
+    except ValueError:
+        raise UsageError(
+            f"{WHAT}: no gateway address: give it ({PROG} --gateway http://HOST:8000) or set gateway.address in "
+            "dask's config (a hub with a Dask Gateway usually does)"
+        ) from None
+    except Exception as error:
+        raise UsageError(f"{WHAT}: {one_line(error)}") from None
+
+
+def close_gateway(gateway: Any) -> None:
+    """Close a ``Gateway`` client once: a second ``close()`` (its ``__del__`` does one) asks distributed for a
+    loop that is gone and prints a traceback to the notebook."""
+    with contextlib.suppress(Exception):
+        gateway.close()
+    with contextlib.suppress(Exception):
+        gateway.close = lambda: None
+
+
+def ask(gateway: Any, request: Coroutine[Any, Any, T], what: str) -> T:
+    """Run one request to the gateway (a coroutine of dask-gateway's client) within ``ANSWER_S``; each way it can
+    fail is one line naming the gateway."""
+    from dask_gateway.client import GatewayClusterError, GatewayServerError
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(request, ANSWER_S)
+
+    where = f"the gateway at {gateway.address}"
+    try:
+        return gateway.sync(bounded)
+    except TimeoutError:
+        raise UsageError(f"{WHAT}: {where} did not answer within {ANSWER_S:g} s (trying to {what})") from None
+    except (ValueError, GatewayClusterError) as error:  # its own words: no such cluster, an option it refuses
+        raise UsageError(f"{WHAT}: {where} refused to {what}: {_first_line(error)}") from None
+    except GatewayServerError as error:
+        raise UsageError(f"{WHAT}: {where} failed to {what}: {_first_line(error)}") from None
+    except Exception as error:
+        status = getattr(error, "status", None)
+        if status in (401, 403):
+            raise UsageError(
+                f"{WHAT}: {where} refused you ({status} {getattr(error, 'message', '')}): check gateway.auth in "
+                "dask's config (type and kwargs), or the hub's API token"
+            ) from None
+        raise UsageError(f"{WHAT}: {where} did not answer ({one_line(error)})") from None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def chosen_options(gateway: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
+    """The gateway's cluster options with the line's ``KEY=VALUE`` set (each checked as the gateway's field does);
+    a key it does not offer is one line listing those it does."""
+    offered = ask(gateway, gateway._cluster_options(), "list its cluster options")
+    for key, text in pairs:
+        if key not in offered:
+            raise UsageError(f"{WHAT}: the gateway has no option {key!r}; it offers {describe_options(offered)}")
+        field = offered._fields[key]
+        try:
+            value = _value(field, text)
+            _check_bounds(field, value)
+            offered[key] = value
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"{WHAT} --gateway-option {key}={text}: {_first_line(error)}") from None
+    return offered
+
+
+def _value(field: Any, text: str) -> Any:
+    """``text`` as the field's type takes it: a number, a bool, a choice, a mapping (YAML or JSON), or text."""
+    kind = type(field).__name__
+    if kind == "Integer":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"expected a whole number, got {text!r}") from None
+    if kind == "Float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"expected a number, got {text!r}") from None
+    if kind == "Bool":
+        lowered = text.lower()
+        if lowered not in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return lowered in ("true", "yes", "1", "on")
+    if kind == "Select" and text not in field.options:
+        raise ValueError(f"choose one of {', '.join(field.options)}")
+    if kind == "Mapping":
+        import yaml
+
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = None
+        if not isinstance(value, dict):
+            raise ValueError('expected a mapping, like {"KEY": "value"}')
+        return value
+    return text
+
+
+def _check_bounds(field: Any, value: Any) -> None:
+    """A number within the gateway's bounds for it (said in its own units, not dask-gateway's ``4.000000``)."""
+    low, high = getattr(field, "min", None), getattr(field, "max", None)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if low is not None and value < low:
+        raise ValueError(f"at least {low:g} on this gateway, got {value:g}")
+    if high is not None and value > high:
+        raise ValueError(f"at most {high:g} on this gateway, got {value:g}")
+
+
+def describe_options(offered: Any) -> str:
+    """``worker_cores (integer 1-4, now 1), image (text, now 'x'), profile (one of small, gpu; now small)``."""
+    parts = []
+    for key, field in offered._fields.items():
+        kind = type(field).__name__
+        now = f"now {field.get()!r}"
+        if kind == "Select":
+            parts.append(f"{key} (one of {', '.join(field.options)}; {now})")
+        elif kind in ("Integer", "Float"):
+            bounds = ""
+            if field.min is not None or field.max is not None:
+                low = "" if field.min is None else f"{field.min:g}"
+                high = "" if field.max is None else f"{field.max:g}"
+                bounds = f" {low}-{high}"
+            parts.append(f"{key} ({'whole number' if kind == 'Integer' else 'number'}{bounds}, {now})")
+        else:
+            parts.append(f"{key} ({ {'Bool': 'true/false', 'Mapping': 'mapping'}.get(kind, 'text') }, {now})")
+    return ", ".join(parts) if parts else "none"
+
+
+def asked_workers(client: Client) -> int:
+    """How many workers the gateway cluster's scheduler has been asked for (its gateway service's target; 0 where
+    it cannot say): a cluster made and scaled elsewhere (``--connect``, ``--from`` a ``GatewayCluster``)."""
+
+    def target(dask_scheduler: Any) -> int:
+        service = getattr(dask_scheduler, "services", {}).get("gateway")
+        if service is None:
+            return 0
+        minimum = getattr(service, "minimum", None)
+        return int(max(getattr(service, "count", 0) or 0, minimum or 0))
+
+    try:
+        return int(client.run_on_scheduler(target))
+    except Exception:
+        return 0
+
+
+def list_clusters(address: str | None, current: str | None) -> str:
+    """``%gpucluster --gateway --list``: the user's running and pending clusters on the gateway, one a line."""
+    gateway = make_gateway(address)
+    try:
+        reports = ask(gateway, gateway._clusters(), "list your clusters")
+    finally:
+        close_gateway(gateway)
+    if not reports:
+        return f"{PROG}: no clusters of yours on the gateway at {gateway.address} ({PROG} --gateway makes one)"
+    lines = [f"{PROG}: your clusters on the gateway at {gateway.address}:"]
+    for report in sorted(reports, key=lambda r: r.start_time):
+        options = ", ".join(f"{key}={value}" for key, value in sorted((report.options or {}).items()))
+        mark = " (in use here)" if report.name == current else ""
+        lines.append(
+            f"  {report.name}  {report.status.name.lower()}  since {report.start_time:%Y-%m-%d %H:%M}"
+            + (f"  {options}" if options else "")
+            + mark
+        )
+    lines.append(f"{PROG} --gateway --connect NAME connects to one")
+    return "\n".join(lines)

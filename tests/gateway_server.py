@@ -28,7 +28,7 @@ CONFIG = """
 import json
 from dask_gateway_server.backends.inprocess import InProcessBackend
 from dask_gateway_server.backends.local import UnsafeLocalBackend
-from dask_gateway_server.options import Float, Integer, Mapping, Options, Select
+from dask_gateway_server.options import Bool, Float, Integer, Mapping, Options, Select
 
 settings = json.loads({settings!r})
 
@@ -44,7 +44,7 @@ c.DaskGateway.backend_class = {{"inprocess": InProcessBackend, "local": Loopback
 c.DaskGateway.authenticator_class = "dask_gateway_server.auth.SimpleAuthenticator"
 c.SimpleAuthenticator.password = settings["password"]
 c.DaskGateway.log_level = settings.get("log_level", "WARN")
-c.ClusterConfig.scheduler_cmd = ["dask", "scheduler"]
+c.ClusterConfig.scheduler_cmd = [settings["python"], "-m", "dask", "scheduler"]
 c.ClusterConfig.worker_cmd = settings["worker_cmd"]
 c.ClusterConfig.idle_timeout = 0
 c.ClusterConfig.environment = settings["environment"]
@@ -53,13 +53,14 @@ c.DBBackendBase.cluster_heartbeat_period = 2
 c.DBBackendBase.worker_start_timeout = settings["worker_start_timeout"]
 
 def handler(options):
-    return {{"worker_cores": options.worker_cores, "worker_memory": options.worker_memory,
+    return {{"worker_cores": options.worker_cores, "worker_memory": "%fG" % options.worker_memory,
              "environment": dict(options.environment)}}
 
 c.Backend.cluster_options = Options(
     Integer("worker_cores", 1, min=1, max=4, label="Worker cores"),
-    Float("worker_memory", 1, min=0.25, max=8, label="Worker memory (GiB)"),
+    Float("worker_memory", 2, min=0.25, max=64, label="Worker memory (GiB)"),
     Select("profile", ["cpu", "gpu"], default="cpu", label="Profile"),
+    Bool("spot", False, label="Spot instances"),
     Mapping("environment", {{}}, label="Environment"),
     handler=handler,
 )
@@ -126,8 +127,9 @@ def gateway_server(
     worker_start_timeout: float = 60,
 ) -> Iterator[GatewayServer]:
     """Start ``dask-gateway-server`` on loopback ports and wait until it answers; stop it (and every cluster it
-    runs) afterwards. ``environment`` goes to the gateway's process (in-process workers read it) and to the
-    processes of the local backend."""
+        runs) afterwards. ``environment`` goes to the gateway's process (in-process workers read it) and to the
+        processes of the local backend. ``worker_cmd`` is the worker's module and its first arguments (``dask worker``,
+    ``dask cuda worker``), run by this Python."""
     api, proxy = free_port(), free_port()
     environment = dict(environment or {})
     settings = {
@@ -136,7 +138,8 @@ def gateway_server(
         "tcp": f"127.0.0.1:{proxy}",
         "backend": backend,
         "password": PASSWORD,
-        "worker_cmd": list(worker_cmd),
+        "worker_cmd": [sys.executable, "-m", *worker_cmd],
+        "python": sys.executable,
         "environment": environment,
         "inherited": ["PATH", "PYTHONPATH", "HOME", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", *environment],
         "worker_start_timeout": worker_start_timeout,
@@ -147,7 +150,6 @@ def gateway_server(
     config.write_text(CONFIG.format(settings=json.dumps(settings)))
     log = directory / "gateway.log"
     env = {**os.environ, **environment, "DASK_GATEWAY_SERVER__PROXY_TOKEN": secrets.token_hex(32)}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # its dask scheduler, dask worker
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "dask_gateway_server", "-f", str(config)],

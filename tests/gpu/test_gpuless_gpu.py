@@ -30,8 +30,11 @@ from gpu_magics.cluster import lifecycle as cluster
 
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "gpu_magics")
+began = time.perf_counter()
 with capture_output():
-    ip.run_line_magic("gpucluster", "--address " + sys.argv[1] + " --name gpu-workers")
+    ip.run_line_magic("gpucluster", sys.argv[1])
+    cluster.status()
+start_s = time.perf_counter() - began
 telemetry = cluster.telemetry()
 deadline = time.monotonic() + 60
 while telemetry is not None and not telemetry.gpus() and time.monotonic() < deadline:
@@ -57,6 +60,8 @@ print(json.dumps({
     "failed": result.failed,
     "notes": list(result.notes),
     "summary": str(result),
+    "start_s": start_s,
+    "best_s": result.best,
     "stderr": shown.stderr,
     "gpus": [{"label": g.label, "util": g.mean_gpu_util, "peak": g.peak_memory_used} for g in result.monitor.gpus],
     "held": held,
@@ -81,15 +86,17 @@ def dask_cuda_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCl
         yield started
 
 
-def run_kernel(address: str, size: int, chunk: int) -> dict:
+def run_kernel(line: str, size: int, chunk: int, extra_env: dict[str, str] | None = None) -> dict:
+    """Run the seed in a kernel process that sees no GPU, on the cluster ``%gpucluster line`` gives."""
     env = {
         **os.environ,
         "CUDA_VISIBLE_DEVICES": "",
         "GPU_MAGICS_SOURCE": "nvml",
         "PYTHONPATH": os.pathsep.join(sys.path),
+        **(extra_env or {}),
     }
     done = subprocess.run(
-        [sys.executable, "-c", KERNEL, address, str(size), str(chunk)],
+        [sys.executable, "-c", KERNEL, line, str(size), str(chunk)],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -109,12 +116,12 @@ def check(report: dict) -> None:
 
 
 def test_a_gpuless_kernel_runs_the_seed_on_the_workers_gpu(dask_cuda_worker: CliCluster) -> None:
-    report = run_kernel(dask_cuda_worker.address, 20_000, 5_000)
+    report = run_kernel(f"--address {dask_cuda_worker.address} --name gpu-workers", 20_000, 5_000)
     check(report)
     print(report["summary"])
 
 
 def test_a_gpuless_kernel_runs_the_80_gb_seed(dask_cuda_worker: CliCluster) -> None:
-    report = run_kernel(dask_cuda_worker.address, 100_000, 10_000)
+    report = run_kernel(f"--address {dask_cuda_worker.address} --name gpu-workers", 100_000, 10_000)
     check(report)
     print(report["summary"])

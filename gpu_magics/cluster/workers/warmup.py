@@ -279,6 +279,11 @@ def _warm_round(client: Client, gpu: bool, workers: int) -> None:
     import dask
     import dask.array as da
 
+    from gpu_magics import gpus
+
+    # a kernel without a GPU (a hub's small pod) cannot make the CuPy metadata of such a graph: NumPy chunks warm
+    # the workers' comms all the same (each worker's own warm-up made its CUDA context and kernels)
+    gpu = gpu and gpus.inventory().unavailable_reason() is None
     threads = max(1, sum(client.nthreads().values()))
     rows = WARM_CHUNKS[0] * max(workers, 1) * min(threads, 8)
     with dask.config.set({"array.backend": "cupy" if gpu else "numpy"}):

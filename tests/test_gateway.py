@@ -7,7 +7,6 @@ gateway. The kernel's shutdown is in ``test_gateway_kernel.py``."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path

@@ -1,10 +1,14 @@
-"""Turning a magic's line into arguments: shlex + argparse, every failure a one-line ``UsageError``."""
+"""Turning a magic's line into arguments: shlex + argparse, every failure a one-line ``UsageError``; and the value
+types the magics' options take (numbers, durations, sizes, GPU choices, addresses, names), pure: no I/O."""
 
 from __future__ import annotations
 
 import argparse
+import keyword
 import re
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NoReturn
 
 from IPython.core.error import UsageError
@@ -131,3 +135,150 @@ def duration(text: str) -> float:
     if seconds < 1:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: at least 1s, or off")
     return seconds
+
+
+_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,+-]{0,127}$")
+_WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ADDRESS = re.compile(r"^(?P<scheme>[a-z]+)://(?P<host>\[[0-9a-fA-F:]+\]|[^\s:/\[\]]+):(?P<port>\d{1,5})/?$")
+_SCHEMES = ("tcp", "tls", "ucx", "ucxx", "ws", "wss")
+_GATEWAY_ADDRESS = re.compile(r"^https?://[^\s/:]+(:\d{1,5})?(/\S*)?$")
+_OPTION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+
+
+def parse_size(text: str) -> int | float:
+    """Bytes with a unit (``"10GB"``, ``"512MiB"``) or a share of each device's memory (``"0.8"``)."""
+    from dask.utils import parse_bytes
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is not None:
+        if 0 < value <= 1:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: a number without a unit is a share of each GPU's memory, from 0 to 1 "
+            "(like 0.8); or give a size with a unit, like 10GB"
+        )
+    try:
+        size = int(parse_bytes(text))
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: use a unit, like 10GB or 512MiB") from None
+    if size < 2**20:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: under 1 MiB; use a unit, like 10GB or 512MiB")
+    return size
+
+
+@dataclass(frozen=True)
+class FreeGpus:
+    """``--gpus free`` (``count`` 0: every free GPU) or ``--gpus free:N`` (the N freest)."""
+
+    count: int = 0
+
+
+def parse_gpus(text: str) -> tuple[int, ...] | FreeGpus | None:
+    """``"all"`` (``None``), ``"free"`` or ``"free:N"`` (``FreeGpus``), or a comma list of distinct GPU indices
+    such as ``"0,2,3"``."""
+    if text.strip().lower() == "all":
+        return None
+    word, colon, count = text.strip().lower().partition(":")
+    if word == "free":
+        if not colon:
+            return FreeGpus()
+        if not count.isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"invalid GPU choice {text!r}: use free, or free:N with N at least 1")
+        return FreeGpus(int(count))
+    parts = comma_list(text, "GPU indices")
+    if any(not part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"invalid GPU list {text!r}: use all, free, free:N or indices like 0,2,3")
+    indices = tuple(int(part) for part in parts)
+    if len(set(indices)) != len(indices):
+        raise argparse.ArgumentTypeError(f"invalid GPU list {text!r}: an index is named twice")
+    return indices
+
+
+def parse_address(text: str) -> str:
+    """A scheduler address; ``host:port`` means ``tcp://host:port``."""
+    address = text if "://" in text else f"tcp://{text}"
+    match = _ADDRESS.match(address)
+    if match is None or match.group("scheme") not in _SCHEMES or not 0 < int(match.group("port")) < 65536:
+        raise argparse.ArgumentTypeError(f"invalid scheduler address {text!r}: use host:port, e.g. 10.0.0.5:8786")
+    return address.rstrip("/")
+
+
+def name_word(text: str) -> str:
+    if not _NAME.match(text):
+        raise argparse.ArgumentTypeError(f"invalid name {text!r}: use letters, digits, '.', '_' or '-'")
+    return text
+
+
+def identifier(text: str) -> str:
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise argparse.ArgumentTypeError(f"invalid variable name {text!r}")
+    return text
+
+
+def one_word(what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not _WORD.match(text):
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: one word of letters, digits, '.', '_' or '-'")
+        return text
+
+    return parse
+
+
+def walltime(text: str) -> str:
+    """A SLURM time limit: minutes, or [days-]hours:minutes[:seconds]."""
+    if not _WALLTIME.match(text):
+        raise argparse.ArgumentTypeError(f"invalid walltime {text!r}: use hours:minutes:seconds, like 01:30:00")
+    return text
+
+
+def job_option(text: str) -> str:
+    """One batch directive, like ``--constraint=a100`` or ``-C a100``."""
+    option = text.strip()
+    if not option.startswith("-") or "\n" in option:
+        raise argparse.ArgumentTypeError(
+            f"invalid job option {text!r}: one directive as sbatch takes it, like --job-option='--constraint=a100'"
+        )
+    return option
+
+
+def gateway_address(text: str) -> str:
+    """A Dask Gateway's address, as its users are given it: ``http(s)://host[:port][/prefix]`` ("": none given,
+    dask-gateway's config says)."""
+    if text and not _GATEWAY_ADDRESS.match(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid gateway address {text!r}: use the gateway's URL, like http://gateway.example.org:8000"
+        )
+    return text.rstrip("/")
+
+
+def gateway_option(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``: one of the gateway's cluster options; the gateway says which keys and values it takes."""
+    key, equals, value = text.partition("=")
+    if not equals or not _OPTION_KEY.match(key.strip()):
+        raise argparse.ArgumentTypeError(
+            f"invalid gateway option {text!r}: use KEY=VALUE, like --gateway-option worker_cores=4"
+        )
+    return key.strip(), value.strip()
+
+
+def memory_size(text: str) -> str:
+    from dask.utils import parse_bytes
+
+    try:
+        parse_bytes(text)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"invalid memory {text!r}: use a unit, like 32GB") from None
+    return text
+
+
+def gateway_cluster_name(text: str) -> str:
+    """A gateway cluster's name, as ``--gateway --list`` shows it (``namespace.3f2a...``)."""
+    if not _NAME.match(text.replace("+", "")):
+        raise argparse.ArgumentTypeError(
+            f"invalid gateway cluster name {text!r}: give a name that %gpucluster --gateway --list shows"
+        )
+    return text

@@ -64,7 +64,7 @@ def test_the_site_config_gives_what_the_line_leaves_out() -> None:
         ("--slurm --walltime soon", "invalid walltime 'soon'"),
         ("--slurm --partition 'a b'", "invalid partition 'a b'"),
         ("--slurm --job-option constraint", "invalid job option 'constraint'"),
-        ("--wait 10", "--wait belongs to --slurm and --from"),
+        ("--wait 10", "--wait belongs to --slurm, --from and --gateway"),
         ("start --close", "--close belongs to stop"),
         ("adapt 2", "give the least and most workers"),
         ("adapt 3 1", "expected MIN <= MAX"),
@@ -133,8 +133,9 @@ def test_help_names_the_managers() -> None:
 
     doc = ClusterMagics.gpucluster.__doc__ or ""
     for option in ("--slurm", "--jobs N", "--gpus-per-job G", "--cpu-workers K", "--partition", "--account",
-                   "--walltime", "--job-option", "--interface", "--wait SECONDS", "--from NAME", "stop [--close]",
-                   "adapt MIN MAX", "gpu-magics[hpc]"):  # fmt: skip
+                   "--walltime", "--job-option", "--interface", "--wait SECONDS", "--from NAME",
+                   "stop [--close|--keep]", "--gateway [ADDRESS]", "--gateway-option KEY=VALUE", "--workers N",
+                   "--list", "--connect NAME", "gpu-magics[gateway]", "adapt MIN MAX", "gpu-magics[hpc]"):  # fmt: skip
         assert option in doc, option
 
 

@@ -138,3 +138,43 @@ def test_options_are_frozen() -> None:
     options = parse_cluster_line("--cpu-workers 2")
     with pytest.raises(AttributeError):
         options.cpu_workers = 3  # type: ignore[misc]
+
+
+def test_gateway_lines() -> None:
+    options = parse_cluster_line("--gateway")
+    assert options.kind == "gateway" and options.gateway == "" and options.cluster_name == "gateway"
+    options = parse_cluster_line(
+        "--gateway https://hub.example.org/services/dask-gateway/ --workers 4 --gateway-option worker_cores=2 "
+        "--gateway-option 'image=pangeo/ml:2026' --wait 120 --name gpus"
+    )
+    assert options.gateway == "https://hub.example.org/services/dask-gateway"
+    assert options.workers == 4 and options.start_wait == 120 and options.cluster_name == "gpus"
+    assert options.gateway_options == (("worker_cores", "2"), ("image", "pangeo/ml:2026"))
+    listed = parse_cluster_line("--gateway --list")
+    assert listed.list_clusters and listed.kind == "gateway"
+    connect = parse_cluster_line("--gateway --connect default.3f2a9c --workers 2")
+    assert connect.connect_name == "default.3f2a9c" and connect.cluster_name == "default.3f2a9c"
+    assert parse_cluster_line("stop --keep").keep
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("--gateway stop", "invalid gateway address 'stop'"),
+        ("--gateway-option a=1", "--gateway-option belong to --gateway"),
+        ("--workers 2", "--workers belong to --gateway"),
+        ("--gateway --gateway-option novalue", "use KEY=VALUE"),
+        ("--gateway --cpu-workers 2", "belong to clusters started here"),
+        ("--gateway --gpus 0", "belong to GPU clusters, not to --gateway"),
+        ("--gateway --slurm", "choose one of --slurm"),
+        ("--gateway --list --workers 2", "--gateway --list: lists the clusters only"),
+        ("--gateway --connect x --gateway-option a=1", "keeps the options it was made with"),
+        ("--keep", "--keep belongs to stop"),
+        ("stop --keep --close", "choose one of --close"),
+        ("status --gateway", "belong to start, not to status"),
+    ],
+)
+def test_bad_gateway_lines_are_one_line(line: str, says: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        parse_cluster_line(line)
+    assert says in str(raised.value) and "\n" not in str(raised.value)

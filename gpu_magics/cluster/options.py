@@ -4,21 +4,30 @@
 from __future__ import annotations
 
 import argparse
-import keyword
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from IPython.core.error import UsageError
 
 from gpu_magics.argparsing import (
+    FreeGpus,
     MagicArgumentParser,
-    comma_list,
     duration,
+    gateway_address,
+    gateway_cluster_name,
+    gateway_option,
+    identifier,
+    job_option,
+    memory_size,
+    name_word,
     non_negative_float,
+    one_word,
+    parse_address,
+    parse_gpus,
+    parse_size,
     positive_float,
     positive_int,
+    walltime,
 )
 
 PROG = "%gpucluster"
@@ -42,13 +51,6 @@ DEFAULT_ATTACH_TIMEOUT = 5.0
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_WAIT = 60.0  # --slurm, --from: seconds to wait for the workers before returning with the jobs' states
 
-_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,+-]{0,127}$")
-_WALLTIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_ADDRESS = re.compile(r"^(?P<scheme>[a-z]+)://(?P<host>\[[0-9a-fA-F:]+\]|[^\s:/\[\]]+):(?P<port>\d{1,5})/?$")
-_SCHEMES = ("tcp", "tls", "ucx", "ucxx", "ws", "wss")
-_GATEWAY_ADDRESS = re.compile(r"^https?://[^\s/:]+(:\d{1,5})?(/\S*)?$")
-_OPTION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
 _GATEWAY_ONLY = ("gateway_options", "workers", "list_clusters", "connect_name")
 _SLURM_ONLY = (
     "jobs",
@@ -172,144 +174,6 @@ class ClusterOptions:
         return self.name or self.from_name or self.connect_name or self.kind
 
 
-def parse_size(text: str) -> int | float:
-    """Bytes with a unit (``"10GB"``, ``"512MiB"``) or a share of each device's memory (``"0.8"``)."""
-    from dask.utils import parse_bytes
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is not None:
-        if 0 < value <= 1:
-            return value
-        raise argparse.ArgumentTypeError(
-            f"invalid size {text!r}: a number without a unit is a share of each GPU's memory, from 0 to 1 "
-            "(like 0.8); or give a size with a unit, like 10GB"
-        )
-    try:
-        size = int(parse_bytes(text))
-    except (ValueError, TypeError):
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}: use a unit, like 10GB or 512MiB") from None
-    if size < 2**20:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}: under 1 MiB; use a unit, like 10GB or 512MiB")
-    return size
-
-
-@dataclass(frozen=True)
-class FreeGpus:
-    """``--gpus free`` (``count`` 0: every free GPU) or ``--gpus free:N`` (the N freest)."""
-
-    count: int = 0
-
-
-def parse_gpus(text: str) -> tuple[int, ...] | FreeGpus | None:
-    """``"all"`` (``None``), ``"free"`` or ``"free:N"`` (``FreeGpus``), or a comma list of distinct GPU indices
-    such as ``"0,2,3"``."""
-    if text.strip().lower() == "all":
-        return None
-    word, colon, count = text.strip().lower().partition(":")
-    if word == "free":
-        if not colon:
-            return FreeGpus()
-        if not count.isdigit() or int(count) < 1:
-            raise argparse.ArgumentTypeError(f"invalid GPU choice {text!r}: use free, or free:N with N at least 1")
-        return FreeGpus(int(count))
-    parts = comma_list(text, "GPU indices")
-    if any(not part.isdigit() for part in parts):
-        raise argparse.ArgumentTypeError(f"invalid GPU list {text!r}: use all, free, free:N or indices like 0,2,3")
-    indices = tuple(int(part) for part in parts)
-    if len(set(indices)) != len(indices):
-        raise argparse.ArgumentTypeError(f"invalid GPU list {text!r}: an index is named twice")
-    return indices
-
-
-def parse_address(text: str) -> str:
-    """A scheduler address; ``host:port`` means ``tcp://host:port``."""
-    address = text if "://" in text else f"tcp://{text}"
-    match = _ADDRESS.match(address)
-    if match is None or match.group("scheme") not in _SCHEMES or not 0 < int(match.group("port")) < 65536:
-        raise argparse.ArgumentTypeError(f"invalid scheduler address {text!r}: use host:port, e.g. 10.0.0.5:8786")
-    return address.rstrip("/")
-
-
-def _name(text: str) -> str:
-    if not _NAME.match(text):
-        raise argparse.ArgumentTypeError(f"invalid name {text!r}: use letters, digits, '.', '_' or '-'")
-    return text
-
-
-def _identifier(text: str) -> str:
-    if not text.isidentifier() or keyword.iskeyword(text):
-        raise argparse.ArgumentTypeError(f"invalid variable name {text!r}")
-    return text
-
-
-def _word(what: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if not _WORD.match(text):
-            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: one word of letters, digits, '.', '_' or '-'")
-        return text
-
-    return parse
-
-
-def _walltime(text: str) -> str:
-    """A SLURM time limit: minutes, or [days-]hours:minutes[:seconds]."""
-    if not _WALLTIME.match(text):
-        raise argparse.ArgumentTypeError(f"invalid walltime {text!r}: use hours:minutes:seconds, like 01:30:00")
-    return text
-
-
-def _job_option(text: str) -> str:
-    """One batch directive, like ``--constraint=a100`` or ``-C a100``."""
-    option = text.strip()
-    if not option.startswith("-") or "\n" in option:
-        raise argparse.ArgumentTypeError(
-            f"invalid job option {text!r}: one directive as sbatch takes it, like --job-option='--constraint=a100'"
-        )
-    return option
-
-
-def _gateway_address(text: str) -> str:
-    """A Dask Gateway's address, as its users are given it: ``http(s)://host[:port][/prefix]`` ("": none given,
-    dask-gateway's config says)."""
-    if text and not _GATEWAY_ADDRESS.match(text):
-        raise argparse.ArgumentTypeError(
-            f"invalid gateway address {text!r}: use the gateway's URL, like http://gateway.example.org:8000"
-        )
-    return text.rstrip("/")
-
-
-def _gateway_option(text: str) -> tuple[str, str]:
-    """``KEY=VALUE``: one of the gateway's cluster options; the gateway says which keys and values it takes."""
-    key, equals, value = text.partition("=")
-    if not equals or not _OPTION_KEY.match(key.strip()):
-        raise argparse.ArgumentTypeError(
-            f"invalid gateway option {text!r}: use KEY=VALUE, like --gateway-option worker_cores=4"
-        )
-    return key.strip(), value.strip()
-
-
-def _memory(text: str) -> str:
-    from dask.utils import parse_bytes
-
-    try:
-        parse_bytes(text)
-    except (ValueError, TypeError):
-        raise argparse.ArgumentTypeError(f"invalid memory {text!r}: use a unit, like 32GB") from None
-    return text
-
-
-def _gateway_cluster_name(text: str) -> str:
-    """A gateway cluster's name, as ``--gateway --list`` shows it (``namespace.3f2a...``)."""
-    if not _NAME.match(text.replace("+", "")):
-        raise argparse.ArgumentTypeError(
-            f"invalid gateway cluster name {text!r}: give a name that %gpucluster --gateway --list shows"
-        )
-    return text
-
-
 def _build_parser() -> MagicArgumentParser:
     parser = MagicArgumentParser(PROG, dash_values=("--job-option",))
     parser.add_argument("words", nargs="*")
@@ -321,9 +185,9 @@ def _build_parser() -> MagicArgumentParser:
     parser.add_argument("--rmm-pool-size", type=parse_size)
     parser.add_argument("--protocol", choices=("tcp", "ucx", "ucxx"))
     parser.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--name", type=_name)
+    parser.add_argument("--name", type=name_word)
     parser.add_argument("--host")
-    parser.add_argument("--client", type=_identifier, dest="client_name")
+    parser.add_argument("--client", type=identifier, dest="client_name")
     parser.add_argument("--replace", action="store_true", default=None)
     parser.add_argument("--timeout", type=positive_float)
     parser.add_argument("--idle-timeout", type=duration)
@@ -331,21 +195,21 @@ def _build_parser() -> MagicArgumentParser:
     parser.add_argument("--jobs", type=positive_int)
     parser.add_argument("--gpus-per-job", type=positive_int)
     parser.add_argument("--gpu-directive", choices=("gres", "gpus"))
-    parser.add_argument("--partition", type=_word("partition"))
-    parser.add_argument("--account", type=_word("account"))
-    parser.add_argument("--walltime", type=_walltime)
-    parser.add_argument("--job-option", action="append", dest="job_options", type=_job_option)
-    parser.add_argument("--memory", type=_memory)
-    parser.add_argument("--interface", type=_word("interface"))
+    parser.add_argument("--partition", type=one_word("partition"))
+    parser.add_argument("--account", type=one_word("account"))
+    parser.add_argument("--walltime", type=walltime)
+    parser.add_argument("--job-option", action="append", dest="job_options", type=job_option)
+    parser.add_argument("--memory", type=memory_size)
+    parser.add_argument("--interface", type=one_word("interface"))
     parser.add_argument("--wait", type=non_negative_float)
-    parser.add_argument("--from", type=_identifier, dest="from_name")
+    parser.add_argument("--from", type=identifier, dest="from_name")
     parser.add_argument("--close", action="store_true", default=None)
     parser.add_argument("--keep", action="store_true", default=None)
-    parser.add_argument("--gateway", nargs="?", const="", type=_gateway_address)
-    parser.add_argument("--gateway-option", action="append", dest="gateway_options", type=_gateway_option)
+    parser.add_argument("--gateway", nargs="?", const="", type=gateway_address)
+    parser.add_argument("--gateway-option", action="append", dest="gateway_options", type=gateway_option)
     parser.add_argument("--workers", type=positive_int)
     parser.add_argument("--list", action="store_true", default=None, dest="list_clusters")
-    parser.add_argument("--connect", type=_gateway_cluster_name, dest="connect_name")
+    parser.add_argument("--connect", type=gateway_cluster_name, dest="connect_name")
     return parser
 
 

@@ -51,9 +51,9 @@ class ClusterManager:
     # -- the start skeleton's hooks (steps.start) -----------------------------------------------------------------
     def connect(self, options: ClusterOptions) -> Client:
         """A client of the manager's scheduler."""
-        from gpu_magics.cluster.managers import attached
+        from gpu_magics.cluster.managers import attach
 
-        return attached.connect_manager(self.cluster, options.start_timeout)
+        return attach.connect_manager(self.cluster, options.start_timeout)
 
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
         """Wait for the first workers (``starting`` hears how many joined); ``None`` when they came, else what
@@ -62,9 +62,9 @@ class ClusterManager:
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
         """Add to ``devices`` what the workers at ``addresses`` say about their GPUs (asking them)."""
-        from gpu_magics.cluster.managers import attached
+        from gpu_magics.cluster.managers import attach
 
-        attached.learn_gpus(client, devices, addresses)
+        attach.learn_gpus(client, devices, addresses)
 
     def worker_kind(self, devices: dict[str, dict[str, Any]]) -> Kind:
         """``gpu`` or ``cpu``: what the workers are (here: what they said)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.managers import attached
+from gpu_magics.cluster.managers import attach
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.reading import inspection
@@ -67,7 +67,7 @@ class GatewayManager(ClusterManager):
             raise UsageError(
                 f"{WHAT}: could not connect to gateway cluster {self.name!r} ({one_line(error)})"
             ) from None
-        return attached.connect_manager(self.cluster, options.start_timeout)
+        return attach.connect_manager(self.cluster, options.start_timeout)
 
     def _wait_running(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from gpu_magics.cluster.info import JobInfo
 from gpu_magics.cluster.managers import protocols, squeue
 from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.managers.jobqueue import job_workers
+from gpu_magics.cluster.managers.squeue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions
 
 WHAT = f"{PROG} --slurm"

@@ -27,6 +27,16 @@ describe('clusterTitle', () => {
     expect(clusterTitle(gpu)).toBe('GPU cluster \u00b7 4\u00d7 NVIDIA H200');
   });
 
+  it('names a Dask Gateway cluster by its workers and their GPUs', () => {
+    expect(clusterTitle(cluster({ kind: 'gateway', workers: 2, manager: 'Dask Gateway: default.3f2a' }))).toBe(
+      'Dask Gateway \u00b7 2 workers'
+    );
+    const members = [0, 1].map(i => member(`w${i}`, '10.0.0.1', [memberGpu('10.0.0.1', i)]));
+    expect(clusterTitle(cluster({ kind: 'gateway', workers: 2, members }))).toBe(
+      'Dask Gateway \u00b7 2\u00d7 NVIDIA H200'
+    );
+  });
+
   it('names a GPU cluster by its devices before the first reports', () => {
     expect(clusterTitle(cluster({ kind: 'gpu', workers: 2, gpus: ['0', '1'] }))).toBe(
       'GPU cluster \u00b7 2 workers on GPU 0, 1'

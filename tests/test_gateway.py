@@ -330,3 +330,37 @@ def test_the_idle_timeout_shuts_a_gateway_cluster_made_here_down(
         time.sleep(0.25)
     assert cluster.active() is None
     assert server.clusters() == []
+
+
+def test_an_spmd_cell_runs_one_rank_per_gateway_worker(
+    ip: InteractiveShell, doomed: GatewayServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """CPU workers this time (the module's gateway gives each worker the same simulated GPUs, which SPMD refuses
+    to share between ranks)."""
+    pytest.importorskip("torch", reason="needs torch (CPU build) for gloo collectives")
+    import dask
+
+    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path / "runtime"))
+    shell = ip
+    with dask.config.set(doomed.dask_config()):
+        magic(shell, "--gateway --workers 2")
+        try:
+            _spmd_sum(shell)
+        finally:
+            with capture_output():
+                cluster.stop()
+    assert doomed.clusters() == []
+
+
+def _spmd_sum(shell: InteractiveShell) -> None:
+    body = (
+        "import torch, torch.distributed as dist\n"
+        "t = torch.ones(1) * (dist.get_rank() + 1)\n"
+        "dist.all_reduce(t)\n"
+        "float(t)\n"
+    )
+    with capture_output() as shown:
+        shell.run_cell(f"%%gpurun spmd --init torch -q -o t_spmd\n{body}")
+    assert "t_spmd" in shell.user_ns, shown.stdout + shown.stderr
+    result = shell.user_ns["t_spmd"]
+    assert result.values == [3.0, 3.0]  # ranks 0 and 1 on the two workers, summed by gloo

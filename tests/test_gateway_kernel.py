@@ -56,6 +56,42 @@ def test_a_kept_cluster_outlives_its_kernel_and_the_next_kernel_connects(server:
         text = kernel.ok(
             "%%gpurun multi-gpu -q\nimport dask.array as da\nprint(int(da.ones(10, chunks=5).sum().compute()))"
         )
-        assert text.strip().splitlines()[-1] == "10"
+        assert text.rstrip().endswith("10")  # after the line that says it waited for the cluster
         kernel.ok("%gpucluster stop --close")
     assert wait_until_empty(server) == []
+
+
+def test_the_start_goes_on_in_the_background_and_the_next_cell_waits_for_it(
+    server: GatewayServer, tmp_path: Path
+) -> None:
+    with loaded_kernel(tmp_path) as kernel:
+        text = kernel.ok("%gpucluster --gateway --workers 2 --name bg", timeout=60)
+        assert "starting 'bg'" in text and "Cluster 'bg'" not in text  # its line: the start goes on
+        workers = kernel.ok("import gpu_magics; print(len(gpu_magics.client().scheduler_info()['workers']))")
+        assert workers.strip().splitlines()[-1] == "2"
+        assert "Dask Gateway" in kernel.ok("%gpucluster status")
+        kernel.ok("%gpucluster stop")
+    assert wait_until_empty(server) == []
+
+
+@pytest.fixture
+def slow_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GatewayServer]:
+    """A gateway whose workers never start (their command sleeps): local-process backend."""
+    root = str(Path(__file__).resolve().parents[1])
+    with gateway_server(
+        tmp_path / "gateway", backend="local", worker_cmd=("tests.sleeping_worker",), environment={"PYTHONPATH": root}
+    ) as started:
+        for key, value in started.env().items():
+            monkeypatch.setenv(key, value)
+        yield started
+
+
+def test_stop_during_the_start_shuts_the_gateway_cluster_down(slow_workers: GatewayServer, tmp_path: Path) -> None:
+    with loaded_kernel(tmp_path) as kernel:
+        kernel.ok("%gpucluster --gateway --workers 1 --name waiting", timeout=60)
+        deadline = time.monotonic() + 30
+        while not slow_workers.clusters() and time.monotonic() < deadline:  # the gateway has made it
+            time.sleep(0.2)
+        assert "stopped 'waiting' while it was starting" in kernel.ok("%gpucluster stop", timeout=60)
+        assert wait_until_empty(slow_workers) == []
+        assert "no cluster is running" in kernel.ok("%gpucluster status")

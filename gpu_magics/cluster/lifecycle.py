@@ -257,6 +257,8 @@ def stop(close: bool = False, keep: bool = False) -> str:
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
     it made is closed). Says what it did."""
     pending = active_state.starting()
+    if keep and pending is not None and not pending.finished.is_set():
+        settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
     if pending is not None and not pending.finished.is_set():
         ended = pending.cancel(timeout=STOP_WAIT_S)
         with lock:

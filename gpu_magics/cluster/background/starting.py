@@ -136,10 +136,13 @@ class Starting:
         joined: int | None = None,
         warm: int | None = None,
         detail: str | None = None,
+        expected: int | None = None,
     ) -> None:
-        """Say how far the job got (``detail``: what the workers still wait for; "" says nothing more);
-        listeners hear of it when the line changes."""
+        """Say how far the job got (``detail``: what the workers still wait for; "" says nothing more;
+        ``expected``: how many workers it waits for, once known); listeners hear of it when the line changes."""
         with self._lock:
+            if expected is not None:
+                self.expected = expected
             if detail is not None:
                 self._detail = detail or None
             if phase is not None:

@@ -32,6 +32,7 @@ class AdoptedManager(ClusterManager):
         from gpu_magics.cluster.managers.gateway import asked_workers
 
         expected = self.expected_workers() or asked_workers(client)
+        starting.update(expected=expected)
         return self.wait_for_workers(client, options.start_wait, expected, starting=starting)
 
     def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:

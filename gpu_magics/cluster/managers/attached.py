@@ -26,7 +26,7 @@ class AttachedManager(ClusterManager):
         super().__init__(None, None)
         self.address = address
 
-    def connect(self, options: ClusterOptions) -> Client:
+    def connect(self, options: ClusterOptions, starting: Starting) -> Client:
         return attach.connect(self.address, options.start_timeout)
 
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:

@@ -49,8 +49,8 @@ class ClusterManager:
         return {}
 
     # -- the start skeleton's hooks (steps.start) -----------------------------------------------------------------
-    def connect(self, options: ClusterOptions) -> Client:
-        """A client of the manager's scheduler."""
+    def connect(self, options: ClusterOptions, starting: Starting) -> Client:
+        """A client of the manager's scheduler (``starting``: the start's handle, for a long wait to check)."""
         from gpu_magics.cluster.managers import attach
 
         return attach.connect_manager(self.cluster, options.start_timeout)

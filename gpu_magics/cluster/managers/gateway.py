@@ -43,6 +43,7 @@ class GatewayManager(ClusterManager):
     ``GatewayCluster`` once ``connect`` has it."""
 
     keepable = True
+    background = True  # the gateway starts a scheduler, then workers (pods): seconds to minutes; cells go on
 
     def __init__(self, gateway: Any, offered: Any | None, connect_to: str | None, workers: int | None) -> None:
         super().__init__(None, LABEL)
@@ -55,12 +56,12 @@ class GatewayManager(ClusterManager):
         self._status_read = 0.0
 
     # -- the start ------------------------------------------------------------------------------------------------
-    def connect(self, options: ClusterOptions) -> Client:
+    def connect(self, options: ClusterOptions, starting: Starting) -> Client:
         """Have the gateway make the cluster (or find the one named), wait until its scheduler runs, and connect."""
         if self.name is None:
             self.name = str(ask(self.gateway, self.gateway._submit(cluster_options=self.offered), "make a cluster"))
         self.label = f"{LABEL}: {self.name}"
-        self._wait_running(options.start_timeout)
+        self._wait_running(options.start_timeout, starting)
         try:
             self.cluster = self.gateway.connect(self.name, shutdown_on_close=False)
         except Exception as error:
@@ -69,9 +70,10 @@ class GatewayManager(ClusterManager):
             ) from None
         return attach.connect_manager(self.cluster, options.start_timeout)
 
-    def _wait_running(self, timeout: float) -> None:
+    def _wait_running(self, timeout: float, starting: Starting) -> None:
         deadline = time.monotonic() + timeout
         while True:
+            starting.check()  # stop (or the kernel's end) during the wait: the start ends, the cluster is shut down
             status = self.gateway_status()
             if status == "RUNNING":
                 return
@@ -99,6 +101,7 @@ class GatewayManager(ClusterManager):
         if self.requested is not None:
             self.scale(self.requested)
         expected = self.expected_workers() or asked_workers(client)
+        starting.update(expected=expected)
         notice = self.wait_for_workers(client, options.start_wait, expected, starting)
         if notice is not None and not inspection.scheduler_workers(client) and self.owned:
             raise UsageError(

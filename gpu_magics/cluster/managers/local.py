@@ -50,7 +50,7 @@ class LocalManager(ClusterManager):
         it too."""
         return dict(forkserver.config())
 
-    def connect(self, options: ClusterOptions) -> Client:
+    def connect(self, options: ClusterOptions, starting: Starting) -> Client:
         """The cluster with its scheduler only: its workers start in ``await_workers``."""
         forkserver.start_server()  # unless %load_ext did: its imports overlap this process's from here on
         from distributed import Client

@@ -41,7 +41,7 @@ def start(
     client: Client | None = None
     started: ActiveCluster | None = None
     try:
-        client = manager.connect(options)
+        client = manager.connect(options, starting)
         quiet_abandoned_gathers(getattr(client.loop, "asyncio_loop", None))
         starting.check()
         started = ActiveCluster(

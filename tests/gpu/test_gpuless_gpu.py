@@ -54,6 +54,10 @@ result = ip.user_ns["result"]
 held = [g.gpu.process_memory or 0 for g in telemetry.gpus()] if telemetry is not None else []
 with capture_output() as direct:
     ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", "import cupy\ncupy.ones(3).sum()\n")
+with capture_output():  # the session backend: a plain cell on the workers' GPUs
+    ip.run_line_magic("gpurun", "multi-gpu")
+    ip.run_cell("plain = float((da.ones((20000, 20000), chunks=5000) * 2).sum().compute())")
+    ip.run_line_magic("gpurun", "off")
 print(json.dumps({
     "value": float(ip.user_ns["value"]),
     "value_type": type(ip.user_ns["value"]).__module__,
@@ -67,6 +71,7 @@ print(json.dumps({
     "held": held,
     "busy": result.split.share("compute") if result.split is not None else 0.0,
     "cupy_here": direct.stderr,
+    "plain": ip.user_ns.get("plain"),
 }))
 cluster.stop()
 """
@@ -113,6 +118,7 @@ def check(report: dict) -> None:
     assert max(report["held"] or [0]) > 0, "the worker reports the GPU memory its chunks took"
     lines = [line for line in report["cupy_here"].splitlines() if line.strip()]
     assert len(lines) == 1 and "this kernel has no GPU" in lines[0], report["cupy_here"]
+    assert report["plain"] == 2 * 20_000**2  # a plain cell under %gpurun multi-gpu, on the workers
 
 
 def test_a_gpuless_kernel_runs_the_seed_on_the_workers_gpu(dask_cuda_worker: CliCluster) -> None:

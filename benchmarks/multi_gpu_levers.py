@@ -102,7 +102,13 @@ def stop_cluster(ip: InteractiveShell) -> None:
 
 def profile(pids: dict[str, int], seconds: float, out: Path) -> threading.Thread:
     """py-spy records each pid for ``seconds`` (raw collapsed stacks) in a thread; returns the thread."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    places = [Path(sys.executable).parent, *(Path(entry) / "bin" for entry in sys.path if entry)]  # pip --target
+    spy = shutil.which("py-spy") or next((str(p / "py-spy") for p in places if (p / "py-spy").is_file()), None)
+    if spy is None:
+        print("py-spy: not installed here; no profile (carry its wheel to record one)", flush=True)
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        return thread
 
     def record() -> None:
         procs = [

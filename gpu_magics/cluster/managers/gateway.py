@@ -35,6 +35,7 @@ STATUS_EVERY_S = 1.0  # how often a start reads the gateway's view of its cluste
 DEFAULT_WORKERS = 1
 LABEL = "Dask Gateway"
 ENDED = ("STOPPING", "STOPPED", "FAILED")
+LOG_HINT = "the gateway's own log says why (its administrator can read it)"
 
 
 class GatewayManager(ClusterManager):
@@ -78,7 +79,7 @@ class GatewayManager(ClusterManager):
             if status == "RUNNING":
                 return
             if status in ENDED:
-                raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {self._gateway_log()}")
+                raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {LOG_HINT}")
             if time.monotonic() >= deadline:
                 raise UsageError(
                     f"{WHAT}: the gateway did not start the scheduler of {self.name!r} within {timeout:g} s "
@@ -91,9 +92,6 @@ class GatewayManager(ClusterManager):
         assert self.name is not None
         report = ask(self.gateway, self.gateway._cluster_report(self.name), f"read cluster {self.name!r}")
         return str(report.status.name)
-
-    def _gateway_log(self) -> str:
-        return "the gateway's own log says why (its administrator can read it)"
 
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
         """Ask for ``--workers`` (a cluster connected to keeps its own count unless told) and wait ``--wait`` for
@@ -123,7 +121,7 @@ class GatewayManager(ClusterManager):
         self._status_read = time.monotonic()
         status = self.gateway_status()
         if status in ENDED:
-            raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {self._gateway_log()}")
+            raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {LOG_HINT}")
 
     def start_failed(self, client: Client | None) -> None:
         if client is not None:
@@ -178,7 +176,13 @@ class GatewayManager(ClusterManager):
                 f"{PROG}: detached from {name!r}; gateway cluster {self.name} keeps running{how} "
                 f"({PROG} --gateway --connect {self.name} comes back to it)"
             )
-        self.close()
+        try:
+            self.close()
+        except UsageError:  # the gateway is gone or silent: what it runs may outlive this kernel
+            return (
+                f"{PROG}: stopped using {name!r}; the gateway did not answer, so gateway cluster {self.name} may "
+                f"still run there ({PROG} --gateway --list shows it once the gateway is back)"
+            )
         return f"{PROG}: stopped cluster {name!r} (gateway cluster {self.name} shut down)"
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 USER = "alice"
 PASSWORD = "wonderland"
 
@@ -167,6 +168,14 @@ def gateway_server(
         yield server
     finally:
         _stop(server)
+
+
+def gateway_without_workers(directory: Path) -> contextlib.AbstractContextManager[GatewayServer]:
+    """A gateway whose workers never start (their command sleeps, as a worker on a node that never comes up
+    would): local-process backend."""
+    return gateway_server(
+        directory, backend="local", worker_cmd=("tests.sleeping_worker",), environment={"PYTHONPATH": str(REPO)}
+    )
 
 
 def _wait_until_up(server: GatewayServer, timeout: float = 60) -> None:

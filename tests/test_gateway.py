@@ -7,6 +7,7 @@ gateway. The kernel's shutdown is in ``test_gateway_kernel.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from gpu_magics import gpus
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster.managers import gateway as gateway_manager
 from gpu_magics.gpurun.graphs import device
-from tests.gateway_server import PASSWORD, GatewayServer, free_port, gateway_server
+from tests.gateway_server import PASSWORD, GatewayServer, free_port, gateway_server, gateway_without_workers
 
 pytest.importorskip("dask_gateway_server", reason="needs dask-gateway-server (the test extra)")
 pytest.importorskip("dask_gateway")  # first: its import adds its defaults to dask's config, which a config.set undoes
@@ -264,23 +265,24 @@ def test_stop_keep_belongs_to_gateway_clusters(shell: InteractiveShell, server: 
 
 @pytest.fixture
 def never_worker(tmp_path: Path) -> Iterator[GatewayServer]:
-    """A gateway whose workers never start (their command sleeps): local-process backend."""
-    with gateway_server(
-        tmp_path / "never",
-        backend="local",
-        worker_cmd=("tests.sleeping_worker",),
-        environment={"PYTHONPATH": str(ROOT)},
-    ) as started:
+    with gateway_without_workers(tmp_path / "never") as started:
         yield started
+
+
+@contextlib.contextmanager
+def using(gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Within the block, dask's config names ``gateway`` (as a hub's does) and records go to ``tmp_path``."""
+    import dask
+
+    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path / "runtime"))
+    with dask.config.set(gateway.dask_config()):
+        yield
 
 
 def test_a_worker_that_never_comes_is_one_line_and_nothing_is_left(
     ip: InteractiveShell, never_worker: GatewayServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path / "runtime"))
-    import dask
-
-    with dask.config.set(never_worker.dask_config()):
+    with using(never_worker, monkeypatch, tmp_path):
         began = time.monotonic()
         message = refused(ip, "--gateway --workers 1 --wait 3")
     assert "no worker came within 3 s" in message and "--wait SECONDS" in message
@@ -300,10 +302,7 @@ def test_the_gateway_going_away_mid_cell_is_one_line_and_the_kernel_goes_on(
 ) -> None:
     import threading
 
-    import dask
-
-    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path / "runtime"))
-    with dask.config.set(doomed.dask_config()):
+    with using(doomed, monkeypatch, tmp_path):
         magic(ip, "--gateway --workers 1")
         ip.run_cell("import dask.array as da, numpy as np, time", store_history=False)
         threading.Timer(2.0, doomed.kill).start()
@@ -338,14 +337,10 @@ def test_an_spmd_cell_runs_one_rank_per_gateway_worker(
     """CPU workers this time (the module's gateway gives each worker the same simulated GPUs, which SPMD refuses
     to share between ranks)."""
     pytest.importorskip("torch", reason="needs torch (CPU build) for gloo collectives")
-    import dask
-
-    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path / "runtime"))
-    shell = ip
-    with dask.config.set(doomed.dask_config()):
-        magic(shell, "--gateway --workers 2")
+    with using(doomed, monkeypatch, tmp_path):
+        magic(ip, "--gateway --workers 2")
         try:
-            _spmd_sum(shell)
+            _spmd_sum(ip)
         finally:
             with capture_output():
                 cluster.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway_server import GatewayServer, gateway_server
+from tests.gateway_server import GatewayServer, gateway_server, gateway_without_workers
 from tests.test_kernel_faults import loaded_kernel
 
 pytest.importorskip("dask_gateway_server", reason="needs dask-gateway-server (the test extra)")
@@ -76,11 +76,7 @@ def test_the_start_goes_on_in_the_background_and_the_next_cell_waits_for_it(
 
 @pytest.fixture
 def slow_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GatewayServer]:
-    """A gateway whose workers never start (their command sleeps): local-process backend."""
-    root = str(Path(__file__).resolve().parents[1])
-    with gateway_server(
-        tmp_path / "gateway", backend="local", worker_cmd=("tests.sleeping_worker",), environment={"PYTHONPATH": root}
-    ) as started:
+    with gateway_without_workers(tmp_path / "gateway") as started:
         for key, value in started.env().items():
             monkeypatch.setenv(key, value)
         yield started

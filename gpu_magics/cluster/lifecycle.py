@@ -381,11 +381,11 @@ def _close_idle(watched: ActiveCluster) -> None:
 
 def list_gateway_clusters(address: str | None) -> str:
     """``--gateway --list``: the user's clusters on the gateway (the one in use here marked)."""
-    from gpu_magics.cluster.managers.gateway import list_clusters
+    from gpu_magics.cluster.managers.gateway import GatewayManager, list_clusters
 
     current = in_use()
     manager = current.manager if current is not None else None
-    return list_clusters(address, getattr(manager, "name", None) if manager is not None and manager.keepable else None)
+    return list_clusters(address, manager.name if isinstance(manager, GatewayManager) else None)
 
 
 def dashboard_url() -> str | None:

@@ -10,6 +10,8 @@ import { launch, steadyScreenshot } from './chromium.mjs';
 const [base, token, mode] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
 const CLUSTER = process.env.CLUSTER_NAME || 'multi';
+// the row's title for that record (another kind of cluster, such as a gateway's, names itself otherwise)
+const CLUSTER_TITLE = process.env.CLUSTER_TITLE || 'GPU cluster \u00b7 3\u00d7 NVIDIA H200';
 fs.mkdirSync(artifacts, { recursive: true });
 
 const step = message => console.log(`[layout] ${message}`);
@@ -142,7 +144,7 @@ async function checkCluster(page, theme) {
   const title = await row.locator('.jp-GpuMagics-clusterTitle').textContent();
   const cluster = (await serverClusters(page)).find(c => c.name === CLUSTER);
   if (Array.isArray(cluster?.members) && cluster.members.length) {
-    check(title.includes('GPU cluster \u00b7 3\u00d7 NVIDIA H200'), `the cluster row is not named clearly: "${title}"`);
+    check(title.includes(CLUSTER_TITLE), `the cluster row is not named clearly: "${title}"`);
     const hosts = await row.locator('.jp-GpuMagics-host').allTextContents();
     check(
       JSON.stringify(hosts) === JSON.stringify(['127.0.0.1', '127.0.0.2']),

@@ -5,31 +5,23 @@ GPUs, the value comes back as NumPy, and ``stop`` leaves nothing running on the 
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from tests.gateway_server import GatewayServer, gateway_server
-from tests.gpu.conftest import GPU_COUNT
-from tests.gpu.test_gpuless_gpu import check, run_kernel
+from tests.gpu.test_gpuless_gpu import check, cuda_worker_env, run_kernel
 
 pytest.importorskip("dask_gateway_server", reason="needs dask-gateway-server")
 
 
 @pytest.fixture(scope="module")
 def gpu_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    environment = {
-        "CUDA_VISIBLE_DEVICES": str(GPU_COUNT - 1),
-        "GPU_MAGICS_SOURCE": "nvml",
-        "PYTHONPATH": os.pathsep.join(sys.path),
-    }
     with gateway_server(
         tmp_path_factory.mktemp("gateway"),
         backend="local",
         worker_cmd=("dask", "cuda", "worker"),
-        environment=environment,
+        environment=cuda_worker_env(),
         worker_start_timeout=120,
     ) as server:
         yield server

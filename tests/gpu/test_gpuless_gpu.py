@@ -77,14 +77,18 @@ cluster.stop()
 """
 
 
-@pytest.fixture(scope="module")
-def dask_cuda_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
-    env = {
+def cuda_worker_env() -> dict[str, str]:
+    """A ``dask cuda worker``'s environment: the last GPU, NVML, and this process's imports."""
+    return {
         "CUDA_VISIBLE_DEVICES": str(GPU_COUNT - 1),
         "GPU_MAGICS_SOURCE": "nvml",
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
-    workers = {"cuda": (WORKER_HOST, env)}
+
+
+@pytest.fixture(scope="module")
+def dask_cuda_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
+    workers = {"cuda": (WORKER_HOST, cuda_worker_env())}
     with cli_cluster(
         workers, tmp_path_factory.mktemp("gpuless"), worker_command=("dask", "cuda", "worker"), worker_args=()
     ) as started:

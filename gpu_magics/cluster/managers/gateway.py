@@ -123,12 +123,6 @@ class GatewayManager(ClusterManager):
         if status in ENDED:
             raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {LOG_HINT}")
 
-    def start_failed(self, client: Client | None) -> None:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close(timeout=5)
-        self.abandon()
-
     # -- scale, adapt, close --------------------------------------------------------------------------------------
     def scale(self, count: int) -> None:
         assert self.name is not None
@@ -283,25 +277,26 @@ def chosen_options(gateway: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
 
 def _value(field: Any, text: str) -> Any:
     """``text`` as the field's type takes it: a number, a bool, a choice, a mapping (YAML or JSON), or text."""
-    kind = type(field).__name__
-    if kind == "Integer":
+    from dask_gateway.options import Bool, Float, Integer, Mapping, Select
+
+    if isinstance(field, Integer):
         try:
             return int(text)
         except ValueError:
             raise ValueError(f"expected a whole number, got {text!r}") from None
-    if kind == "Float":
+    if isinstance(field, Float):
         try:
             return float(text)
         except ValueError:
             raise ValueError(f"expected a number, got {text!r}") from None
-    if kind == "Bool":
+    if isinstance(field, Bool):
         lowered = text.lower()
         if lowered not in ("true", "false", "yes", "no", "1", "0", "on", "off"):
             raise ValueError(f"expected true or false, got {text!r}")
         return lowered in ("true", "yes", "1", "on")
-    if kind == "Select" and text not in field.options:
+    if isinstance(field, Select) and text not in field.options:
         raise ValueError(f"choose one of {', '.join(field.options)}")
-    if kind == "Mapping":
+    if isinstance(field, Mapping):
         import yaml
 
         try:
@@ -326,22 +321,24 @@ def _check_bounds(field: Any, value: Any) -> None:
 
 
 def describe_options(offered: Any) -> str:
-    """``worker_cores (integer 1-4, now 1), image (text, now 'x'), profile (one of small, gpu; now small)``."""
+    """``worker_cores (whole number 1-4, now 1), profile (one of cpu, gpu; now 'cpu'), ...``."""
+    from dask_gateway.options import Bool, Integer, Mapping, Number, Select
+
     parts = []
     for key, field in offered._fields.items():
-        kind = type(field).__name__
         now = f"now {field.get()!r}"
-        if kind == "Select":
+        if isinstance(field, Select):
             parts.append(f"{key} (one of {', '.join(field.options)}; {now})")
-        elif kind in ("Integer", "Float"):
+        elif isinstance(field, Number):
             bounds = ""
             if field.min is not None or field.max is not None:
                 low = "" if field.min is None else f"{field.min:g}"
                 high = "" if field.max is None else f"{field.max:g}"
                 bounds = f" {low}-{high}"
-            parts.append(f"{key} ({'whole number' if kind == 'Integer' else 'number'}{bounds}, {now})")
+            parts.append(f"{key} ({'whole number' if isinstance(field, Integer) else 'number'}{bounds}, {now})")
         else:
-            parts.append(f"{key} ({ {'Bool': 'true/false', 'Mapping': 'mapping'}.get(kind, 'text') }, {now})")
+            kind = "true/false" if isinstance(field, Bool) else "mapping" if isinstance(field, Mapping) else "text"
+            parts.append(f"{key} ({kind}, {now})")
     return ", ".join(parts) if parts else "none"
 
 

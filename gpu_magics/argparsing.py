@@ -13,6 +13,8 @@ from typing import NoReturn
 
 from IPython.core.error import UsageError
 
+_NEGATIVE = re.compile(r"^-\.?\d")  # a value such as -3m or -0.5, not an option
+
 
 class MagicArgumentParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` that raises ``UsageError`` with one line instead of printing and exiting."""
@@ -44,16 +46,23 @@ class MagicArgumentParser(argparse.ArgumentParser):
         return namespace
 
     def _joined_dash_values(self, words: list[str]) -> list[str]:
-        """``--job-option --constraint=a100`` as ``--job-option=--constraint=a100``: argparse would take a value
-        that starts with "-" for an option of its own."""
+        """``--job-option --constraint=a100`` as ``--job-option=--constraint=a100``, and ``--idle-timeout -3m``
+        as ``--idle-timeout=-3m``: argparse would take a value that starts with "-" for an option of its own (and
+        say "expected one argument"), where the option's type has the better words for it."""
+        single = {name for action in self._actions if action.nargs is None for name in action.option_strings}
         joined: list[str] = []
-        rest = iter(words)
-        for word in rest:
-            if word in self.dash_values:
-                value = next(rest, None)
-                joined.append(word if value is None else f"{word}={value}")
+        index = 0
+        while index < len(words):
+            word = words[index]
+            value = words[index + 1] if index + 1 < len(words) else None
+            if value is not None and (
+                word in self.dash_values or (word in single and _NEGATIVE.match(value) is not None)
+            ):
+                joined.append(f"{word}={value}")
+                index += 2
             else:
                 joined.append(word)
+                index += 1
         return joined
 
     def option_names(self) -> list[str]:
@@ -128,6 +137,8 @@ def duration(text: str) -> float:
     ``"0"``)."""
     if text.strip().lower() in DURATION_OFF:
         return 0.0
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: it must be positive (90s, 30m, 2h) or off")
     found = _DURATION.match(text)
     if found is None:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use a number and a unit (90s, 30m, 2h) or off")

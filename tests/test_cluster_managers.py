@@ -54,13 +54,13 @@ def test_the_site_config_gives_what_the_line_leaves_out() -> None:
 @pytest.mark.parametrize(
     ("line", "said"),
     [
-        ("--jobs 2", "--jobs belong to --slurm"),
-        ("--partition gpu", "--partition belong to --slurm"),
+        ("--jobs 2", "--jobs belongs to --slurm"),
+        ("--partition gpu", "--partition belongs to --slurm"),
         ("--slurm --gpus-per-job 2 --cpu-workers 2", "choose one of --gpus-per-job G"),
-        ("--slurm --gpus 0,1", "--gpus belong to GPU clusters, not to --slurm (a job's GPUs: --gpus-per-job G)"),
+        ("--slurm --gpus 0,1", "--gpus belongs to GPU clusters, not to --slurm (a job's GPUs: --gpus-per-job G)"),
         ("--slurm --address tcp://h:1", "choose one of --slurm"),
         ("--slurm --from t_c", "choose one of --slurm"),
-        ("--from t_c --cpu-workers 2", "--cpu-workers belong to clusters started here"),
+        ("--from t_c --cpu-workers 2", "--cpu-workers belongs to clusters started here"),
         ("--slurm --walltime soon", "invalid walltime 'soon'"),
         ("--slurm --partition 'a b'", "invalid partition 'a b'"),
         ("--slurm --job-option constraint", "invalid job option 'constraint'"),

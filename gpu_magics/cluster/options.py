@@ -235,18 +235,16 @@ def parse_cluster_line(line: str) -> ClusterOptions:
     if action != "start":
         misplaced = sorted(given & set(_START_ONLY))
         if misplaced:
-            flags = ", ".join(_flag(key) for key in misplaced)
-            raise UsageError(f"{PROG} {action}: {flags} belong to start, not to {action}")
-    _check_managers(given)
+            raise UsageError(f"{PROG} {action}: {_belong(misplaced)} to start, not to {action}")
+    _check_managers(given, namespace.gateway)
     if "cpu_workers" in given and "address" in given:
         raise UsageError(f"{PROG}: choose one of --cpu-workers N (start CPU workers) or --address (attach)")
     if given & {"cpu_workers", "address", "slurm", "from_name", "gateway"}:
         wrong = sorted(given & set(_GPU_ONLY))
         if wrong:
-            flags = ", ".join(_flag(key) for key in wrong)
             what = next(_flag(key) for key in _KINDS if key in given)
             hint = " (a job's GPUs: --gpus-per-job G)" if what == "--slurm" else ""
-            raise UsageError(f"{PROG}: {flags} belong to GPU clusters, not to {what}{hint}")
+            raise UsageError(f"{PROG}: {_belong(wrong)} to GPU clusters, not to {what}{hint}")
     if "address" in given and given & {"threads_per_worker", "protocol", "dashboard", "host"}:
         raise UsageError(
             f"{PROG}: --address attaches to a running scheduler; it takes only --name, --client, "
@@ -283,7 +281,12 @@ def _flag(key: str) -> str:
     return _FLAGS.get(key, "--" + key.replace("_", "-"))
 
 
-def _check_managers(given: frozenset[str]) -> None:
+def _belong(keys: list[str]) -> str:
+    """``"--list belongs"``, ``"--jobs, --partition belong"``: the options of ``keys`` and the verb that agrees."""
+    return ", ".join(_flag(key) for key in keys) + (" belongs" if len(keys) == 1 else " belong")
+
+
+def _check_managers(given: frozenset[str], address: str | None = None) -> None:
     """--slurm, --from and --gateway: what goes with what, each mistake one line."""
     chosen = [key for key in ("slurm", "from_name", "gateway", "address") if key in given]
     if len(chosen) > 1:
@@ -291,11 +294,10 @@ def _check_managers(given: frozenset[str]) -> None:
             f"{PROG}: choose one of --slurm (SLURM jobs), --from NAME (adopt), --gateway (a Dask Gateway) or "
             "--address (attach)"
         )
-    _check_gateway(given)
+    _check_gateway(given, address)
     slurm_only = sorted(given & set(_SLURM_ONLY))
     if slurm_only and "slurm" not in given:
-        flags = ", ".join(_flag(key) for key in slurm_only)
-        raise UsageError(f"{PROG}: {flags} belong to --slurm (workers from SLURM jobs)")
+        raise UsageError(f"{PROG}: {_belong(slurm_only)} to --slurm (workers from SLURM jobs)")
     if "gpus_per_job" in given and "cpu_workers" in given:
         raise UsageError(f"{PROG} --slurm: choose one of --gpus-per-job G (GPU workers) or --cpu-workers K per job")
     if "gpu_directive" in given and "gpus_per_job" not in given:
@@ -307,33 +309,32 @@ def _check_managers(given: frozenset[str]) -> None:
     if "from_name" in given:
         wrong = sorted(given & {"cpu_workers", "threads_per_worker", "protocol", "dashboard", "host", "timeout"})
         if wrong:
-            flags = ", ".join(_flag(key) for key in wrong)
             raise UsageError(
-                f"{PROG} --from: {flags} belong to clusters started here; the adopted cluster keeps its own "
+                f"{PROG} --from: {_belong(wrong)} to clusters started here; the adopted cluster keeps its own "
                 "settings (--from takes --name, --client, --wait, --idle-timeout and --replace)"
             )
 
 
-def _check_gateway(given: frozenset[str]) -> None:
-    """--gateway and its options: what goes with what, each mistake one line."""
+def _check_gateway(given: frozenset[str], address: str | None) -> None:
+    """--gateway (``address``: as typed, "" when not) and its options: what goes with what, each mistake one line."""
     gateway_only = sorted(given & set(_GATEWAY_ONLY))
     if gateway_only and "gateway" not in given:
-        flags = ", ".join(_flag(key) for key in gateway_only)
-        raise UsageError(f"{PROG}: {flags} belong to --gateway (a cluster from a Dask Gateway)")
+        raise UsageError(f"{PROG}: {_belong(gateway_only)} to --gateway (a cluster from a Dask Gateway)")
     if "gateway" not in given:
         return
     wrong = sorted(given & {"cpu_workers", "threads_per_worker", "protocol", "dashboard", "host"})
     if wrong:
-        flags = ", ".join(_flag(key) for key in wrong)
+        listing = " ".join(part for part in (f"{PROG} --gateway", address, "--list") if part)
         raise UsageError(
-            f"{PROG} --gateway: {flags} belong to clusters started here; the gateway sets up its workers from its "
-            "own options: give them as --gateway-option KEY=VALUE (%gpucluster --gateway --list shows them)"
+            f"{PROG} --gateway: {_belong(wrong)} to clusters started here; the gateway sets up its workers from its "
+            f"own options: give them as --gateway-option KEY=VALUE ({listing} lists the options it offers)"
         )
     if "list_clusters" in given:
         extra = sorted(given - {"gateway", "list_clusters", "timeout"})
         if extra:
+            goes = "goes" if len(extra) == 1 else "go"
             flags = ", ".join(_flag(key) for key in extra)
-            raise UsageError(f"{PROG} --gateway --list: lists the clusters only; {flags} go with a start")
+            raise UsageError(f"{PROG} --gateway --list: only lists; {flags} {goes} with a start")
     if "connect_name" in given and "gateway_options" in given:
         raise UsageError(
             f"{PROG} --gateway --connect: the cluster keeps the options it was made with; leave --gateway-option out"

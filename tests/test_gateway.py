@@ -245,6 +245,99 @@ def test_a_gateway_that_does_not_answer_or_refuses_the_user_is_one_line(
     assert server.clusters() == []
 
 
+def test_hints_run_as_printed_with_the_address_typed_on_the_line(
+    shell: InteractiveShell, server: GatewayServer
+) -> None:
+    """Where the line named the gateway, every hint that prints a line names it too, and runs as printed."""
+    import re
+
+    magic(shell, f"--gateway {server.address} --workers 1 --name typed")
+    said = magic(shell, "stop --keep")
+    (report,) = server.clusters()
+    name = str(report["name"])
+    hint = re.search(r"\((%gpucluster --gateway \S+ --connect \S+) comes back to it\)", said)
+    assert hint is not None and hint.group(1) == f"%gpucluster --gateway {server.address} --connect {name}", said
+
+    listed = magic(shell, f"--gateway {server.address} --list")
+    assert f"%gpucluster --gateway {server.address} --connect {name} connects to the newest" in listed
+    options = f"cluster options (%gpucluster --gateway {server.address} --gateway-option KEY=VALUE): worker_cores"
+    assert options in listed and "profile (one of cpu, gpu" in listed
+
+    magic(shell, hint.group(1).removeprefix("%gpucluster "))  # the hint, copied
+    assert cluster.status().kind == "gateway" and len(cluster.status().workers) == 1
+    assert "shut down" in magic(shell, "stop --close")
+    assert server.clusters() == []
+    empty = magic(shell, f"--gateway {server.address} --list")
+    assert f"no clusters of yours on the gateway at {server.address} (%gpucluster --gateway {server.address} " in empty
+    assert "cluster options (" in empty
+
+
+class _NotAGateway:
+    """A web server on loopback that is not a Dask Gateway: it answers every request with ``answer``."""
+
+    def __init__(self, status: int, content_type: str, body: bytes) -> None:
+        import http.server
+        import threading
+
+        answer = (status, content_type, body)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _reply(self) -> None:
+                code, kind, data = answer
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _reply
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (404, "text/html", b"<!DOCTYPE HTML>\n<html><body>Not Found</body></html>"),  # a web server
+        (404, "text/plain", b""),  # nothing to say (dask-gateway read it as a bare "ValueError")
+        (200, "text/html", b"<!doctype html><title>JupyterHub</title>"),  # a page
+        (200, "application/json", b'{"message": "hello"}'),  # another service's API
+    ],
+    ids=["html-404", "empty-404", "page", "json"],
+)
+def test_an_address_that_is_not_a_gateway_is_said_so_in_one_line(
+    ip: InteractiveShell, answer: tuple[int, str, bytes]
+) -> None:
+    other = _NotAGateway(*answer)
+    try:
+        for line in ("", " --list", " --connect abc"):
+            message = refused(ip, f"--gateway {other.address}{line}")
+            assert message == (
+                f"%gpucluster --gateway: {other.address} did not answer as a Dask Gateway (check the address: on a "
+                "hub it is gateway.address in dask's config)"
+            ), message
+    finally:
+        other.close()
+
+
+def test_a_gateway_address_where_nothing_listens_says_so(ip: InteractiveShell) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"
+    assert refused(ip, f"--gateway {nobody}") == (
+        f"%gpucluster --gateway: the gateway at {nobody} did not answer (nothing listens there)"
+    )
+
+
 def test_connecting_to_a_cluster_the_gateway_does_not_have_is_one_line(
     shell: InteractiveShell, server: GatewayServer
 ) -> None:

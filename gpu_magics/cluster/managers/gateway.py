@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.managers import attach
+from gpu_magics.cluster.managers import attach, packages
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.reading import inspection
@@ -46,9 +46,12 @@ class GatewayManager(ClusterManager):
     keepable = True
     background = True  # the gateway starts a scheduler, then workers (pods): seconds to minutes; cells go on
 
-    def __init__(self, gateway: Any, offered: Any | None, connect_to: str | None, workers: int | None) -> None:
+    def __init__(
+        self, gateway: Any, offered: Any | None, connect_to: str | None, workers: int | None, typed: str = ""
+    ) -> None:
         super().__init__(None, LABEL)
         self.gateway = gateway
+        self.typed = typed  # the address as the line gave it ("": dask-gateway's config): hints repeat it
         self.offered = offered  # the cluster options to make it with (None: connect to ``connect_to``)
         self.name = connect_to  # the gateway's name for the cluster, once known
         self.owned = connect_to is None
@@ -154,6 +157,10 @@ class GatewayManager(ClusterManager):
         else:
             self._let_go()
 
+    def discard(self) -> None:
+        """Let go of a manager that started nothing (its line was only checked)."""
+        self._let_go()
+
     def _let_go(self) -> None:
         """Close the ``GatewayCluster`` object and the gateway client here; the cluster on the gateway stays."""
         if self.cluster is not None:
@@ -168,14 +175,14 @@ class GatewayManager(ClusterManager):
             how = "" if self.owned or keep else "; stop --close shuts it down"
             return (
                 f"{PROG}: detached from {name!r}; gateway cluster {self.name} keeps running{how} "
-                f"({PROG} --gateway --connect {self.name} comes back to it)"
+                f"({command(self.typed, f'--connect {self.name}')} comes back to it)"
             )
         try:
             self.close()
         except UsageError:  # the gateway is gone or silent: what it runs may outlive this kernel
             return (
                 f"{PROG}: stopped using {name!r}; the gateway did not answer, so gateway cluster {self.name} may "
-                f"still run there ({PROG} --gateway --list shows it once the gateway is back)"
+                f"still run there ({command(self.typed, '--list')} shows it once the gateway is back)"
             )
         return f"{PROG}: stopped cluster {name!r} (gateway cluster {self.name} shut down)"
 
@@ -190,22 +197,24 @@ def open_gateway(options: ClusterOptions) -> GatewayManager:
             if report.status.name in ENDED:
                 raise UsageError(
                     f"{WHAT} --connect: gateway cluster {options.connect_name!r} is {report.status.name.lower()}; "
-                    f"{PROG} --gateway --list shows the running ones"
+                    f"{command(options.gateway, '--list')} shows the running ones"
                 )
-            return GatewayManager(gateway, None, options.connect_name, options.workers)
+            return GatewayManager(gateway, None, options.connect_name, options.workers, options.gateway or "")
         offered = chosen_options(gateway, options.gateway_options)
-        return GatewayManager(gateway, offered, None, options.workers)
+        return GatewayManager(gateway, offered, None, options.workers, options.gateway or "")
     except BaseException:
         close_gateway(gateway)
         raise
 
 
+def command(typed: str | None, rest: str) -> str:
+    """``%gpucluster --gateway [ADDRESS] REST``: a line to copy, with the address where the user typed one."""
+    return " ".join(part for part in (WHAT, typed, rest) if part)
+
+
 def make_gateway(address: str | None) -> Any:
     """dask-gateway's ``Gateway`` for ``address`` ("" or ``None``: the one dask-gateway's config names)."""
-    try:
-        from dask_gateway import Gateway
-    except ImportError:
-        raise UsageError(f"{WHAT}: dask-gateway is not installed ({INSTALL})") from None
+    Gateway = packages.require("dask_gateway", WHAT, f"dask-gateway is not installed ({INSTALL})").Gateway
     try:
         return Gateway(address or None)
     except ValueError:
@@ -228,7 +237,8 @@ def close_gateway(gateway: Any) -> None:
 
 def ask(gateway: Any, request: Coroutine[Any, Any, T], what: str) -> T:
     """Run one request to the gateway (a coroutine of dask-gateway's client) within ``ANSWER_S``; each way it can
-    fail is one line naming the gateway."""
+    fail is one line naming the gateway. A server that answers but is not a Dask Gateway (a web page, another
+    service's API) is said to be so, not quoted."""
     from dask_gateway.client import GatewayClusterError, GatewayServerError
 
     async def bounded() -> T:
@@ -239,11 +249,18 @@ def ask(gateway: Any, request: Coroutine[Any, Any, T], what: str) -> T:
         return gateway.sync(bounded)
     except TimeoutError:
         raise UsageError(f"{WHAT}: {where} did not answer within {ANSWER_S:g} s (trying to {what})") from None
-    except (ValueError, GatewayClusterError) as error:  # its own words: no such cluster, an option it refuses
-        raise UsageError(f"{WHAT}: {where} refused to {what}: {_first_line(error)}") from None
-    except GatewayServerError as error:
-        raise UsageError(f"{WHAT}: {where} failed to {what}: {_first_line(error)}") from None
+    except OSError as error:  # nothing listens there, or the name does not resolve (aiohttp's connection errors)
+        raise UsageError(f"{WHAT}: {where} did not answer ({_reason(error)})") from None
     except Exception as error:
+        if not is_gateway(gateway):
+            raise UsageError(
+                f"{WHAT}: {gateway.address} did not answer as a Dask Gateway (check the address: on a hub it is "
+                "gateway.address in dask's config)"
+            ) from None
+        if isinstance(error, (ValueError, GatewayClusterError)):  # its own words: no such cluster, a refused option
+            raise UsageError(f"{WHAT}: {where} refused to {what}: {_first_line(error)}") from None
+        if isinstance(error, GatewayServerError):
+            raise UsageError(f"{WHAT}: {where} failed to {what}: {_first_line(error)}") from None
         status = getattr(error, "status", None)
         if status in (401, 403):
             raise UsageError(
@@ -253,9 +270,40 @@ def ask(gateway: Any, request: Coroutine[Any, Any, T], what: str) -> T:
         raise UsageError(f"{WHAT}: {where} did not answer ({one_line(error)})") from None
 
 
+def is_gateway(gateway: Any) -> bool:
+    """Whether ``gateway.address`` answers as a Dask Gateway does (its ``/api/version``, which needs no login)."""
+
+    async def version() -> Any:
+        session = gateway._session
+        if session is None:
+            import aiohttp
+
+            session = gateway._session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+        async with session.get(f"{gateway.address}/api/version", **gateway._request_kwargs) as response:
+            return await response.json() if response.status == 200 else None
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(version(), ANSWER_S)
+
+    try:
+        answer = gateway.sync(bounded)
+    except Exception:
+        return False
+    return isinstance(answer, dict) and "version" in answer
+
+
+def _reason(error: OSError) -> str:
+    """``"Name or service not known"``, ``"Connect call failed ..."``: why a connection failed, without the
+    error's own restatement of the address."""
+    cause = getattr(error, "os_error", None) or error
+    if isinstance(cause, ConnectionRefusedError):
+        return "nothing listens there"
+    return str(getattr(cause, "strerror", None) or _first_line(cause))
+
+
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    return lines[0] if lines else f"{type(error).__name__} (no reason given)"
 
 
 def chosen_options(gateway: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
@@ -360,14 +408,18 @@ def asked_workers(client: Client) -> int:
 
 
 def list_clusters(address: str | None, current: str | None) -> str:
-    """``%gpucluster --gateway --list``: the user's running and pending clusters on the gateway, one a line."""
+    """``%gpucluster --gateway --list``: the user's running and pending clusters on the gateway, one a line, then
+    the cluster options it offers (for ``--gateway-option``); each hint a line to copy."""
     gateway = make_gateway(address)
     try:
         reports = ask(gateway, gateway._clusters(), "list your clusters")
+        offered = ask(gateway, gateway._cluster_options(), "list its cluster options")
     finally:
         close_gateway(gateway)
+    options_line = f"cluster options ({command(address, '--gateway-option KEY=VALUE')}): {describe_options(offered)}"
     if not reports:
-        return f"{PROG}: no clusters of yours on the gateway at {gateway.address} ({PROG} --gateway makes one)"
+        empty = f"{PROG}: no clusters of yours on the gateway at {gateway.address} ({command(address, '')} makes one)"
+        return f"{empty}\n{options_line}"
     lines = [f"{PROG}: your clusters on the gateway at {gateway.address}:"]
     for report in sorted(reports, key=lambda r: r.start_time):
         options = ", ".join(f"{key}={value}" for key, value in sorted((report.options or {}).items()))
@@ -377,5 +429,8 @@ def list_clusters(address: str | None, current: str | None) -> str:
             + (f"  {options}" if options else "")
             + mark
         )
-    lines.append(f"{PROG} --gateway --connect NAME connects to one")
+    others = [r.name for r in sorted(reports, key=lambda r: r.start_time) if r.name != current]
+    if others:
+        lines.append(f"{command(address, f'--connect {others[-1]}')} connects to the newest (any NAME above works)")
+    lines.append(options_line)
     return "\n".join(lines)

@@ -285,12 +285,37 @@ def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, ru
     children = {child.pid for child in psutil.Process().children(recursive=True)}
     began = time.monotonic()
     with pytest.raises(UsageError) as caught:
-        magics.gpucluster(f"--address tcp://127.0.0.1:{free_port()} --timeout 1")
+        magics.gpucluster(f"--address {(address := f'tcp://127.0.0.1:{free_port()}')} --timeout 1")
     assert time.monotonic() - began < 10
     message = str(caught.value)
-    assert "no scheduler answered within 1 s" in message and "\n" not in message
+    assert message == f"%gpucluster --address {address}: no scheduler answered within 1 s (nothing listens there)"
     assert cluster.active() is None and records(runtime_dir) == []
     assert {child.pid for child in psutil.Process().children(recursive=True)} <= children
+
+
+def test_address_where_a_web_server_answers_is_a_bounded_one_line_error(
+    magics: ClusterMagics, runtime_dir: Path
+) -> None:
+    """distributed waits forever for the handshake of a server that is not Dask's: the line is bounded."""
+    import http.server
+    import threading
+
+    cluster.stop()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    address = f"tcp://127.0.0.1:{server.server_address[1]}"
+    try:
+        began = time.monotonic()
+        with pytest.raises(UsageError) as caught:
+            magics.gpucluster(f"--address {address} --timeout 1")
+        assert time.monotonic() - began < 15
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert str(caught.value) == f"%gpucluster --address {address}: what answered there is not a Dask scheduler"
+    assert cluster.active() is None and records(runtime_dir) == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="needs a machine without CuPy")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -15,26 +16,104 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+HANDSHAKE_GRACE_S = 2.0  # beyond --timeout, for what answered there to say it is a Dask scheduler
+
+
 def connect(address: str, timeout: float) -> Client:
     """A client of the scheduler at ``address``; a one-line ``UsageError`` when none answers there in
-    ``timeout`` seconds, or when what answers is not a Dask scheduler."""
+    ``timeout`` seconds, or when what answers is not a Dask scheduler (a web server, say: distributed would wait
+    for its handshake forever)."""
     from distributed import Client
 
+    not_dask = f"{PROG} --address {address}: what answered there is not a Dask scheduler"
+    refused = probe(address, timeout)
+    if refused == NOT_DASK:
+        raise UsageError(not_dask)
+    if refused is not None:
+        raise UsageError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s{refused}")
     try:
         client = Client(address, timeout=timeout, set_as_default=True)
-    except (OSError, TimeoutError) as error:
-        raise UsageError(
-            f"{PROG} --address {address}: no scheduler answered within {timeout:g} s ({one_line(error)})"
-        ) from None
-    except Exception as error:  # something answered, but not in Dask's protocol (a web server, say)
-        raise UsageError(
-            f"{PROG} --address {address}: what answered there is not a Dask scheduler ({one_line(error)})"
-        ) from None
+    except (OSError, TimeoutError):
+        raise UsageError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s") from None
+    except Exception as error:  # something answered, but not in Dask's protocol
+        raise UsageError(f"{not_dask} ({one_line(error)})") from None
     if not _is_scheduler(client):
         with contextlib.suppress(Exception):
             client.close(timeout=2)
-        raise UsageError(f"{PROG} --address {address}: what answered there is not a Dask scheduler")
+        raise UsageError(not_dask)
     return client
+
+
+NOT_DASK = "not dask"
+_PROBED = ("tcp", "tls", "ws", "wss")  # the schemes this probes; others (ucx) go straight to the client
+
+
+def probe(address: str, timeout: float) -> str | None:
+    """Open one connection to ``address`` and read its handshake, bounded: ``None`` when a Dask peer answered,
+    ``NOT_DASK`` when something answered but sent no handshake, else why nothing answered (``" (nothing listens
+    there)"``, ``" (cannot resolve HOST)"`` or ``""``), to end a line with."""
+    import asyncio
+    import threading
+
+    from distributed.comm import connect as open_comm
+    from distributed.comm.addressing import parse_address
+    from distributed.security import Security
+
+    scheme, location = parse_address(address)
+    if scheme not in _PROBED:
+        return None
+    arguments = Security().get_connection_args("client")
+
+    async def attempt() -> str | None:
+        task = asyncio.ensure_future(open_comm(address, timeout=timeout, **arguments))
+        done, _ = await asyncio.wait({task}, timeout=timeout + HANDSHAKE_GRACE_S)
+        if not done:  # connected, but no handshake came back
+            task.cancel()
+            return NOT_DASK
+        try:
+            comm = task.result()
+        except Exception as error:
+            return _why(error, location)
+        with contextlib.suppress(Exception):
+            await comm.close()
+        return None
+
+    outcome: list[str | None] = []
+
+    def run() -> None:  # its own loop: the kernel's thread may be running one
+        try:
+            outcome.append(asyncio.run(attempt()))
+        except Exception:
+            outcome.append(None)  # the probe itself failed: let the client say what it finds
+
+    thread = threading.Thread(target=run, name="gpu-magics-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 2 * HANDSHAKE_GRACE_S)
+    return outcome[0] if outcome else NOT_DASK
+
+
+def _why(error: BaseException, location: str) -> str:
+    """The end of the line for a failed connection: the first cause a user can act on, or nothing (a timeout is
+    said by the line itself)."""
+    from distributed.comm.addressing import parse_host_port
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return " (nothing listens there)"
+        if isinstance(seen, socket.gaierror):
+            host = location
+            with contextlib.suppress(Exception):
+                host = str(parse_host_port(location)[0])
+            return f" (cannot resolve {host})"
+        seen = seen.__cause__ or seen.__context__
+    with contextlib.suppress(Exception):  # the connector's last try may have been cut by the deadline: ask once
+        host, port = parse_host_port(location)
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except ConnectionRefusedError:
+            return " (nothing listens there)"
+    return ""
 
 
 def connect_manager(cluster: Any, timeout: float) -> Client:

@@ -2,7 +2,8 @@
 
 Enabled by ``pip install`` (``etc/jupyter/jupyter_server_config.d/gpu_magics.json``). Loading it does no GPU work:
 the shared sampler starts on the first request that needs it. Configure it with ``c.GpuMagicsServer.*``
-(``interval``, ``history``, ``source``, ``fake_gpus``).
+(``interval``, ``history``, ``source``, ``fake_gpus``, ``metrics``...). It adds the ``gpu_magics_*`` series to the
+server's own Prometheus endpoint ``/metrics`` (``server.metrics``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     service = MonitorService(config)
     serverapp.web_app.settings[SERVICE_KEY] = service
     setup_handlers(serverapp.web_app)
+    if config.metrics:
+        from gpu_magics.server.metrics import install
+
+        install(serverapp, service)
     serverapp.log.info(
         "gpu_magics: GPU panel endpoints at %sgpu-magics/api/ (source %s, every %.2f s)",
         serverapp.base_url,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from traitlets import Enum, Float, Int, TraitError, default, validate
+from traitlets import Bool, Enum, Float, Int, TraitError, default, validate
 from traitlets.config import Configurable
 
 from gpu_magics.monitor.sampler import MIN_INTERVAL
@@ -41,6 +41,30 @@ class GpuMagicsServer(Configurable):
         4, help="How many GPUs the 'fake' source has (0 to 64); $GPU_MAGICS_SOURCE=fake:N sets the default."
     ).tag(config=True)
 
+    metrics = Bool(
+        True,
+        help="Add GPU use per GPU, kernel and cluster (gpu_magics_* series) to the server's Prometheus endpoint "
+        "/metrics.",
+    ).tag(config=True)
+
+    metrics_interval = Float(
+        5.0,
+        help="Seconds between refreshes of the /metrics figures (read off the scrape: a scrape answers from the "
+        "last refresh); at least 0.1.",
+    ).tag(config=True)
+
+    metrics_notebook_label = Bool(
+        False,
+        help="Label each kernel's /metrics series with its notebook's path (label 'notebook'; one series per "
+        "notebook, so off by default).",
+    ).tag(config=True)
+
+    idle_utilization = Float(
+        5.0,
+        help="A GPU busier than this (percent) over a refresh is not idle: below it, memory held there counts as "
+        "held while idle (gpu_magics_kernel_idle_hold_seconds).",
+    ).tag(config=True)
+
     @default("source")
     def _default_source(self) -> str:
         return source_from_env().kind
@@ -50,7 +74,7 @@ class GpuMagicsServer(Configurable):
         count = source_from_env().gpus
         return DEFAULT_FAKE_GPUS if count is None else count
 
-    @validate("interval", "slow_interval")
+    @validate("interval", "slow_interval", "metrics_interval")
     def _clamp_interval(self, proposal: dict[str, Any]) -> float:
         value = float(proposal["value"])
         if not math.isfinite(value):
@@ -69,4 +93,11 @@ class GpuMagicsServer(Configurable):
         value = int(proposal["value"])
         if not 0 <= value <= MAX_FAKE_GPUS:
             raise TraitError(f"fake_gpus must be between 0 and {MAX_FAKE_GPUS}, got {value}")
+        return value
+
+    @validate("idle_utilization")
+    def _check_idle_utilization(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not 0 <= value <= 100:
+            raise TraitError(f"idle_utilization must be a percentage from 0 to 100, got {value!r}")
         return value

@@ -65,6 +65,7 @@ class MonitorService:
         self._started_at = time.time()  # when the sampler last started: the time of a placeholder snapshot
         self._idle_handle: object | None = None
         self._closed = False
+        self._on_close: list[Callable[[], None]] = []
         _track(self)
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -99,9 +100,19 @@ class MonitorService:
             self._schedule_idle_check()
         return self._sampler
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the service closes (what reads its sampler stops with it)."""
+        self._on_close.append(callback)
+
     def close(self) -> None:
         """Stop sampling and release the source (server shutdown)."""
         self._closed = True
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                _log.exception("closing what reads the GPU monitor failed")
         self._listeners.clear()
         self._cancel_idle_check()
         sampler, self._sampler = self._sampler, None

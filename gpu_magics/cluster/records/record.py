@@ -207,7 +207,7 @@ def _list(prefix: str, parse: Any, clean: bool) -> list[Any]:
             record = parse(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             continue
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # not a record
             if clean:
                 remove_record(path)
             continue

@@ -1,0 +1,23 @@
+"""In the Jupyter server process: GPU use per GPU, kernel and cluster on jupyter_server's own Prometheus endpoint.
+
+``install`` registers one collector in prometheus_client's default registry (the one jupyter_server's ``/metrics``
+serves, behind ``ServerApp.authenticate_prometheus``); no handler of its own. A scrape answers from the last
+refresh (``feed``): the records, NVML's process lists and the sampler's readings are read off the scrape, every
+``GpuMagicsServer.metrics_interval`` seconds while scrapes come.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["install"]
+
+
+def install(serverapp: Any, service: Any) -> None:
+    """Have ``/metrics`` of ``serverapp`` serve the ``gpu_magics_*`` series, from ``service``'s sampler."""
+    from gpu_magics.server.metrics.collector import attach
+    from gpu_magics.server.metrics.feed import MetricsFeed
+
+    feed = MetricsFeed(service, kernel_manager=serverapp.kernel_manager, session_manager=serverapp.session_manager)
+    attach(feed)
+    service.on_close(feed.close)

@@ -1,0 +1,109 @@
+"""``MetricsFeed``: refreshes the ``/metrics`` figures on the server's event loop while scrapes come.
+
+The first scrape starts it (loading the extension does no GPU work); it reads every ``metrics_interval`` seconds
+(records and ``/proc`` on a worker thread, the sampler's readings from memory) and stops when no scrape has come for
+``STANDBY_S`` seconds, after which the shared sampler stops as it does without listeners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from functools import partial
+from typing import Any
+
+from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
+from gpu_magics.server.metrics.collector import detach
+from gpu_magics.server.metrics.frame import Frame, build
+from gpu_magics.server.metrics.gather import Inputs, gather
+from gpu_magics.server.metrics.idle import IdleHold
+from gpu_magics.server.metrics.labels import Place
+from gpu_magics.server.service import MonitorService
+
+_log = logging.getLogger(__name__)
+STANDBY_S = 600.0  # no scrape for this long: stop refreshing (Prometheus scrapes every 15 s to 1 min)
+
+
+class MetricsFeed:
+    """The last frame, and the task that refreshes it."""
+
+    def __init__(self, service: MonitorService, *, kernel_manager: Any, session_manager: Any) -> None:
+        self.service = service
+        self.config = service.config
+        self.frame = Frame(time=0.0)
+        self._kernel_manager = kernel_manager
+        self._session_manager = session_manager
+        self._idle = IdleHold()
+        self._place: Place | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_scrape = 0.0
+        self._last_refresh: float | None = None
+        self._failed = False
+        self._closed = False
+
+    # -- the scrape's side (in memory only) ----------------------------------------------------------------
+
+    def scraped(self) -> Frame:
+        """The last frame; starts refreshing when it is not under way (on the event loop only)."""
+        self._last_scrape = time.monotonic()
+        if not self._closed and (self._task is None or self._task.done()):
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not on the server's loop: answer without starting anything
+                return self.frame
+            self._task = loop.create_task(self._run())
+        return self.frame
+
+    def running_kernels(self) -> set[str]:
+        return running_kernel_ids(self._kernel_manager)
+
+    # -- refreshing ----------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._closed and time.monotonic() - self._last_scrape < max(STANDBY_S, 3 * self.interval):
+            await self.refresh()
+            await asyncio.sleep(self.interval)
+
+    @property
+    def interval(self) -> float:
+        return float(self.config.metrics_interval)
+
+    async def refresh(self) -> None:
+        """Read once and replace the frame; a failure keeps the last frame and is logged once."""
+        try:
+            loop = asyncio.get_running_loop()
+            sampler = self.service.ensure_started()
+            snapshot = sampler.latest() or await self.service.latest()  # the first refresh waits for a reading
+            history = sampler.history(self._last_refresh) if self._last_refresh is not None else []
+            pids = kernel_pids(self._kernel_manager)
+            managed = frozenset(running_kernel_ids(self._kernel_manager))
+            notebooks = bool(self.config.metrics_notebook_label)
+            paths = await kernel_paths(self._session_manager) if notebooks else {}
+            read = partial(gather, snapshot, history, pids, paths, managed)
+            self.frame = await loop.run_in_executor(None, self._build, read)
+            self._last_refresh = self.frame.time
+            self._failed = False
+        except Exception:
+            if not self._failed:
+                _log.exception("gpu_magics: the /metrics figures could not be read (the last ones are kept)")
+            self._failed = True
+
+    def _build(self, read: partial[Inputs]) -> Frame:
+        if self._place is None:
+            self._place = Place.here()
+        return build(
+            read(),
+            self._place,
+            self._idle,
+            idle_utilization=float(self.config.idle_utilization),
+            notebook_label=bool(self.config.metrics_notebook_label),
+        )
+
+    def close(self) -> None:
+        """Stop refreshing and leave ``/metrics`` (the server is closing)."""
+        self._closed = True
+        detach(self)
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()

@@ -1,0 +1,202 @@
+"""The ``gpu_magics_*`` series of one refresh, built from what was read (``gather.Inputs``): plain data, no I/O.
+
+A figure that cannot be measured has no series (not 0): a GPU that cannot be read, a MIG instance's utilization, a
+cluster without an idle clock. Durations are kept as the time they count from, so a scrape says them up to date.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_magics.monitor.models import GpuReading
+from gpu_magics.server.metrics import labels as names
+from gpu_magics.server.metrics.gather import Inputs
+from gpu_magics.server.metrics.idle import IdleHold
+from gpu_magics.server.metrics.labels import Labels, Place
+
+MAX_GPUS_PER_KERNEL = 256  # series of one kernel's memory kept per refresh (a hostile record cannot flood /metrics)
+PARTS = ("kernel", "workers", "ranks", "children")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One sample: ``value``, or the seconds since ``since`` (counted at the scrape)."""
+
+    labels: Labels
+    value: float = 0.0
+    since: float | None = None
+    kernel_id: str | None = None  # the kernel it belongs to: gone from a scrape once the server no longer runs it
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    help: str
+    series: tuple[Series, ...] = ()
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Every family of one refresh."""
+
+    time: float
+    families: tuple[Family, ...] = ()
+    managed: frozenset[str] = field(default_factory=frozenset)  # kernels the server ran then
+
+
+HELP = {
+    "gpu_magics_gpu_utilization_ratio": "Share of time a kernel ran on the GPU over the last sample (0 to 1).",
+    "gpu_magics_gpu_memory_used_bytes": "GPU memory in use, by every process.",
+    "gpu_magics_gpu_memory_total_bytes": "GPU memory in all.",
+    "gpu_magics_gpu_power_watts": "GPU power draw.",
+    "gpu_magics_kernel_gpu_memory_bytes": "GPU memory held for a Jupyter kernel, by part: the kernel itself, its "
+    "cluster's workers, its SPMD ranks, other processes it started.",
+    "gpu_magics_kernel_idle_hold_seconds": "Seconds a kernel's GPU memory has been held on GPUs that sat idle "
+    "(0 while they are busy).",
+    "gpu_magics_cluster_workers": "Workers of a kernel's Dask cluster.",
+    "gpu_magics_cluster_gpus": "GPUs of a kernel's Dask cluster.",
+    "gpu_magics_cluster_info": "A kernel's Dask cluster: its kind and whether it was started here or attached to.",
+    "gpu_magics_cluster_idle_seconds": "Seconds since a kernel's Dask cluster last ran a task (0 while it runs "
+    "one); only for clusters with an idle timeout.",
+}
+
+
+def build(
+    inputs: Inputs,
+    place: Place,
+    idle: IdleHold,
+    *,
+    idle_utilization: float,
+    notebook_label: bool,
+) -> Frame:
+    """The series of ``inputs`` (``idle`` is updated with this refresh)."""
+    local = {reading.uuid: reading for reading in inputs.snapshot.gpus} if inputs.snapshot is not None else {}
+    series: dict[str, list[Series]] = {name: [] for name in HELP}
+    _gpus(series, local.values(), inputs.remote, place)
+    held = _kernel_memory(series, inputs, local, place, notebook_label)
+    _idle_hold(series, held, inputs, idle, idle_utilization, place, notebook_label)
+    _clusters(series, inputs, place)
+    families = tuple(Family(name, HELP[name], tuple(found)) for name, found in series.items())
+    return Frame(inputs.time, families, inputs.managed)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _gpus(
+    series: dict[str, list[Series]],
+    local: Iterable[GpuReading],
+    remote: Iterable[tuple[str, Mapping[str, Any]]],
+    place: Place,
+) -> None:
+    seen: set[str] = set()
+    for reading in local:
+        if reading.error is not None:  # gone or unreadable: nothing measured
+            continue
+        seen.add(reading.uuid)
+        device = names.device(reading.uuid, {reading.uuid: reading})
+        labels = (*device, ("gpu", names.gpu_index(reading)), ("modelName", names.clean(reading.name)),
+                  ("Hostname", place.hostname), *place.pod)  # fmt: skip
+        utilization = _number(reading.gpu_util)
+        _add(series, "gpu_magics_gpu_utilization_ratio", labels, None if utilization is None else utilization / 100)
+        _add(series, "gpu_magics_gpu_memory_used_bytes", labels, _number(reading.memory_used))
+        _add(series, "gpu_magics_gpu_memory_total_bytes", labels, _number(reading.memory_total))
+        _add(series, "gpu_magics_gpu_power_watts", labels, _number(reading.power))
+    for host, gpu in remote:  # the workers' GPUs on other hosts, as they reported them
+        uuid = gpu["uuid"]
+        if uuid in seen or gpu.get("error") is not None or not names.is_uuid(uuid):
+            continue
+        seen.add(uuid)
+        index = gpu.get("nvml_index") if isinstance(gpu.get("nvml_index"), int) else gpu.get("index")
+        labels = (("UUID", uuid), ("gpu", names.clean(index if isinstance(index, int) else "")),
+                  ("modelName", names.clean(gpu.get("name") or "")), ("Hostname", names.clean(host)))  # fmt: skip
+        utilization = _number(gpu.get("gpu_util"))
+        _add(series, "gpu_magics_gpu_utilization_ratio", labels, None if utilization is None else utilization / 100)
+        _add(series, "gpu_magics_gpu_memory_used_bytes", labels, _number(gpu.get("memory_used")))
+        _add(series, "gpu_magics_gpu_memory_total_bytes", labels, _number(gpu.get("memory_total")))
+
+
+def _add(series: dict[str, list[Series]], name: str, labels: Labels, value: float | None) -> None:
+    if value is not None:
+        series[name].append(Series(labels, value))
+
+
+Held = dict[str, dict[tuple[str, str | None], int]]  # kernel -> (GPU UUID, host or None) -> bytes
+
+
+def _kernel_memory(
+    series: dict[str, list[Series]],
+    inputs: Inputs,
+    local: Mapping[str, GpuReading],
+    place: Place,
+    notebook_label: bool,
+) -> Held:
+    by_part: dict[tuple[str, str, str | None, str], int] = {}
+    held: Held = {}
+    for holding in inputs.holdings:
+        holder = holding.holder
+        used = holder.used_memory
+        if holder.kernel_id is None or holder.role == "other" or not isinstance(used, int) or used <= 0:
+            continue
+        if not names.is_uuid(holder.gpu_uuid):
+            continue
+        kernel = names.clean(holder.kernel_id)
+        gpus = held.setdefault(kernel, {})
+        key = (holder.gpu_uuid, holder.host)
+        if key not in gpus and len(gpus) >= MAX_GPUS_PER_KERNEL:
+            continue
+        gpus[key] = gpus.get(key, 0) + used
+        where = (kernel, holder.gpu_uuid, holder.host, holding.part)
+        by_part[where] = by_part.get(where, 0) + used
+    for (kernel, uuid, host, part), used in sorted(by_part.items(), key=lambda item: tuple(map(str, item[0]))):
+        labels = (("kernel_id", kernel), *names.device(uuid, local),
+                  ("Hostname", place.hostname if host is None else names.clean(host)), ("part", part),
+                  *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
+        series["gpu_magics_kernel_gpu_memory_bytes"].append(Series(labels, float(used), kernel_id=kernel))
+    return held
+
+
+def _notebook(inputs: Inputs, kernel: str, wanted: bool) -> Labels:
+    return (("notebook", names.clean(inputs.paths.get(kernel, ""))),) if wanted else ()
+
+
+def _idle_hold(
+    series: dict[str, list[Series]],
+    held: Held,
+    inputs: Inputs,
+    idle: IdleHold,
+    threshold: float,
+    place: Place,
+    notebook_label: bool,
+) -> None:
+    remote: dict[str, float | None] = {}
+    for _, gpu in inputs.remote:
+        remote.setdefault(str(gpu["uuid"]), _number(gpu.get("gpu_util")))
+    states: dict[str, bool | None] = {}
+    for kernel, gpus in held.items():
+        busy = [inputs.busiest.get(uuid) if host is None else remote.get(uuid) for uuid, host in gpus]
+        known = [value for value in busy if value is not None]
+        states[kernel] = all(value < threshold for value in known) if len(known) == len(busy) else None
+    for kernel, since in sorted(idle.update(states, inputs.time).items()):
+        labels = (("kernel_id", kernel), *_notebook(inputs, kernel, notebook_label), *place.pod)
+        series["gpu_magics_kernel_idle_hold_seconds"].append(Series(labels, 0.0, since, kernel_id=kernel))
+
+
+def _clusters(series: dict[str, list[Series]], inputs: Inputs, place: Place) -> None:
+    for record in inputs.records:
+        kernel = names.clean(record.kernel_id or "")
+        labels = (("kernel_id", kernel), ("cluster", names.clean(record.name)), *place.pod)
+        owner = kernel or None
+        series["gpu_magics_cluster_workers"].append(Series(labels, float(record.workers), kernel_id=owner))
+        series["gpu_magics_cluster_gpus"].append(Series(labels, float(len(record.gpus)), kernel_id=owner))
+        info = (*labels, ("kind", names.clean(record.kind)), ("started_here", str(record.kind != "attached").lower()))
+        series["gpu_magics_cluster_info"].append(Series(info, 1.0, kernel_id=owner))
+        if record.idle_timeout is not None:
+            since = _number(record.idle_since)
+            series["gpu_magics_cluster_idle_seconds"].append(Series(labels, 0.0, since, kernel_id=owner))

@@ -1,0 +1,168 @@
+"""What one refresh of the ``/metrics`` figures reads, on a worker thread (never on a scrape): the kernels' and
+clusters' records, NVML's process lists mapped to their kernels (``owners``), and which of those processes are SPMD
+ranks. A record that cannot be used (truncated, hostile) is left out alone; the rest still counts."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.monitor.models import GpuReading, Snapshot
+from gpu_magics.server.owners import GpuHolder, map_owners, psutil_ancestry, with_self_reports
+
+_log = logging.getLogger(__name__)
+RANK_MODULE = "gpu_magics.spmd.rank"  # a rank process's command line: python -u -m gpu_magics.spmd.rank ...
+MAX_RECORDS = 1000  # records read per refresh (each kernel writes one or two)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Bytes one process holds on one GPU, and which part of its kernel's work it is."""
+
+    holder: GpuHolder
+    part: str  # "kernel", "workers", "ranks" or "children" (other processes a kernel started)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a frame is built from, read at ``time``."""
+
+    time: float
+    snapshot: Snapshot | None
+    busiest: Mapping[str, float | None]  # this server's GPU UUID -> highest utilization (%) since the last refresh
+    remote: tuple[tuple[str, Mapping[str, Any]], ...]  # (host label, a worker's GPU as its record holds it)
+    records: tuple[cluster_records.ClusterRecord, ...]
+    holdings: tuple[Holding, ...]
+    paths: Mapping[str, str]  # kernel id -> notebook path
+    managed: frozenset[str]  # the kernels this server runs
+
+
+def gather(
+    snapshot: Snapshot | None,
+    history: Iterable[Snapshot],
+    kernel_pids: Mapping[int, str],
+    paths: Mapping[str, str],
+    managed: frozenset[str],
+) -> Inputs:
+    """Read the records and the processes' ancestry (files and ``/proc``: call off the event loop)."""
+    now = time.time()
+    records = cluster_records.list_records(clean=False)[:MAX_RECORDS]
+    kernels = cluster_records.list_kernel_records(clean=False)[:MAX_RECORDS]
+    chains: dict[int, list[int]] = {}
+
+    def ancestry(pid: int) -> list[int]:
+        if pid not in chains:
+            chains[pid] = psutil_ancestry(pid)
+        return chains[pid]
+
+    holders = map_owners(snapshot, kernel_pids=kernel_pids, records=records, paths=paths, ancestry=ancestry)
+    usable = []
+    for record in records:
+        try:
+            holders = with_self_reports(holders, [record], paths, snapshot)
+            usable.append(record)
+        except Exception as error:  # a record whose members are not what a kernel writes
+            _log.debug("gpu_magics metrics: cluster record %s left out: %r", record.filename, error)
+    for kernel in kernels:
+        try:
+            holders = with_self_reports(holders, [], paths, snapshot, [kernel])
+        except Exception as error:
+            _log.debug("gpu_magics metrics: kernel record %s left out: %r", kernel.filename, error)
+    workers = _worker_pids(usable)
+    ranks = _RankFinder()
+    holdings = tuple(Holding(holder, _part(holder, workers, ancestry, ranks)) for holder in holders)
+    return Inputs(
+        time=now,
+        snapshot=snapshot,
+        busiest=busiest(history, snapshot),
+        remote=tuple(_remote_gpus(usable)),
+        records=tuple(usable),
+        holdings=holdings,
+        paths=dict(paths),
+        managed=managed,
+    )
+
+
+def busiest(history: Iterable[Snapshot], latest: Snapshot | None) -> dict[str, float | None]:
+    """Each GPU's highest utilization over ``history`` (and ``latest``); ``None`` where it was never read."""
+    found: dict[str, float | None] = {}
+    for snapshot in [*history, *([latest] if latest is not None else [])]:
+        for reading in snapshot.gpus:
+            value = _utilization(reading)
+            before = found.get(reading.uuid)
+            found[reading.uuid] = value if before is None else (before if value is None else max(before, value))
+    return found
+
+
+def _utilization(reading: GpuReading) -> float | None:
+    value = reading.gpu_util
+    if reading.error is not None or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _worker_pids(records: Iterable[cluster_records.ClusterRecord]) -> frozenset[int]:
+    pids = set()
+    for record in records:
+        for member in record.members:
+            pid = member.get("pid")
+            if member.get("role") == "worker" and isinstance(pid, int):
+                pids.add(pid)
+    return frozenset(pids)
+
+
+def _remote_gpus(records: Iterable[cluster_records.ClusterRecord]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Every GPU the clusters' workers reported, with the worker's host label (newest report first)."""
+    found = []
+    for record in records:
+        for member in record.members:
+            if member.get("role") != "worker":
+                continue
+            stamp = member.get("time")
+            for gpu in member.get("gpus") or ():
+                if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
+                    when = float(stamp) if isinstance(stamp, int | float) else 0.0
+                    found.append((when, str(member.get("host_label") or ""), gpu))
+    found.sort(key=lambda entry: -entry[0])
+    return [(host, gpu) for _, host, gpu in found]
+
+
+class _RankFinder:
+    """Whether a process is an SPMD rank (its command line), asked once per process per refresh."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, bool] = {}
+
+    def __call__(self, pid: int) -> bool:
+        if pid not in self._known:
+            self._known[pid] = _is_rank(pid)
+        return self._known[pid]
+
+
+def _is_rank(pid: int) -> bool:
+    import psutil
+
+    try:
+        return RANK_MODULE in psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return False
+
+
+def _part(holder: GpuHolder, workers: frozenset[int], ancestry: Any, is_rank: _RankFinder) -> str:
+    """ "ranks" for a rank process and its children (DataLoader workers), "workers" for a cluster's worker and its
+    children, "children" for other processes a kernel started."""
+    if holder.role == "kernel":
+        return "kernel"
+    if holder.host is not None:  # a worker on another host, from its own report
+        return "workers"
+    for pid in ancestry(holder.pid) or [holder.pid]:
+        if is_rank(pid):
+            return "ranks"
+        if pid in workers:
+            return "workers"
+    return "workers" if holder.role == "worker" else "children"

@@ -99,15 +99,24 @@ def test_the_line_updates_in_place_and_ends_as_the_cluster(kernel: Kernel) -> No
     assert not [m for m in messages if m["msg_type"] in ("stream", "error") and "distributed" in text_of(m)]
 
 
-def test_a_failed_start_is_one_line_at_the_next_cell_with_nothing_left(kernel: Kernel, tmp_path: Path) -> None:
+def gone(pids: set[int], seconds: float) -> set[int]:
+    """Those of ``pids`` still alive after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.2)
+    return {p for p in pids if psutil.pid_exists(p)}
+
+
+def test_a_failed_start_fails_the_next_cell_once_with_nothing_left(kernel: Kernel, tmp_path: Path) -> None:
     kernel.ok("import dask; dask.config.set({'distributed.worker.preload': ['no_such_preload_module']})")
     kernel.ok("%gpucluster --cpu-workers 2 --name broken")
     time.sleep(6.0)  # the start fails meanwhile
-    said = [kernel.run("print('next')")[1], kernel.run("print('again')")[1]]
-    lines = [line for text in said for line in text.splitlines() if "did not start" in line]
-    assert len(lines) == 1, said  # said once
-    assert "No module named 'no_such_preload_module'" in lines[0] and "gpu-magics-kernel-" in lines[0]
-    assert not any("Traceback" in text or "distributed.nanny" in text for text in said)
+    reply, text = kernel.run("print('next')")
+    assert reply["status"] == "error" and reply["ename"] == "UsageError"  # a Run All stops here
+    assert "next" not in text and "(this cell did not run)" in text
+    assert "No module named 'no_such_preload_module'" in text and "gpu-magics-kernel-" in text
+    assert "Traceback" not in text and "distributed.nanny" not in text
+    assert kernel.ok("print('again')").strip() == "again"  # said once
     assert worker_processes(kernel.manager.provisioner.pid) == set()  # type: ignore[union-attr]
     log = next(tmp_path.glob("gpu-magics-kernel-*.log"))
     assert "no_such_preload_module" in log.read_text() and log.stat().st_mode & 0o077 == 0
@@ -118,10 +127,17 @@ def test_a_failed_start_is_one_line_at_the_next_cell_with_nothing_left(kernel: K
 def test_stop_during_the_start_leaves_nothing(kernel: Kernel, tmp_path: Path) -> None:
     kernel.ok(slow_preload(tmp_path, 3.0))
     kernel.ok("%gpucluster --cpu-workers 2 --name stopped")
-    time.sleep(0.5)
-    assert "stopped 'stopped' while it was starting" in kernel.ok("%gpucluster stop", timeout=60)
     pid = kernel.manager.provisioner.pid  # type: ignore[union-attr]
-    assert worker_processes(pid) == set()
+    time.sleep(0.5)
+    started = worker_processes(pid)
+    text = kernel.ok(
+        "import time; began = time.perf_counter(); get_ipython().run_line_magic('gpucluster', 'stop'); "
+        "print(f'took {time.perf_counter() - began:.2f}')",
+        timeout=60,
+    )
+    assert "stopped 'stopped' while it was starting" in text
+    assert float(text.split("took ")[-1]) < 4.0, text  # it answers at once (it waited 50 s for slow workers)
+    assert gone(started | worker_processes(pid), 30.0) == set()
     assert not list(tmp_path.glob("gpu-magics-cluster-*.json"))  # no record left for the side panel
     assert "no cluster is running" in kernel.ok("%gpucluster status")
 
@@ -162,3 +178,45 @@ def test_restart_and_scale_go_on_in_the_background_as_a_start_does(kernel: Kerne
     assert "scaling 'changed'" in text
     assert len(kernel.worker_pids()) == 1
     assert "1 worker running" in kernel.ok("%gpucluster status")
+
+
+PIDS_CELL = (
+    "import os, dask.array as da\n"
+    "pids = set(da.ones(100, chunks=10).map_blocks(lambda b: b * 0 + os.getpid()).compute().tolist())\n"
+    "print('ran in the kernel' if os.getpid() in pids else f'ran in {len(pids)} other processes')"
+)
+
+
+def test_a_plain_cell_right_after_the_start_runs_on_the_cluster(kernel: Kernel, tmp_path: Path) -> None:
+    """A Run All: the cells after ``%gpucluster`` are queued at once, while the workers still start."""
+    kernel.ok(slow_preload(tmp_path, 2.0))
+    cells = [
+        "%gpucluster --cpu-workers 2 --name runall --client c",
+        PIDS_CELL,
+        "import distributed; print(distributed.get_client() is c)",
+        "import dask.array as da; y = da.arange(40, chunks=10).persist(); print(sorted(c.who_has(y).keys()) != [])",
+        "print(int(y.sum().compute()))",
+    ]
+    ids = [kernel.start(cell) for cell in cells]
+    replies = [kernel.finish(msg_id, timeout=90) for msg_id in ids]
+    assert all(reply["status"] == "ok" for reply, _ in replies), replies
+    texts = [text for _, text in replies]
+    assert "ran in the kernel" not in texts[1] and "other processes" in texts[1]
+    assert texts[2].strip() == "True"  # the default client, and --client's name, from the next cell on
+    assert texts[3].strip() == "True"  # persisted on the workers, not computed here
+    assert texts[4].strip() == "780"
+
+
+def test_an_interrupted_start_wait_is_one_line_and_the_queue_stops(kernel: Kernel, tmp_path: Path) -> None:
+    kernel.ok(slow_preload(tmp_path, 4.0))
+    kernel.ok("%gpucluster --cpu-workers 2 --name waited2")
+    first = kernel.start(SUM_CELL)
+    queued = kernel.start("print('queued cell ran')")
+    time.sleep(1.0)
+    kernel.manager.interrupt_kernel()
+    reply, text = kernel.finish(first, timeout=30)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+    assert "'waited2' goes on starting in the background" in text and "%gpucluster stop ends it" in text
+    assert "run_cell_magic" not in text and "Error in callback" not in text
+    queued_reply, queued_text = kernel.finish(queued, timeout=30)
+    assert queued_reply["status"] != "ok" and "queued cell ran" not in queued_text  # Jupyter's queue stopped

@@ -26,7 +26,7 @@ from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo
-from gpu_magics.cluster.managers.opening import chosen_gpus, open_early, open_manager
+from gpu_magics.cluster.managers.opening import check_line, chosen_gpus, open_early, open_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
     active,
@@ -80,10 +80,13 @@ __all__ = [
 
 DEFAULT_TELEMETRY_INTERVAL = 1.0  # seconds between the GPU reports of each worker
 RECORD_REFRESH_S = 2.0  # how often the discovery record takes in new telemetry (the side panel's view)
-STOP_WAIT_S = 30.0  # how long stop waits for a start under way to close what it made (its workers may be starting)
+STOP_WAIT_S = 1.5  # how long stop waits for a start under way to close what it made; then it goes on closing alone
+
+WOUND_DOWN_WAIT_S = 30.0  # how long a new start waits for a stopped one to finish closing what it made
 
 lock = threading.RLock()  # the verbs change the cluster in use one at a time
 _atexit_registered = False
+_winding_down: Starting | None = None  # a start that was stopped and still closes what it made
 
 
 def start(
@@ -113,11 +116,14 @@ def begin(
     report their GPUs every ``telemetry_interval`` s (0: never); after ``idle_timeout`` s without a task (0:
     never) the cluster closes (attached, adopted: detached). ``namespace``: where ``--from NAME`` looks."""
     began = time.perf_counter()
+    check_line(options)  # before anything stops or starts, even where a running cluster would be reused
     pending = active_state.starting()
     if pending is not None and not pending.finished.is_set():
         if not options.replace:
             return pending  # the start under way is the cluster this asks for
         stop()  # outside the lock: the start's thread takes it to close what it made
+    if _winding_down is not None:  # its release puts dask's settings back: before this start makes its own
+        _winding_down.finished.wait(WOUND_DOWN_WAIT_S)
     with lock:
         current = in_use()
         if current is not None and current.client.status not in ("running", "connecting"):
@@ -127,7 +133,10 @@ def begin(
         # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
         reuse = current is not None and not options.replace and "gpus" not in options.given
         gpu_ids = () if reuse else chosen_gpus(options)
-        early = None if reuse else open_early(options)
+        early = open_early(options)  # a gateway checks the line's options even where the cluster is reused
+        if early is not None and reuse:
+            early.discard()
+            early = None
         if current is not None and not options.replace:
             notice = (
                 f"{PROG}: cluster {current.name!r} is already up; using it "
@@ -256,20 +265,19 @@ def stop(close: bool = False, keep: bool = False) -> str:
     """Close the cluster started here (or only disconnect from one attached to; an adopted one is closed only
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
     it made is closed). Says what it did."""
+    global _winding_down
     pending = active_state.starting()
     if keep and pending is not None and not pending.finished.is_set():
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
     if pending is not None and not pending.finished.is_set():
-        ended = pending.cancel(timeout=STOP_WAIT_S)
+        ended = pending.cancel(timeout=STOP_WAIT_S)  # its job closes what it made
+        _winding_down = None if ended else pending
         with lock:
             active_state.set_starting(None)
             current = in_use()
-            if current is not None and current.name == pending.name:  # the start could not end by itself
-                _release(current)
-                with contextlib.suppress(Exception):
-                    assert current.manager is not None
-                    current.manager.close()
-        slow = "" if ended else " (it was slow to end)"
+            if current is not None and current.name == pending.name:  # not used here any more, whatever the job does
+                set_in_use(None)
+        slow = "" if ended else "; its processes end in the background"
         return f"{PROG}: stopped {pending.name!r} while it was {pending.verb}{slow}"
     with lock:
         if pending is not None:

@@ -57,6 +57,11 @@ class StartLine:
         else:
             self._draw(StartText(progress.line(), failed=progress.phase == "failed"), final=True)
 
+    def retract(self) -> None:
+        """Empty the line: the cell's own error says how the start ended."""
+        if self._handle is not None:
+            self._draw(StartText(""), final=True)
+
     def _draw(self, view: Any, final: bool = False) -> None:
         with self._lock:
             if self._finished:

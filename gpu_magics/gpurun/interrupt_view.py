@@ -4,8 +4,9 @@ distributed's and threading's frames waiting for results (for ``%%gpurun`` cells
 Installed at ``%load_ext`` around the shell's traceback formatter (``InteractiveTB.structured_traceback``; IPython's
 ``set_custom_exc`` would not do: its handler's traceback is shown by ``showtraceback`` but dropped by ``run_code``):
 for a ``KeyboardInterrupt`` the traceback keeps the frames of the notebook's cells and of the user's own files, and
-drops those of installed libraries and of this package; every other error shows as before. The cluster's side of
-the same: ``cluster.managers.steps.quiet_abandoned_gathers``.
+drops those of installed libraries and of this package; an interrupt of one of this package's own waits (marked
+``frames_hidden``: a cluster's start, the imports begun at ``%load_ext``) shows as its one line; every other error
+shows as before. The cluster's side of the same: ``cluster.managers.steps.quiet_abandoned_gathers``.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def install(shell: InteractiveShell) -> None:
 
     def structured_traceback(etype: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(etype, type) and issubclass(etype, KeyboardInterrupt):
-            if len(args) >= 2:
+            if args and getattr(args[0], "frames_hidden", False):
+                args = (args[0], None, *args[2:])
+                kwargs.pop("etb", None)
+            elif len(args) >= 2:
                 args = (args[0], users_frames(args[1]), *args[2:])
             elif "etb" in kwargs:
                 kwargs["etb"] = users_frames(kwargs["etb"])

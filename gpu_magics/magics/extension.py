@@ -21,12 +21,14 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
     "gpu_magics.gpurun.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
+    "gpu_magics.magics.cell_gate:install",  # a cell waits for the imports begun ahead; a failed start stops it
 )
 UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:unregister",
     "gpu_magics.cluster.records.kernel_report:uninstall",
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
     "gpu_magics.gpurun.interrupt_view:uninstall",
+    "gpu_magics.magics.cell_gate:uninstall",
 )
 
 _STATE_KEY = "_gpu_magics_instances"

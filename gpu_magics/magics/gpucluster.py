@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -92,8 +90,6 @@ class ClusterMagics(Magics, FreeGpuSettings):
             cluster.prestart_worker_server()
             if shell is not None:
                 ahead.import_after_this_cell(shell)
-        if shell is not None:
-            shell.events.register("pre_run_cell", self._before_cell)
 
     @line_magic
     def gpucluster(self, line: str = "") -> None:
@@ -170,6 +166,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         ``%gpucluster stop``, ``%unload_ext gpu_magics`` and when the kernel exits; a cluster attached to with
         ``--address`` is never stopped from here.
         """
+        ahead.wait_for_imports()  # called outside a cell (a script), no cell waited for them
         options = parse_cluster_line(line)
         action = options.action
         if action == "stop":
@@ -184,7 +181,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
             return
         if action == "start":
             info = self._start(options)
-            self._bind_client(options.client_name, wait=False)
+            self._bind_client(options.client_name)
             self._plain_cells_on_cluster()
             if info is not None:  # else its line shows it: how far it got, then the cluster once ready
                 display(self._view(info))
@@ -192,7 +189,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
         if action == "status":
             progress = cluster.start_progress()
             if cluster.active() is None:
-                print(progress.line() if progress is not None else f"{PROG}: {no_cluster_message()}")
+                failed = cluster.unreported_start_failure()  # the answer to it: no later cell says it again
+                said = failed or (progress.line() if progress is not None else f"{PROG}: {no_cluster_message()}")
+                print(said)
                 return
             info = cluster.status()
         elif action in ("restart", "scale"):  # a change under way, shown as a start is
@@ -237,13 +236,19 @@ class ClusterMagics(Magics, FreeGpuSettings):
                 namespace=namespace,
                 background=background,
                 listen=listen,
-            )
+            ),
+            until_in_use=True,
         )
 
-    def _while_it_goes(self, begin: Callable[[bool, Callable[[Starting], None]], Starting]) -> Any:
+    def _while_it_goes(
+        self, begin: Callable[[bool, Callable[[Starting], None]], Starting], until_in_use: bool = False
+    ) -> Any:
         """Begin a start (or restart, scale) with ``begin(background, listen)``: in a notebook its line shows
         how far it got and then the cluster's view, and it goes on in the background unless
-        ``wait_for_workers``; returns the status to show, or ``None`` when its line shows it."""
+        ``wait_for_workers``; returns the status to show, or ``None`` when its line shows it. ``until_in_use``:
+        return only once the cluster's client is the default one, so that the next cell's dask work goes to the
+        cluster (its tasks wait for the workers, as with plain dask); a failure until then fails this cell, in
+        one line, and an interrupt is one line (the start goes on)."""
         live = can_show_widgets(self.shell)
         line = StartLine(self._view) if live else None
 
@@ -262,13 +267,20 @@ class ClusterMagics(Magics, FreeGpuSettings):
 
         background = not (self.wait_for_workers if self.wait_for_workers is not None else not live)
         starting = begin(background, listen)
-        if starting.finished.is_set():
-            info = starting.wait()  # its failure: this magic's one line
-            if line is not None and line.shown:
-                line.finish(starting.progress(), info)
+        try:
+            if until_in_use:
+                starting.wait_in_use()
+            if not starting.finished.is_set():
                 return None
-            return info
-        return None
+            info = starting.wait()
+        except UsageError:  # its failure: this magic's one line, not the line's too
+            if line is not None:
+                line.retract()
+            raise
+        if line is not None and line.shown:
+            line.finish(starting.progress(), info)
+            return None
+        return info
 
     def _plain_cells_on_cluster(self) -> None:
         run = self._run_magics()
@@ -279,14 +291,6 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """The cluster's view, with where plain cells run now."""
         plain = _plain_cells(self.shell)
         return ClusterView(dataclasses.replace(info, plain_cells=plain.line(), plain_cells_idle_gpus=plain.gpus_idle))
-
-    def _before_cell(self, *_: Any) -> None:
-        """Before each cell: wait for what is being imported in the background (two threads importing one package
-        can each see it half-made), and say once that a background start failed."""
-        ahead.wait_for_imports()
-        line = cluster.unreported_start_failure()
-        if line is not None:
-            print(line, file=sys.stderr)
 
     def _run_magics(self) -> Any:
         """The ``GpuMagics`` of this shell, whose settings make the plain-cell session (``None`` if not loaded)."""
@@ -325,22 +329,12 @@ class ClusterMagics(Magics, FreeGpuSettings):
                 said.append(f"{workers} gave back {format_bytes(released)}" + "".join(f" ({why})" for why in kept))
         return f"{PROG} free: " + "; ".join(said)
 
-    def _bind_client(self, name: str | None, wait: bool = True) -> None:
+    def _bind_client(self, name: str | None) -> None:
+        """``--client NAME``: the client, bound now (a start under way already made it)."""
         if name is None or self.shell is None:
             return
-        if not wait:  # the start goes on: the name is bound once it is ready
-            pending = cluster.start_under_way()
-            if pending is not None:
-                namespace = self.shell.user_ns
-
-                def bind(progress: StartProgress) -> None:
-                    if progress.phase == "ready":
-                        namespace[name] = cluster.active_client()
-
-                pending.listen(bind)
-                self._client_names.add(name)
-                return
-        self.shell.user_ns[name] = cluster.require_client()
+        client = cluster.active_client() if cluster.start_under_way() is not None else None
+        self.shell.user_ns[name] = client if client is not None else cluster.require_client()
         self._client_names.add(name)
 
     def _forget_client_names(self) -> None:
@@ -355,9 +349,6 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """Called on ``%unload_ext``: stop the cluster started here (or disconnect from an attached one)."""
         self._forget_client_names()
         shutdown.uninstall(self.shell)
-        if self.shell is not None:
-            with contextlib.suppress(ValueError):
-                self.shell.events.unregister("pre_run_cell", self._before_cell)
         cluster.stop()
 
 

@@ -2,8 +2,9 @@
 
 A ``Starting`` is the handle of one start: its job runs in a thread of its own, and says how far it got (the
 scheduler, workers joining, workers warm); whoever shows a line listens (``listen``), whoever needs the cluster
-waits (``wait``), ``%gpucluster stop`` and the kernel's shutdown cancel it (``cancel``). A start that failed is
-said once: by the line that showed it, and at the next cell (``take_unreported``).
+waits (``wait``, or ``wait_in_use`` for its client only), ``%gpucluster stop`` and the kernel's shutdown cancel it
+(``cancel``). A start that failed after its magic returned fails the next cell once (``take_unreported``). An
+interrupt of any of these waits is one line (``interrupted``): the start goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ TICK_S = 0.2  # how often the count of joined workers is read while they start
 
 class StartCancelled(Exception):
     """Raised inside a start's job once ``cancel`` was called: it closes what it made."""
+
+
+def short_interrupt(line: str) -> KeyboardInterrupt:
+    """A ``KeyboardInterrupt`` that the notebook shows as its one ``line``, without frames (the kernel's
+    traceback view drops them for an interrupt marked so)."""
+    interrupt = KeyboardInterrupt(line)
+    interrupt.frames_hidden = True  # type: ignore[attr-defined]
+    return interrupt
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class Starting:
         self.prog, self.name, self.expected, self.kind, self.verb = prog, name, expected, kind, verb
         self.began = time.perf_counter()
         self.imports_done = threading.Event()  # what the job imports is imported: cells may import it too
+        self.in_use = threading.Event()  # its client is the default one (or the start ended): plain cells use it
         self.finished = threading.Event()
         self.cancelled = threading.Event()
         self.info: Any = None  # the job's result (the status once ready)
@@ -118,6 +128,7 @@ class Starting:
 
     def _end(self, phase: Phase) -> None:
         self.imports_done.set()
+        self.in_use.set()
         with self._lock:
             self._phase = phase
             if self._elapsed is None:
@@ -212,8 +223,12 @@ class Starting:
 
     def wait(self, timeout: float | None = None) -> Any:
         """The job's result once it ends; its failure as one ``UsageError`` line (said: ``reported``);
-        ``TimeoutError`` after ``timeout`` seconds."""
-        if not self.finished.wait(timeout):
+        ``TimeoutError`` after ``timeout`` seconds; an interrupt as one line (``interrupted``)."""
+        try:
+            ended = self.finished.wait(timeout)
+        except KeyboardInterrupt:
+            raise self.interrupted() from None
+        if not ended:
             raise TimeoutError(f"the cluster did not start within {timeout:g} s")
         if self._phase == "failed":
             self.reported = True
@@ -221,6 +236,23 @@ class Starting:
         if self._phase == "stopped":
             raise UsageError(f"{self.prog}: {self.name!r} was stopped while it was {self.verb}")
         return self.info
+
+    def wait_in_use(self) -> None:
+        """Return once the cluster's client is the default one (its workers may still start); a start that ended
+        first ends this as ``wait`` does; an interrupt as one line (``interrupted``)."""
+        try:
+            self.in_use.wait()
+        except KeyboardInterrupt:
+            raise self.interrupted() from None
+        if self.finished.is_set() and self._phase != "ready":
+            self.wait()
+
+    def interrupted(self) -> KeyboardInterrupt:
+        """What an interrupt of a wait for this start raises: it goes on, and how to see or end it."""
+        return short_interrupt(
+            f"{self.prog}: {self.name!r} goes on {self.verb} in the background; {self.prog} status shows how far "
+            f"it got, {self.prog} stop ends it"
+        )
 
     def cancel(self, timeout: float) -> bool:
         """Have the job close what it made and end; ``False`` when it did not end within ``timeout`` s."""
@@ -230,9 +262,14 @@ class Starting:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    @property
+    def unreported(self) -> bool:
+        """Whether it failed and no cell said so yet."""
+        return self._phase == "failed" and not self.reported
+
     def take_unreported(self) -> str | None:
-        """The failure's line if nobody said it yet (then it counts as said), else ``None``."""
-        if self._phase != "failed" or self.reported:
+        """The failure's line if no cell said it yet (then it counts as said), else ``None``."""
+        if not self.unreported:
             return None
         self.reported = True
         return self.error

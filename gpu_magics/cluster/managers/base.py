@@ -140,6 +140,9 @@ class ClusterManager:
         self.close()
         return f"%gpucluster: stopped cluster {name!r} ({self.label}: closed)"
 
+    def discard(self) -> None:
+        """Let go of a manager that started nothing (its line was only checked)."""
+
     def abandon(self) -> None:
         """A start failed after the manager was made: close it if it is ours."""
         if self.owned:

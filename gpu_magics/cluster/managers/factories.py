@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,7 +21,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics import gpus, hints
 from gpu_magics.cluster.dashboard import close as dashboard_close
-from gpu_magics.cluster.managers import protocols
+from gpu_magics.cluster.managers import packages, protocols
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.workers import forkserver
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 # A worker that cannot start within this many seconds, or loses its scheduler for this long, closes itself.
 DEATH_TIMEOUT = 30.0
+MIN_WORKER_MEMORY = 256 * 2**20  # what a CPU worker process needs to start and do a little work
 
 
 # distributed's own default for distributed.scheduler.worker-saturation (see scheduler_defaults).
@@ -128,14 +130,26 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
     return protocols.quiet_ucx_deprecations(factory, options.protocol)
 
 
+def dask_cuda_missing() -> str:
+    """What to do when dask-cuda, which GPU workers need, is not installed."""
+    return (
+        f"dask-cuda is not installed (pip install 'gpu-magics[cuda12]' or [cuda13]); or use "
+        f"{hints.cpu_cluster_command()}"
+    )
+
+
+def most_cpu_workers() -> int:
+    """The most CPU worker processes this host can start: four per core, each with at least
+    ``MIN_WORKER_MEMORY`` of the memory available now."""
+    import psutil
+
+    cores = os.cpu_count() or 1
+    return max(1, min(4 * cores, int(psutil.virtual_memory().available // MIN_WORKER_MEMORY)))
+
+
 def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Callable[[], LocalCluster]:
-    try:
-        from dask_cuda import LocalCUDACluster
-    except ImportError:
-        raise UsageError(
-            f"{PROG}: dask-cuda is not installed (pip install 'gpu-magics[cuda12]' or [cuda13]); "
-            f"or use {hints.cpu_cluster_command()}"
-        ) from None
+    packages.require("dask_cuda", PROG, dask_cuda_missing())
+    from dask_cuda import LocalCUDACluster
     extra: dict[str, Any] = {}
     if options.device_memory_limit is not None:
         extra["device_memory_limit"] = options.device_memory_limit

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.managers import factories
+from gpu_magics.cluster.managers import factories, opening
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
@@ -20,6 +21,9 @@ from gpu_magics.cluster.workers import forkserver
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
+
+
+CANCEL_CHECK_S = 0.1  # how often a start that waits for its workers looks whether it was stopped
 
 
 class LocalManager(ClusterManager):
@@ -79,11 +83,16 @@ class LocalManager(ClusterManager):
             target=warmup.prepare_here, args=(self.kind == "gpu", self._made), name="gpu-magics-prepare", daemon=True
         )
         self._helper.start()
+        deadline = time.monotonic() + options.start_timeout
         try:
-            started.result(timeout=options.start_timeout)
-        except TimeoutError:
-            started.cancel()
-            raise TimeoutError(f"the workers did not start within {options.start_timeout:g} s") from None
+            while True:  # in slices, so that a stop is heard at once
+                try:
+                    started.result(timeout=CANCEL_CHECK_S)
+                    break
+                except TimeoutError:  # not cancelled: the cluster's close waits for workers under way, then
+                    starting.check()  # closes them (a cancelled start would leave their processes behind)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"the workers did not start within {options.start_timeout:g} s") from None
         finally:
             starting.counting(None)
         starting.update(joined=len(scheduler.workers))
@@ -130,6 +139,8 @@ class LocalManager(ClusterManager):
         return len(self.gpu_ids) if self.kind == "gpu" else 0
 
     def check_scale(self, count: int, verb: str) -> None:
+        if self.kind == "cpu":
+            opening.check_cpu_workers(count, factories.most_cpu_workers(), f"{PROG} {verb}")
         if self.kind != "gpu" or count <= len(self.gpu_ids):
             return
         if verb == "adapt":

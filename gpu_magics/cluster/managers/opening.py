@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.options import ClusterOptions
+from gpu_magics.cluster.options import PROG, ClusterOptions
 
 
 def chosen_gpus(options: ClusterOptions) -> tuple[str, ...]:
@@ -18,6 +20,40 @@ def chosen_gpus(options: ClusterOptions) -> tuple[str, ...]:
     from gpu_magics.cluster.managers import factories
 
     return factories.choose_gpus(options.gpus)
+
+
+def check_line(options: ClusterOptions) -> None:
+    """What a start as ``options`` ask would fail on, checked here, before anything stops or starts and before the
+    magic returns (a start in the background would only fail later): the packages its kind needs, the protocol,
+    a count of CPU workers this host can start. One-line ``UsageError``s."""
+    from gpu_magics.cluster.managers import packages, protocols
+
+    if options.kind in ("gpu", "cpu", "slurm"):
+        protocols.comm_protocol(options.protocol, PROG)
+    if options.kind == "gpu" and not packages.installed("dask_cuda"):
+        from gpu_magics.cluster.managers.factories import dask_cuda_missing
+
+        raise UsageError(f"{PROG}: {dask_cuda_missing()}")
+    if options.kind == "slurm" and not packages.installed("dask_jobqueue"):
+        from gpu_magics.cluster.managers.slurm import INSTALL, WHAT
+
+        raise UsageError(f"{WHAT}: dask-jobqueue is not installed ({INSTALL})")
+    if options.kind == "cpu" and options.cpu_workers is not None:
+        from gpu_magics.cluster.managers.factories import most_cpu_workers
+
+        check_cpu_workers(options.cpu_workers, most_cpu_workers(), f"{PROG} --cpu-workers")
+
+
+def check_cpu_workers(count: int, most: int, what: str) -> None:
+    """A count of CPU worker processes above what this host can start is one line."""
+    if count > most:
+        import os
+
+        raise UsageError(
+            f"{what} {count}: this machine can start at most {most} CPU worker processes ({os.cpu_count()} CPU "
+            f"cores, four workers each, and memory for each); give at most {most}, or attach to a larger cluster "
+            f"with {PROG} --address"
+        )
 
 
 def open_early(options: ClusterOptions) -> ClusterManager | None:

@@ -14,7 +14,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.info import JobInfo
-from gpu_magics.cluster.managers import protocols, squeue
+from gpu_magics.cluster.managers import packages, protocols, squeue
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.squeue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions
@@ -134,12 +134,11 @@ def start(options: ClusterOptions) -> SlurmManager:
             f"{WHAT}: no sbatch on PATH: run this where SLURM's commands work (a login node), or attach to a "
             f"scheduler with {PROG} --address"
         )
-    try:
-        import dask
-        from dask_jobqueue import SLURMCluster
-        from dask_jobqueue.slurm import SLURMJob
-    except ImportError:
-        raise UsageError(f"{WHAT}: dask-jobqueue is not installed ({INSTALL})") from None
+    import dask
+
+    packages.require("dask_jobqueue.slurm", WHAT, f"dask-jobqueue is not installed ({INSTALL})")
+    from dask_jobqueue import SLURMCluster
+    from dask_jobqueue.slurm import SLURMJob
     submitted: set[str] = set()
     failures: list[str] = []
 

@@ -54,6 +54,7 @@ def start(
             manager=manager,
         )
         take_into_use(started)
+        starting.in_use.set()  # plain cells use its client from now on (their tasks wait for the workers)
         starting.update(phase="workers")
         notice = manager.await_workers(client, options, starting)
         starting.check()

@@ -1,0 +1,87 @@
+"""Before a cell runs, as the cell's own first statement: wait for the imports ``%load_ext`` began, and fail with
+the line of a cluster start that failed in the background since the last cell (once), so a Run All stops there.
+
+Done by an AST transformer that puts one call in front of the cell's statements, at the first statement's line
+(tracebacks keep their line numbers), and only when there is something to wait for or to say. The wait is then
+the cell's own: an interrupt ends the cell as it ends any of its lines, and an error fails it. IPython's
+``pre_run_cell`` callbacks cannot do this: what they raise, an interrupt included, is printed as "Error in
+callback" and the cell runs on. A ``%gpucluster`` cell is not stopped by an earlier start's failure: it answers it.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from gpu_magics.cluster.active import starting
+from gpu_magics.cluster.background import ahead
+
+_CALL = "__import__('gpu_magics.magics.cell_gate', fromlist=['before_cell']).before_cell()"
+_KEY = "_gpu_magics_cell_gate"
+
+
+def before_cell() -> None:
+    """The cell's first statement: wait for the imports begun ahead (an interrupt is one line), then raise the
+    failure of a start that no cell has said yet."""
+    ahead.wait_for_imports()
+    pending = starting()
+    line = None if pending is None else pending.take_unreported()
+    if line is not None:
+        raise UsageError(f"{line} (this cell did not run)")
+
+
+class CellGate(ast.NodeTransformer):
+    """Puts ``before_cell()`` in front of a cell that has something to wait for or to say."""
+
+    def visit_Module(self, node: ast.Module) -> ast.Module:
+        if not node.body or _is_gate(node.body[0]):
+            return node
+        pending = starting()
+        failed = pending is not None and pending.unreported and not _is_cluster_magic(node.body[0])
+        if not (failed or ahead.importing()):
+            return node
+        call = ast.parse(_CALL).body[0]
+        first = node.body[0]
+        for part in ast.walk(call):
+            if isinstance(part, (ast.expr, ast.stmt)):
+                part.lineno = part.end_lineno = first.lineno
+                part.col_offset = part.end_col_offset = first.col_offset
+        node.body.insert(0, call)
+        return node
+
+
+def _is_gate(statement: ast.stmt) -> bool:
+    return ast.unparse(statement) == _CALL
+
+
+def _is_cluster_magic(statement: ast.stmt) -> bool:
+    """``%gpucluster ...`` as IPython turns it into Python: ``get_ipython().run_line_magic('gpucluster', ...)``."""
+    if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+        return False
+    call = statement.value
+    return (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "run_line_magic"
+        and bool(call.args)
+        and isinstance(call.args[0], ast.Constant)
+        and call.args[0].value == "gpucluster"
+    )
+
+
+def install(shell: Any) -> None:
+    """Gate every cell of ``shell`` (once)."""
+    if getattr(shell, _KEY, None) is None:
+        gate = CellGate()
+        shell.ast_transformers.append(gate)
+        setattr(shell, _KEY, gate)
+
+
+def uninstall(shell: Any) -> None:
+    gate = getattr(shell, _KEY, None)
+    if gate is not None:
+        with contextlib.suppress(ValueError):  # the user may have taken it out
+            shell.ast_transformers.remove(gate)
+        delattr(shell, _KEY)

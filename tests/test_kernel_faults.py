@@ -189,7 +189,7 @@ def test_restart_on_interrupt_stops_what_still_runs(kernel: Kernel) -> None:
 def test_interrupting_a_plain_cell_on_the_session_backend_keeps_the_workers(kernel: Kernel) -> None:
     """``%gpurun multi-gpu``: plain cells run on the cluster, and an interrupt behaves as in a ``%%gpurun`` cell."""
     before = kernel.worker_pids()
-    assert "plain cells now run on multi-gpu" in kernel.ok("%gpurun multi-gpu")
+    assert "plain cells now use multi-gpu" in kernel.ok("%gpurun multi-gpu")
     msg_id = kernel.start(SLOW_CELL.split("\n", 1)[1])  # the same cell, plain
     time.sleep(2.0)
     kernel.manager.interrupt_kernel()

@@ -70,7 +70,10 @@ def ran_on(ip: InteractiveShell) -> set[tuple[int, int]]:
 
 def test_cpu_single_runs_plain_cells_in_the_kernels_thread(shell: InteractiveShell) -> None:
     said = line(shell, "cpu-single")
-    assert said.startswith("%gpurun: plain cells now run on cpu-single") and "1 CPU thread" in said
+    assert (
+        said.strip()
+        == "%gpurun: plain cells now use cpu-single: NumPy chunks on 1 CPU thread here; %gpurun off ends it"
+    )
     assert ran_on(shell) == {(os.getpid(), threading.get_ident())}
     assert "cpu-single" in line(shell, "")
 
@@ -92,7 +95,7 @@ def test_off_restores_dask_settings_exactly(shell: InteractiveShell) -> None:
         cell(shell, "import dask; dask.config.set({'array.chunk-size': '64MiB'})")  # the user changes something
         dask.config.set({"array.chunk-size": before["array"]["chunk-size"]})
         said = line(shell, "off")
-        assert said.startswith("%gpurun: plain cells run with dask's own settings again (not cpu-single): this kernel")
+        assert said.startswith("%gpurun: plain cells no longer use cpu-single: this kernel's CPU threads")
         assert dask.config.config == before
     finally:
         dask.config.config.pop("scheduler", None)
@@ -241,3 +244,28 @@ def test_a_plan_with_gpus_reports_its_devices() -> None:
     assert placement.for_array(plan, "other") is None
     numpy_here = placement.for_array(dataclasses.replace(plan, chunk_type="numpy", gpu_indices=()), "numpy")
     assert numpy_here is not None and numpy_here.fix is None
+
+
+def test_the_session_line_is_one_short_line_with_notes_beneath() -> None:
+    """``%gpurun BACKEND`` says where plain cells run in about 100 characters; a plan's notes follow, one a line."""
+    from gpu_magics.gpurun import gpuless
+    from gpu_magics.gpurun.backends import BackendPlan
+    from gpu_magics.gpurun.session import placement
+
+    client: Any = object()  # a plan on a cluster (the line never asks the client)
+    gpus = BackendPlan("multi-gpu", "4x NVIDIA H200 (4 workers)", "cupy", client=client)
+    assert placement.session_line(gpus) == (
+        "%gpurun: plain cells now use multi-gpu: CuPy chunks on 4x NVIDIA H200 (4 workers); %gpurun off ends it"
+    )
+    remote = BackendPlan(
+        "multi-gpu", "2x NVIDIA H100 (2 workers)", "cupy", client=client, notes=(gpuless.NOTE,), remote_chunks=True
+    )
+    first, note = placement.session_line(remote).splitlines()
+    assert first.endswith("CuPy chunks on 2x NVIDIA H100 (2 workers); %gpurun off ends it") and len(first) <= 105
+    assert note == f"  {gpuless.NOTE}"
+    adapting = BackendPlan(
+        "multi-gpu", "cluster 'gw' (no workers)", "numpy", client=client, notes=(placement.NO_GPU_WORKER,)
+    )
+    assert placement.session_line(adapting).endswith("(no GPU worker); %gpurun off ends it")
+    local = BackendPlan("gpu", "1x NVIDIA H200 (GPU 1)", "cupy", gpu_indices=(1,))
+    assert len(placement.session_line(local)) <= 100

@@ -231,9 +231,7 @@ class GpuMagics(Magics, FreeGpuSettings):
                 made.end()
                 return
             ended = made.end()
-            where = placement.plain_cells(None).where
-            said = f" again (not {ended.name})" if ended is not None else ""
-            print(f"%gpurun: plain cells run with dask's own settings{said}: {where}")
+            print(placement.off_line(None if ended is None else ended.name))
             return
         try:
             options = parse_session_line(line)
@@ -251,8 +249,7 @@ class GpuMagics(Magics, FreeGpuSettings):
     def _use_session(self, plan: backends.BackendPlan) -> str:
         spmd_session.end(self._shell)
         session.for_shell(self._shell, self).use(plan)
-        placed = placement.plain_cells(plan)
-        return "; ".join([f"%gpurun: plain cells now run on {placed.where}", *plan.notes, placement.OFF])
+        return placement.session_line(plan)
 
     def plain_cells(self) -> placement.Placement:
         """Where plain cells run now (the session backend, or dask's own settings)."""

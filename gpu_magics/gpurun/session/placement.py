@@ -29,6 +29,31 @@ class Placement:
 
 
 OFF = "%gpurun off goes back to dask's own settings"
+NO_GPU_WORKER = "the cluster has no GPU worker"  # a multi-gpu plan's note on a CPU cluster
+
+
+def off_line(ended: str | None) -> str:
+    """What ``%gpurun off`` says: that ``ended`` (the session backend it ended, if any) is off, and where plain
+    cells run now."""
+    where = plain_cells(None).where
+    if ended is None:
+        return f"%gpurun: plain cells run with dask's own settings: {where}"
+    return f"%gpurun: plain cells no longer use {ended}: {where}"
+
+
+def session_line(plan: BackendPlan) -> str:
+    """What ``%gpurun BACKEND`` says: one line of about 100 characters (``"%gpurun: plain cells now use multi-gpu:
+    CuPy chunks on 4x NVIDIA H200 (4 workers); %gpurun off ends it"``), then the plan's notes, one a line."""
+    chunks = "CuPy" if plan.chunk_type == "cupy" else "NumPy"
+    where = f"{chunks} chunks on {plan.hardware}"
+    if plan.client is None and plan.chunk_type == "numpy":
+        where += " here"
+    if NO_GPU_WORKER in plan.notes and "CPU worker" not in plan.hardware:
+        where += " (no GPU worker)"
+    notes = [note for note in plan.notes if note != NO_GPU_WORKER]
+    return "\n".join(
+        [f"%gpurun: plain cells now use {plan.name}: {where}; %gpurun off ends it", *(f"  {n}" for n in notes)]
+    )
 
 
 def plain_cells(plan: BackendPlan | None) -> Placement:

@@ -51,12 +51,11 @@ export class MemoryView {
     }
     const above = state.holdersAboveGpuUse?.() ?? [];
     if (above.length && owners.length) {
-      const gpus = above.map(index => `GPU ${index}`).join(', ');
       children.push(
         el(
           'div',
           { class: 'jp-GpuMagics-note', 'data-note': 'holders-age' },
-          `Processes are read every few seconds, the cards every second: ${gpus} uses less now than listed here.`
+          `Processes are read every few seconds, the cards every second: ${gpuList(above)} now than listed here.`
         )
       );
     }
@@ -158,4 +157,11 @@ function holderLines(holder: IHolder, withBytes: boolean): HTMLElement[] {
     lines.push(view);
   }
   return lines;
+}
+
+/** `GPU 0 uses less`, `GPU 0 and GPU 1 use less`, `GPU 0, GPU 1 and GPU 3 use less`. */
+export function gpuList(indices: readonly number[]): string {
+  const names = indices.map(index => `GPU ${index}`);
+  const joined = names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names[names.length - 1]}` : names[0];
+  return `${joined} ${names.length > 1 ? 'use' : 'uses'} less`;
 }

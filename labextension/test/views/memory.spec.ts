@@ -1,6 +1,6 @@
 /** @jest-environment jsdom */
 import { GpuPanelModel } from '../../src/model';
-import { MemoryView } from '../../src/views/memory';
+import { MemoryView, gpuList } from '../../src/views/memory';
 import type { IHolder } from '../../src/types';
 import { holder, holder as holderFixture, reading, snapshot } from '../fixtures';
 
@@ -97,5 +97,11 @@ describe('MemoryView figures of different ages', () => {
     expect(model.holdersAboveGpuUse()).toEqual([]);
     view.render(model);
     expect(view.node.querySelector('[data-note="holders-age"]')).toBeNull();
+  });
+
+  it('says one GPU uses less, several use less', () => {
+    expect(gpuList([0])).toBe('GPU 0 uses less');
+    expect(gpuList([0, 1])).toBe('GPU 0 and GPU 1 use less');
+    expect(gpuList([0, 1, 3])).toBe('GPU 0, GPU 1 and GPU 3 use less');
   });
 });

@@ -159,6 +159,13 @@ def test_gateway_lines() -> None:
     connect = parse_cluster_line("--gateway --connect default.3f2a9c --workers 2")
     assert connect.connect_name == "default.3f2a9c" and connect.cluster_name == "default.3f2a9c"
     assert parse_cluster_line("stop --keep").keep
+    long = parse_cluster_line("--gateway --connect default.5b4e57c3f8a1429b9d4a7e0c2f6b8d1e")
+    assert long.connect_name == "default.5b4e57c3f8a1429b9d4a7e0c2f6b8d1e"  # the gateway is asked by its full name
+    assert long.cluster_name == "default.5b4e57c3"  # the card and the side panel name it short
+    assert (
+        parse_cluster_line("--gateway --connect default.5b4e57c3f8a1429b9d4a7e0c2f6b8d1e --name gw").cluster_name
+        == "gw"
+    )
 
 
 @pytest.mark.parametrize(

@@ -125,6 +125,27 @@ def test_status_later_shows_when_it_started_and_state_not_the_start_up_again() -
     assert "up since " + time.strftime("%b %d %H:%M", time.localtime(NOW - 3 * 86400)) in days_ago
 
 
+def test_a_gateway_cluster_connected_to_tells_its_own_age_and_the_connection() -> None:
+    """After ``--gateway --connect``: "up since" is when the gateway started it, and the start-up figures are
+    the connection's; the headline names it once, by its short name."""
+    info = gpu_info(
+        name="default.5b4e57c3",
+        kind="gateway",
+        manager="Dask Gateway",
+        started_at=NOW - 2,
+        up_since=NOW - 5400,
+        ready_s=1.2,
+        warm_s=None,
+    )
+    text = ClusterView(info, now=NOW).text()
+    lines = text.splitlines()
+    assert lines[0] == "Cluster 'default.5b4e57c3': 4x NVIDIA H200 (4 workers), from Dask Gateway"
+    assert f"4 workers running · up since {clock(NOW - 5400)}" in text and "connected in 1.20 s" in text
+    assert "started in" not in text and "workers ready" not in text
+    html = ClusterView(info, now=NOW).html()
+    assert f"up since {clock(NOW - 5400)}" in html and "connected in 1.20 s" in html
+
+
 def test_old_gpu_figures_say_how_old() -> None:
     reported = WorkerGpu(label="GPU 0", name="NVIDIA H200", uuid="GPU-0", memory_used=GIB, process_memory=GIB)
     workers = (dataclasses.replace(gpu_info().workers[0], gpus=(reported,)),)

@@ -20,6 +20,7 @@ from IPython.utils.capture import capture_output
 from gpu_magics import gpus
 from gpu_magics.cluster import lifecycle as cluster
 from gpu_magics.cluster.managers import gateway as gateway_manager
+from gpu_magics.cluster.options import gateway_short_name
 from gpu_magics.gpurun.graphs import device
 from tests.gateway_server import PASSWORD, GatewayServer, free_port, gateway_server, gateway_without_workers
 
@@ -263,8 +264,21 @@ def test_hints_run_as_printed_with_the_address_typed_on_the_line(
     options = f"cluster options (%gpucluster --gateway {server.address} --gateway-option KEY=VALUE): worker_cores"
     assert options in listed and "profile (one of cpu, gpu" in listed
 
+    made_at = time.time()
+    time.sleep(1.5)  # the connection comes later than the cluster's start: the card tells the cluster's age
     magic(shell, hint.group(1).removeprefix("%gpucluster "))  # the hint, copied
-    assert cluster.status().kind == "gateway" and len(cluster.status().workers) == 1
+    info = cluster.status()
+    assert info.kind == "gateway" and len(info.workers) == 1
+    short = gateway_short_name(name)
+    assert info.name == short and len(short) < len(name)
+    assert info.up_since is not None and info.started_at is not None
+    assert info.up_since < made_at < info.started_at  # its start on the gateway, not this connection
+    shown = magic(shell, "status")
+    headline = shown.splitlines()[0]
+    assert headline.startswith(f"Cluster '{short}': ") and name not in headline, shown
+    assert "started in" not in shown
+    record = cluster.active()
+    assert record is not None and record.record is not None and record.record.up_since == info.up_since
     assert "shut down" in magic(shell, "stop --close")
     assert server.clusters() == []
     empty = magic(shell, f"--gateway {server.address} --list")

@@ -92,6 +92,8 @@ class ClusterInfo:
     warm_s: float | None = None  # warm-up on every worker
     notice: str | None = None
     started_at: float | None = None  # seconds since the epoch, when this kernel started or attached to it
+    up_since: float | None = None  # when the cluster itself started, where it ran before (a gateway cluster
+    # connected to): its age is told from this, and the start-up figures are the connection's
     dashboard_note: str | None = None  # why dashboard_url may not open from the browser, or None
     idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches)
     idle_left: float | None = None  # seconds left while it is idle; None while it runs a task

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -170,8 +171,21 @@ class ClusterOptions:
 
     @property
     def cluster_name(self) -> str:
-        """``--name``, or the adopted variable's name, or the gateway cluster's, or the kind of cluster."""
-        return self.name or self.from_name or self.connect_name or self.kind
+        """``--name``, or the adopted variable's name, or the gateway cluster's (short), or the kind of cluster."""
+        if self.name or self.from_name:
+            return self.name or self.from_name or ""
+        return gateway_short_name(self.connect_name) if self.connect_name else self.kind
+
+
+_GATEWAY_NAME = re.compile(r"^(?P<namespace>[^.]+\.)?(?P<id>[0-9a-f]{32})$")
+
+
+def gateway_short_name(name: str) -> str:
+    """``"5b4e57c3"`` for dask-gateway's ``"5b4e57c3f8a1429b9d4a7e0c2f6b8d1e"`` (``"default.5b4e57c3"`` for
+    ``"default.5b4e57c3..."`` on Kubernetes): its namespace and the first 8 of its 32 hex digits, as a short
+    commit id; any other name as it is."""
+    found = _GATEWAY_NAME.match(name)
+    return f"{found.group('namespace') or ''}{found.group('id')[:8]}" if found else name
 
 
 def _build_parser() -> MagicArgumentParser:

@@ -125,10 +125,13 @@ class ClusterView:
         """``"4 workers running · up since 14:03:12"``: when it started, which a saved output keeps true."""
         info = self.info
         state = _state(info.workers)
-        if info.started_at is None:
+        if info.up_since is not None:  # a running cluster this kernel connected to: its own age
+            line = f"{state} · up since {format_clock(info.up_since, self.now)}"
+        elif info.started_at is None:
             return state
-        verb = {"attached": "attached at", "adopted": "adopted at"}.get(info.kind, "up since")
-        line = f"{state} · {verb} {format_clock(info.started_at, self.now)}"
+        else:
+            verb = {"attached": "attached at", "adopted": "adopted at"}.get(info.kind, "up since")
+            line = f"{state} · {verb} {format_clock(info.started_at, self.now)}"
         if info.adaptive is not None:
             line += f" \u00b7 adapts between {info.adaptive[0]} and {info.adaptive[1]} workers"
         return line
@@ -141,6 +144,8 @@ class ClusterView:
         took = info.ready_s + (info.warm_s or 0.0)
         if info.started_at is not None and self.now - info.started_at > took + FRESH_S:
             return None
+        if info.up_since is not None:  # it was running: the figures are this kernel's connection to it
+            return f"connected in {format_seconds(took)}"
         if info.warm_s is None:
             return f"workers ready in {format_seconds(info.ready_s)}"
         return (

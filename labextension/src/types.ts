@@ -168,6 +168,9 @@ export interface ICluster {
   jobs: IClusterJob[];
   /** [MIN, MAX] while the cluster adapts between MIN and MAX workers; null otherwise. */
   adaptive: number[] | null;
+  /** When the cluster itself started, where it ran before the notebook took it (a gateway cluster it connected
+   * to); its age is told from this. null: it started with the notebook's line (started_at). */
+  up_since: number | null;
   path: string | null;
   kernel_running: boolean;
 }

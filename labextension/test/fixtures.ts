@@ -109,6 +109,7 @@ export function cluster(overrides: Partial<ICluster> = {}): ICluster {
     manager: null,
     jobs: [],
     adaptive: null,
+    up_since: null,
     ...overrides
   };
 }

@@ -33,6 +33,7 @@ class ClusterManager:
     scalable = True  # whether scale and adapt act on it (an attached scheduler's workers are not ours to scale)
     background = False  # whether its start goes on while cells run (the magic returns once it is under way)
     keepable = False  # whether ``stop --keep`` may leave it running after the kernel lets go (a gateway cluster)
+    since: float | None = None  # when the cluster itself started, where it ran before this kernel took it
 
     def __init__(self, cluster: Any, label: str | None) -> None:
         self.cluster = cluster

@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.cluster.managers import attach, packages
 from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.cluster.options import PROG, ClusterOptions, gateway_short_name
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.units import format_duration, one_line
 
@@ -64,7 +64,8 @@ class GatewayManager(ClusterManager):
         """Have the gateway make the cluster (or find the one named), wait until its scheduler runs, and connect."""
         if self.name is None:
             self.name = str(ask(self.gateway, self.gateway._submit(cluster_options=self.offered), "make a cluster"))
-        self.label = f"{LABEL}: {self.name}"
+        short = gateway_short_name(self.name)
+        self.label = LABEL if options.cluster_name == short else f"{LABEL}: {short}"  # the card names it once
         self._wait_running(options.start_timeout, starting)
         try:
             self.cluster = self.gateway.connect(self.name, shutdown_on_close=False)
@@ -91,9 +92,13 @@ class GatewayManager(ClusterManager):
             time.sleep(0.25)
 
     def gateway_status(self) -> str:
-        """What the gateway says the cluster is: PENDING, RUNNING, STOPPING, STOPPED or FAILED."""
+        """What the gateway says the cluster is: PENDING, RUNNING, STOPPING, STOPPED or FAILED (and, for a
+        cluster connected to, when it started: its card tells its age, not the connection's)."""
         assert self.name is not None
         report = ask(self.gateway, self.gateway._cluster_report(self.name), f"read cluster {self.name!r}")
+        if not self.owned and self.since is None:
+            with contextlib.suppress(AttributeError, TypeError, ValueError, OSError):
+                self.since = float(report.start_time.timestamp())
         return str(report.status.name)
 
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:

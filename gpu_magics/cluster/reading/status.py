@@ -55,6 +55,7 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
         warm_s=current.warm_s,
         notice=notice,
         started_at=current.started_at,
+        up_since=manager.since if manager is not None else None,
         dashboard_note=link.note,
         idle_timeout=current.idle.timeout if current.idle is not None else None,
         idle_left=current.idle.left() if current.idle is not None else None,

@@ -46,6 +46,7 @@ class ClusterRecord:
     manager: str | None = None  # what gives the workers (--slurm, --from): "SLURM jobs", "KubeCluster", ...
     jobs: tuple[dict[str, Any], ...] = ()  # the batch jobs behind the workers: types.ts IClusterJob
     adaptive: tuple[int, int] | None = None  # adapt MIN MAX, while it adapts
+    up_since: float | None = None  # when the cluster itself started, where before started_at (gateway --connect)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
@@ -77,6 +78,7 @@ class ClusterRecord:
             manager=None if data.get("manager") is None else str(data["manager"]),
             jobs=tuple(dict(job) for job in data.get("jobs") or () if isinstance(job, dict)),
             adaptive=_bounds(data.get("adaptive")),
+            up_since=_number(data.get("up_since")),
         )
 
     @property

@@ -96,7 +96,7 @@ def _jobs(current: ActiveCluster, state: status_info.ClusterState | None) -> dic
     manager = current.manager
     if manager is None or manager.label is None:  # a cluster started here or attached to: no jobs to read
         return {"manager": None, "jobs": (), "adaptive": None if manager is None else manager.adaptive}
-    fields: dict[str, Any] = {"manager": manager.label, "adaptive": manager.adaptive}
+    fields: dict[str, Any] = {"manager": manager.label, "adaptive": manager.adaptive, "up_since": manager.since}
     previous = current.record
     if state is None and previous is not None and time.monotonic() - _jobs_read.get(id(current), 0.0) < JOBS_REFRESH_S:
         fields["jobs"] = previous.jobs

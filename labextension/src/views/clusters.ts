@@ -99,7 +99,11 @@ export class ClustersView {
         'div',
         { class: 'jp-GpuMagics-clusterMeta' },
         notebook,
-        el('span', {}, ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.started_at, now)}`),
+        el(
+          'span',
+          {},
+          ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.up_since ?? cluster.started_at, now)}`
+        ),
         ...dashboardLink(cluster)
       )
     );

@@ -82,6 +82,14 @@ describe('ClustersView', () => {
     expect(view.node.querySelector('.jp-GpuMagics-error')).toBeNull();
   });
 
+  it("tells a gateway cluster's own age, not the notebook's connection to it", () => {
+    const c = cluster({ name: 'default.5b4e57c3', kind: 'gateway', workers: 1, started_at: 990, up_since: -6200 });
+    const { view } = setUp([c]);
+    const row = view.node.querySelector('[data-cluster="default.5b4e57c3"]') as HTMLElement;
+    expect(text(row.querySelector('.jp-GpuMagics-clusterTitle strong'))).toBe('default.5b4e57c3');
+    expect(text(row.querySelector('.jp-GpuMagics-clusterMeta'))).toContain('\u00b7 up 2.0 h \u00b7');
+  });
+
   it('renders a row per cluster: name, kind, notebook, scheduler, uptime and dashboard', () => {
     const c = cluster({ name: 'work', kind: 'cpu', workers: 2, started_at: 880 });
     const { view } = setUp([c]);

@@ -102,6 +102,39 @@ def test_values_go_to_every_rank_and_come_back(shell: InteractiveShell) -> None:
         spmd.pull("nothing_here", rank=0)
 
 
+NOT_A_RANK: Any = "0"
+NOT_RANKS: Any = "x"
+
+
+def test_pull_and_push_errors_name_their_own_arguments(shell: InteractiveShell) -> None:
+    for call, message in [
+        (lambda: spmd.pull("y", rank=5), "spmd.pull('y', rank=5): no rank 5; the world has ranks 0-2 (3 ranks"),
+        (lambda: spmd.pull("y", rank=NOT_A_RANK), "spmd.pull: rank='0' is not a rank number"),
+        (lambda: spmd.push(ranks=[0, 7], t_x=1), "spmd.push(ranks=[0, 7]): no rank 7; the world has ranks 0-2"),
+        (lambda: spmd.push(ranks=NOT_RANKS, t_x=1), "spmd.push: ranks='x' is not a rank number or a list of them"),
+    ]:
+        with pytest.raises(UsageError) as caught:
+            call()
+        assert str(caught.value).startswith(message) and "--ranks" not in str(caught.value)
+        assert "\n" not in str(caught.value)
+
+
+def test_an_init_cell_shows_one_status_table_with_the_group_as_a_line_of_it(shell: InteractiveShell) -> None:
+    if not HAS_TORCH:
+        pytest.skip("torch is not installed (pip install torch)")
+    with capture_output():
+        shell.run_line_magic("gpurun", "spmd --reset")
+    with capture_output() as captured:
+        result = shell.run_cell("%%gpurun spmd --init torch\nimport torch.distributed as dist\ndist.get_rank()")
+    assert result.success and result.result == 0
+    tables = [output for output in captured.outputs if "spmd · 3 ranks" in output.data.get("text/plain", "")]
+    assert len([output for output in tables if not output.update]) == 1  # one table, updated in place
+    final = tables[-1].data["text/plain"].splitlines()
+    assert final[0].startswith("spmd · 3 ranks on 1 host (CPU) · 3 done in")
+    assert final[1].startswith("  torch.distributed: gloo group of 3 (made in")
+    assert "gloo group" not in captured.stdout  # not said a second time
+
+
 def test_a_failing_rank_stops_the_others_even_one_an_interrupt_cannot_reach(shell: InteractiveShell) -> None:
     spmd_cell(shell, "-q", "keep = 'kept'")
     body = (
@@ -124,7 +157,7 @@ def test_a_failing_rank_stops_the_others_even_one_an_interrupt_cannot_reach(shel
     assert "rank 1 (127.0.0.1 · CPU) failed first:" in text and "ValueError: boom on rank 1" in text
     assert 'File "<rank cell' in text and "repl.py" not in text  # the rank's own frames only
     assert "rank 0: stopped" in text
-    assert "rank 2: its process was ended" in text and "ranks 2 did not stop within 3 s" in text
+    assert "rank 2: its process was ended" in text and "rank 2 did not stop within 3 s and was ended" in text
     # the next cell starts new ranks: variables are gone, but the cell works
     value, _, _, _ = spmd_cell(shell, "-q", "'keep' in globals()")
     assert value is False
@@ -160,10 +193,33 @@ def test_syntax_errors_and_ranks_outside_the_world_are_one_line_and_run_nothing(
         assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
 
 
+def test_the_session_line_refuses_ranks_outside_the_world_and_says_which_ranks(shell: InteractiveShell) -> None:
+    from gpu_magics.spmd.kernel import session as spmd_session
+
+    spmd_cell(shell, "-q", "pass")  # the world is known
+    with pytest.raises(UsageError) as caught:
+        shell.run_line_magic("gpurun", "spmd --ranks 7")
+    assert str(caught.value) == "%gpurun spmd --ranks: no rank 7; the world has ranks 0-2 (3 ranks on 1 host (CPU))"
+    assert spmd_session.current(shell) is None  # nothing changed
+    with capture_output() as captured:
+        shell.run_line_magic("gpurun", "spmd --ranks 1-2")
+    try:
+        assert "plain cells now run as SPMD cells on ranks 1,2 of 3 (cells that begin" in captured.stdout
+        assert "every worker" not in captured.stdout
+        with capture_output() as captured:
+            failed = shell.run_cell("def broken(:\n")  # a session's cell that fails in one line names the way out
+        assert not failed.success
+        assert "the cell does not parse (line 1" in captured.stderr
+        assert "; %gpurun off runs plain cells in this kernel again" in captured.stderr
+    finally:
+        with capture_output():
+            shell.run_cell("%gpurun off")
+
+
 def test_the_spmd_session_runs_plain_cells_on_every_rank_until_off(shell: InteractiveShell) -> None:
     with capture_output() as captured:
         shell.run_line_magic("gpurun", "spmd")
-    assert "plain cells now run as SPMD cells" in captured.stdout
+    assert "plain cells now run as SPMD cells on every rank (3 ranks on 1 host (CPU))" in captured.stdout
     try:
         with capture_output() as captured:
             plain = shell.run_cell("import os\nprint('from', os.environ['RANK'])\nint(os.environ['WORLD_SIZE'])")
@@ -244,6 +300,7 @@ def test_init_jax_runs_a_gloo_collective_between_the_cpu_ranks(shell: Interactiv
     _, out, err, result = spmd_cell(shell, "--init jax --timeout 1", body)
     assert result.success, out + err
     assert result.result == (3, [0, 1, 2])
+    assert "[Gloo]" not in out + err  # gloo's connection lines go to the kernel's log, not the cell
 
 
 def test_stopping_the_cluster_ends_every_rank_process(loaded_shell: InteractiveShell) -> None:

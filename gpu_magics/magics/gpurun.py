@@ -115,9 +115,11 @@ class GpuMagics(Magics, FreeGpuSettings):
         puts each rank on its own worker's GPU. ``--init torch`` makes the ``torch.distributed`` group (NCCL on GPU
         ranks, gloo on CPU ranks), ``--init jax`` calls ``jax.distributed.initialize``; the group is kept until
         ``--reset``, ``%gpucluster stop`` or a change of workers. ``--timeout`` is the collectives' timeout in
-        minutes (default 5). ``--ranks`` runs a cell on some ranks only. Output shows live, alike lines once
-        (``[0-3] loss 0.52``); a rank that raises or Ctrl-C stops every rank within seconds. Rank 0's last
-        expression is the cell's result; ``-o NAME`` keeps every rank's value, error, time and peak GPU memory.
+        minutes (default 5). ``--ranks`` runs a cell on some ranks only. Output shows live, in the order the ranks
+        printed it, alike lines once (``[0-3] loss 0.52``); a rank that raises or Ctrl-C stops every rank within
+        seconds. When a rank process has ended (a crash, a kill), the next cell starts every rank anew, says so in
+        one line, and makes the group again as before. Rank 0's last expression is the cell's result; ``-o NAME``
+        keeps every rank's value, error, time and peak GPU memory.
         ``gpu_magics.spmd.push(name=value)`` sets a variable on every rank; ``gpu_magics.spmd.pull("name")``
         brings one back (``rank=0``: from one rank).
 
@@ -159,7 +161,7 @@ class GpuMagics(Magics, FreeGpuSettings):
     def _run_cell(self, line: str, cell: str) -> Any:
         options = parse_run_line(line)
         if options.spmd:
-            return self._run_spmd(options, cell)
+            return self._run_spmd(options, cell, line)
         options = self._choose_free_device(options)
         plans, skipped = self._plans(options)
         compiled = run.compile_cell(self._shell, cell)
@@ -179,13 +181,18 @@ class GpuMagics(Magics, FreeGpuSettings):
                 if error is not None:  # the cell fails (its traceback was shown once)
                     run.mark_failed(self._shell, error)
 
-    def _run_spmd(self, options: RunOptions, cell: str) -> Any:
+    def _run_spmd(self, options: RunOptions, cell: str, line: str) -> Any:
         from gpu_magics.spmd.kernel import cell as spmd_cell
 
         settings = spmd_cell.CellSettings(
             quiet=options.quiet, stall_s=self.spmd_stall_s, timeout_s=self.spmd_timeout_min * 60
         )
-        value = spmd_cell.run(self._shell, options, cell, settings)
+        try:
+            value = spmd_cell.run(self._shell, options, cell, settings)
+        except UsageError as error:
+            if spmd_session.made_line(self._shell, line):  # a plain cell that the session made an SPMD cell
+                raise UsageError(f"{error}; {spmd_session.OFF_HINT}") from None
+            raise
         return None if self._shell.displayhook.semicolon_at_end_of_expression(cell) else value
 
     def _spmd_line(self, line: str) -> None:
@@ -204,12 +211,13 @@ class GpuMagics(Magics, FreeGpuSettings):
                 found.end()
             print("%gpurun spmd: the ranks were ended; the next SPMD cell starts new ones")
             return
+        where = spmd_session.where(options.ranks)  # a one-line UsageError for ranks outside the world
         session.for_shell(self._shell, self).end()
         rest = line.strip()[len("spmd") :].strip()
         spmd_session.start(self._shell, rest)
         print(
-            "%gpurun: plain cells now run as SPMD cells on every worker of the cluster (cells that begin with % or ! "
-            "run here); %gpurun off ends it"
+            f"%gpurun: plain cells now run as SPMD cells on {where} (cells that begin with % or ! run here); "
+            "%gpurun off ends it"
         )
 
     def _session_line(self, line: str) -> None:
@@ -217,8 +225,9 @@ class GpuMagics(Magics, FreeGpuSettings):
         made = session.for_shell(self._shell, self)
         words = line.strip()
         if not words:
-            if spmd_session.current(self._shell) is not None:
-                print("%gpurun: plain cells run as SPMD cells on every worker of the cluster (%gpurun spmd)")
+            found = spmd_session.current(self._shell)
+            if found is not None:
+                print(f"%gpurun: plain cells run as SPMD cells (%gpurun {found.line.replace(' -q', '')})")
                 return
             print(placement.plain_cells(made.plan).line())
             return

@@ -252,3 +252,34 @@ def test_two_gpu_ranks_each_on_its_own_gpu(shell: InteractiveShell, gpu_count: i
         first, second = spmd.pull("t_weights")
         assert first == pytest.approx(second, rel=1e-6)
         assert spmd.pull("t_weights", rank=1) == second
+
+
+def test_a_rank_that_dies_in_an_nccl_all_reduce_gives_a_new_world_with_its_group(
+    shell: InteractiveShell, gpu_count: int
+) -> None:
+    """Issue 42 item 1 on GPUs: rank 1 ends itself during an all_reduce; the cell fails naming its exit code, and
+    the next cell starts every rank anew, makes the NCCL group again and all-reduces on both GPUs."""
+    if gpu_count < 2:
+        pytest.skip("needs 2 GPUs")
+    with started(shell, "--gpus 0,1"):
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\nt_kept = 1")
+        dying = (
+            "import os, torch, torch.distributed as dist\n"
+            "if dist.get_rank() == 1:\n"
+            "    os._exit(3)\n"
+            "t = torch.ones(4, device='cuda')\n"
+            "dist.all_reduce(t)\n"
+            "torch.cuda.synchronize()\n"
+        )
+        with capture_output() as captured:
+            failed = shell.run_cell(f"%%gpurun spmd -q\n{dying}")
+        assert not failed.success
+        assert "the rank process ended (exit code 3)" in captured.stdout + captured.stderr
+        value, shown = run(
+            shell,
+            "%%gpurun spmd -q\nimport torch, torch.distributed as dist\nt = torch.ones(4, device='cuda')\n"
+            "dist.all_reduce(t)\n(t.tolist(), 't_kept' in globals(), dist.get_backend())",
+        )
+        assert value == ([2.0] * 4, False, "nccl")
+        said = [line for line in shown.splitlines() if "every rank starts anew" in line]
+        assert len(said) == 1 and "(exit code 3)" in said[0] and said[0].endswith("(--init torch)"), shown

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from gpu_magics.display.format import format_seconds
 from gpu_magics.spmd.kernel import ranks as rank_sets
 from gpu_magics.spmd.kernel.output import LineMerger
 from gpu_magics.spmd.kernel.results import (
@@ -34,6 +35,7 @@ from gpu_magics.spmd.kernel.results import (
     RankOutcome,
     SpmdResult,
     StatusView,
+    exit_words,
     load_value,
 )
 from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group
@@ -79,28 +81,75 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
         if not code.strip():
             print(f"{PROG}: the ranks were ended; the next SPMD cell starts new ones")
             return None
-    if not code.strip() and not options.init:
+    if not code.strip() and not options.init and not made.regroup:
         return None
+    board = _Board(settings.quiet)
+    try:
+        return _run_world(shell, made, options, code, settings, board)
+    except _WorldLost as lost:  # a rank had ended before the cell reached it: a new world, once
+        made.lose(lost.rank, lost.how)
+        board.notes.clear()
+        return _run_world(shell, made, options, code, settings, board)
+
+
+class _WorldLost(Exception):
+    def __init__(self, rank: int, how: str) -> None:
+        super().__init__(rank, how)
+        self.rank, self.how = rank, how
+
+
+class _Board:
+    """The cell's one status table (the group made for it is a line in it), shown and updated in place."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.notes: list[str] = []
+        self.began = time.perf_counter()
+        self._handle: Any = None
+
+    def show(self, view: StatusView) -> None:
+        if self.quiet:
+            return
+        if self._handle is None:
+            self._handle = _display(view)
+        else:
+            self._handle.update(view)
+
+
+def _run_world(
+    shell: InteractiveShell,
+    made: rank_sets.Ranks,
+    options: RunOptions,
+    code: str,
+    settings: CellSettings,
+    board: _Board,
+) -> Any:
+    """The cell on the world of now: the groups it needs first (those the last world had, ``--init``), then the
+    code."""
     world, notes = made.prepare_for_cell()
     for note in notes:
         print(note)
-    chosen = world.select(options.ranks)
+    chosen = world.select(options.ranks, f"{PROG} --ranks")
     timeout_s = settings.timeout_s if options.timeout_min is None else options.timeout_min * 60
-    if options.init and options.init not in made.groups:
-        check_group(world, options.init, world.ranks)
-        init = _CellRun(shell, made, world, world.ranks, settings)
+    kinds = list(made.regroup)
+    if options.init and options.init not in made.groups and options.init not in kinds:
+        kinds.append(options.init)
+    for kind in kinds:
+        check_group(world, kind, world.ranks)
         made.cells += 1
-        result = init.run({"op": "init", "kind": options.init, "timeout": timeout_s}, f"<rank init {made.cells}>")
+        init = _CellRun(shell, made, world, world.ranks, settings, board)
+        result = init.run({"op": "init", "kind": kind, "timeout": timeout_s}, f"<rank init {made.cells}>")
         if result is None:
             return None
-        made.groups.add(options.init)
-        if not settings.quiet:
-            print(f"{PROG}: {result.outcomes[0].value}")
+        made.group_made(kind)
+        board.notes.append(f"{result.outcomes[0].value} (made in {format_seconds(result.wall)})")
     if not code.strip():
+        if kinds and not settings.quiet:
+            board.show(init.view(finished=True))
         return None
     made.cells += 1
     name = f"<rank cell {made.cells}>"
-    result = _CellRun(shell, made, world, chosen, settings).run({"op": "run", "code": code, "name": name}, name)
+    result = _CellRun(shell, made, world, chosen, settings, board).run({"op": "run", "code": code, "name": name}, name)
     if result is None:
         return None
     if options.output:
@@ -112,14 +161,23 @@ class _CellRun:
     """The ranks running one message (a cell, or a group's init), watched from the kernel's main thread."""
 
     def __init__(
-        self, shell: InteractiveShell, made: rank_sets.Ranks, world: World, chosen: tuple[Rank, ...], settings: Any
+        self,
+        shell: InteractiveShell,
+        made: rank_sets.Ranks,
+        world: World,
+        chosen: tuple[Rank, ...],
+        settings: CellSettings,
+        board: _Board,
     ) -> None:
         self.shell, self.made, self.world, self.chosen, self.settings = shell, made, world, chosen, settings
+        self.board = board
         self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         self.merger = LineMerger([rank.rank for rank in chosen])
         self.outcomes = {rank.rank: RankOutcome(rank.rank, rank.label) for rank in chosen}
         self.by_rank = {rank.rank: rank for rank in chosen}
         self.first_failure: int | None = None
+        self.lost_before: tuple[int, str] | None = None  # a rank that had ended before this message reached it
+        self.died: dict[int, str] = {}  # rank -> how its process ended by itself during the message
         self.stopping = False
         self.began = 0.0
         self.last_output: dict[int, float] = {}
@@ -135,32 +193,34 @@ class _CellRun:
             future = self.made.ask(rank, {**message, "cell": cell})
             future.add_done_callback(self._on_done(rank.rank, "done"))
             pending[rank.rank] = future
-        handle = None if self.settings.quiet else _display(self.view())
+        self.board.show(self.view())
         interrupted = False
         try:
-            interrupted = self._watch(pending, handle)
+            interrupted = self._watch(pending)
         finally:
             self.made.listen(None)
+        if self.lost_before is not None:
+            for future in pending.values():
+                future.cancel()
+            raise _WorldLost(*self.lost_before)
         self._show_lines(self.merger.flush())
+        _log_noise(self.merger.noise)
         wall = time.perf_counter() - self.began
-        view = self.view(finished=True)
-        view.wall = wall
-        if handle is not None:
-            handle.update(view)
+        self.board.show(self.view(finished=True))
         ended = [index for index, outcome in self.outcomes.items() if outcome.state == ENDED]
-        self.made.forget_ended(ended)
+        self.made.forget_ended(ended, self.died)
         result = SpmdResult(self.world.describe(), [self.outcomes[rank.rank] for rank in self.chosen], wall)
         if interrupted or self.first_failure is not None:
             self._fail(interrupted, ended)
             return None
         return result
 
-    def _on_lines(self, rank: int, cell: Any, lines: list[tuple[int, str, str]]) -> None:
+    def _on_lines(self, rank: int, cell: Any, lines: list[Any]) -> None:
         """Live lines from the workers' events: this cell's only (a late event of the cell before is dropped)."""
         if cell == self.cell:
             self.events.put(("lines", rank, lines))
 
-    def _watch(self, pending: dict[int, concurrent.futures.Future[Any]], handle: Any) -> bool:
+    def _watch(self, pending: dict[int, concurrent.futures.Future[Any]]) -> bool:
         """Take events until every rank answered; whether the user interrupted."""
         interrupted = False
         deadline: float | None = None
@@ -183,6 +243,8 @@ class _CellRun:
             elif kind == "done":
                 pending.pop(index, None)
                 self._finished(index, payload)
+                if self.lost_before is not None:
+                    return interrupted
                 if self.outcomes[index].state == FAILED and not self.stopping:
                     self.first_failure = index
                     self._stop_all(pending)
@@ -195,8 +257,7 @@ class _CellRun:
             if now - refreshed >= REFRESH_S:
                 refreshed = now
                 self._check_stalls(now)
-                if handle is not None:
-                    handle.update(self.view())
+                self.board.show(self.view())
             if deadline is not None and now > deadline:
                 for index in list(pending):
                     pending.pop(index).cancel()
@@ -227,13 +288,18 @@ class _CellRun:
         outcome.peak_memory = reply.get("peak_memory")
         outcome.note = ""
         if reply.get("ended"):
+            how = exit_words(reply.get("exit_code"), bool(reply.get("oom")))
+            if reply.get("before") and not self.stopping:
+                self.lost_before = (index, how)
+                return
             outcome.state = ENDED
             outcome.note = "its process was ended" if self.stopping else "its process ended"
             if not self.stopping:
+                self.died[index] = how
                 outcome.state = FAILED
                 outcome.error = {
                     "type": "RankProcessEnded",
-                    "message": f"the rank process ended (exit code {reply.get('exit_code')})",
+                    "message": f"the rank process ended ({how})",
                     "traceback": "",
                 }
             return
@@ -268,14 +334,24 @@ class _CellRun:
         return put
 
     def _show_lines(self, shown: list[Any]) -> None:
+        """Print ``shown`` in order; each stream is flushed before the other is written (Jupyter keeps the order
+        of what arrives) and at the end (the lines show now, not at the stream's next flush)."""
+        last = None
         for line in shown:
-            print(line.text, file=sys.stderr if line.stream == "err" else sys.stdout)
+            stream = sys.stderr if line.stream == "err" else sys.stdout
+            if last is not None and stream is not last:
+                last.flush()
+            print(line.text, file=stream)
+            last = stream
+        if last is not None:
+            last.flush()
 
     def view(self, finished: bool = False) -> StatusView:
         self._add_telemetry()
         outcomes = [self.outcomes[rank.rank] for rank in self.chosen]
         gpus = any(rank.gpu for rank in self.chosen)
-        return StatusView(self.world.describe(), outcomes, time.perf_counter() - self.began, finished, gpus)
+        wall = time.perf_counter() - self.board.began
+        return StatusView(self.world.describe(), outcomes, wall, finished, gpus, list(self.board.notes))
 
     def _add_telemetry(self) -> None:
         from gpu_magics.cluster import queries
@@ -311,15 +387,42 @@ class _CellRun:
             if index == self.first_failure and not interrupted:
                 continue
             lines.append(f"rank {index}: {_other_line(outcome)}")
-        if ended:
-            lines.append(
-                f"ranks {', '.join(map(str, ended))} did not stop within {rank_sets.STOP_GRACE_S:.0f} s and were "
-                "ended: the next SPMD cell starts new ranks (variables and groups start empty)"
-            )
+        if ended or self.died:
+            lines.append(_ended_line(ended, self.died))
         error_type = KeyboardInterrupt if name == "KeyboardInterrupt" else type(name, (RankFailure,), {})
         error = error_type(message)
         self.shell._showtraceback(error_type, error, lines)
         mark_failed(self.shell, error)
+
+
+def _ended_line(ended: list[int], died: dict[int, str]) -> str:
+    """``rank 2 did not stop within 3 s and was ended: the next SPMD cell starts new ranks ...``."""
+    parts = []
+    if ended:
+        many = len(ended) > 1
+        parts.append(
+            f"rank{'s' * many} {', '.join(map(str, ended))} did not stop within {rank_sets.STOP_GRACE_S:.0f} s "
+            f"and {'were' if many else 'was'} ended"
+        )
+    if died:
+        many = len(died) > 1
+        parts.append(f"the process{'es' * many} of rank{'s' * many} {', '.join(map(str, sorted(died)))} ended")
+    return (
+        " and ".join(parts) + ": the next SPMD cell starts new ranks (variables start empty; a process group is made "
+        "again as before)"
+    )
+
+
+def _log_noise(noise: list[tuple[int, str]]) -> None:
+    """Framework lines left out of the cell go to this kernel's log file (never raises)."""
+    if not noise:
+        return
+    with contextlib.suppress(Exception):
+        from gpu_magics.cluster.background.start_logs import log_path
+
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with log_path().open("a", encoding="utf-8") as file:
+            file.writelines(f"{stamp} gpu_magics.spmd rank {rank}: {text}\n" for rank, text in noise)
 
 
 def _other_line(outcome: RankOutcome) -> str:

@@ -1,17 +1,26 @@
-"""Merging the ranks' output lines into what the cell shows: a line that several ranks printed alike shows once
-with their ranks (``[0-3] epoch 1 loss 0.52``), a line that differs shows with its rank.
+"""Merging the ranks' output lines into what the cell shows: lines in the order they were printed across ranks
+(by the time each rank's host read them), a line that several ranks printed alike once with their ranks
+(``[0-3] epoch 1 loss 0.52``), a line that differs with its own rank.
 
-Lines are matched by their position in each rank's output of the cell (its n-th line on stdout or stderr). A
-position is shown once every running rank has printed it, or once it has waited ``hold`` seconds (a slow rank's
-line then shows alone, later), or when the cell ends. Pure: lines and clocks in, text out.
+A rank's n-th printing of a text joins the other ranks' n-th printing of the same text. A line shows once every
+running rank has printed it or gone past it (printed a line no earlier than it), or once it has waited ``hold``
+seconds (a line only some ranks print, or a slow rank's, then shows with the ranks that had it), or when the cell
+ends; a line waits for every line printed before it, so the order across ranks holds. Known framework noise
+(gloo's connection lines) is left out of the cell and handed back to be logged. Pure: lines and clocks in, text out.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 HOLD_S = 0.3
+NOISE = (
+    # torch's and JAX's gloo, at every group it makes
+    re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+"),
+)
 
 
 def rank_list(ranks: Iterable[int]) -> str:
@@ -32,10 +41,19 @@ def rank_list(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def is_noise(text: str) -> bool:
+    """Whether ``text`` is a framework's line that says nothing to the reader (kept in the log instead)."""
+    return any(pattern.match(text.strip()) for pattern in NOISE)
+
+
 @dataclass
-class _Position:
-    first_seen: float
-    texts: dict[int, str] = field(default_factory=dict)  # rank -> its line at this position
+class _Group:
+    """One text as printed by some ranks (each for the same n-th time)."""
+
+    key: tuple[str, str, int]  # (stream, text, n)
+    printed: float  # the earliest of its lines, by the hosts' clocks
+    arrived: float  # when its first line reached the kernel
+    ranks: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -50,52 +68,66 @@ class LineMerger:
     def __init__(self, ranks: Sequence[int], hold: float = HOLD_S) -> None:
         self.ranks = tuple(ranks)
         self.hold = hold
+        self.noise: list[tuple[int, str]] = []  # (rank, line) left out, for the log
         self._running = set(ranks)
         self._seen: dict[int, set[int]] = {rank: set() for rank in ranks}  # rank -> sequence numbers taken
-        self._counts: dict[tuple[int, str], int] = {}  # (rank, stream) -> lines on that stream so far
-        self._positions: dict[tuple[str, int], _Position] = {}
-        self._shown: set[tuple[str, int]] = set()
+        self._counts: dict[tuple[int, str, str], int] = {}  # (rank, stream, text) -> times printed so far
+        self._last: dict[int, float] = {}  # rank -> when its last line was printed
+        self._open: dict[tuple[str, str, int], _Group] = {}
+        self._pending: list[_Group] = []
 
-    def add(self, rank: int, lines: Iterable[tuple[int, str, str]], now: float) -> None:
-        """Lines ``(seq, stream, text)`` from ``rank`` (a line seen before, by its seq, is ignored)."""
+    def add(self, rank: int, lines: Iterable[Sequence[Any]], now: float) -> None:
+        """Lines ``(seq, stream, text, printed)`` from ``rank`` (a line seen before, by its seq, is ignored)."""
         taken = self._seen.setdefault(rank, set())
-        for seq, stream, text in sorted(lines):
+        for seq, stream, text, *rest in sorted(lines, key=lambda item: int(item[0])):
+            printed = float(rest[0]) if rest else now
             if seq in taken:
                 continue
             taken.add(seq)
-            index = self._counts.get((rank, stream), 0)
-            self._counts[(rank, stream)] = index + 1
-            key = (stream, index)
-            self._positions.setdefault(key, _Position(now)).texts[rank] = text
+            if is_noise(text):
+                self.noise.append((rank, text))
+                continue
+            count = self._counts.get((rank, stream, text), 0)
+            self._counts[(rank, stream, text)] = count + 1
+            self._last[rank] = max(self._last.get(rank, printed), printed)
+            key = (stream, text, count)
+            group = self._open.get(key)
+            if group is None:
+                group = self._open[key] = _Group(key, printed, now)
+                self._pending.append(group)
+            group.ranks.append(rank)
+            group.printed = min(group.printed, printed)
 
     def finished(self, rank: int) -> None:
         """``rank`` prints nothing more in this cell."""
         self._running.discard(rank)
 
     def ready(self, now: float) -> list[Shown]:
-        """The lines to show now, in order on each stream (a position waits for the ones before it)."""
+        """The lines to show now, in the order they were printed (a line waits for the ones printed before it)."""
+        self._pending.sort(key=lambda group: (group.printed, min(group.ranks)))
         out: list[Shown] = []
-        for stream in ("out", "err"):
-            for key in sorted((key for key in self._positions if key[0] == stream), key=lambda item: item[1]):
-                position = self._positions[key]
-                if key not in self._shown:
-                    complete = self._running <= set(position.texts)
-                    if not (complete or now - position.first_seen >= self.hold):
-                        break
-                    self._shown.add(key)
-                if position.texts:
-                    out.extend(self._lines(stream, position.texts))
-                    position.texts = {}
+        shown = 0
+        for group in self._pending:
+            if not (self._complete(group) or now - group.arrived >= self.hold):
+                break
+            shown += 1
+            del self._open[group.key]
+            out.append(Shown(group.key[0], f"[{rank_list(group.ranks)}] {group.key[1]}"))
+        del self._pending[:shown]
         return out
+
+    def _complete(self, group: _Group) -> bool:
+        """Whether no running rank will join ``group``: each is in it, printed this text's n-th time already, or
+        has printed a line no earlier than it (it went on past it)."""
+        stream, text, n = group.key
+        for rank in self._running.difference(group.ranks):
+            if self._counts.get((rank, stream, text), 0) > n:  # its n-th of this text showed already, alone
+                continue
+            if self._last.get(rank, float("-inf")) < group.printed:
+                return False
+        return True
 
     def flush(self) -> list[Shown]:
         """Every line not shown yet (the cell ended)."""
         self._running.clear()
         return self.ready(float("inf"))
-
-    def _lines(self, stream: str, texts: dict[int, str]) -> list[Shown]:
-        groups: dict[str, list[int]] = {}
-        for rank, text in sorted(texts.items()):
-            groups.setdefault(text, []).append(rank)
-        ordered = sorted(groups.items(), key=lambda item: item[1][0])
-        return [Shown(stream, f"[{rank_list(ranks)}] {text}") for text, ranks in ordered]

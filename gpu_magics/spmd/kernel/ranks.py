@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from gpu_magics.spmd.kernel import results
 from gpu_magics.spmd.kernel import world as worlds
 from gpu_magics.spmd.kernel.world import PROG, Rank, World
 from gpu_magics.spmd.worker import host
@@ -39,7 +40,11 @@ class Ranks:
         self.topic = f"gpu-magics-spmd-{self.owner}"
         self.world: World | None = None
         self.groups: set[str] = set()
+        self.regroup: list[str] = []  # groups the last world had, made again at the next cell
         self.cells = 0
+        self._lost: dict[int, str] = {}  # rank -> how its process ended by itself (its host's event)
+        self.pids: dict[int, int] = {}  # rank -> its process id, in the world running now
+        self._why_new: str | None = None  # why the world was ended, said when the next one starts
         self._line_handler: LineHandler | None = None
         self._lock = threading.Lock()
         client.subscribe_topic(self.topic, self._on_event)
@@ -95,17 +100,32 @@ class Ranks:
 
     def _on_event(self, event: Any) -> None:
         _, message = event
+        if not isinstance(message, dict):
+            return
         with self._lock:
             handler = self._line_handler
-        if handler is not None and isinstance(message, dict):
+            if "exited" in message:  # a rank process ended by itself: the next cell starts a new world
+                if self.pids.get(int(message.get("rank", -1))) == message.get("pid"):  # this world's, not an old one's
+                    how = results.exit_words(message.get("exited"), bool(message.get("oom")))
+                    self._lost.setdefault(int(message["rank"]), how)
+                return
+        if handler is not None:
             handler(int(message.get("rank", -1)), message.get("cell"), list(message.get("lines", ())))
 
     # -- the world ----------------------------------------------------------------------------------------------
-    def prepare_for_cell(self) -> tuple[World, list[str]]:
+    def prepare_for_cell(self, *, cell: bool = True) -> tuple[World, list[str]]:
         """The world for the cluster's workers now. While the client's own view of the workers (refreshed every
-        few seconds) matches the running world, no round trip is made; otherwise the scheduler is asked."""
+        few seconds) matches the running world, no round trip is made; otherwise the scheduler is asked. A world
+        that lost a rank process is ended first (a process group cannot lose a member): all ranks start again.
+        ``cell``: a cell follows at once, which makes the last world's groups again (``push``/``pull``: not)."""
         from gpu_magics.cluster import queries
         from gpu_magics.cluster.reading import inspection
+
+        with self._lock:
+            lost, self._lost = self._lost, {}
+        if lost and self.world is not None:
+            rank, how = min(lost.items())
+            self.lose(rank, how)
 
         cached = getattr(self.client, "_scheduler_identity", None) or {}
         known = set((cached.get("workers") or {}).keys())
@@ -114,9 +134,11 @@ class Ranks:
         workers = inspection.scheduler_workers(self.client)
         if self.world is not None and set(workers) == self.world.addresses:
             return self.world, []
-        return self.prepare(workers, cpu_only=_cpu_workers_only(queries.active()))
+        return self.prepare(workers, cpu_only=_cpu_workers_only(queries.active()), cell=cell)
 
-    def prepare(self, workers: dict[str, dict[str, Any]], *, cpu_only: bool = False) -> tuple[World, list[str]]:
+    def prepare(
+        self, workers: dict[str, dict[str, Any]], *, cpu_only: bool = False, cell: bool = True
+    ) -> tuple[World, list[str]]:
         """The world for ``workers`` (the one running when they did not change), with rank processes started;
         and the lines to say (a new world, why the old one went)."""
         notes: list[str] = []
@@ -126,11 +148,10 @@ class Ranks:
             return self.world, notes
         if self.world is not None:
             old, new = self.world.addresses, set(workers)
-            notes.append(
-                f"{PROG}: the cluster's workers changed (+{len(new - old)}, -{len(old - new)}): new ranks, "
-                "their variables and process groups start empty"
-            )
-            self.end()
+            self._end_for_new(f"the cluster's workers changed (+{len(new - old)}, -{len(old - new)})")
+        if self._why_new is not None:
+            notes.append(self._new_world_line(self._why_new, cell))
+            self._why_new = None
         probes = self.call_wait(host.probe, workers=list(workers), timeout=30)
         members = []
         for address, found in probes.items():
@@ -149,6 +170,32 @@ class Ranks:
         self.groups = set()
         return made, notes
 
+    def _new_world_line(self, why: str, cell: bool) -> str:
+        """The one line a new world after a lost one says: why, that variables are gone, the groups made again."""
+        groups = " ".join(f"--init {kind}" for kind in self.regroup)
+        again = ""
+        if groups:
+            when = "now" if cell else "at the next SPMD cell"
+            again = f"; the process group is made again as before, {when} ({groups})"
+        return f"{PROG}: {why}: every rank starts anew (its variables are gone){again}"
+
+    def _end_for_new(self, why: str) -> None:
+        """End the world for a new one at the next cell, which says ``why`` and makes its groups again."""
+        kinds = sorted(self.groups) + [kind for kind in self.regroup if kind not in self.groups]
+        self.end()
+        self.regroup, self._why_new = kinds, why
+
+    def lose(self, rank: int, how: str) -> None:
+        """``rank``'s process ended by itself (``how``: its exit code or signal): every rank starts again at the
+        next cell."""
+        if self.world is not None:
+            self._end_for_new(f"rank {rank}'s process ended ({how})")
+
+    def group_made(self, kind: str) -> None:
+        self.groups.add(kind)
+        if kind in self.regroup:
+            self.regroup.remove(kind)
+
     def _start(self, made: World) -> None:
         if not self._watched:
             from gpu_magics.spmd.kernel import leaving
@@ -160,6 +207,7 @@ class Ranks:
             for rank in made.ranks
         }
         failed = []
+        pids: dict[int, int] = {}
         for index, future in futures.items():
             try:
                 result = next(iter(future.result(START_TIMEOUT_S).values()))
@@ -167,15 +215,22 @@ class Ranks:
                 result = error
             if isinstance(result, BaseException):
                 failed.append(f"rank {index}: {type(result).__name__}: {result}")
+            else:
+                pids[index] = int(result)
         if failed:
             self.world = made
             self.end()
             raise UsageError(f"{PROG}: the rank processes did not start ({'; '.join(failed[:3])})")
+        with self._lock:
+            self.pids = pids
 
     def end(self) -> None:
         """End every rank process of this kernel (their variables and groups go with them)."""
         made, self.world = self.world, None
         self.groups = set()
+        self.regroup, self._why_new = [], None
+        with self._lock:
+            self._lost = {}
         if made is None or self.client.status != "running":
             return
         with contextlib.suppress(Exception):
@@ -188,10 +243,19 @@ class Ranks:
     def where(self, rank: Rank) -> concurrent.futures.Future[Any]:
         return self.call(host.where, self.owner, workers=[rank.member.address])
 
-    def forget_ended(self, ended: Sequence[int]) -> None:
-        """Ranks whose process was ended: the world is remade at the next cell (groups included)."""
-        if ended and self.world is not None:
-            self.end()
+    def forget_ended(self, ended: Sequence[int], died: dict[int, str] | None = None) -> None:
+        """Ranks whose process was ended after a failure or an interrupt (``ended``), or ended by itself during the
+        cell (``died``, rank -> how): the world is made again at the next cell, its groups too."""
+        if self.world is None:
+            return
+        if died:
+            rank = min(died)
+            self._end_for_new(f"rank {rank}'s process ended in the last cell ({died[rank]})")
+        elif ended:
+            many = len(ended) > 1
+            self._end_for_new(
+                f"rank{'s' * many} {', '.join(map(str, ended))} {'were' if many else 'was'} ended after the last cell"
+            )
 
     def close(self) -> None:
         self.end()
@@ -247,3 +311,19 @@ def end_all() -> None:
         made.close()
     while _listening:
         _listening.pop()()
+
+
+def world_now() -> tuple[int, str] | None:
+    """How many ranks the next SPMD cell would have, and the world in words, without starting any (``None``
+    where no cluster answers yet, or its start is still under way)."""
+    from gpu_magics.cluster import queries
+
+    if queries.start_under_way() is not None:
+        return None
+    found = current()
+    if found is not None and found.world is not None:
+        return found.world.size, found.world.describe()
+    count = queries.worker_count()
+    if not count:
+        return None
+    return count, f"{count} rank{'s' * (count != 1)}, one per worker of the cluster"

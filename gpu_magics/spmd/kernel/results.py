@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import pickle
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,36 @@ class RankOutcome:
             return f"{self.error.get('type')}: {self.error.get('message')}"
         return self.state
 
+    def cell_text(self) -> str:
+        """The state as the status row shows it: one line of at most ``CELL_LIMIT`` characters (the full error
+        shows below the table)."""
+        return clip(self.summary() if self.state == FAILED else self.state)
+
+
+CELL_LIMIT = 60  # characters of a status row's state or note: the table's columns stay on one line
+
+
+def clip(text: str, limit: int = CELL_LIMIT) -> str:
+    """``text``'s first line, cut to ``limit`` characters with an ellipsis."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    more = first != text.strip()
+    if len(first) > limit:
+        return first[: limit - 1].rstrip() + "…"
+    return first + (" …" if more else "")
+
+
+def exit_words(code: int | None, oom: bool = False) -> str:
+    """How a process ended: ``exit code 3``, ``SIGKILL``, ``SIGKILL: killed by the OOM killer``."""
+    if code is None:
+        return "exit status unknown"
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"{name}: killed by the OOM killer" if oom else name
+
 
 @dataclass
 class SpmdResult:
@@ -100,6 +131,7 @@ class StatusView:
     wall: float = 0.0
     finished: bool = False
     gpus: bool = True  # whether any rank has a GPU (a CPU world shows no GPU column)
+    notes: list[str] = field(default_factory=list)  # lines under the headline: the group made for the cell
 
     def _headline(self) -> str:
         counts: dict[str, int] = {}
@@ -118,12 +150,11 @@ class StatusView:
                 if outcome.gpu_memory_total:
                     memory += f"/{format_bytes(outcome.gpu_memory_total)}"
                 gpu = f"{format_percent(outcome.gpu_util)} · {memory}"
-            state = outcome.summary() if outcome.state == FAILED else outcome.state
-            row = [f"rank {outcome.rank}", outcome.label, state]
+            row = [f"rank {outcome.rank}", outcome.label, outcome.cell_text()]
             row.append(format_seconds(outcome.seconds) if outcome.seconds is not None else "")
             if self.gpus:
                 row.append(gpu)
-            rows.append([*row, outcome.note])
+            rows.append([*row, clip(outcome.note, 2 * CELL_LIMIT)])
         return rows
 
     @property
@@ -131,18 +162,21 @@ class StatusView:
         return ("rank", "where", "state", "time", *(("GPU util · memory",) if self.gpus else ()), "")
 
     def __repr__(self) -> str:
-        return "\n".join([self._headline(), *("  " + line for line in text_table(self.columns, self._rows(), (3,)))])
+        table = text_table(self.columns, self._rows(), (3,))
+        return "\n".join([self._headline(), *("  " + note for note in self.notes), *("  " + line for line in table)])
 
     def _repr_html_(self) -> str:
         colours = {FAILED: "var(--jp-error-color1, #d32f2f)", DONE: "var(--jp-success-color1, #388e3c)"}
         rows = []
         for outcome, row in zip(self.outcomes, self._rows(), strict=True):
-            cells = [html.escape(cell) for cell in row]
             colour = colours.get(outcome.state)
-            if colour:
-                cells[2] = f"<span style='color:{colour}'>{cells[2]}</span>"
+            cells = []
+            for i, text in enumerate(row):  # one line each: long text is clipped in the row, shown in full below
+                style = "white-space:nowrap" + (f";color:{colour}" if colour and i == 2 else "")
+                cells.append(f"<span style='{style}'>{html.escape(text)}</span>")
             rows.append(cells)
+        notes = "".join(f"<div>{html.escape(note)}</div>" for note in self.notes)
         return (
             f"<div class='gpu-magics-spmd'><div style='font-weight:600'>{html.escape(self._headline())}</div>"
-            f"{html_table(self.columns, rows, (3,))}</div>"
+            f"{notes}{html_table(self.columns, rows, (3,))}</div>"
         )

@@ -9,7 +9,7 @@ Done with an IPython input transformer (the cleanup stage, before cell magics ar
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -22,11 +22,41 @@ class SpmdSession:
         self.options = options.strip()
         self.transform: Callable[[list[str]], list[str]] = self._transform
 
+    @property
+    def line(self) -> str:
+        """The ``%%gpurun`` line each plain cell gains (without ``%%gpurun``)."""
+        return f"spmd -q {self.options}".rstrip()
+
     def _transform(self, lines: list[str]) -> list[str]:
         first = next((line.strip() for line in lines if line.strip()), "")
         if not first or first.startswith(("%", "!")):
             return lines
-        return [f"%%gpurun spmd -q {self.options}".rstrip() + "\n", *lines]
+        return [f"%%gpurun {self.line}\n", *lines]
+
+
+OFF_HINT = "%gpurun off runs plain cells in this kernel again"
+
+
+def made_line(shell: InteractiveShell, line: str) -> bool:
+    """Whether ``line`` (a ``%%gpurun`` cell's) is the one the SPMD session gave a plain cell."""
+    made = current(shell)
+    return made is not None and line.strip() == made.line
+
+
+def where(ranks: Sequence[int] | None) -> str:
+    """Where the session's cells run, in words (``every rank (2 ranks on 1 host (CPU))``, ``rank 1 of 2``); a
+    one-line ``UsageError`` for ``--ranks`` outside the world, where the world is known now."""
+    from gpu_magics.spmd.kernel import ranks as rank_sets
+    from gpu_magics.spmd.kernel.output import rank_list
+    from gpu_magics.spmd.kernel.world import check_ranks
+
+    found = rank_sets.world_now()
+    if ranks is None:
+        return f"every rank ({found[1] if found else 'one per worker of the cluster'})"
+    if found is not None:
+        check_ranks(ranks, found[0], "%gpurun spmd --ranks", found[1])
+    named = f"rank{'s' * (len(ranks) != 1)} {rank_list(ranks)}"
+    return named + (f" of {found[0]}" if found else "")
 
 
 def current(shell: InteractiveShell) -> SpmdSession | None:

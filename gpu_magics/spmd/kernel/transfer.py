@@ -21,15 +21,31 @@ from gpu_magics.spmd.kernel.results import load_value
 TIMEOUT_S = 300.0
 
 
-def _ranks_ready(ranks: Sequence[int] | None) -> tuple[Any, tuple[Any, ...]]:
+def _ranks_ready(ranks: Sequence[int] | None, said: str) -> tuple[Any, tuple[Any, ...]]:
+    """The ranks to reach (every rank without ``ranks``); ``said`` begins the line about a rank outside the world."""
     from gpu_magics.cluster import queries
     from gpu_magics.spmd.kernel import ranks as rank_sets
 
     made = rank_sets.for_client(queries.require_client())
-    world, notes = made.prepare_for_cell()
+    world, notes = made.prepare_for_cell(cell=False)
     for note in notes:
         print(note)
-    return made, world.select(None if ranks is None else list(ranks))
+    return made, world.select(None if ranks is None else list(ranks), said)
+
+
+def _rank_list(ranks: Any) -> list[int] | None:
+    """``push``'s ``ranks`` as a list of rank numbers; a one-line ``UsageError`` naming the argument where it is
+    not."""
+    if ranks is None:
+        return None
+    items = [ranks] if isinstance(ranks, int) else ranks
+    try:
+        found = list(items)
+    except TypeError:
+        found = [None]
+    if not found or not all(isinstance(item, int) and not isinstance(item, bool) for item in found):
+        raise UsageError(f"spmd.push: ranks={ranks!r} is not a rank number or a list of them, for example ranks=[0]")
+    return found
 
 
 def _gather(futures: dict[int, concurrent.futures.Future[Any]], what: str) -> dict[int, dict[str, Any]]:
@@ -56,13 +72,18 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
         packed = {name: cloudpickle.dumps(value, protocol=5) for name, value in values.items()}
     except Exception as error:
         raise UsageError(f"spmd.push: a value does not pickle ({type(error).__name__}: {error})") from None
-    made, chosen = _ranks_ready(ranks)
+    wanted = _rank_list(ranks)
+    made, chosen = _ranks_ready(wanted, f"spmd.push(ranks={ranks!r})")
     _gather({rank.rank: made.ask(rank, {"op": "push", "values": packed}) for rank in chosen}, "push")
 
 
 def pull(name: str, rank: int | None = None) -> Any:
     """The variable ``name`` from ``rank``, or from every rank (a list in rank order) without one."""
-    made, chosen = _ranks_ready(None if rank is None else [rank])
+    if not isinstance(name, str) or not name.isidentifier():
+        raise UsageError(f"spmd.pull: name={name!r} is not a variable name; for example spmd.pull('loss')")
+    if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
+        raise UsageError(f"spmd.pull: rank={rank!r} is not a rank number; for example spmd.pull({name!r}, rank=0)")
+    made, chosen = _ranks_ready(None if rank is None else [rank], f"spmd.pull({name!r}, rank={rank})")
     replies = _gather({item.rank: made.ask(item, {"op": "pull", "names": [name]}) for item in chosen}, "pull")
     values = [load_value(index, *replies[index]["values"][name]) for index in sorted(replies)]
     return values[0] if rank is not None else values

@@ -123,19 +123,23 @@ class World:
             "GPU_MAGICS_SPMD_DEVICE": "gpu" if rank.gpu else "cpu",
         }
 
-    def select(self, wanted: Sequence[int] | None) -> tuple[Rank, ...]:
-        """The ranks ``--ranks`` names (all without it); a one-line ``UsageError`` for one outside the world."""
+    def select(self, wanted: Sequence[int] | None, said: str = f"{PROG} --ranks") -> tuple[Rank, ...]:
+        """The ranks ``wanted`` names (all without it); a one-line ``UsageError`` for one outside the world, that
+        begins with ``said`` (what the user wrote: ``%%gpurun spmd --ranks``, ``spmd.pull(rank=5)``)."""
         if wanted is None:
             return self.ranks
-        outside = sorted({index for index in wanted if index >= self.size})
-        if outside:
-            last = self.size - 1
-            have = "rank 0" if last == 0 else f"ranks 0-{last}"
-            raise UsageError(
-                f"{PROG} --ranks: no rank {', '.join(map(str, outside))}; the world has {have} ({self.describe()})"
-            )
+        check_ranks(wanted, self.size, said, self.describe())
         chosen = set(wanted)
         return tuple(rank for rank in self.ranks if rank.rank in chosen)
+
+
+def check_ranks(wanted: Sequence[int], size: int, said: str, world: str) -> None:
+    """A one-line ``UsageError`` where ``wanted`` names a rank outside a world of ``size`` ranks."""
+    outside = sorted({index for index in wanted if not 0 <= index < size})
+    if outside:
+        last = size - 1
+        have = "rank 0" if last == 0 else f"ranks 0-{last}"
+        raise UsageError(f"{said}: no rank {', '.join(map(str, outside))}; the world has {have} ({world})")
 
 
 def _host_key(host: str) -> tuple[int, Any]:

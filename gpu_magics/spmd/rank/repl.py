@@ -20,6 +20,7 @@ import os
 import pickle
 import signal
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -80,6 +81,7 @@ class Repl:
         while True:
             try:
                 message = self.commands.recv()
+                self.commands.send({"op": "started", "id": message.get("id")})  # the host: this message ran
             except (EOFError, OSError):
                 os._exit(0)
             reply = self.handle(message)
@@ -152,16 +154,72 @@ def _pack(value: Any) -> tuple[bytes | None, str]:
 
 
 def _describe(error: BaseException) -> dict[str, Any]:
-    """The error as the kernel shows it: its type, message and the traceback of the user's frames only."""
-    described = traceback.TracebackException.from_exception(error)
-    frames = [frame for frame in described.stack if not frame.filename.startswith(_HERE)]
-    described.stack = traceback.StackSummary.from_list(frames)
+    """The error as the kernel shows it: its type, message and traceback, the user's frames in full and each run
+    of library frames folded into one line (``... 8 frames in torch``); ``full`` keeps every frame but the REPL's."""
+    full = traceback.TracebackException.from_exception(error)
+    folded = traceback.TracebackException.from_exception(error)
+    for described, kind in ((full, traceback.StackSummary), (folded, _FoldedStack)):  # list subclasses
+        seen: set[int] = set()
+        while described is not None and id(described) not in seen:  # the error, then its cause or context
+            seen.add(id(described))
+            frames = [frame for frame in described.stack if not frame.filename.startswith(_HERE)]
+            described.stack = kind(frames)
+            described = described.__cause__ or described.__context__  # type: ignore[assignment]
     return {
         "type": type(error).__name__,
         "message": str(error),
-        "traceback": "".join(described.format()),
+        "traceback": "".join(folded.format()),
+        "full": "".join(full.format()),
         "interrupted": isinstance(error, KeyboardInterrupt),
     }
+
+
+class _FoldedStack(traceback.StackSummary):
+    """Frames as Python prints them, except that two or more library frames in a row show as one line."""
+
+    def format(self) -> list[str]:
+        out: list[str] = []
+        run: list[tuple[traceback.FrameSummary, str]] = []
+        for frame in [*self, None]:
+            package = None if frame is None else library(frame.filename)
+            if frame is not None and package is not None:
+                run.append((frame, package))
+                continue
+            if len(run) > 1:
+                names = ", ".join(dict.fromkeys(name for _, name in run))
+                out.append(f"  ... {len(run)} frames in {names}\n")
+            elif run:
+                out.extend(traceback.StackSummary.from_list([run[0][0]]).format())
+            run = []
+            if frame is not None:
+                out.extend(traceback.StackSummary.from_list([frame]).format())
+        return out
+
+
+def library(filename: str) -> str | None:
+    """The package a frame's file belongs to, where it is a library's (installed, or Python's own): ``torch``,
+    ``json``; ``None`` for the user's code (the cell, the user's own files)."""
+    if filename.startswith("<frozen "):
+        return filename[len("<frozen ") :].rstrip(">").split(".", 1)[0]
+    if filename.startswith("<"):
+        return None
+    path = os.path.abspath(filename)
+    for marker in ("site-packages", "dist-packages"):
+        _, found, tail = path.rpartition(os.sep + marker + os.sep)
+        if found:
+            return _top(tail)
+    for root in _STDLIB:
+        if path.startswith(root + os.sep):
+            return _top(path[len(root) + 1 :])
+    return None
+
+
+def _top(relative: str) -> str:
+    first = relative.split(os.sep, 1)[0]
+    return first[:-3] if first.endswith(".py") else first
+
+
+_STDLIB = tuple({sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib")})
 
 
 def _peak_gpu_memory() -> int | None:

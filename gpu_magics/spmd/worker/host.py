@@ -53,9 +53,10 @@ class RankProcess:
         for fd in child_fds:
             os.close(fd)
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._started: set[int] = set()  # ids of the messages its REPL took
         self._where: asyncio.Future[str] | None = None
-        self._lines: list[tuple[int, str, str]] = []  # (seq, stream, text) of the cell running now
-        self._unsent: list[tuple[int, str, str]] = []
+        self._lines: list[tuple[int, str, str, float]] = []  # (seq, stream, text, read at) of the cell running now
+        self._unsent: list[tuple[int, str, str, float]] = []
         self._seq = 0
         self._marks: dict[str, asyncio.Event] = {"out": asyncio.Event(), "err": asyncio.Event()}
         self._partial: dict[str, str] = {"out": "", "err": ""}
@@ -64,7 +65,11 @@ class RankProcess:
         self._ids = 0
         self._last_event = 0.0
         self._flush_due = False
+        self._exit_task: asyncio.Task[None] | None = None
         self.started = time.time()
+        self.ending = False  # the host ends it (a reset, a stop): the kernel knows, no event
+        self.exit_code: int | None = None
+        self._oom_before = oom_kills()
         self.ready: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self.loop.add_reader(self.commands.fileno(), self._read_commands)
         self.loop.add_reader(self.control.fileno(), self._read_control)
@@ -129,7 +134,7 @@ class RankProcess:
             self._add_line(name, text)
 
     def _add_line(self, stream: str, text: str) -> None:
-        entry = (self._seq, stream, text)
+        entry = (self._seq, stream, text, time.time())
         self._seq += 1
         if len(self._lines) < LINE_LIMIT:
             self._lines.append(entry)
@@ -151,18 +156,37 @@ class RankProcess:
             if not self.ready.done():
                 self.ready.set_result(message)
             return
+        if message.get("op") == "started":
+            self._started.add(message.get("id", -1))
+            return
+        self._started.discard(message.get("id", -1))
         future = self._replies.pop(message.get("id", -1), None)
         if future is not None and not future.done():
             future.set_result(message)
 
     def _on_exit(self) -> None:
-        code = self.process.poll()
+        """The rank process closed its end: it ended (or is ending). Its pending replies say so with its exit
+        status, once the process is reaped; where it ended by itself, the kernel hears it as an event too."""
+        if self._exit_task is None:
+            self._exit_task = self.loop.create_task(self._ended())
+
+    async def _ended(self) -> None:
+        try:
+            code: int | None = await asyncio.to_thread(self.process.wait, 10)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.exit_code = code
+        oom = code == -signal.SIGKILL and oom_kills() > self._oom_before
         if not self.ready.done():
             self.ready.set_exception(RuntimeError(f"the rank process ended at start (exit code {code})"))
-        for future in self._replies.values():
-            if not future.done():
-                future.set_result({"op": "done", "ok": False, "ended": True, "exit_code": code, "error": None})
+        for ident, future in self._replies.items():
+            if not future.done():  # "before": it ended before its REPL took the message, which never ran
+                said = {"op": "done", "ok": False, "ended": True, "exit_code": code, "oom": oom, "error": None}
+                future.set_result({**said, "before": ident not in self._started})
         self._replies.clear()
+        if not self.ending:
+            self._send_lines()
+            self.worker.log_event(self.topic, {"rank": self.rank, "exited": code, "oom": oom, "pid": self.process.pid})
 
     async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one message and wait for its reply (a cell's: with every line it printed)."""
@@ -183,8 +207,6 @@ class RankProcess:
         self._send_lines()
         reply["lines"], reply["line_count"] = list(self._lines), self._seq
         reply.setdefault("seconds", time.perf_counter() - began)
-        if reply.get("ended"):
-            reply["exit_code"] = await asyncio.to_thread(self.process.wait, 10)
         self._cell = None
         return reply
 
@@ -215,6 +237,7 @@ class RankProcess:
         return True
 
     async def kill(self) -> None:
+        self.ending = True
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
         await asyncio.to_thread(self.process.wait, 10)
@@ -229,6 +252,20 @@ class RankProcess:
                     self.loop.remove_reader(stream.fileno())
                     stream.close()
         self._on_exit()
+        if self._exit_task is not None:
+            await self._exit_task
+
+
+def oom_kills() -> int:
+    """How many processes the kernel's OOM killer ended in this worker's memory cgroup so far (0 where it cannot
+    be read): a rank killed by ``SIGKILL`` while it grew is named as the OOM killer's."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        with contextlib.suppress(OSError, ValueError), open(path) as file:
+            for line in file:
+                name, _, count = line.partition(" ")
+                if name == "oom_kill":
+                    return int(count)
+    return 0
 
 
 def _hosts(worker: Any) -> dict[str, RankProcess]:
@@ -300,8 +337,10 @@ async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -
 async def ask(owner: str, message: dict[str, Any], dask_worker: Any) -> dict[str, Any]:
     """Hand the rank one message (a cell, values, an init) and return its reply."""
     made = _hosts(dask_worker).get(owner)
-    if made is None or not made.alive:
-        return {"op": "done", "ok": False, "ended": True, "error": None, "lines": [], "line_count": 0}
+    if made is None or not made.alive:  # it ended before this message: the message did not run
+        code = None if made is None else made.process.poll()
+        said = {"op": "done", "ok": False, "ended": True, "exit_code": code, "error": None}
+        return {**said, "before": True, "lines": [], "line_count": 0}
     return await made.ask(message)
 
 

@@ -1,0 +1,143 @@
+"""What an SPMD cell shows, without a cluster: the ranks' lines in the order they were printed and live, alike lines
+merged, framework noise left out; the status table on one line per rank with the group's line in it; a failing
+rank's traceback with library frames folded; how a rank process ended, in words; arguments named in errors."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+
+from gpu_magics.spmd.kernel.cell import _ended_line
+from gpu_magics.spmd.kernel.output import LineMerger, is_noise
+from gpu_magics.spmd.kernel.results import DONE, FAILED, RankOutcome, StatusView, clip, exit_words
+from gpu_magics.spmd.kernel.world import Member, World, check_ranks, order
+from gpu_magics.spmd.rank.repl import _describe, library, run_cell
+
+GLOO = "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
+
+
+def texts(shown: list) -> list[str]:
+    return [line.text for line in shown]
+
+
+def test_a_lockstep_loop_shows_in_the_order_printed_and_alike_last_lines_merge() -> None:
+    """Rank 0 prints every 25 steps, both print "done": rank 1's "done" reaches the kernel first."""
+    merger = LineMerger([0, 1], hold=0.3)
+    merger.add(1, [(0, "out", "done", 4.01)], now=4.05)
+    steps = [(i, "out", f"step {25 * i}", float(i)) for i in range(4)]
+    merger.add(0, [*steps, (4, "out", "done", 4.0)], now=4.1)
+    assert texts(merger.ready(now=4.1)) == ["[0] step 0", "[0] step 25", "[0] step 50", "[0] step 75", "[0,1] done"]
+
+
+def test_a_line_only_one_rank_prints_shows_live_after_the_hold_while_the_others_run() -> None:
+    merger = LineMerger([0, 1], hold=0.3)
+    merger.add(0, [(0, "out", "step 0", 0.0)], now=0.0)
+    assert merger.ready(now=0.1) == []  # rank 1 may print it too
+    assert texts(merger.ready(now=0.3)) == ["[0] step 0"]  # rank 1 still runs: shown anyway
+    merger.add(0, [(1, "out", "step 25", 1.0)], now=1.0)
+    assert texts(merger.ready(now=1.31)) == ["[0] step 25"]
+
+
+def test_a_line_waits_for_lines_printed_before_it_on_any_rank_and_any_stream() -> None:
+    merger = LineMerger([0, 1], hold=0.3)
+    merger.add(1, [(0, "err", "warning from 1", 2.0)], now=2.0)
+    merger.add(0, [(0, "out", "first from 0", 1.0)], now=2.1)  # printed earlier, arrived later
+    shown = merger.ready(now=2.5)
+    assert [(line.stream, line.text) for line in shown] == [("out", "[0] first from 0"), ("err", "[1] warning from 1")]
+
+
+def test_lines_that_differ_by_rank_in_lockstep_show_at_once() -> None:
+    merger = LineMerger([0, 1, 2], hold=10.0)
+    for rank in range(3):
+        merger.add(rank, [(0, "out", f"rank says {rank}", 1.0)], now=1.0)
+    assert texts(merger.ready(now=1.0)) == ["[0] rank says 0", "[1] rank says 1", "[2] rank says 2"]
+
+
+def test_gloos_connection_lines_are_left_out_and_kept_for_the_log() -> None:
+    assert is_noise(GLOO) and not is_noise("[Gloo] my own line")
+    merger = LineMerger([0, 1], hold=0.3)
+    merger.add(0, [(0, "err", GLOO, 1.0), (1, "out", "hello", 1.1)], now=1.1)
+    merger.add(1, [(0, "out", "hello", 1.1)], now=1.1)
+    assert texts(merger.flush()) == ["[0,1] hello"]
+    assert merger.noise == [(0, GLOO)]
+
+
+def outcome(rank: int, state: str, message: str = "") -> RankOutcome:
+    error = {"type": "RuntimeError", "message": message} if state == FAILED else None
+    return RankOutcome(rank, "127.0.0.1 · CPU", state, error=error, seconds=0.5)
+
+
+def test_a_long_error_is_clipped_in_the_table_so_every_row_stays_one_line() -> None:
+    long = "mat1 and mat2 shapes cannot be multiplied (2x5 and 4x3) " * 4 + "\nsecond line"
+    view = StatusView("2 ranks on 1 host (CPU)", [outcome(0, DONE), outcome(1, FAILED, long)], 1.0, True, False)
+    rows = repr(view).splitlines()
+    assert len(rows) == 4 and all(len(row) < 120 for row in rows), rows
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in rows[3] and rows[3].count("…") == 1
+    html = view._repr_html_()
+    assert html.count("white-space:nowrap") == 2 * 5 and "second line" not in html
+    assert clip("short") == "short" and clip("one\ntwo") == "one …"
+
+
+def test_the_group_made_for_a_cell_is_a_line_of_its_one_table() -> None:
+    notes = ["torch.distributed: gloo group of 2 (made in 1.97 s)"]
+    view = StatusView("2 ranks on 1 host (CPU)", [outcome(0, DONE), outcome(1, DONE)], 2.7, True, False, notes)
+    lines = repr(view).splitlines()
+    assert lines[0] == "spmd · 2 ranks on 1 host (CPU) · 2 done in 2.70 s"
+    assert lines[1] == "  torch.distributed: gloo group of 2 (made in 1.97 s)"
+    assert "gloo group of 2 (made in 1.97 s)" in view._repr_html_()
+
+
+@pytest.mark.parametrize(
+    ("code", "oom", "words"),
+    [
+        (3, False, "exit code 3"),
+        (0, False, "exit code 0"),
+        (-9, False, "SIGKILL"),
+        (-9, True, "SIGKILL: killed by the OOM killer"),
+        (-11, False, "SIGSEGV"),
+        (None, False, "exit status unknown"),
+    ],
+)
+def test_how_a_rank_process_ended_in_words(code: int | None, oom: bool, words: str) -> None:
+    assert exit_words(code, oom) == words
+
+
+def test_ranks_that_were_ended_are_named_with_the_right_grammar() -> None:
+    one = _ended_line([0], {})
+    assert one.startswith("rank 0 did not stop within 3 s and was ended: the next SPMD cell starts new ranks")
+    assert _ended_line([0, 2], {}).startswith("ranks 0, 2 did not stop within 3 s and were ended:")
+    assert _ended_line([], {1: "exit code 3"}).startswith("the process of rank 1 ended:")
+
+
+def test_a_failing_ranks_traceback_folds_library_frames_and_keeps_the_users() -> None:
+    code = "import json\ndef parse(text):\n    return json.loads(text)\nparse('{')\n"
+    with pytest.raises(ValueError) as caught:
+        run_cell({}, code, "<rank cell 7>")
+    described = _describe(caught.value)
+    shown = described["traceback"]
+    assert 'File "<rank cell 7>", line 4, in <module>' in shown and "return json.loads(text)" in shown
+    assert "  ... 3 frames in json\n" in shown and "decoder.py" not in shown
+    assert "repl.py" not in shown and "repl.py" not in described["full"]
+    assert "decoder.py" in described["full"]  # -o keeps every frame
+    assert shown.rstrip().endswith("line 1 column 2 (char 1)")
+
+
+def test_library_frames_are_told_apart_from_the_users_own() -> None:
+    import json
+
+    import IPython
+
+    assert library(json.__file__) == "json" and library(IPython.__file__) == "IPython"
+    assert library("<rank cell 3>") is None and library("/home/me/project/train.py") is None
+    assert library("<frozen importlib._bootstrap>") == "importlib"
+
+
+def test_ranks_outside_the_world_are_refused_naming_what_the_user_wrote() -> None:
+    made = World(order([Member(f"tcp://a:{i}", f"w{i}", "a") for i in range(2)]), 1, 2)
+    with pytest.raises(UsageError) as caught:
+        made.select([5], "spmd.pull('y', rank=5)")
+    assert str(caught.value) == "spmd.pull('y', rank=5): no rank 5; the world has ranks 0-1 (2 ranks on 1 host (CPU))"
+    with pytest.raises(UsageError, match=r"^%gpurun spmd --ranks: no rank 7; the world has ranks 0-1 \(2 ranks"):
+        check_ranks([0, 7], 2, "%gpurun spmd --ranks", "2 ranks, one per worker of the cluster")
+    with pytest.raises(UsageError, match="no rank -1"):
+        check_ranks([-1], 2, "spmd.push(ranks=[-1])", "")

@@ -1,0 +1,118 @@
+"""A rank process that ends by itself never breaks the next SPMD cell, through a real kernel as JupyterLab drives
+it (jupyter_client) with a real 2-worker CPU cluster: after ``os._exit`` in a cell and after a ``SIGKILL`` from
+outside, the next cell starts a new world (every rank new), says so in one line, and makes the process group
+again as the last world had it. And the ranks' output, as a reader expects it: lines in the order they were
+printed across ranks, shown while the cell runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_kernel_faults import Kernel, loaded_kernel
+from tests.test_spmd_kernel import rank_pids
+
+pytestmark = pytest.mark.slow
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch)")
+
+STATE = (
+    "%%gpurun spmd -q\nimport os, torch.distributed as dist\nprint('state', 'kept' in globals(), dist.is_initialized())"
+)
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    with loaded_kernel(tmp_path) as started:
+        started.ok("%gpucluster --cpu-workers 2 --name spmd-recovery", timeout=120)
+        yield started
+
+
+def new_world_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "every rank starts anew" in line]
+
+
+@needs_torch
+def test_a_rank_that_exits_in_a_cell_gives_a_new_world_with_its_group_at_the_next_cell(kernel: Kernel) -> None:
+    kernel.ok("%%gpurun spmd --init torch -q\nkept = 1", timeout=120)
+    before = rank_pids(kernel)
+    reply, text = kernel.run(
+        "%%gpurun spmd -q\nimport os\nif os.environ['RANK'] == '1':\n    os._exit(3)\nprint('alive')", timeout=60
+    )
+    assert reply["status"] == "error" and reply["ename"] == "RankProcessEnded", text
+    assert "RankProcessEnded: the rank process ended (exit code 3)" in text and "exit code None" not in text
+    text = kernel.ok(STATE, timeout=120)
+    said = new_world_lines(text)
+    assert said == [
+        "%%gpurun spmd: rank 1's process ended in the last cell (exit code 3): every rank starts anew (its variables "
+        "are gone); the process group is made again as before, now (--init torch)"
+    ], text
+    assert "[0,1] state False True" in text  # variables gone, the group made again
+    after = rank_pids(kernel)
+    assert len(after) == 2 and not set(after) & set(before)  # every rank is new
+    assert new_world_lines(kernel.ok(STATE)) == []  # said once
+
+
+@needs_torch
+def test_a_rank_killed_between_cells_gives_a_new_world_at_the_next_cell(kernel: Kernel) -> None:
+    kernel.ok("%%gpurun spmd --init torch -q\nkept = 1", timeout=120)
+    before = rank_pids(kernel)
+    kernel.ok(f"import os, signal\nos.kill({before[1]}, signal.SIGKILL)")  # from outside, as the OOM killer does
+    text = kernel.ok(STATE, timeout=120)  # at once: the cell may reach the dead rank before the news of its end
+    said = new_world_lines(text)
+    assert len(said) == 1 and "'s process ended (SIGKILL): every rank starts anew" in said[0], text
+    assert said[0].endswith("the process group is made again as before, now (--init torch)")
+    assert "[0,1] state False True" in text
+    assert not set(rank_pids(kernel)) & set(before)
+
+
+def test_a_rank_killed_without_a_group_and_reset_still_works(kernel: Kernel) -> None:
+    kernel.ok("%%gpurun spmd -q\nkept = 1", timeout=60)
+    before = rank_pids(kernel)
+    kernel.ok(f"import os, signal\nos.kill({before[0]}, signal.SIGKILL)")
+    time.sleep(1.0)  # this time the news of its end (the worker's event) reaches the kernel before the cell
+    text = kernel.ok("%%gpurun spmd -q\nprint('fresh', 'kept' in globals())", timeout=60)
+    said = new_world_lines(text)
+    assert len(said) == 1 and "(SIGKILL): every rank starts anew (its variables are gone)" in said[0], text
+    assert "process group" not in said[0]  # there was none to make again
+    assert "[0,1] fresh False" in text
+    text = kernel.ok("%gpurun spmd --reset")
+    assert "the ranks were ended" in text
+    text = kernel.ok("%%gpurun spmd -q\nprint('after reset')", timeout=60)
+    assert "[0,1] after reset" in text and new_world_lines(text) == []
+
+
+LOCKSTEP = """%%gpurun spmd -q
+import os, time
+rank = int(os.environ["RANK"])
+for step in range(4):
+    if rank == 0:
+        print(f"step {step}")
+    time.sleep(1.0)
+print("done")
+"""
+
+
+def test_lines_show_live_and_in_the_order_printed_across_ranks(kernel: Kernel) -> None:
+    kernel.ok("%%gpurun spmd -q\npass", timeout=60)
+    msg_id = kernel.start(LOCKSTEP)
+    began = time.monotonic()
+    arrivals: list[tuple[float, str]] = []
+    deadline = began + 60
+    while True:
+        message = kernel.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        if message["msg_type"] == "stream":
+            arrivals += [(time.monotonic() - began, line) for line in message["content"]["text"].splitlines()]
+        if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+            ended = time.monotonic() - began
+            break
+    assert [line for _, line in arrivals] == ["[0] step 0", "[0] step 1", "[0] step 2", "[0] step 3", "[0,1] done"]
+    first = arrivals[0][0]
+    assert first < ended - 2.0, (arrivals, ended)  # "step 0" showed while the cell still had 3 s to run

@@ -2,6 +2,7 @@
 # Set up (once) and run the whole test suite: ruff, mypy, the extension's jest tests, pytest (CPU tests, real
 # IPython shells, LocalCluster processes, a real jupyter-server, notebooks through real kernels) and the end-to-end
 # test of the side panel in JupyterLab on headless Chromium. GPU tests (tests/gpu, marker gpu) skip without a GPU.
+# Debian's Prometheus (tests/prometheus/setup.sh) scrapes a real jupyter-server in the /metrics tests.
 # A one-node SLURM (tests/slurm/setup.sh: Debian's slurmctld, slurmd, munge; needs root or sudo, else the SLURM
 # tests skip) runs the tests marked slurm, with real jobs on this machine.
 # pytest runs on several processes (pytest-xdist, --dist loadgroup: tests/conftest.py says what runs together);
@@ -33,6 +34,7 @@ if [ "$quick" = 1 ]; then
 else
   bash scripts/setup-env.sh "test,dev" || { echo "setup failed"; exit 1; }
   bash tests/browser/setup.sh || { echo "browser test setup failed"; exit 1; }
+  bash tests/prometheus/setup.sh || { echo "Prometheus test setup failed"; exit 1; }
   bash tests/slurm/setup.sh || { echo "SLURM test setup failed"; exit 1; }
 fi
 cores=$(nproc 2>/dev/null || echo 2)

@@ -247,9 +247,9 @@ def test_a_dashboard_closes_without_a_traceback(
 def test_ucx_without_distributed_ucxx_is_one_line_and_no_warning(
     shell: InteractiveShell, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from gpu_magics.cluster.managers import protocols
+    from gpu_magics.cluster.managers import needs
 
-    if protocols.ucxx_schemes() or protocols.legacy_ucx_py():
+    if needs.ucxx_schemes() or needs.legacy_ucx_py():
         pytest.skip("UCX is installed here")
     for spelling in ("ucx", "ucxx"):
         with warnings.catch_warnings(record=True) as caught, pytest.raises(UsageError) as raised:

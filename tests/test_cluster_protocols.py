@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.managers import protocols
+from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.options import parse_cluster_line
 
 
@@ -19,7 +19,7 @@ def test_every_spelling_parses(spelling: str) -> None:
 
 
 def test_tcp_is_tcp_whatever_is_installed() -> None:
-    assert protocols.comm_protocol("tcp") == "tcp"
+    assert needs.comm_protocol("tcp") == "tcp"
 
 
 @pytest.mark.parametrize(
@@ -30,15 +30,15 @@ def test_tcp_is_tcp_whatever_is_installed() -> None:
 def test_ucx_spellings_map_to_the_registered_scheme(
     monkeypatch: pytest.MonkeyPatch, registered: set[str], expected: str, spelling: str
 ) -> None:
-    monkeypatch.setattr(protocols, "ucxx_schemes", lambda: frozenset(registered))
-    assert protocols.comm_protocol(spelling) == expected
+    monkeypatch.setattr(needs, "ucxx_schemes", lambda: frozenset(registered))
+    assert needs.comm_protocol(spelling) == expected
 
 
 def test_without_distributed_ucxx_ucx_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(protocols, "ucxx_schemes", frozenset)
-    monkeypatch.setattr(protocols, "legacy_ucx_py", lambda: False)
+    monkeypatch.setattr(needs, "ucxx_schemes", frozenset)
+    monkeypatch.setattr(needs, "legacy_ucx_py", lambda: False)
     with pytest.raises(UsageError) as raised:
-        protocols.comm_protocol("ucxx")
+        needs.comm_protocol("ucxx")
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith("%gpucluster --protocol ucxx: UCX needs the distributed-ucxx package")
@@ -46,9 +46,9 @@ def test_without_distributed_ucxx_ucx_is_one_line(monkeypatch: pytest.MonkeyPatc
 
 
 def test_legacy_ucx_py_keeps_distributeds_own_ucx(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(protocols, "ucxx_schemes", frozenset)
-    monkeypatch.setattr(protocols, "legacy_ucx_py", lambda: True)
-    assert protocols.comm_protocol("ucxx") == "ucx"
+    monkeypatch.setattr(needs, "ucxx_schemes", frozenset)
+    monkeypatch.setattr(needs, "legacy_ucx_py", lambda: True)
+    assert needs.comm_protocol("ucxx") == "ucx"
 
 
 class EntryPoint:
@@ -70,14 +70,14 @@ def test_schemes_come_from_distributed_ucxx_entry_points(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "distributed_ucxx" else None)
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-    assert protocols.ucxx_schemes() == {"ucx", "ucxx"}
+    assert needs.ucxx_schemes() == {"ucx", "ucxx"}
     assert seen["group"] == "distributed.comm.backends"
 
 
 def test_no_schemes_without_distributed_ucxx(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert protocols.ucxx_schemes() == frozenset()
-    assert protocols.legacy_ucx_py() is False
+    assert needs.ucxx_schemes() == frozenset()
+    assert needs.legacy_ucx_py() is False
 
 
 def warns(message: str) -> int:
@@ -94,10 +94,10 @@ def test_ucx_py_deprecation_warning_is_silenced_for_ucx_only(spelling: str) -> N
     ucx_py = "Using protocol='ucx' with UCX-Py is deprecated,\nplease install distributed-ucxx"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert protocols.quiet_ucx_deprecations(lambda: warns(ucx_py), spelling)() == 1
+        assert needs.quiet_ucx_deprecations(lambda: warns(ucx_py), spelling)() == 1
         assert caught == []
-        protocols.quiet_ucx_deprecations(lambda: warns("something else"), spelling)()
-        protocols.quiet_ucx_deprecations(lambda: warns(ucx_py), "tcp")()
+        needs.quiet_ucx_deprecations(lambda: warns("something else"), spelling)()
+        needs.quiet_ucx_deprecations(lambda: warns(ucx_py), "tcp")()
     assert [str(w.message) for w in caught] == ["something else", ucx_py]
 
 

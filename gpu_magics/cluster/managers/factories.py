@@ -21,7 +21,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics import gpus, hints
 from gpu_magics.cluster.dashboard import close as dashboard_close
-from gpu_magics.cluster.managers import packages, protocols
+from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.workers import forkserver
 
@@ -95,7 +95,7 @@ def _common_kwargs(options: ClusterOptions) -> dict[str, Any]:
         "threads_per_worker": options.threads,
         "host": host,
         "dashboard_address": f"{dashboard_host}:0" if options.dashboard else None,
-        "protocol": protocols.comm_protocol(options.protocol, PROG),
+        "protocol": needs.comm_protocol(options.protocol, PROG),
         "silence_logs": logging.ERROR,
         "death_timeout": DEATH_TIMEOUT,
     }
@@ -127,7 +127,7 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
         plugins=worker_plugins(gpu=False),
         **_common_kwargs(options),
     )
-    return protocols.quiet_ucx_deprecations(factory, options.protocol)
+    return needs.quiet_ucx_deprecations(factory, options.protocol)
 
 
 def dask_cuda_missing() -> str:
@@ -147,9 +147,21 @@ def most_cpu_workers() -> int:
     return max(1, min(4 * cores, int(psutil.virtual_memory().available // MIN_WORKER_MEMORY)))
 
 
+def check_cpu_workers(count: int, what: str) -> None:
+    """A count of CPU worker processes above what this host can start is one line."""
+    most = most_cpu_workers()
+    if count > most:
+        raise UsageError(
+            f"{what} {count}: this machine can start at most {most} CPU worker processes ({os.cpu_count()} CPU "
+            f"cores, four workers each, and memory for each); give at most {most}, or attach to a larger cluster "
+            f"with {PROG} --address"
+        )
+
+
 def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Callable[[], LocalCluster]:
-    packages.require("dask_cuda", PROG, dask_cuda_missing())
+    needs.require("dask_cuda", PROG, dask_cuda_missing())
     from dask_cuda import LocalCUDACluster
+
     extra: dict[str, Any] = {}
     if options.device_memory_limit is not None:
         extra["device_memory_limit"] = options.device_memory_limit
@@ -191,7 +203,7 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
         **_common_kwargs(options),
         **extra,
     )
-    return protocols.quiet_ucx_deprecations(factory, options.protocol)
+    return needs.quiet_ucx_deprecations(factory, options.protocol)
 
 
 def choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.managers import attach, packages
+from gpu_magics.cluster.managers import attach, needs
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, gateway_short_name
 from gpu_magics.cluster.reading import inspection
@@ -219,7 +219,7 @@ def command(typed: str | None, rest: str) -> str:
 
 def make_gateway(address: str | None) -> Any:
     """dask-gateway's ``Gateway`` for ``address`` ("" or ``None``: the one dask-gateway's config names)."""
-    Gateway = packages.require("dask_gateway", WHAT, f"dask-gateway is not installed ({INSTALL})").Gateway
+    Gateway = needs.require("dask_gateway", WHAT, f"dask-gateway is not installed ({INSTALL})").Gateway
     try:
         return Gateway(address or None)
     except ValueError:

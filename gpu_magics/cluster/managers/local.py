@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.managers import factories, opening
+from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
@@ -140,7 +140,7 @@ class LocalManager(ClusterManager):
 
     def check_scale(self, count: int, verb: str) -> None:
         if self.kind == "cpu":
-            opening.check_cpu_workers(count, factories.most_cpu_workers(), f"{PROG} {verb}")
+            factories.check_cpu_workers(count, f"{PROG} {verb}")
         if self.kind != "gpu" or count <= len(self.gpu_ids):
             return
         if verb == "adapt":

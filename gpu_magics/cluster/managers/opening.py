@@ -17,43 +17,31 @@ def chosen_gpus(options: ClusterOptions) -> tuple[str, ...]:
     cluster stops, so a bad ``--gpus`` leaves it running."""
     if options.kind != "gpu":
         return ()
-    from gpu_magics.cluster.managers import factories
+    from gpu_magics.cluster.managers import factories, needs
 
-    return factories.choose_gpus(options.gpus)
+    chosen = factories.choose_gpus(options.gpus)
+    if not needs.has("dask_cuda"):  # said here, before the magic returns, not by the start in the background
+        raise UsageError(f"{PROG}: {factories.dask_cuda_missing()}")
+    return chosen
 
 
 def check_line(options: ClusterOptions) -> None:
     """What a start as ``options`` ask would fail on, checked here, before anything stops or starts and before the
-    magic returns (a start in the background would only fail later): the packages its kind needs, the protocol,
-    a count of CPU workers this host can start. One-line ``UsageError``s."""
-    from gpu_magics.cluster.managers import packages, protocols
+    magic returns (a start in the background would only fail later): the packages its kind needs (dask-cuda:
+    ``chosen_gpus``, after the GPUs), the protocol, a count of CPU workers this host can start. One-line
+    ``UsageError``s."""
+    from gpu_magics.cluster.managers import needs
 
     if options.kind in ("gpu", "cpu", "slurm"):
-        protocols.comm_protocol(options.protocol, PROG)
-    if options.kind == "gpu" and not packages.installed("dask_cuda"):
-        from gpu_magics.cluster.managers.factories import dask_cuda_missing
-
-        raise UsageError(f"{PROG}: {dask_cuda_missing()}")
-    if options.kind == "slurm" and not packages.installed("dask_jobqueue"):
+        needs.comm_protocol(options.protocol, PROG)
+    if options.kind == "slurm" and not needs.has("dask_jobqueue"):
         from gpu_magics.cluster.managers.slurm import INSTALL, WHAT
 
         raise UsageError(f"{WHAT}: dask-jobqueue is not installed ({INSTALL})")
     if options.kind == "cpu" and options.cpu_workers is not None:
-        from gpu_magics.cluster.managers.factories import most_cpu_workers
+        from gpu_magics.cluster.managers.factories import check_cpu_workers
 
-        check_cpu_workers(options.cpu_workers, most_cpu_workers(), f"{PROG} --cpu-workers")
-
-
-def check_cpu_workers(count: int, most: int, what: str) -> None:
-    """A count of CPU worker processes above what this host can start is one line."""
-    if count > most:
-        import os
-
-        raise UsageError(
-            f"{what} {count}: this machine can start at most {most} CPU worker processes ({os.cpu_count()} CPU "
-            f"cores, four workers each, and memory for each); give at most {most}, or attach to a larger cluster "
-            f"with {PROG} --address"
-        )
+        check_cpu_workers(options.cpu_workers, f"{PROG} --cpu-workers")
 
 
 def open_early(options: ClusterOptions) -> ClusterManager | None:

@@ -14,7 +14,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.info import JobInfo
-from gpu_magics.cluster.managers import packages, protocols, squeue
+from gpu_magics.cluster.managers import needs, squeue
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.squeue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions
@@ -64,7 +64,7 @@ def job_arguments(options: ClusterOptions, config: dict[str, Any]) -> dict[str, 
     if gpu:
         arguments["worker_command"] = GPU_WORKER_COMMAND
     if "protocol" in options.given:
-        arguments["protocol"] = protocols.comm_protocol(options.protocol, PROG)
+        arguments["protocol"] = needs.comm_protocol(options.protocol, PROG)
     for key, value in (
         ("queue", options.partition),
         ("account", options.account),
@@ -136,9 +136,10 @@ def start(options: ClusterOptions) -> SlurmManager:
         )
     import dask
 
-    packages.require("dask_jobqueue.slurm", WHAT, f"dask-jobqueue is not installed ({INSTALL})")
+    needs.require("dask_jobqueue.slurm", WHAT, f"dask-jobqueue is not installed ({INSTALL})")
     from dask_jobqueue import SLURMCluster
     from dask_jobqueue.slurm import SLURMJob
+
     submitted: set[str] = set()
     failures: list[str] = []
 

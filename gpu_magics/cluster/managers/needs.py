@@ -1,21 +1,30 @@
-"""Which communication protocol a ``--protocol`` choice means with the installed packages.
+"""What a start needs installed, checked before it starts: the packages its kind of cluster needs (dask-jobqueue,
+dask-gateway, dask-cuda), and the communication protocol a ``--protocol`` choice means with the installed packages.
 
-``tcp`` is distributed's own. UCX (NVLink, InfiniBand) comes from ``distributed-ucxx``: distributed itself only
-keeps a ``ucx`` stub that prints a ``FutureWarning`` and raises it, so a cluster asked for ``ucx`` without
-``distributed-ucxx`` printed that warning and "Scheduler failed to start" before failing. Here ``ucx`` and
-``ucxx`` are one choice: it maps to the scheme the installed ``distributed-ucxx`` registers (``ucx`` in recent
-releases, ``ucxx`` in older ones), and without it the start stops at once with one line saying what to install.
+Packages are imported here, with one line when they are missing and another when they are installed but their
+import fails (a broken install, a version that does not match distributed): an ``ImportError`` is not always a
+missing package.
+
+Protocols: ``tcp`` is distributed's own. UCX (NVLink, InfiniBand) comes from ``distributed-ucxx``: distributed
+itself only keeps a ``ucx`` stub that prints a ``FutureWarning`` and raises it, so a cluster asked for ``ucx`` without
+``distributed-ucxx`` printed that warning and "Scheduler failed to start" before failing. Here ``ucx`` and ``ucxx``
+are one choice: it maps to the scheme the installed ``distributed-ucxx`` registers (``ucx`` in recent releases,
+``ucxx`` in older ones), and without it the start stops at once with one line saying what to install.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
 import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import TypeVar
 
 from IPython.core.error import UsageError
+
+from gpu_magics.units import one_line
 
 T = TypeVar("T")
 
@@ -80,3 +89,31 @@ def quiet_ucx_deprecations(make: Callable[[], T], protocol: str) -> Callable[[],
             return make()
 
     return quiet
+
+
+def is_missing(error: ImportError, module: str) -> bool:
+    """Whether ``error`` says that ``module``'s package (its top-level name) is not installed."""
+    top = module.split(".")[0]
+    name = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    return name is not None and name.split(".")[0] == top
+
+
+def require(module: str, what: str, missing: str) -> ModuleType:
+    """``module`` imported; a ``UsageError`` line ``what: missing`` when its package is not installed, and
+    ``what: importing MODULE failed (...)`` when it is but its import fails."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        if is_missing(error, module):
+            raise UsageError(f"{what}: {missing}") from None
+        raise UsageError(
+            f"{what}: {module.split('.')[0]} is installed but importing {module} failed ({one_line(error)})"
+        ) from None
+
+
+def has(module: str) -> bool:
+    """Whether ``module``'s package is installed (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,0 +1,125 @@
+"""Each cell waits for the imports ``%load_ext`` began as its own first statement, so an interrupt ends it like any
+line of the cell; magics called outside a cell wait too; what a start needs is checked before the magic returns.
+
+The imports are made slow by one more module that sleeps, added to the list ``%load_ext`` imports ahead.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from gpu_magics.cluster.background import ahead
+from gpu_magics.cluster.managers import needs
+from gpu_magics.cluster.managers.local import LocalManager
+from tests.test_kernel_faults import Kernel
+
+SLOW_IMPORT = "gpu_magics_slow_import_for_test"
+
+
+def slow_module(directory: Path, seconds: float) -> None:
+    (directory / f"{SLOW_IMPORT}.py").write_text(f"import time\ntime.sleep({seconds})\n")
+
+
+@pytest.mark.slow
+def test_an_interrupt_while_the_imports_finish_ends_the_cell_in_one_line(tmp_path: Path) -> None:
+    slow_module(tmp_path, 8.0)
+    kernel = Kernel(tmp_path)  # its working directory, on its sys.path, holds the slow module
+    try:
+        kernel.ok(f"import gpu_magics.cluster.background.ahead as a; a.KERNEL_MODULES += ({SLOW_IMPORT!r},)")
+        kernel.ok("%load_ext gpu_magics")
+        first = kernel.start("print('first cell ran')")
+        queued = kernel.start("print('queued cell ran')")
+        time.sleep(1.5)
+        kernel.manager.interrupt_kernel()
+        reply, text = kernel.finish(first, timeout=30)
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", text
+        assert "interrupted while the imports that %load_ext gpu_magics began" in text
+        assert "first cell ran" not in text and "Error in callback" not in text and "before_cell" not in text
+        queued_reply, queued_text = kernel.finish(queued, timeout=30)
+        assert queued_reply["status"] != "ok" and "queued cell ran" not in queued_text
+        assert kernel.ok("print('later')", timeout=30).strip() == "later"  # the kernel goes on
+    finally:
+        kernel.close()
+
+
+@pytest.fixture
+def shell(
+    _session_shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[InteractiveShell]:
+    """The test shell; each test loads the extension with a cell (as a notebook does), and it is unloaded after."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path))
+    yield _session_shell
+    _session_shell.run_line_magic("unload_ext", "gpu_magics")
+
+
+@pytest.mark.slow
+def test_a_magic_called_outside_a_cell_waits_for_the_imports(
+    shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow_module(tmp_path, 2.0)
+    monkeypatch.setattr(ahead, "KERNEL_MODULES", (*ahead.KERNEL_MODULES, SLOW_IMPORT))
+    monkeypatch.setattr(ahead, "_thread", None)
+    shell.run_cell("%load_ext gpu_magics")
+    assert ahead.importing()
+    shell.run_line_magic("gpucluster", "status")  # from a script, no cell around it
+    assert not ahead.importing() and SLOW_IMPORT in sys.modules
+
+
+def test_the_gate_keeps_the_cells_line_numbers(shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    shell.run_cell("%load_ext gpu_magics")
+    monkeypatch.setattr(ahead, "importing", lambda: True)  # the gate goes in front of the next cell
+    result = shell.run_cell("x = 1\nraise ValueError('on line two')")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert result.error_in_exec.__traceback__ is not None
+    walk = result.error_in_exec.__traceback__
+    while walk.tb_next is not None:
+        walk = walk.tb_next
+    assert walk.tb_lineno == 2
+    assert shell.user_ns["x"] == 1
+
+
+def test_an_import_that_fails_is_not_called_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "gm_broken_pkg.py").write_text("from distributed import NoSuchNameAnywhere\n")
+    with pytest.raises(UsageError) as broken:
+        needs.require("gm_broken_pkg", "%gpucluster --slurm", "gm-broken-pkg is not installed")
+    said = str(broken.value)
+    assert "not installed" not in said and "is installed but importing gm_broken_pkg failed" in said
+    assert "ImportError: cannot import name 'NoSuchNameAnywhere'" in said and "\n" not in said
+    with pytest.raises(UsageError, match=r"^%gpucluster --slurm: gm-absent-pkg is not installed$"):
+        needs.require("gm_absent_pkg", "%gpucluster --slurm", "gm-absent-pkg is not installed")
+
+
+def test_a_count_of_cpu_workers_the_host_cannot_start_is_refused_before_anything_starts(
+    shell: InteractiveShell,
+) -> None:
+    from gpu_magics.cluster import lifecycle
+
+    shell.run_cell("%load_ext gpu_magics")
+    with pytest.raises(UsageError) as refused:
+        shell.run_line_magic("gpucluster", "--cpu-workers 100000")
+    said = str(refused.value)
+    assert said.startswith("%gpucluster --cpu-workers 100000: this machine can start at most ") and "\n" not in said
+    assert lifecycle.active() is None and lifecycle.start_under_way() is None
+    with pytest.raises(UsageError, match=r"^%gpucluster scale 100000: this machine can start at most"):
+        LocalManager("cpu", ()).check_scale(100000, "scale")
+
+
+def test_a_protocol_without_its_package_fails_the_magics_own_cell(shell: InteractiveShell) -> None:
+    from gpu_magics.cluster import lifecycle
+
+    shell.run_cell("%load_ext gpu_magics")
+    shell.run_cell("%config ClusterMagics.wait_for_workers = False")
+    result = shell.run_cell("%gpucluster --cpu-workers 1 --protocol ucx")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "UCX needs the distributed-ucxx package" in str(result.error_in_exec)
+    assert lifecycle.active() is None and lifecycle.start_under_way() is None
+    assert shell.run_cell("print('next')").error_in_exec is None  # not said again

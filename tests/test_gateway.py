@@ -223,6 +223,7 @@ def test_an_option_the_gateway_lacks_lists_those_it_offers(shell: InteractiveShe
 def test_a_bad_line_leaves_the_running_cluster_running(shell: InteractiveShell, server: GatewayServer) -> None:
     magic(shell, "--gateway --workers 1 --name first")
     refused(shell, "--gateway --replace --gateway-option nope=1")
+    assert "has no option 'nope'" in refused(shell, "--gateway --gateway-option nope=1")  # not "already up"
     current = cluster.active()
     assert current is not None and current.name == "first"
     magic(shell, "stop")

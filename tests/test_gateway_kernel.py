@@ -91,3 +91,21 @@ def test_stop_during_the_start_shuts_the_gateway_cluster_down(slow_workers: Gate
         assert "stopped 'waiting' while it was starting" in kernel.ok("%gpucluster stop", timeout=60)
         assert wait_until_empty(slow_workers) == []
         assert "no cluster is running" in kernel.ok("%gpucluster status")
+
+
+def test_a_plain_cell_right_after_a_gateway_start_runs_on_its_workers(server: GatewayServer, tmp_path: Path) -> None:
+    """A Run All: the plain cells are queued with the start; they run on the gateway's workers, not here."""
+    with loaded_kernel(tmp_path) as kernel:
+        cells = [
+            "%gpucluster --gateway --workers 1 --name runall --client c",
+            "import os, dask.array as da\n"
+            "pids = set(da.ones(40, chunks=10).map_blocks(lambda b: b * 0 + os.getpid()).compute().tolist())\n"
+            "print('here' if os.getpid() in pids else 'elsewhere')",
+            "import distributed; print(distributed.get_client() is c)",
+        ]
+        ids = [kernel.start(cell) for cell in cells]
+        replies = [kernel.finish(msg_id, timeout=120) for msg_id in ids]
+        assert all(reply["status"] == "ok" for reply, _ in replies), replies
+        assert replies[1][1].strip() == "elsewhere" and replies[2][1].strip() == "True"
+        kernel.ok("%gpucluster stop")
+    assert wait_until_empty(server) == []

@@ -141,3 +141,34 @@ def test_ranks_outside_the_world_are_refused_naming_what_the_user_wrote() -> Non
         check_ranks([0, 7], 2, "%gpurun spmd --ranks", "2 ranks, one per worker of the cluster")
     with pytest.raises(UsageError, match="no rank -1"):
         check_ranks([-1], 2, "spmd.push(ranks=[-1])", "")
+
+
+def test_gpu_ranks_start_with_jaxs_preallocation_off_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_magics.spmd.worker.host import with_defaults
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    gpu_env = {"GPU_MAGICS_SPMD_DEVICE": "gpu", "RANK": "0"}
+    made = with_defaults(gpu_env)
+    assert made["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert made["GPU_MAGICS_SPMD_DEFAULTED"] == "XLA_PYTHON_CLIENT_PREALLOCATE"
+    assert with_defaults({"GPU_MAGICS_SPMD_DEVICE": "cpu"}) == {"GPU_MAGICS_SPMD_DEVICE": "cpu"}
+    chosen = {**gpu_env, "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}  # the kernel passed the user's value
+    assert with_defaults(chosen) == chosen
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")  # the worker's own environment has one
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in with_defaults(gpu_env)
+
+
+def test_the_kernels_choice_of_jax_memory_reaches_every_rank() -> None:
+    gpu = Member("tcp://a:1", "w", "a", "GPU-a-0", "0", "H100", has_jax=True)
+    made = World(order([gpu]), 1, 2, user_env=(("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3"),))
+    assert made.env(made.ranks[0])["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.3"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in World(order([gpu]), 1, 2).env(made.ranks[0])
+
+
+def test_the_status_row_shows_the_ranks_own_gpu_memory_where_known() -> None:
+    mine = RankOutcome(0, "a · GPU 0", DONE, seconds=0.1, gpu_util=40.0, gpu_memory=3 * 2**30)
+    mine.gpu_memory_total, mine.rank_memory = 80 * 2**30, 2**30
+    other = RankOutcome(1, "a · GPU 1", DONE, seconds=0.1, gpu_util=40.0, gpu_memory=3 * 2**30)
+    text = repr(StatusView("2 ranks on 1 host (2 GPUs)", [mine, other], 0.2, True, True))
+    assert "40% · rank 1.0 GiB (GPU 3.0 GiB/80.0 GiB)" in text
+    assert text.splitlines()[-1].count("GiB") == 1  # rank 1's own is not known: the GPU's only

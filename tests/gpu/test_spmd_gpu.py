@@ -283,3 +283,29 @@ def test_a_rank_that_dies_in_an_nccl_all_reduce_gives_a_new_world_with_its_group
         assert value == ([2.0] * 4, False, "nccl")
         said = [line for line in shown.splitlines() if "every rank starts anew" in line]
         assert len(said) == 1 and "(exit code 3)" in said[0] and said[0].endswith("(--init torch)"), shown
+
+
+JAX_CELL = """
+import jax, jax.numpy as jnp
+t_x = jnp.ones((2048, 2048))
+(float((t_x @ t_x).sum()), jax.devices()[0].platform)
+"""
+
+
+def test_jax_ranks_leave_room_on_the_gpus_their_workers_use(shell: InteractiveShell, gpu_count: int) -> None:
+    """Issue 42 item 4: after --init jax and a JAX operation, each GPU holds well under half its memory (JAX would
+    preallocate 75%), and the group line says once why."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("needs jax (jax[cuda12]) in the workers' environment")
+    import pynvml
+
+    with started(shell, "--gpus 0,1" if gpu_count >= 2 else "--gpus 0"):
+        value, shown = run(shell, f"%%gpurun spmd --init jax --timeout {COLLECTIVE_TIMEOUT_MIN}\n{JAX_CELL}")
+        if value[1] != "gpu":
+            pytest.skip("jax has no CUDA backend here (pip install 'jax[cuda12]')")
+        assert value[0] == 2048.0**3
+        assert shown.count("XLA_PYTHON_CLIENT_PREALLOCATE=false") == 1, shown
+        pynvml.nvmlInit()
+        for index in range(min(gpu_count, 2)):
+            memory = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+            assert memory.used < 0.5 * memory.total, (index, memory.used, memory.total)

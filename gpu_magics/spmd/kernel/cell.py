@@ -360,15 +360,18 @@ class _CellRun:
         if found is None or self.world.kind == "cpu":
             return
         with contextlib.suppress(Exception):
-            reported = found.worker_gpus()
+            reported = {gpu.gpu.uuid: gpu.gpu for member in found.members() for gpu in member.gpus}
             for rank in self.chosen:
-                if not rank.gpu:
+                gpu = reported.get(rank.member.gpu_uuid or "")
+                if gpu is None:
                     continue
-                for gpu in reported.get(rank.member.address, ("", ()))[1]:
-                    if gpu.uuid == rank.member.gpu_uuid:
-                        outcome = self.outcomes[rank.rank]
-                        outcome.gpu_util, outcome.gpu_memory = gpu.gpu_util, gpu.memory_used
-                        outcome.gpu_memory_total = gpu.memory_total
+                outcome = self.outcomes[rank.rank]
+                outcome.gpu_util, outcome.gpu_memory = gpu.gpu_util, gpu.memory_used
+                outcome.gpu_memory_total = gpu.memory_total
+                pid = self.made.pids.get(rank.rank)  # NVML's figure for the rank's own process, where it sees it
+                held = [used for found_pid, used in gpu.gpu_processes or () if found_pid == pid and used is not None]
+                if held:
+                    outcome.rank_memory = held[0]
 
     def _fail(self, interrupted: bool, ended: list[int]) -> None:
         """The cell fails: the first failing rank's traceback (or the interrupt) and one line per other rank."""

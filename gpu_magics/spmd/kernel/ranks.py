@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -164,7 +165,8 @@ class Ranks:
         ports = self.call_wait(host.free_ports, 2, workers=[first], timeout=10)[first]
         if isinstance(ports, BaseException):
             raise UsageError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
-        made = World(ranks, master_port=int(ports[0]), jax_port=int(ports[1]))
+        chosen = tuple((name, os.environ[name]) for name in worlds.USER_SET if name in os.environ)
+        made = World(ranks, master_port=int(ports[0]), jax_port=int(ports[1]), user_env=chosen)
         self._start(made)
         self.world = made
         self.groups = set()

@@ -52,6 +52,7 @@ class RankOutcome:
     gpu_util: float | None = None
     gpu_memory: int | None = None
     gpu_memory_total: int | None = None
+    rank_memory: int | None = None  # bytes: what the rank's own process holds on its GPU (NVML), where known
     note: str = ""  # "quiet 40 s · cell line 3, in all_reduce (distributed_c10d.py:2501)"
 
     def summary(self) -> str:
@@ -149,6 +150,8 @@ class StatusView:
                 memory = format_bytes(outcome.gpu_memory)
                 if outcome.gpu_memory_total:
                     memory += f"/{format_bytes(outcome.gpu_memory_total)}"
+                if outcome.rank_memory is not None:  # the rank's own, then the whole GPU's
+                    memory = f"rank {format_bytes(outcome.rank_memory)} (GPU {memory})"
                 gpu = f"{format_percent(outcome.gpu_util)} · {memory}"
             row = [f"rank {outcome.rank}", outcome.label, outcome.cell_text()]
             row.append(format_seconds(outcome.seconds) if outcome.seconds is not None else "")

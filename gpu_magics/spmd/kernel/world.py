@@ -19,6 +19,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 PROG = "%%gpurun spmd"
+USER_SET = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")  # passed on where the kernel has them
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class World:
     ranks: tuple[Rank, ...]
     master_port: int = 0
     jax_port: int = 0
+    user_env: tuple[tuple[str, str], ...] = ()  # the kernel's values of ``USER_SET``: the user's choice wins
 
     @property
     def size(self) -> int:
@@ -121,6 +123,7 @@ class World:
             "JAX_PROCESS_ID": str(rank.rank),
             "CUDA_VISIBLE_DEVICES": ",".join(host_gpus) if rank.gpu else "",
             "GPU_MAGICS_SPMD_DEVICE": "gpu" if rank.gpu else "cpu",
+            **dict(self.user_env),
         }
 
     def select(self, wanted: Sequence[int] | None, said: str = f"{PROG} --ranks") -> tuple[Rank, ...]:

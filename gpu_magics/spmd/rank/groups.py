@@ -74,7 +74,13 @@ def init_jax(timeout_s: float) -> str:
         initialization_timeout=max(1, int(timeout_s)),
         **kwargs,
     )
-    return f"jax.distributed: {jax.process_count()} processes, {jax.device_count()} devices"
+    said = f"jax.distributed: {jax.process_count()} processes, {jax.device_count()} devices"
+    if "XLA_PYTHON_CLIENT_PREALLOCATE" in os.environ.get("GPU_MAGICS_SPMD_DEFAULTED", "").split(","):
+        said += (
+            "; XLA_PYTHON_CLIENT_PREALLOCATE=false: JAX takes GPU memory as it needs it, leaving room for the "
+            "Dask worker on the same GPU (%env XLA_PYTHON_CLIENT_PREALLOCATE=true, then --reset, to preallocate)"
+        )
+    return said
 
 
 def _jax_initialized(jax: Any) -> bool:

@@ -322,13 +322,26 @@ def free_ports(count: int, dask_worker: Any) -> list[int]:
             item.close()
 
 
+GPU_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # JAX would take 75% of a GPU its worker uses too
+DEFAULTED = "GPU_MAGICS_SPMD_DEFAULTED"  # the names set here, for the rank to say so once
+
+
+def with_defaults(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``GPU_DEFAULTS`` for a GPU rank, where neither the kernel (in ``env``) nor this worker's own
+    environment set them: a value the user set wins."""
+    if env.get("GPU_MAGICS_SPMD_DEVICE") != "gpu":
+        return env
+    added = {name: value for name, value in GPU_DEFAULTS.items() if name not in env and name not in os.environ}
+    return {**env, **added, DEFAULTED: ",".join(added)} if added else env
+
+
 async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -> int:
     """Start this worker's rank process for ``owner`` (ending one it had); its pid once it is ready."""
     hosts = _hosts(dask_worker)
     old = hosts.pop(owner, None)
     if old is not None:
         await old.kill()
-    made = RankProcess(owner, topic, env, dask_worker)
+    made = RankProcess(owner, topic, with_defaults(env), dask_worker)
     hosts[owner] = made
     await asyncio.wait_for(made.ready, 60)
     return made.process.pid

@@ -119,9 +119,10 @@ class Progress:
         return state.text() if state.elapsed >= QUIET_FOR else None
 
 
-def wait_for_cluster(live: bool) -> float:
-    """Wait for the cluster's start under way (``live``: with a line in this cell that says how far it got);
-    the seconds waited (0: no start was under way). Its failure is one ``UsageError`` line."""
+def wait_for_cluster(live: bool, prog: str = "%%gpurun") -> float:
+    """Wait for the cluster's start under way (``live``: with a line in this cell that says how far it got, and
+    then how long it waited, not counted in the cell's time; ``prog``: the magic that waits); the seconds waited
+    (0: no start was under way). Its failure is one ``UsageError`` line, an interrupt one line too."""
     from gpu_magics.cluster import queries
 
     pending = queries.start_under_way()
@@ -136,7 +137,8 @@ def wait_for_cluster(live: bool) -> float:
     from gpu_magics.display.start_line import StartText
 
     def text(joined: int, warm: int, expected: int) -> StartText:
-        return StartText(f"%%gpurun: waiting for the cluster to start ({joined} of {expected} up, {warm} warm) ...")
+        up = max(joined, warm)  # a worker counts as up once it is warm, whichever was heard first
+        return StartText(f"{prog}: waiting for the cluster to start ({up} of {expected} up, {warm} warm) ...")
 
     now = pending.progress()
     handle = display(text(now.joined, now.warm, now.expected), display_id=True)
@@ -144,7 +146,8 @@ def wait_for_cluster(live: bool) -> float:
     said = ""
     try:
         queries.settle_start()
-        said = f"%%gpurun: waited {format_seconds(time.perf_counter() - began)} for the cluster to start"
+        took = format_seconds(time.perf_counter() - began)
+        said = f"{prog}: waited {took} for the cluster to start, not counted in the cell's time"
     finally:
         stop()
         handle.update(StartText(said))

@@ -245,7 +245,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         try:
             options = parse_session_line(line)
             options = self._choose_free_device(options)
-            plans, _ = self._plans(options)
+            plans, _ = self._plans(options, prog="%gpurun")
         except UsageError as error:
             raise UsageError(_as_line_magic(str(error))) from None
         print(self._use_session(plans[0]))
@@ -253,7 +253,7 @@ class GpuMagics(Magics, FreeGpuSettings):
     def use_session(self, backend: str) -> str:
         """Run plain cells on ``backend`` from now on (``%config ClusterMagics.plain_cells_on_cluster``); the
         line that says so, or a one-line ``UsageError``."""
-        return self._use_session(self._plans(RunOptions(backend=backend))[0][0])
+        return self._use_session(self._plans(RunOptions(backend=backend), prog="%gpurun")[0][0])
 
     def _use_session(self, plan: backends.BackendPlan) -> str:
         spmd_session.end(self._shell)
@@ -293,16 +293,20 @@ class GpuMagics(Magics, FreeGpuSettings):
 
             kernel_report.free()
 
-    def _plans(self, options: RunOptions) -> tuple[list[backends.BackendPlan], tuple[tuple[str, str], ...]]:
+    def _plans(
+        self, options: RunOptions, prog: str = "%%gpurun"
+    ) -> tuple[list[backends.BackendPlan], tuple[tuple[str, str], ...]]:
         """The plans to run, and the backends ``--compare all`` skips here, each with why; a cell that needs the
-        cluster waits for its start under way (and says so in a note)."""
+        cluster waits for its start under way and says so once (``prog``: the magic that waits): in its live line,
+        or where there is none, in a note of the summary."""
         names = {name or self.default_backend for name in options.backends}
         waited = 0.0
+        live = can_show_widgets(self._shell)
         if options.compare or "multi-gpu" in names:
-            waited = progress.wait_for_cluster(can_show_widgets(self._shell))
+            waited = progress.wait_for_cluster(live, prog)
         plans, skipped = self._plan(options)
-        if waited >= 0.05:
-            note = f"waited {format_seconds(waited)} for the cluster to start (not in the times below)"
+        if waited >= 0.05 and not live:
+            note = f"waited {format_seconds(waited)} for the cluster to start, not counted in the cell's time"
             plans = [dataclasses.replace(plan, notes=(note, *plan.notes)) for plan in plans]
         return plans, skipped
 

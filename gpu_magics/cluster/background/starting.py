@@ -69,8 +69,9 @@ class StartProgress:
         if self.phase == "scheduler":
             return f"{self.prog}: {self.verb} {self.name!r}: the scheduler ..."
         waiting = f"; {self.detail}" if self.detail else ""
+        up = max(self.joined, self.warm)  # a worker counts as up once it is warm, whichever was heard first
         return (
-            f"{self.prog}: {self.verb} {self.name!r}: {self.joined} of {self.expected} {self.kind} up, "
+            f"{self.prog}: {self.verb} {self.name!r}: {up} of {self.expected} {self.kind} up, "
             f"{self.warm} warm{waiting} ..."
         )
 

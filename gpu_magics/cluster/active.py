@@ -15,6 +15,7 @@ from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -88,8 +89,10 @@ def set_in_use(cluster: ActiveCluster | None) -> ActiveCluster | None:
     previous, _in_use = _in_use, cluster
     if previous is not cluster:
         for listener in list(_listeners):
-            with contextlib.suppress(Exception):  # a listener never stops the lifecycle
+            try:
                 listener(cluster)
+            except Exception as error:  # a listener never stops the lifecycle
+                dropped("telling a listener of the cluster in use", error)
     return previous
 
 

@@ -116,7 +116,7 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
         return set(), set()
     try:
         workers = inspection.scheduler_workers(current.client)
-    except Exception:
+    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         return set(), set()
     if current.kind in ("gpu", "cpu"):  # started here: the kind says
         return (set(workers), set()) if current.kind == "gpu" else (set(), set(workers))
@@ -156,7 +156,7 @@ def describe_hardware() -> str:
         return f"cluster {current.name!r} ({current.client.status})"
     try:
         workers = inspection.scheduler_workers(current.client)
-    except Exception:
+    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         workers = {}
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else None
     return inspection.hardware(current.workers_kind, current.devices, workers, reported)
@@ -181,7 +181,7 @@ def worker_count() -> int | None:
         return None
     try:
         return len(inspection.scheduler_workers(current.client))
-    except Exception:
+    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         return None
 
 

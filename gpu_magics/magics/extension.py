@@ -17,6 +17,7 @@ MAGICS_CLASSES: tuple[str, ...] = (
     "gpu_magics.magics.gpumonitor:MonitorMagics",
 )
 LOAD_HOOKS: tuple[str, ...] = (
+    "gpu_magics.cluster.background.start_logs:package_logs_to_file",  # what a catch lets go: to the kernel's log
     "gpu_magics.display.formatters:register",
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
@@ -29,6 +30,7 @@ UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
     "gpu_magics.gpurun.interrupt_view:uninstall",
     "gpu_magics.magics.cell_gate:uninstall",
+    "gpu_magics.cluster.background.start_logs:package_logs_back",
 )
 
 _STATE_KEY = "_gpu_magics_instances"

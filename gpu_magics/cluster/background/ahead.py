@@ -13,6 +13,8 @@ import importlib.util
 import threading
 from typing import Any
 
+from gpu_magics.logs import dropped
+
 KERNEL_MODULES = (
     "distributed",
     "distributed.deploy.local",
@@ -72,8 +74,10 @@ def _import_all() -> None:
     gpu = [name for name in GPU_MODULES if _installed(name)]
     dashboard = DASHBOARD_MODULES if _installed("bokeh") else ()
     for name in (*KERNEL_MODULES, *dashboard, *gpu):
-        with contextlib.suppress(Exception):
+        try:
             importlib.import_module(name)
+        except Exception as error:  # any failure (broken CUDA): the cell that needs it imports again, and says why
+            dropped(f"importing {name} ahead", error)
 
 
 def _installed(name: str) -> bool:

@@ -20,6 +20,7 @@ from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.queries import worker_kind
 from gpu_magics.cluster.reading import inspection
+from gpu_magics.logs import dropped
 from gpu_magics.units import one_line
 
 
@@ -40,7 +41,8 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
             try:
                 with factories.worker_start_config():
                     current.client.restart(timeout=current.options.start_timeout, wait_for_workers=True)
-            except Exception as error:
+            except Exception as error:  # whatever distributed's restart raises is the user's one line
+                dropped("restarting the workers", error)
                 raise UsageError(f"{PROG} restart: {one_line(error)}") from error
             current.ready_s = time.perf_counter() - began
             starting.update(joined=starting.expected)

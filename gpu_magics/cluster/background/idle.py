@@ -9,12 +9,13 @@ context of the cell that started it, so what ``on_idle`` prints goes to that not
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -88,15 +89,18 @@ class IdleWatcher:
         if since is None or changed or previous is None:
             self._since = since
         if changed and self._on_change is not None:
-            with contextlib.suppress(Exception):
+            try:
                 self._on_change()
+            except Exception as error:  # a listener never stops the idle watch
+                dropped("the idle watch's listener", error)
         return self._since is not None and time.time() - self._since >= self.timeout
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 idle = self.check()
-            except Exception:  # the cluster is closing, or its scheduler went away: nothing to watch
+            except Exception as error:  # the cluster is closing, or its scheduler went away: nothing to watch
+                dropped("the idle watch's check", error, once=True)
                 if self.client.status not in ("running", "connecting"):
                     return
                 idle = False

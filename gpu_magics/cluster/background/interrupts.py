@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.options import PROG
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -30,7 +31,8 @@ def running_tasks(client: Client) -> int | None:
     """How many tasks the workers are running now, or ``None`` when they do not answer."""
     try:
         counts = client.run(_running_here, wait=True)
-    except Exception:
+    except Exception as error:  # a worker's answer may fail any way: the line then says it is not known
+        dropped("asking the workers what still runs", error)
         return None
     return sum(int(count) for count in counts.values())
 
@@ -47,7 +49,8 @@ def after_interrupt(client: Client, *, restart: bool) -> str:
     if restart and count and ours:
         try:
             changes.restart()
-        except Exception as error:
+        except Exception as error:  # any failure is said in the interrupt's line
+            dropped("restarting the workers after an interrupt", error)
             return f"{PROG}: interrupted; restarting the workers failed ({error}); try {PROG} restart"
         return f"{PROG}: interrupted; restarted the workers, which stopped {_tasks(count)} still running"
     if count is None:

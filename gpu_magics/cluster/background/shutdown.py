@@ -10,10 +10,11 @@ discovery record goes with it), then the worker server and the resource tracker 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
+
+from gpu_magics.logs import dropped
 
 _WRAPPED = "_gpu_magics_original_do_shutdown"
 
@@ -26,14 +27,12 @@ def close_everything(shell: Any = None) -> None:
     from gpu_magics.cluster.workers import forkserver
 
     monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
-    if monitor is not None:
-        with contextlib.suppress(Exception):
-            monitor.close()
-
-    with contextlib.suppress(Exception):
-        lifecycle.stop()
-    with contextlib.suppress(Exception):
-        forkserver.stop_server()
+    steps = [monitor.close] if monitor is not None else []
+    for step in (*steps, lifecycle.stop, forkserver.stop_server):
+        try:
+            step()
+        except Exception as error:  # the kernel is going: a step that fails any way never stops the next one
+            dropped(f"at the kernel's shutdown, {step.__qualname__}", error)
     start_logs.remove_if_empty()  # a log file with nothing in it says nothing: it goes with the kernel
 
 

@@ -3,8 +3,9 @@
 While a cluster starts in the background, the kernel's ``distributed`` loggers (its nannies, scheduler and
 deploy code) write here (``kernel_logs_to_file``); worker processes forked from this package's worker server
 write their standard error here for their whole life (the server sends it here: ``forkserver``). A start that
-fails says so in one line naming this file. The file is the kernel's own (0600) and goes when the kernel shuts
-down with nothing in it.
+fails says so in one line naming this file. The package's own logger (``gpu_magics.logs``: what a catch let go)
+writes here for the kernel's whole life, from ``%load_ext`` on (``package_logs_to_file``). The file is the kernel's
+own (0600) and goes when the kernel shuts down with nothing in it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
+from gpu_magics import logs
 from gpu_magics.cluster.records.record import runtime_dir
 
 LOGGERS = ("distributed", "dask_cuda", "tornado.application", "asyncio")
+FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 def log_path() -> Path:
@@ -43,7 +46,7 @@ def shown(path: Path) -> str:
 def kernel_logs_to_file(path: Path) -> Iterator[None]:
     """Inside the block, the kernel's ``LOGGERS`` write to ``path`` only (not to the notebook's stderr)."""
     handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(logging.Formatter(FORMAT))
     saved = {}
     for name in LOGGERS:
         logger = logging.getLogger(name)
@@ -58,6 +61,45 @@ def kernel_logs_to_file(path: Path) -> Iterator[None]:
             logger.handlers = handlers
             logger.propagate = propagate
         handler.close()
+
+
+class _KernelFile(logging.Handler):
+    """Each record appended to this kernel's log file at once (made again if it went, in the runtime directory of
+    the moment); a record that cannot be written is lost, never shown."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            with log_path().open("a", encoding="utf-8") as file:
+                file.write(text + "\n")
+        except Exception:  # anything goes: as in logging's own handlers, a record never fails the code that logs
+            return
+
+
+_package_file = _KernelFile(logging.DEBUG)
+_package_file.setFormatter(logging.Formatter(FORMAT))
+_before: list[tuple[bool, int]] = []  # the logger's propagate and level before ``package_logs_to_file``
+
+
+def package_logs_to_file(shell: object = None) -> None:
+    """At ``%load_ext``: the ``gpu_magics`` logger writes every record (debug included, unless its level was set)
+    to this kernel's log file and nowhere else (not to the notebook's stderr)."""
+    if _package_file in logs.logger.handlers:
+        return
+    _before[:] = [(logs.logger.propagate, logs.logger.level)]
+    logs.logger.addHandler(_package_file)
+    logs.logger.propagate = False
+    if logs.logger.level == logging.NOTSET:
+        logs.logger.setLevel(logging.DEBUG)
+
+
+def package_logs_back(shell: object = None) -> None:
+    """At ``%unload_ext``: the ``gpu_magics`` logger as it was before ``package_logs_to_file``."""
+    if _package_file not in logs.logger.handlers:
+        return
+    logs.logger.removeHandler(_package_file)
+    logs.logger.propagate, level = _before.pop() if _before else (True, logging.NOTSET)
+    logs.logger.setLevel(level)
 
 
 def last_error(path: Path, since: int) -> str | None:

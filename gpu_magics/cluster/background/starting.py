@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from IPython.core.error import UsageError
 
+from gpu_magics.logs import dropped
 from gpu_magics.units import format_duration
 
 Phase = Literal["scheduler", "workers", "ready", "failed", "stopped"]
@@ -120,6 +121,7 @@ class Starting:
         except StartCancelled:
             self._end("stopped")
         except BaseException as error:  # one line: the job made it so; anything else is said in one line too
+            dropped("the start", error)
             self.error = str(error) if isinstance(error, UsageError) else f"{self.prog}: {type(error).__name__}"
             if not isinstance(error, (UsageError, KeyboardInterrupt, SystemExit)):
                 self.error += f": {error}"
@@ -178,10 +180,12 @@ class Starting:
         while not self.finished.wait(TICK_S):
             count = self._count
             if count is not None:
-                with contextlib.suppress(Exception):
+                try:
                     joined = count()
                     if joined != self._joined:
                         self.update(joined=joined)
+                except Exception as error:  # a count that fails leaves the last one shown
+                    dropped("counting the workers that joined", error, once=True)
 
     # -- everyone else's side ---------------------------------------------------------------------------
     def progress(self) -> StartProgress:
@@ -219,8 +223,10 @@ class Starting:
             return
         self._last_line = line
         for listener in list(self._listeners):
-            with contextlib.suppress(Exception):  # a display that fails never stops the start
+            try:
                 listener(progress)
+            except Exception as error:  # a display that fails never stops the start
+                dropped("showing a start's progress", error)
 
     def wait(self, timeout: float | None = None) -> Any:
         """The job's result once it ends; its failure as one ``UsageError`` line (said: ``reported``);

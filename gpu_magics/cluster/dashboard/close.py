@@ -55,7 +55,7 @@ def forget_scheduler(scheduler: Any) -> None:
     try:
         from distributed import core
         from distributed.dashboard import scheduler as dashboard_scheduler
-    except Exception:
+    except ImportError:  # a distributed without these modules has nothing to forget
         return
     cache_clear = getattr(getattr(core, "_expects_comm", None), "cache_clear", None)
     if callable(cache_clear):

@@ -88,6 +88,6 @@ def _user_template() -> str | None:
         import dask
 
         value = dask.config.get("distributed.dashboard.link", default=None)
-    except Exception:
+    except ImportError:  # no dask: no template
         return None
     return None if value is None else str(value)

@@ -50,7 +50,7 @@ def stop_server(timeout: float = 5.0) -> None:
     """
     server: Any = multiprocessing.forkserver._forkserver
     if getattr(server, "_forkserver_pid", None) is not None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError, AttributeError):  # already gone, or a Python without this private stop
             server._stop()
     tracker: Any = multiprocessing.resource_tracker._resource_tracker
     fd, pid = getattr(tracker, "_fd", None), getattr(tracker, "_pid", None)
@@ -114,7 +114,7 @@ def _distributed_default(*path: str) -> Any:
         value: Any = defaults["distributed"]
         for key in path:
             value = value[key]
-    except Exception:
+    except (OSError, LookupError, TypeError):  # the file unreadable, or without the key
         return {}
     return value if value is not None else {}
 

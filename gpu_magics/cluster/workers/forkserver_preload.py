@@ -12,6 +12,8 @@ import importlib
 import os
 import signal
 
+from gpu_magics.logs import dropped
+
 WORKER_MODULES = (
     "numpy",
     "dask.array",
@@ -50,5 +52,7 @@ if _log:
         os.close(_descriptor)
 
 for _name in WORKER_MODULES:
-    with contextlib.suppress(Exception):
+    try:
         importlib.import_module(_name)
+    except Exception as error:  # any failure (a broken CUDA install): the worker imports again, and says why
+        dropped(f"importing {_name} in the worker server", error)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpu_magics.cluster.telemetry.process_memory import cuda_loaded, primary_contexts
 from gpu_magics.gpus import GpuDevice
+from gpu_magics.logs import dropped
 from gpu_magics.units import format_bytes
 
 
@@ -75,7 +76,8 @@ def report(gpu_ids: Collection[str], prog: str = "%gpucluster") -> None:
         from gpu_magics import gpus
 
         message = held_message(find_held(gpu_ids, gpus.inventory().devices()), prog)
-    except Exception:
+    except Exception as error:  # a check that fails any way says nothing: the start goes on
+        dropped("checking the GPU memory the kernel holds", error)
         return
     if message is not None:
         print(message, file=sys.stderr)

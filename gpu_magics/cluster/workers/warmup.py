@@ -12,7 +12,6 @@ itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import os
 import threading
@@ -24,6 +23,7 @@ from distributed import WorkerPlugin
 
 from gpu_magics.cluster.options import Kind
 from gpu_magics.cluster.reading.inspection import scheduler_workers
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -103,10 +103,12 @@ class WarmUp(WorkerPlugin):
             self._error = error
             said = {"error": f"{type(error).__name__}: {error}"}
         self._done.set()
-        with contextlib.suppress(Exception):  # thread-safe: the worker sends it from its own event loop
+        try:  # thread-safe: the worker sends it from its own event loop
             worker = self._worker
             _registered(worker, WARM_TIMEOUT)  # before that the worker drops what it is asked to send
             worker.log_event(WARM_TOPIC, {**said, "address": worker.address, "name": str(worker.name)})
+        except Exception as error:  # the worker may be closing: the kernel's wait says who did not report
+            dropped("sending the warm-up's report", error)
 
     def wait(self, timeout: float) -> dict[str, Any]:
         """What the warm-up saw, once it is done; ``TimeoutError`` after ``timeout`` seconds."""
@@ -140,7 +142,7 @@ def _started_at() -> float:
         import psutil
 
         return float(psutil.Process().create_time())
-    except Exception:
+    except (ImportError, OSError):  # no psutil, or /proc unreadable
         return 0.0
 
 
@@ -161,13 +163,15 @@ WARM_TIMEOUT = 120.0  # seconds; a worker that dies while warming must not hang 
 def import_here(gpu: bool) -> None:
     """Import here what the first result needs: dask.array and distributed's serializers, and for GPU workers
     CuPy (results come back as CuPy arrays). Creates no CUDA context."""
-    with contextlib.suppress(Exception):
+    try:
         import dask.array  # noqa: F401
         import distributed.protocol.numpy
 
         if gpu:
             import cupy  # noqa: F401
             import distributed.protocol.cupy  # noqa: F401
+    except Exception as error:  # any failure (broken CUDA): the task imports again, and says why
+        dropped("importing what the first result needs", error)
 
 
 def prepare_here(gpu: bool, made: threading.Event) -> None:
@@ -178,12 +182,14 @@ def prepare_here(gpu: bool, made: threading.Event) -> None:
     Off the critical path: this process mostly waits for its workers (their CUDA contexts, then their warm-up)
     meanwhile; a cell may use CuPy here at the same time (CUDA's context is shared by the process's threads)."""
     import_here(gpu)
-    with contextlib.suppress(Exception):
+    try:
         if gpu:
             import cupy
 
             cupy.zeros(1).sum()
             cupy.cuda.runtime.deviceSynchronize()
+    except Exception as error:  # a warm-up that fails any way only leaves the first cell slower
+        dropped("warming CuPy in the scheduler's process", error)
     made.wait(timeout=WARM_TIMEOUT)
     gc.collect()
 
@@ -209,8 +215,10 @@ class WarmWatch:
             count = len(self.seen)
             self._changed.notify_all()
         if self._heard is not None:
-            with contextlib.suppress(Exception):
+            try:
                 self._heard(count)
+            except Exception as error:  # a listener never stops the warm-up
+                dropped("telling a listener how many workers are warm", error)
 
     def wait(self, addresses: set[str], timeout: float, cancelled: threading.Event | None = None) -> dict[str, Any]:
         """What the warm-up of each worker at ``addresses`` saw, by worker name, once all have said; the first
@@ -241,8 +249,10 @@ class WarmWatch:
         return str(scheduler_workers(self.client).get(address, {}).get("name", address))
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             self.client.unsubscribe_topic(WARM_TOPIC)
+        except Exception as error:  # the client may be closed or closing: nothing is left to hear
+            dropped("unsubscribing from the warm-up reports", error)
 
 
 def _without_event_keys(message: dict[str, Any]) -> dict[str, Any]:

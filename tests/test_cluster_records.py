@@ -94,3 +94,18 @@ def test_default_directory_is_jupyters(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_kernel_id_outside_a_kernel_is_none() -> None:
     assert cluster_records.current_kernel_id() is None
+
+
+def test_the_managers_facts_travel_in_the_record_and_bad_ones_are_dropped() -> None:
+    from gpu_magics.cluster.managers.gateway import GatewayManager
+
+    connected = GatewayManager(None, None, "default.5b4e57c3", None).facts("gpu").to_json()
+    record = ClusterRecord("g", "tls://10.0.0.9:8786", None, "gateway", 1, facts=connected)
+    back = ClusterRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert back.facts == connected and back.facts is not None
+    assert (back.facts["owned"], back.facts["ends"], back.facts["restartable"]) == (False, "detach", False)
+    hostile = {**record.to_json(), "facts": ["not", "a", "dict"]}
+    assert ClusterRecord.from_json(hostile).facts is None  # an older kernel's record: the views offer nothing
+    odd = {**record.to_json(), "facts": {"ends": "explode", "workers": 7, "owned": 1}}
+    facts = ClusterRecord.from_json(odd).facts
+    assert facts is not None and facts["ends"] == "close" and facts["workers"] == "unknown" and facts["owned"] is True

@@ -7,7 +7,7 @@ import time
 
 from IPython.lib.pretty import pretty
 
-from gpu_magics.cluster.info import WorkerGpu
+from gpu_magics.cluster.info import ClusterFacts, WorkerGpu
 from gpu_magics.display.cluster_view import ClusterInfo, ClusterView, DashboardLink, WorkerInfo
 from gpu_magics.display.format import WARN
 
@@ -39,7 +39,26 @@ def gpu_info(**changes: object) -> ClusterInfo:
         "warm_s": 0.42,
     }
     fields.update(changes)
+    fields.setdefault("facts", facts_of(str(fields["kind"])))
     return ClusterInfo(**fields)  # type: ignore[arg-type]
+
+
+def facts_of(kind: str) -> ClusterFacts:
+    """What the manager of a cluster of ``kind`` says of it (the managers themselves, made without a cluster)."""
+    from gpu_magics.cluster.managers.adopted import AdoptedManager
+    from gpu_magics.cluster.managers.attached import AttachedManager
+    from gpu_magics.cluster.managers.gateway import GatewayManager
+    from gpu_magics.cluster.managers.local import LocalManager
+
+    managers = {
+        "gpu": lambda: LocalManager("gpu", ()),
+        "cpu": lambda: LocalManager("cpu", ()),
+        "attached": lambda: AttachedManager("tcp://10.0.0.5:8786"),
+        "adopted": lambda: AdoptedManager(None, "KubeCluster"),
+        "gateway": lambda: GatewayManager(None, {}, None, 2),  # made here
+        "gateway-connected": lambda: GatewayManager(None, None, "default.5b4e57c3", None),
+    }
+    return managers[kind]().facts("gpu")
 
 
 def test_text_has_one_row_per_worker() -> None:
@@ -131,6 +150,7 @@ def test_a_gateway_cluster_connected_to_tells_its_own_age_and_the_connection() -
     info = gpu_info(
         name="default.5b4e57c3",
         kind="gateway",
+        facts=facts_of("gateway-connected"),
         manager="Dask Gateway",
         started_at=NOW - 2,
         up_since=NOW - 5400,
@@ -139,7 +159,7 @@ def test_a_gateway_cluster_connected_to_tells_its_own_age_and_the_connection() -
     )
     text = ClusterView(info, now=NOW).text()
     lines = text.splitlines()
-    assert lines[0] == "Cluster 'default.5b4e57c3': 4x NVIDIA H200 (4 workers), from Dask Gateway"
+    assert lines[0] == "Cluster 'default.5b4e57c3': 4x NVIDIA H200 (4 workers), from Dask Gateway, not made here"
     assert f"4 workers running · up since {clock(NOW - 5400)}" in text and "connected in 1.20 s" in text
     assert "started in" not in text and "workers ready" not in text
     html = ClusterView(info, now=NOW).html()
@@ -233,3 +253,25 @@ def test_the_plain_cells_line_follows_the_dashboard_and_warns_when_gpus_sit_idle
     calm = ClusterView(gpu_info(plain_cells="plain cells: multi-gpu, CuPy chunks on the cluster's GPUs")).html()
     assert 'class="gpu-magics-plain-cells" style=""' in calm
     assert "plain cells" not in ClusterView(gpu_info()).text()
+
+
+def test_the_idle_line_and_the_clock_say_what_the_manager_does() -> None:
+    """A cluster this kernel did not make (a gateway cluster connected to, a --from one) only detaches when idle:
+    its manager says so, and the card reads it (never the kind)."""
+    for kind, verb in (
+        ("gpu", "closes"),
+        ("gateway", "closes"),
+        ("gateway-connected", "detaches"),
+        ("adopted", "detaches"),
+        ("attached", "detaches"),
+    ):
+        text = ClusterView(gpu_info(kind="gpu", facts=facts_of(kind), idle_timeout=1800.0), now=NOW).text()
+        assert f"{verb} after 30 min without a task" in text, (kind, text)
+    adopted = ClusterView(gpu_info(kind="adopted", started_at=NOW - 60), now=NOW).text()
+    assert "adopted KubeCluster, not started here" in adopted and f"adopted at {clock(NOW - 60)}" in adopted
+    connected = facts_of("gateway-connected")
+    assert (connected.owned, connected.restartable, connected.scalable) == (False, False, True)
+    made = facts_of("gateway")
+    assert (made.owned, made.ends, made.restartable) == (True, "close", True)
+    attached = facts_of("attached")
+    assert (attached.scalable, attached.restartable, attached.ends) == (False, False, "detach")

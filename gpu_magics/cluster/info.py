@@ -3,7 +3,8 @@ rendered by ``display.cluster_view``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,44 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
+class ClusterFacts:
+    """What a cluster's manager says of it: every view (the cluster's card, the record, the side panel) reads these,
+    never how the cluster was made."""
+
+    owned: bool  # this kernel made it: stop, the idle timeout and the kernel's end close it
+    ends: Literal["close", "detach"]  # what stop and the idle timeout do to it here
+    scalable: bool  # scale and adapt act on its workers
+    restartable: bool  # %gpucluster restart (the panel's Restart) restarts its workers from here
+    source: str  # where its workers come from, in words: "started here", "attached, not started here", ...
+    taken: str  # how this kernel took it, before its clock: "up since", "attached at", "adopted at", "connected at"
+    title: str  # what gives the workers, in a word or two (the panel's title): "GPU cluster", "SLURM", ...
+    workers: Literal["gpu", "cpu", "unknown"]  # what its workers are (GPU workers, CPU workers, not known yet)
+
+    def to_json(self) -> dict[str, Any]:
+        """As the discovery record holds it (types.ts IClusterFacts)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ClusterFacts | None:
+        """The inverse of ``to_json``; ``None`` where ``data`` is not such a dict (a record of an older kernel)."""
+        if not isinstance(data, dict):
+            return None
+        ends: Literal["close", "detach"] = "detach" if data.get("ends") == "detach" else "close"
+        seen = data.get("workers")
+        workers: Literal["gpu", "cpu", "unknown"] = "gpu" if seen == "gpu" else "cpu" if seen == "cpu" else "unknown"
+        return cls(
+            owned=bool(data.get("owned")),
+            ends=ends,
+            scalable=bool(data.get("scalable")),
+            restartable=bool(data.get("restartable")),
+            source=str(data.get("source") or ""),
+            taken=str(data.get("taken") or "up since"),
+            title=str(data.get("title") or "cluster"),
+            workers=workers,
+        )
+
+
+@dataclass(frozen=True)
 class ClusterInfo:
     """A cluster's state at one moment."""
 
@@ -104,3 +143,4 @@ class ClusterInfo:
     manager: str | None = None  # what gives the workers, for --slurm and --from ("SLURMCluster", ...)
     jobs: tuple[JobInfo, ...] = ()  # the batch jobs behind the workers (--slurm)
     adaptive: tuple[int, int] | None = None  # adapt MIN MAX, while it adapts
+    facts: ClusterFacts | None = None  # what its manager says of it: the views read these

@@ -111,15 +111,8 @@ class ClusterView:
 
     def _headline(self) -> str:
         info = self.info
-        how = {
-            "gpu": "started here",
-            "cpu": "started here",
-            "attached": "attached, not started here",
-            "slurm": "from SLURM jobs",
-            "adopted": f"adopted {info.manager or 'cluster manager'}, not started here",
-            "gateway": f"from {info.manager or 'a Dask Gateway'}",
-        }
-        return f"Cluster {info.name!r}: {info.hardware}, {how.get(info.kind, info.kind)}"
+        source = info.facts.source if info.facts is not None else None
+        return f"Cluster {info.name!r}: {info.hardware}" + (f", {source}" if source else "")
 
     def _state_line(self) -> str:
         """``"4 workers running · up since 14:03:12"``: when it started, which a saved output keeps true."""
@@ -130,7 +123,7 @@ class ClusterView:
         elif info.started_at is None:
             return state
         else:
-            verb = {"attached": "attached at", "adopted": "adopted at"}.get(info.kind, "up since")
+            verb = info.facts.taken if info.facts is not None else "up since"
             line = f"{state} · {verb} {format_clock(info.started_at, self.now)}"
         if info.adaptive is not None:
             line += f" \u00b7 adapts between {info.adaptive[0]} and {info.adaptive[1]} workers"
@@ -215,7 +208,7 @@ class ClusterView:
         info = self.info
         if info.idle_timeout is None:
             return None
-        verb = "detaches" if info.kind in ("attached", "adopted") else "closes"
+        verb = "detaches" if info.facts is not None and info.facts.ends == "detach" else "closes"
         line = f"{verb} after {format_duration(info.idle_timeout)} without a task"
         if info.idle_left is not None:
             line += f" \u00b7 idle now: {format_duration(info.idle_left)} left"

@@ -5,7 +5,7 @@
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 
 import { formatDuration } from './format';
-import type { ICluster, IClusterMember, IMemberGpu } from './types';
+import type { ICluster, IClusterFacts, IClusterMember, IMemberGpu } from './types';
 
 export type ClusterAction =
   | { action: 'stop' }
@@ -100,46 +100,57 @@ function workerGpuModels(cluster: ICluster): string[] {
     .flatMap(member => member.gpus.map(gpu => gpu.name));
 }
 
+/** What a cluster's manager says of it; for the record of an older kernel, facts that offer no action. */
+export function clusterFacts(cluster: ICluster): IClusterFacts {
+  return (
+    cluster.facts ?? {
+      owned: false,
+      ends: 'detach',
+      scalable: false,
+      restartable: false,
+      source: '',
+      taken: 'up since',
+      title: 'cluster',
+      workers: 'unknown'
+    }
+  );
+}
+
+/** Whether `gpus` are the CUDA devices the workers were given ("0", "GPU-…", "MIG-…"), not GPU models. */
+function areDevices(gpus: string[]): boolean {
+  return gpus.length > 0 && gpus.every(gpu => /^(\d+|GPU-|MIG-)/.test(gpu));
+}
+
 /**
- * What a cluster row says it is: "CPU cluster · 2 workers", "GPU cluster · 4× NVIDIA H200",
- * "attached · 3 workers", "attached · 4× NVIDIA H200 on 2 hosts" (the scheduler's address is on the row's
- * next line).
+ * What a cluster row says it is, from what its manager says (the title) and what its workers report:
+ * "CPU cluster · 2 workers", "GPU cluster · 4× NVIDIA H200", "attached · 4× NVIDIA H200 on 2 hosts",
+ * "SLURM · 2× NVIDIA H200 · 2 workers · 2 jobs (1 pending)" (the scheduler's address is on the row's next line).
  */
 export function clusterTitle(cluster: ICluster): string {
+  const title = clusterFacts(cluster).title;
   const workers = plural(cluster.workers, 'worker');
-  const models = workerGpuModels(cluster);
-  switch (cluster.kind) {
-    case 'cpu':
-      return `CPU cluster \u00b7 ${workers}`;
-    case 'gpu':
-      if (models.length) {
-        return `GPU cluster \u00b7 ${countModels(models)}`;
-      }
-      return cluster.gpus.length
-        ? `GPU cluster \u00b7 ${workers} on GPU ${cluster.gpus.join(', ')}`
-        : `GPU cluster \u00b7 ${workers}`;
-    case 'slurm': {
-      const jobs = cluster.jobs ?? [];
-      const pending = jobs.filter(job => job.state === 'pending').length;
-      const waiting = pending ? ` (${pending} pending)` : '';
-      const gpus = models.length ? `${countModels(models)} · ` : '';
-      return `SLURM · ${gpus}${workers} · ${plural(jobs.length, 'job')}${waiting}`;
-    }
-    case 'adopted':
-      return `${cluster.manager ?? 'cluster manager'} · ${models.length ? countModels(models) : workers}`;
-    case 'gateway':
-      return `Dask Gateway · ${models.length ? countModels(models) : workers}`;
-    case 'attached': {
-      const gpus = models.length ? models : cluster.gpus;
-      const hosts = new Set(
-        (cluster.members ?? []).filter(m => m.role !== 'kernel' && m.gpus.length > 0).map(m => m.host)
-      );
-      const where = hosts.size > 1 ? ` on ${hosts.size} hosts` : '';
-      return `attached \u00b7 ${gpus.length ? countModels(gpus) + where : workers}`;
-    }
-    default:
-      return `${cluster.kind} cluster \u00b7 ${workers}`;
+  const reported = workerGpuModels(cluster);
+  const models = reported.length ? reported : areDevices(cluster.gpus) ? [] : cluster.gpus;
+  const jobs = cluster.jobs ?? [];
+  if (jobs.length) {
+    const pending = jobs.filter(job => job.state === 'pending').length;
+    const waiting = pending ? ` (${pending} pending)` : '';
+    const gpus = models.length ? `${countModels(models)} \u00b7 ` : '';
+    return `${title} \u00b7 ${gpus}${workers} \u00b7 ${plural(jobs.length, 'job')}${waiting}`;
   }
+  if (models.length) {
+    const hosts = new Set(
+      clusterMembers(cluster)
+        .filter(m => m.role !== 'kernel' && m.gpus.length > 0)
+        .map(m => m.host)
+    );
+    const where = hosts.size > 1 ? ` on ${hosts.size} hosts` : '';
+    return `${title} \u00b7 ${countModels(models)}${where}`;
+  }
+  if (areDevices(cluster.gpus)) {
+    return `${title} \u00b7 ${workers} on GPU ${cluster.gpus.join(', ')}`;
+  }
+  return `${title} \u00b7 ${workers}`;
 }
 
 export interface IHostGroup {
@@ -196,14 +207,14 @@ export function clusterCached(cluster: ICluster): number | null {
 
 /**
  * The idle timeout's line: "closes after 30 min without a task", and while idle "idle 5 min · closes in 25 min"
- * ("detaches" for an attached cluster); null without a timeout.
+ * ("detaches" where the notebook did not make it); null without a timeout.
  */
 export function idleText(cluster: ICluster, now: number): string | null {
   const timeout = cluster.idle_timeout ?? null;
   if (timeout === null) {
     return null;
   }
-  const verb = cluster.kind === 'attached' ? 'detaches' : 'closes';
+  const verb = clusterFacts(cluster).ends === 'detach' ? 'detaches' : 'closes';
   const since = cluster.idle_since ?? null;
   if (since === null) {
     return `${verb} after ${formatDuration(timeout)} without a task`;

@@ -138,6 +138,26 @@ export interface IClusterJob {
   gpus: string[];
 }
 
+/** What a cluster's manager says of it (Python's info.ClusterFacts): the panel reads these, never `kind`. */
+export interface IClusterFacts {
+  /** The notebook's kernel made it: stop, the idle timeout and the kernel's end close it. */
+  owned: boolean;
+  /** What stop and the idle timeout do to it: close it, or only detach the notebook from it. */
+  ends: 'close' | 'detach';
+  /** Scale and Adapt act on its workers. */
+  scalable: boolean;
+  /** Restart restarts its workers from the notebook. */
+  restartable: boolean;
+  /** Where its workers come from, in words: "started here", "attached, not started here", ... */
+  source: string;
+  /** How the notebook took it, before its clock: "up since", "attached at", ... */
+  taken: string;
+  /** What gives the workers, in a word or two: "GPU cluster", "SLURM", "Dask Gateway", ... */
+  title: string;
+  /** What its workers are. */
+  workers: 'gpu' | 'cpu' | 'unknown';
+}
+
 export interface ICluster {
   name: string;
   scheduler_address: string;
@@ -171,6 +191,8 @@ export interface ICluster {
   /** When the cluster itself started, where it ran before the notebook took it (a gateway cluster it connected
    * to); its age is told from this. null: it started with the notebook's line (started_at). */
   up_since: number | null;
+  /** What its manager says of it; null in the record of an older kernel (then nothing is offered). */
+  facts: IClusterFacts | null;
   path: string | null;
   kernel_running: boolean;
 }

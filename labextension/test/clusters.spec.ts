@@ -13,7 +13,20 @@ import {
   scaleProblem
 } from '../src/clusters';
 import type { ICluster } from '../src/types';
-import { cluster, member, memberGpu } from './fixtures';
+import { cluster, facts, member, memberGpu } from './fixtures';
+
+const GPU = facts({ title: 'GPU cluster', workers: 'gpu' });
+const GATEWAY = facts({ title: 'Dask Gateway', source: 'from Dask Gateway', workers: 'gpu' });
+const ATTACHED = facts({
+  owned: false,
+  ends: 'detach',
+  scalable: false,
+  restartable: false,
+  source: 'attached, not started here',
+  taken: 'attached at',
+  title: 'attached',
+  workers: 'unknown'
+});
 
 describe('clusterTitle', () => {
   it('names a CPU cluster by its workers', () => {
@@ -23,22 +36,22 @@ describe('clusterTitle', () => {
 
   it('names a GPU cluster by the GPU models its workers report', () => {
     const members = [0, 1, 2, 3].map(i => member(`w${i}`, '10.0.0.1', [memberGpu('10.0.0.1', i)]));
-    const gpu = cluster({ kind: 'gpu', workers: 4, gpus: ['0', '1', '2', '3'], members });
+    const gpu = cluster({ kind: 'gpu', facts: GPU, workers: 4, gpus: ['0', '1', '2', '3'], members });
     expect(clusterTitle(gpu)).toBe('GPU cluster \u00b7 4\u00d7 NVIDIA H200');
   });
 
   it('names a Dask Gateway cluster by its workers and their GPUs', () => {
-    expect(clusterTitle(cluster({ kind: 'gateway', workers: 2, manager: 'Dask Gateway: default.3f2a' }))).toBe(
+    expect(clusterTitle(cluster({ kind: 'gateway', facts: GATEWAY, workers: 2, manager: 'Dask Gateway: default.3f2a' }))).toBe(
       'Dask Gateway \u00b7 2 workers'
     );
     const members = [0, 1].map(i => member(`w${i}`, '10.0.0.1', [memberGpu('10.0.0.1', i)]));
-    expect(clusterTitle(cluster({ kind: 'gateway', workers: 2, members }))).toBe(
+    expect(clusterTitle(cluster({ kind: 'gateway', facts: GATEWAY, workers: 2, members }))).toBe(
       'Dask Gateway \u00b7 2\u00d7 NVIDIA H200'
     );
   });
 
   it('names a GPU cluster by its devices before the first reports', () => {
-    expect(clusterTitle(cluster({ kind: 'gpu', workers: 2, gpus: ['0', '1'] }))).toBe(
+    expect(clusterTitle(cluster({ kind: 'gpu', facts: GPU, workers: 2, gpus: ['0', '1'] }))).toBe(
       'GPU cluster \u00b7 2 workers on GPU 0, 1'
     );
   });
@@ -48,11 +61,11 @@ describe('clusterTitle', () => {
       member('kernel', '10.0.0.1', [memberGpu('10.0.0.1', 0, { name: 'Tesla T4' })], { role: 'kernel' }),
       member('w0', '10.0.0.1', [memberGpu('10.0.0.1', 1)])
     ];
-    expect(clusterTitle(cluster({ kind: 'gpu', workers: 1, members }))).toBe('GPU cluster \u00b7 1\u00d7 NVIDIA H200');
+    expect(clusterTitle(cluster({ kind: 'gpu', facts: GPU, workers: 1, members }))).toBe('GPU cluster \u00b7 1\u00d7 NVIDIA H200');
   });
 
   it('names an attached cluster by what it has', () => {
-    const attached = cluster({ kind: 'attached', workers: 3, scheduler_address: 'tcp://10.0.0.5:8786' });
+    const attached = cluster({ kind: 'attached', facts: ATTACHED, workers: 3, scheduler_address: 'tcp://10.0.0.5:8786' });
     expect(clusterTitle(attached)).toBe('attached \u00b7 3 workers');
     expect(clusterTitle({ ...attached, gpus: ['NVIDIA A100', 'NVIDIA A100'] })).toBe(
       'attached \u00b7 2\u00d7 NVIDIA A100'

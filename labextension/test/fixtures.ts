@@ -1,4 +1,4 @@
-import type { ICluster, IClusterMember, IGpuReading, IHolder, IMemberGpu, IProcessesReply, ISnapshot } from '../src/types';
+import type { ICluster, IClusterFacts, IClusterMember, IGpuReading, IHolder, IMemberGpu, IProcessesReply, ISnapshot } from '../src/types';
 
 export function reading(
   index: number,
@@ -86,6 +86,56 @@ export function member(
   };
 }
 
+/** What the manager of a CPU cluster started in the notebook says of it (Python's LocalManager.facts). */
+export function facts(overrides: Partial<IClusterFacts> = {}): IClusterFacts {
+  return {
+    owned: true,
+    ends: 'close',
+    scalable: true,
+    restartable: true,
+    source: 'started here',
+    taken: 'up since',
+    title: 'CPU cluster',
+    workers: 'cpu',
+    ...overrides
+  };
+}
+
+/** What each manager says of its cluster, as Python's managers do (tests/test_cluster_view.py checks theirs). */
+export function factsOf(kind: string, label: string | null = null): IClusterFacts {
+  switch (kind) {
+    case 'gpu':
+      return facts({ title: 'GPU cluster', workers: 'gpu' });
+    case 'slurm':
+      return facts({ title: 'SLURM', source: 'from SLURM jobs', workers: 'gpu' });
+    case 'gateway':
+      return facts({ title: 'Dask Gateway', source: `from ${label ?? 'Dask Gateway'}`, workers: 'gpu' });
+    case 'attached':
+      return facts({
+        owned: false,
+        ends: 'detach',
+        scalable: false,
+        restartable: false,
+        source: 'attached, not started here',
+        taken: 'attached at',
+        title: 'attached',
+        workers: 'unknown'
+      });
+    case 'adopted':
+      return facts({
+        owned: false,
+        ends: 'detach',
+        restartable: false,
+        source: `adopted ${label ?? 'cluster manager'}, not started here`,
+        taken: 'adopted at',
+        title: label ?? 'cluster manager',
+        workers: 'unknown'
+      });
+    default:
+      return facts();
+  }
+}
+
 export function cluster(overrides: Partial<ICluster> = {}): ICluster {
   return {
     name: 'c',
@@ -110,6 +160,7 @@ export function cluster(overrides: Partial<ICluster> = {}): ICluster {
     jobs: [],
     adaptive: null,
     up_since: null,
+    facts: factsOf(overrides.kind ?? 'cpu', overrides.manager ?? null),
     ...overrides
   };
 }

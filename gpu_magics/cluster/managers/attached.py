@@ -26,6 +26,18 @@ class AttachedManager(ClusterManager):
         super().__init__(None, None)
         self.address = address
 
+    @property
+    def source(self) -> str:
+        return "attached, not started here"
+
+    @property
+    def taken(self) -> str:
+        return "attached at"
+
+    @property
+    def title(self) -> str:
+        return "attached"
+
     def connect(self, options: ClusterOptions, starting: Starting) -> Client:
         return attach.connect(self.address, options.start_timeout)
 

@@ -11,7 +11,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.cluster.info import JobInfo
+from gpu_magics.cluster.info import ClusterFacts, JobInfo
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.units import format_duration
@@ -140,6 +140,35 @@ class ClusterManager:
             return f"%gpucluster: detached from {name!r} ({self.label}); it keeps its workers (stop --close closes it)"
         self.close()
         return f"%gpucluster: stopped cluster {name!r} ({self.label}: closed)"
+
+    @property
+    def source(self) -> str:
+        """Where its workers come from, in words (the cluster card's headline)."""
+        return f"adopted {self.label or 'cluster manager'}, not started here"
+
+    @property
+    def taken(self) -> str:
+        """How this kernel took the cluster, before its clock."""
+        return "adopted at"
+
+    @property
+    def title(self) -> str:
+        """What gives the workers, in a word or two (the side panel's title)."""
+        return self.label or "cluster manager"
+
+    def facts(self, workers: str) -> ClusterFacts:
+        """What this manager says of its cluster, for every view (``workers``: what its workers are, as learnt:
+        "gpu", "cpu", or anything else for not known yet)."""
+        return ClusterFacts(
+            owned=self.owned,
+            ends="close" if self.owned else "detach",
+            scalable=self.scalable,
+            restartable=self.owned,  # a restart goes through the cluster's nannies, which only its maker owns
+            source=self.source,
+            taken=self.taken,
+            title=self.title,
+            workers="gpu" if workers == "gpu" else "cpu" if workers == "cpu" else "unknown",
+        )
 
     def discard(self) -> None:
         """Let go of a manager that started nothing (its line was only checked)."""

@@ -59,6 +59,18 @@ class GatewayManager(ClusterManager):
         self.requested = workers if workers is not None else (DEFAULT_WORKERS if self.owned else None)
         self._status_read = 0.0
 
+    @property
+    def source(self) -> str:
+        return f"from {self.label}" if self.owned else f"from {self.label}, not made here"
+
+    @property
+    def taken(self) -> str:
+        return "up since" if self.owned else "connected at"
+
+    @property
+    def title(self) -> str:
+        return LABEL
+
     # -- the start ------------------------------------------------------------------------------------------------
     def connect(self, options: ClusterOptions, starting: Starting) -> Client:
         """Have the gateway make the cluster (or find the one named), wait until its scheduler runs, and connect."""

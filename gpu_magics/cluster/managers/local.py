@@ -45,6 +45,18 @@ class LocalManager(ClusterManager):
         self._watch: Any = None  # warmup.WarmWatch, from the workers' start to their warm-up's end
 
     @property
+    def source(self) -> str:
+        return "started here"
+
+    @property
+    def taken(self) -> str:
+        return "up since"
+
+    @property
+    def title(self) -> str:
+        return "GPU cluster" if self.kind == "gpu" else "CPU cluster"
+
+    @property
     def local_cluster(self) -> LocalCluster | None:
         return self.cluster
 

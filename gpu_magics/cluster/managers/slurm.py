@@ -87,6 +87,18 @@ class SlurmManager(ClusterManager):
         self.submitted = submitted  # every job id sbatch gave, in order of submission
         self.failures = failures  # what sbatch said when a submission failed
 
+    @property
+    def source(self) -> str:
+        return "from SLURM jobs"
+
+    @property
+    def taken(self) -> str:
+        return "up since"
+
+    @property
+    def title(self) -> str:
+        return "SLURM"
+
     def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
         return slurm_jobs(self.cluster, workers)
 

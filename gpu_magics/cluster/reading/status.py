@@ -64,6 +64,7 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
         jobs=with_gpus(state.jobs, infos),
         adaptive=manager.adaptive if manager is not None else None,
         figures_age=current.telemetry.reports_age() if current.telemetry is not None else None,
+        facts=manager.facts(current.workers_kind) if manager is not None else None,
     )
 
 

@@ -22,8 +22,9 @@ RUNTIME_DIR_ENV = "GPU_MAGICS_RUNTIME_DIR"
 PREFIX = "gpu-magics-cluster-"
 KERNEL_PREFIX = "gpu-magics-kernel-"
 # 2: members (the workers and their GPUs, from their own reports); 3: idle timeout; 4: manager, jobs and adaptive
-# (--slurm, --from, adapt) and the backend plain cells run on (%gpurun)
-SCHEMA_VERSION = 4
+# (--slurm, --from, adapt) and the backend plain cells run on (%gpurun); 5: the manager's facts (owned, how it ends,
+# scalable, restartable, where its workers come from, CPU or GPU workers), which every view reads instead of the kind
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class ClusterRecord:
     jobs: tuple[dict[str, Any], ...] = ()  # the batch jobs behind the workers: types.ts IClusterJob
     adaptive: tuple[int, int] | None = None  # adapt MIN MAX, while it adapts
     up_since: float | None = None  # when the cluster itself started, where before started_at (gateway --connect)
+    facts: dict[str, Any] | None = None  # its manager's facts: info.ClusterFacts, types.ts IClusterFacts
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
@@ -79,6 +81,7 @@ class ClusterRecord:
             jobs=tuple(dict(job) for job in data.get("jobs") or () if isinstance(job, dict)),
             adaptive=_bounds(data.get("adaptive")),
             up_since=_number(data.get("up_since")),
+            facts=_facts(data.get("facts")),
         )
 
     @property
@@ -114,6 +117,14 @@ def current_kernel_id() -> str | None:
 
 
 _now = time.time
+
+
+def _facts(value: Any) -> dict[str, Any] | None:
+    """The manager's facts as written, read back through their one reader (``None``: none, or not a dict)."""
+    from gpu_magics.cluster.info import ClusterFacts
+
+    facts = ClusterFacts.from_json(value)
+    return None if facts is None else facts.to_json()
 
 
 def _number(value: Any) -> float | None:

@@ -94,9 +94,15 @@ def _jobs(current: ActiveCluster, state: status_info.ClusterState | None) -> dic
     """The record's manager fields; on a refresh (``state`` None) the queue is asked again at most every
     ``JOBS_REFRESH_S`` seconds."""
     manager = current.manager
+    facts = None if manager is None else manager.facts(current.workers_kind).to_json()  # it learns what workers it has
     if manager is None or manager.label is None:  # a cluster started here or attached to: no jobs to read
-        return {"manager": None, "jobs": (), "adaptive": None if manager is None else manager.adaptive}
-    fields: dict[str, Any] = {"manager": manager.label, "adaptive": manager.adaptive, "up_since": manager.since}
+        return {"manager": None, "jobs": (), "adaptive": None if manager is None else manager.adaptive, "facts": facts}
+    fields: dict[str, Any] = {
+        "manager": manager.label,
+        "adaptive": manager.adaptive,
+        "up_since": manager.since,
+        "facts": facts,
+    }
     previous = current.record
     if state is None and previous is not None and time.monotonic() - _jobs_read.get(id(current), 0.0) < JOBS_REFRESH_S:
         fields["jobs"] = previous.jobs

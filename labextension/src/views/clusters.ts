@@ -1,5 +1,5 @@
 /**
- * The clusters the kernels started, one row each: name and kind, notebook, scheduler, uptime, dashboard, the
+ * The clusters the kernels started, one row each: name and what gives its workers, notebook, scheduler, uptime, dashboard, the
  * members by host, the batch jobs behind them (SLURM), and Stop / Restart / Scale / Adapt, which act through the
  * owning kernel (see `../clusters`).
  */
@@ -7,6 +7,7 @@ import {
   adaptText,
   ClusterAction,
   clusterCached,
+  clusterFacts,
   clusterMembers,
   clusterTitle,
   idleState,
@@ -82,7 +83,9 @@ export class ClustersView {
   private _row(cluster: ICluster, now: number): HTMLElement {
     const key = clusterKey(cluster);
     const busy = this._busy.get(key);
-    const canAct = cluster.kernel_running && cluster.kind !== 'attached' && !busy;
+    // what its manager says it allows (a cluster the notebook did not make is not restarted from here)
+    const facts = clusterFacts(cluster);
+    const canAct = cluster.kernel_running && !busy;
     const notebook = cluster.path
       ? link(cluster.path, () => this._actions.openPath(cluster.path as string))
       : el('span', {}, cluster.kernel_id ? `kernel ${cluster.kernel_id.slice(0, 8)}` : 'no kernel');
@@ -116,7 +119,7 @@ export class ClustersView {
             class: 'jp-GpuMagics-idle',
             'data-idle': idleState(cluster, now),
             title:
-              cluster.kind === 'attached'
+              facts.ends === 'detach'
                 ? 'After this long without a task, the notebook detaches from the cluster (it keeps running)'
                 : 'After this long without a task, the notebook closes the cluster and frees its GPUs ' +
                   '(%gpucluster --idle-timeout)'
@@ -153,10 +156,15 @@ export class ClustersView {
       el(
         'div',
         { class: 'jp-GpuMagics-buttons' },
-        button('Stop', canAct, () => void this._stop(cluster)),
-        button('Restart', canAct, () => void this._restart(cluster)),
-        button('Scale', canAct, () => void this._scale(cluster)),
-        button('Adapt', canAct, () => void this._adapt(cluster), {
+        button('Stop', canAct, () => void this._stop(cluster), {
+          title:
+            facts.ends === 'detach'
+              ? 'Runs %gpucluster stop in its kernel: the notebook lets go of the cluster, which keeps running'
+              : 'Runs %gpucluster stop in its kernel: the cluster closes and gives its GPUs back'
+        }),
+        button('Restart', canAct && facts.restartable, () => void this._restart(cluster)),
+        button('Scale', canAct && facts.scalable, () => void this._scale(cluster)),
+        button('Adapt', canAct && facts.scalable, () => void this._adapt(cluster), {
           title:
             'Runs %gpucluster adapt MIN MAX in its kernel: workers are added when tasks wait and given back ' +
             'when idle'

@@ -2,7 +2,7 @@
 import type { ClusterAction } from '../../src/clusters';
 import type { ICluster } from '../../src/types';
 import { ClustersView, IClusterActions, IClustersState } from '../../src/views/clusters';
-import { cluster, member, memberGpu } from '../fixtures';
+import { cluster, facts, member, memberGpu } from '../fixtures';
 
 function text(node: Element | null | undefined): string {
   return node?.textContent ?? '';
@@ -142,16 +142,40 @@ describe('ClustersView', () => {
     expect(metas).toEqual(['dir/a.ipynb', 'kernel 01234567', 'no kernel']);
   });
 
-  it('disables the buttons of attached clusters and of kernels this server does not run', () => {
+  it('offers what the manager allows, and nothing for kernels this server does not run', () => {
     const { view } = setUp([
       cluster({ name: 'att', kind: 'attached' }),
       cluster({ name: 'far', kernel_running: false })
     ]);
-    expect(buttons(view).every(b => b.disabled)).toBe(true);
+    const offered = (name: string) =>
+      Array.from(view.node.querySelectorAll<HTMLButtonElement>(`[data-cluster="${name}"] .jp-GpuMagics-button`))
+        .filter(b => !b.disabled)
+        .map(b => b.textContent);
+    expect(offered('att')).toEqual(['Stop']); // it detaches; its workers are not the notebook's to change
+    expect(offered('far')).toEqual([]);
     expect(view.node.querySelector('[data-cluster="att"] .jp-GpuMagics-note')).toBeNull();
     expect(text(view.node.querySelector('[data-cluster="far"] .jp-GpuMagics-note'))).toBe(
       'Its kernel is not one of this server\u2019s: manage it from there.'
     );
+  });
+
+  it('offers no Restart and says "detaches" for a gateway cluster connected to or a --from cluster', () => {
+    const connected = cluster({
+      name: 'g',
+      kind: 'gateway',
+      idle_timeout: 1800,
+      facts: facts({ owned: false, ends: 'detach', restartable: false, title: 'Dask Gateway', taken: 'connected at' })
+    });
+    const adopted = cluster({ name: 'k', kind: 'adopted', manager: 'KubeCluster', idle_timeout: 600 });
+    const { view } = setUp([connected, adopted]);
+    for (const name of ['g', 'k']) {
+      const row = view.node.querySelector(`[data-cluster="${name}"]`) as HTMLElement;
+      const offered = Array.from(row.querySelectorAll<HTMLButtonElement>('.jp-GpuMagics-button'))
+        .filter(b => !b.disabled)
+        .map(b => b.textContent);
+      expect(offered).toEqual(['Stop', 'Scale', 'Adapt']);
+      expect(text(row.querySelector('.jp-GpuMagics-idle'))).toMatch(/^detaches after /);
+    }
   });
 
   it('shows the members by host', () => {

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpu_magics.logs import dropped
+
 CUPY_INSTALL = "pip install 'gpu-magics[cuda12]' (or [cuda13])"
 
 
@@ -149,6 +151,7 @@ def _cupy_reason() -> str | None:
     except ImportError:
         return f"CuPy is not installed ({CUPY_INSTALL})"
     except Exception as error:  # a broken CUDA install can fail at import
+        dropped("importing CuPy", error)
         return f"CuPy failed to load: {_one_line(error)}"
     return None
 

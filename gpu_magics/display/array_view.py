@@ -14,6 +14,7 @@ from typing import Any
 from gpu_magics.arrays import chunk_advice
 from gpu_magics.display import svg
 from gpu_magics.display.format import MUTED, STYLE, WARN, format_bytes
+from gpu_magics.logs import dropped
 
 # A distributed task costs about 1 ms of scheduling; one 10000 x 10000 float64 chunk (800e6 bytes, 763 MiB) of the
 # seed workload takes about 4 ms of GPU time on an H200; chunk_advice says when overhead dominates that work.
@@ -52,7 +53,8 @@ def _computed_on(kind: str) -> tuple[str, str | None] | None:
         return None
     try:
         return _placement(kind)
-    except Exception:  # never break the display over it
+    except Exception as error:  # never break the display over it
+        dropped("asking where the array is computed", error)
         return None
 
 
@@ -68,7 +70,8 @@ def visible_gpu_memory() -> tuple[int, ...] | None:
     if not _cache:
         try:
             _cache.append(_probe())
-        except Exception:
+        except Exception as error:  # a probe may fail any way (no GPU, broken CUDA): the view shows none
+            dropped("asking the visible GPUs' memory", error)
             _cache.append(None)
     return _cache[0]
 
@@ -191,7 +194,8 @@ def _suggest(info_shape: Sequence[float], chunksize: Sequence[float], dtype: Any
             previous_chunks=tuple(int(c) for c in chunksize),
         )
         return f"x.rechunk({svg.format_shape(tuple(max(c) for c in new))})"
-    except Exception:
+    except Exception as error:  # a hint is a courtesy: any failure shows the generic one
+        dropped("working out a rechunk hint", error)
         return 'x.rechunk({...: "auto"})'
 
 
@@ -278,7 +282,8 @@ def data_gone(collection: Any, look_at: int = 64) -> bool:
         layers = getattr(graph, "layers", {"": graph}).values()
         kept = [layer for layer in layers if getattr(layer, "is_materialized", lambda: True)()]  # not built here
         values = [value for layer in kept for _, value in zip(range(look_at), layer.values(), strict=False)]
-    except Exception:
+    except Exception as error:  # a graph's layers may fail any way when read: the view says nothing of them
+        dropped("looking for futures in the graph", error)
         return False
     for value in values:
         if type(value).__name__ == "Future" and type(value).__module__.startswith("distributed"):

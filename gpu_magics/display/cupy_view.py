@@ -64,7 +64,7 @@ def cupy_info(array: Any, cupy: Any | None = None) -> CupyInfo:
                 pool = cp.get_default_memory_pool()
                 used, total = int(pool.used_bytes()), int(pool.total_bytes())
                 free, capacity = (int(v) for v in cp.cuda.runtime.memGetInfo())
-        except Exception:
+        except RuntimeError:  # CUDA's error (CuPy's CUDARuntimeError): no pool figures
             pass
     shape = tuple(int(s) for s in array.shape)
     corner = array[preview_index(shape)] if shape else array

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpu_magics.display import svg
 from gpu_magics.display.format import DASH, STYLE, format_bytes
+from gpu_magics.logs import dropped
 
 MAX_NODES = 60
 DETAILED = 8  # graphs of up to this many layers show every layer; larger ones collapse plain chains
@@ -64,7 +65,7 @@ def _kind(chunk_type: str | None) -> str:
 def _nbytes(chunks: Any, dtype: Any) -> float | None:
     try:
         size = math.prod(float(sum(c)) for c in chunks) * int(dtype.itemsize)
-    except Exception:
+    except (TypeError, ValueError, AttributeError, OverflowError):  # unknown or odd chunks, no itemsize
         return None
     return None if math.isnan(size) else size
 
@@ -106,11 +107,22 @@ def hlg_layers(hlg: Any) -> list[LayerInfo]:
     return _toposort(out)
 
 
+_UNKNOWN = object()
+
+
+def _worked_out(node: Any, attr: str) -> Any:
+    """``node.<attr>``, or ``_UNKNOWN`` where working it out fails."""
+    try:
+        return getattr(node, attr)
+    except Exception as error:  # an expression works this out on demand, which may fail any way: unknown
+        dropped(f"working out an expression's {attr}", error, once=True)
+        return _UNKNOWN
+
+
 def _expr_tasks(node: Any) -> int:
     for attr in ("numblocks", "npartitions"):
-        try:
-            value = getattr(node, attr)
-        except Exception:
+        value = _worked_out(node, attr)
+        if value is _UNKNOWN:
             continue
         return math.prod(value) if isinstance(value, tuple) else int(value)
     return 1
@@ -121,15 +133,9 @@ def expr_layers(expr: Any) -> list[LayerInfo]:
     out = []
     for node in expr.walk():
         tasks = _expr_tasks(node)
-        try:
-            meta = node._meta
-            chunk_type = f"{type(meta).__module__.split('.')[0]}.{type(meta).__name__}"
-        except Exception:
-            chunk_type = None
-        try:
-            nbytes = _nbytes(node.chunks, node.dtype)
-        except Exception:
-            nbytes = None
+        meta, chunks, dtype = (_worked_out(node, attr) for attr in ("_meta", "chunks", "dtype"))
+        chunk_type = None if meta is _UNKNOWN else f"{type(meta).__module__.split('.')[0]}.{type(meta).__name__}"
+        nbytes = None if chunks is _UNKNOWN or dtype is _UNKNOWN else _nbytes(chunks, dtype)
         deps = tuple(str(d._name) for d in node.dependencies())
         name = str(node._name)
         out.append(LayerInfo(name, op_name(name), tasks, nbytes, chunk_type, deps, estimated=True))
@@ -270,7 +276,8 @@ def _optimized_tasks(obj: Any, expr: Any, tasks: int) -> tuple[int | None, bool]
         hlg = obj.__dask_graph__()
         fused = optimize_blockwise(hlg, keys=list(obj.__dask_layers__()))
         return sum(hlg_layer_tasks(layer)[0] for layer in fused.layers.values()), False
-    except Exception:
+    except Exception as error:  # dask's optimisation may fail any way on a graph: the count is unknown
+        dropped("counting the fused graph's tasks", error)
         return None, False
 
 

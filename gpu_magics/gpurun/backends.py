@@ -29,6 +29,7 @@ from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import tuning as graph_tuning
 from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -73,8 +74,10 @@ class BackendPlan:
     def synchronize(self) -> None:
         """Wait for the GPU work this backend queued; called before the clock stops."""
         if self.client is not None and self.chunk_type == "cupy":
-            with contextlib.suppress(Exception):
+            try:
                 self.client.run(_synchronize_worker_device, workers=self.annotations.get("workers"))
+            except Exception as error:  # the cell's time is measured all the same
+                dropped("synchronizing the workers' GPUs", error)
         elif self.gpu_indices:
             devices.synchronize(self.gpu_indices)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import html
 import threading
@@ -17,6 +16,7 @@ from IPython.display import DisplayHandle
 from gpu_magics.display.format import MUTED, STYLE, format_bytes, format_percent, format_seconds
 from gpu_magics.display.monitor_view import timeline
 from gpu_magics.gpurun.backends import BackendPlan
+from gpu_magics.logs import dropped
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.monitor.sampler import GpuSummary, Sampler, get_sampler, summarize
 
@@ -195,8 +195,10 @@ class _Later:
                 while not self._due or self._due[0][0] > time.monotonic():
                     self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
                 _, _, function = heapq.heappop(self._due)
-            with contextlib.suppress(Exception):
+            try:
                 function()
+            except Exception as error:  # a job never stops the timer thread
+                dropped("a job of the cell monitor's timer", error)
 
 
 _later = _Later()

@@ -20,6 +20,7 @@ from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.gpurun.timing.time_split import TimeSplit
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -158,7 +159,7 @@ def run_once(
         value = None
         if cell.last_expression is not None:
             value = eval(cell.last_expression, shell.user_global_ns, shell.user_ns)
-    except (Exception, KeyboardInterrupt) as error:
+    except (Exception, KeyboardInterrupt) as error:  # the user's code: any error is the cell's result
         unsendable = unpicklable_reason(error)
         if unsendable is not None:  # one line, not distributed's chain of serialization attempts
             print(f"{type(error).__name__}: {unsendable}", file=sys.stderr)
@@ -307,7 +308,8 @@ def advice_for(
             costs = advice.local_draw_seconds(plan.gpu_indices[0], elements)
     try:
         return advice.advise(split, arrays, costs, cold=cold)
-    except Exception:  # advice is a courtesy: never fail a cell over it
+    except Exception as error:  # advice is a courtesy: never fail a cell over it
+        dropped("advice on the cell's time", error)
         return None
 
 
@@ -366,7 +368,8 @@ def agreement(reference: Any, value: Any, rtol: float) -> str:
             return f"differs (max relative difference {worst:.2g} > rtol {rtol:g})"
         equal = reference == value
         return "agrees" if bool(np.all(equal)) else "differs"
-    except Exception as error:
+    except Exception as error:  # any failure is said in the row (not compared)
+        dropped("comparing two results", error)
         return f"not compared ({type(error).__name__})"
 
 

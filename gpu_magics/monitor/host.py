@@ -36,7 +36,7 @@ class HostProbe:
         try:
             memory = psutil.virtual_memory()
             used, total = int(memory.total - memory.available), int(memory.total)
-        except Exception:
+        except (OSError, RuntimeError):  # psutil could not read the figures: none shown
             pass
         return HostReading(cpu_percent=percent, memory_used=used, memory_total=total, cpu_count=self._cpu_count)
 
@@ -45,7 +45,7 @@ def _cpu_times() -> tuple[float, float] | None:
     """(busy, total) CPU seconds over all cores since boot; guest time is already inside user time."""
     try:
         times = psutil.cpu_times()
-    except Exception:
+    except (OSError, RuntimeError):  # psutil could not read the figures: none shown
         return None
     total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
     idle = times.idle + getattr(times, "iowait", 0.0)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_magics.logs import dropped
 from gpu_magics.monitor.models import GpuProcess, GpuReading
 
 __all__ = ["FROM_ENV", "NvmlSource", "select_visible"]
@@ -169,14 +170,15 @@ class NvmlSource:
             if device.handle is not None:
                 try:
                     found[device.uuid] = self._processes(device.handle)
-                except Exception:
+                except Exception as error:  # a driver may fail this any way: that GPU's processes are unknown
+                    dropped("reading a GPU's processes", error, once=True)
                     found[device.uuid] = None
         return found
 
     def close(self) -> None:
         with self._lock:
             if self._state is _State.READY and self._pid == os.getpid():
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(self._nv.NVMLError):
                     self._nv.nvmlShutdown()
             self._state, self._pid, self._reason, self._devices = _State.UNINITIALIZED, None, None, ()
             self._nvlink.clear()
@@ -193,16 +195,18 @@ class NvmlSource:
                 return
         try:
             nv.nvmlInit()
-        except Exception as exc:
+        except Exception as exc:  # the monitor says why NVML did not start, whatever it raised
+            dropped("starting NVML", exc)
             self._fail(_init_reason(nv, exc))
             return
         self._nv = nv
         self._fatal = tuple(cls for name in _DEVICE_FATAL if isinstance(cls := getattr(nv, name, None), type))
         try:
             gpus = [self._discover(i) for i in range(nv.nvmlDeviceGetCount())]
-        except Exception as exc:
+        except Exception as exc:  # the monitor says why the GPUs could not be listed, whatever it raised
+            dropped("listing the GPUs", exc)
             self._fail(f"listing GPUs failed: {_describe(exc)}")
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(nv.NVMLError):
                 nv.nvmlShutdown()
             return
         spec = self._visible_spec
@@ -225,6 +229,7 @@ class NvmlSource:
             gpu = _Device(index, handle, name, uuid)
             return _Gpu(gpu, self._discover_migs(gpu))
         except Exception as exc:  # this GPU cannot be opened; the others still can
+            dropped("opening a GPU", exc)
             return _Gpu(_Device(index, None, name, uuid, error=_describe(exc)))
 
     def _discover_migs(self, gpu: _Device) -> tuple[_Device, ...]:
@@ -260,7 +265,8 @@ class NvmlSource:
             return fn(*args)
         except self._fatal:
             raise
-        except Exception:
+        except Exception as error:  # an optional reading: a driver without it fails any way
+            dropped(f"NVML's {function}", error, once=True)
             return None
 
     def _read_device(self, index: int, device: _Device, slow: bool) -> GpuReading:
@@ -268,7 +274,8 @@ class NvmlSource:
             return _failed(index, device, device.error or "device could not be opened")
         try:
             return self._read_fields(index, device, slow)
-        except Exception as exc:
+        except Exception as exc:  # the GPU's row says why, whatever the driver raised
+            dropped("reading a GPU", exc, once=True)
             return _failed(index, device, _describe(exc))
 
     def _read_fields(self, index: int, device: _Device, slow: bool) -> GpuReading:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from gpu_magics.logs import dropped
 from gpu_magics.monitor.host import HostProbe
 from gpu_magics.monitor.models import GpuReading, GpuSource, Snapshot
 from gpu_magics.monitor.sources import default_source
@@ -224,7 +225,7 @@ class Sampler:
         try:
             return self.source.read(slow=slow)
         except Exception as exc:  # a source should not raise; keep sampling if one does
-            _log.debug("GPU source read failed", exc_info=True)
+            dropped("reading the GPUs", exc, once=True)
             return (), f"reading GPUs failed: {type(exc).__name__}: {exc}"
 
     def _read_slow(self) -> tuple[tuple[GpuReading, ...], str | None]:
@@ -248,7 +249,7 @@ class Sampler:
     def _deliver(self, callback: Callable[[Snapshot], None], snapshot: Snapshot) -> None:
         try:
             callback(snapshot)
-        except Exception:
+        except Exception:  # a subscriber never stops the sampling
             if id(callback) in self._failed_subscribers:
                 _log.debug("GPU sampler subscriber %r failed again", callback, exc_info=True)
             else:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from jupyter_core.utils import ensure_async
+
+from gpu_magics.logs import dropped
 
 
 def kernel_pids(kernel_manager: Any) -> dict[int, str]:
@@ -14,10 +15,12 @@ def kernel_pids(kernel_manager: Any) -> dict[int, str]:
     if kernel_manager is None:
         return pids
     for kernel_id in list(kernel_manager.list_kernel_ids()):
-        with contextlib.suppress(Exception):  # a kernel going away while we look
+        try:
             pid = _pid(kernel_manager.get_kernel(kernel_id))
             if pid is not None:
                 pids[pid] = kernel_id
+        except Exception as error:  # a kernel going away while we look
+            dropped("reading a kernel's process id", error)
     return pids
 
 
@@ -35,11 +38,13 @@ async def kernel_paths(session_manager: Any) -> dict[str, str]:
     paths: dict[str, str] = {}
     if session_manager is None:
         return paths
-    with contextlib.suppress(Exception):
+    try:
         for session in await ensure_async(session_manager.list_sessions()):
             kernel = session.get("kernel") or {}
             if kernel.get("id") and session.get("path"):
                 paths[str(kernel["id"])] = str(session["path"])
+    except Exception as error:  # the session manager may fail any way: notebooks go unnamed
+        dropped("listing the sessions", error)
     return paths
 
 

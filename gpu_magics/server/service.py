@@ -111,7 +111,7 @@ class MonitorService:
         for callback in callbacks:
             try:
                 callback()
-            except Exception:
+            except Exception:  # each callback runs, whatever the one before raised
                 _log.exception("closing what reads the GPU monitor failed")
         self._listeners.clear()
         self._cancel_idle_check()
@@ -199,7 +199,7 @@ class MonitorService:
         for listener, _ in list(self._listeners.values()):
             try:
                 listener(snapshot)
-            except Exception:
+            except Exception:  # a listener never stops the snapshots
                 _log.exception("GPU snapshot listener failed")
 
     # -- idle stop -------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport, host_labels, is_this_host
 from gpu_magics.cluster.telemetry.sharing import KernelHeld, others_by_gpu
+from gpu_magics.logs import dropped
 from gpu_magics.monitor.availability import OtherUse
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
 
@@ -118,13 +119,17 @@ class ClusterTelemetry:
         if not self._started:
             return
         self._started = False
+        from distributed.client import ClosedClientError
+
         from gpu_magics.cluster.telemetry.plugin import PLUGIN_NAME
 
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(ValueError, RuntimeError, ClosedClientError):  # not subscribed; the client closed
             self.client.unsubscribe_topic(TOPIC)
         if unregister:
-            with contextlib.suppress(Exception):
+            try:
                 self.client.unregister_worker_plugin(PLUGIN_NAME)
+            except Exception as error:  # a worker's teardown may fail any way: the plugin goes with the worker
+                dropped("removing the telemetry plugin from the workers", error)
         with self._lock:
             self._subscribers.clear()
 
@@ -195,7 +200,7 @@ class ClusterTelemetry:
         for callback in subscribers:
             try:
                 callback(snapshot)
-            except Exception:
+            except Exception:  # a subscriber never stops the reports
                 _log.exception("GPU telemetry subscriber failed")
 
     # -- what the reports say ----------------------------------------------------------------------------
@@ -443,7 +448,8 @@ def start_collecting(client: Client, interval: float, cpu_workers: bool = False)
     collector = ClusterTelemetry(client, interval=interval, local_uuids=local, cpu_workers=cpu_workers)
     try:
         collector.start()
-    except Exception as error:
+    except Exception as error:  # the cluster works without the reports: the line says why
+        dropped("starting the workers' GPU reports", error)
         print(f"%gpucluster: the workers will not report their GPUs ({one_line(error)})", file=sys.stderr)
         collector.close(unregister=False)
         return None

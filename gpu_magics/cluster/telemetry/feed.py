@@ -80,6 +80,6 @@ def ask_for_reports(client: Any) -> bool | None:
     cannot), or ``None`` when they could not be asked (their reports then come at their interval)."""
     try:
         answers = client.run(report_now, on_error="return")
-    except Exception:
+    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         return None
     return any(answer is True for answer in answers.values())

@@ -10,7 +10,6 @@ diagnostics, and a GPU that cannot be read is reported as such instead of failin
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -23,6 +22,7 @@ from distributed.comm import get_address_host
 
 from gpu_magics.cluster.telemetry.pools import memory_on
 from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport
+from gpu_magics.logs import dropped
 from gpu_magics.monitor.models import Snapshot
 
 PLUGIN_NAME = "gpu-magics-telemetry"
@@ -74,8 +74,10 @@ class GpuTelemetry(WorkerPlugin):
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             sampler.close()
-        with contextlib.suppress(Exception):  # the worker may be closing its stream already
+        try:
             self._send(WorkerReport(**self._identity(), gone=True))
+        except Exception as error:  # the worker may be closing its stream already
+            dropped("the worker's last GPU report", error)
 
     def _identity(self) -> dict[str, Any]:
         worker = self._worker

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_magics.cluster.telemetry import process_memory
+from gpu_magics.logs import dropped
 from gpu_magics.monitor.models import GpuReading
 
 Role = str  # "kernel" or "worker": which part of a fake spec's pools applies
@@ -54,10 +55,12 @@ def pool_on(ordinal: int, uuid: str, role: Role) -> PoolFigures | None:
         return _fake_pool(fake, uuid, role)
     if not process_memory.has_cuda_context(ordinal):
         return None
-    with contextlib.suppress(Exception):
+    try:
         found = _rmm_pool(ordinal)
         if found is not None:
             return found
+    except Exception as error:  # RMM's API differs between versions: CuPy's pool is read instead
+        dropped("reading RMM's pool", error)
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return None
@@ -65,7 +68,7 @@ def pool_on(ordinal: int, uuid: str, role: Role) -> PoolFigures | None:
         pool = cupy.get_default_memory_pool()
         with cupy.cuda.Device(ordinal):
             used, total = int(pool.used_bytes()), int(pool.total_bytes())
-    except Exception:
+    except RuntimeError:  # CUDA's error (CuPy's CUDARuntimeError): no figures
         return None
     return PoolFigures(used, total - used, total, "cupy")
 
@@ -103,7 +106,7 @@ def free_on(ordinal: int, uuid: str, role: Role) -> Freed | None:
     cupy = sys.modules["cupy"]
     with cupy.cuda.Device(ordinal):
         cupy.get_default_memory_pool().free_all_blocks()
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(RuntimeError):  # CuPy's CUDARuntimeError: the device pool was freed all the same
         cupy.get_default_pinned_memory_pool().free_all_blocks()
     after = pool_on(ordinal, uuid, role)
     return Freed(max(0, before.pool - (after.pool if after is not None else 0)))

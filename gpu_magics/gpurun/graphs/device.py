@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from gpu_magics.logs import dropped
+
 LIBRARY_VARIABLE = "GPU_MAGICS_DEVICE_ARRAYS"
 
 # dask.array.random.Generator methods whose RandomState method has another name (or, for ``integers``, other
@@ -35,7 +37,8 @@ def library() -> ModuleType | None:
             return None
     try:
         return importlib.import_module(name)
-    except Exception:
+    except Exception as error:  # a broken CUDA install fails any way at import: no device module
+        dropped(f"importing {name}", error)
         return None
 
 

@@ -24,6 +24,7 @@ from gpu_magics.gpurun import backends, execute, gpuless
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.timing import task_count
+from gpu_magics.logs import dropped
 
 PROG = "%gpurun"
 _KEY = "_gpu_magics_session"
@@ -154,8 +155,10 @@ class Session:
         wall = 0.0
         if cell.recorded is not None:
             if plan is not None and error is None:
-                with contextlib.suppress(Exception):
+                try:
                     plan.synchronize()
+                except Exception as error:  # the cell's time is measured all the same
+                    dropped("synchronizing after a plain cell", error)
             wall = time.perf_counter() - cell.began
         with contextlib.suppress(ValueError):  # an annotation set in another context (an async cell)
             cell.stack.close()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.arrays import chunk_advice
 from gpu_magics.arrays.philox import CALL
 from gpu_magics.gpurun.timing.time_split import TimeSplit
+from gpu_magics.logs import dropped
 from gpu_magics.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ def arrays_made(
             nbytes *= size
         try:
             draws = xorwow_draws(value, numpy_means_device)
-        except Exception:
+        except Exception as error:  # advice is a courtesy: never fail a cell over it
+            dropped("counting a chunk's random draws", error)
             draws = {}
         found.append(ArrayChunks(name, dims, sizes, nbytes, draws))
     return sorted(found, key=lambda item: -item.chunk_bytes * _count(item))
@@ -179,7 +181,8 @@ def local_draw_seconds(device: int, elements: int) -> tuple[float, float] | None
 
         with cupy.cuda.Device(device):
             return draw_seconds(elements)
-    except Exception:
+    except Exception as error:  # advice is a courtesy: never fail a cell over it
+        dropped("timing random draws on the GPU", error)
         return None
 
 
@@ -192,7 +195,7 @@ def cluster_draw_seconds(
     """``draw_seconds`` on one GPU worker of the cluster, measured once per worker and chunk size."""
     try:
         candidates = sorted(workers) if workers else sorted(client.scheduler_info(n_workers=-1)["workers"])
-    except Exception:
+    except (OSError, RuntimeError, KeyError):  # the scheduler's comm failed or timed out; the client's loop is gone
         return None
     if not candidates:
         return None
@@ -202,6 +205,7 @@ def cluster_draw_seconds(
             answer = client.run(draw_seconds, elements, workers=[candidates[0]])
             xorwow, philox = next(iter(answer.values()))
             _cluster_costs[key] = (float(xorwow), float(philox))
-        except Exception:
+        except Exception as error:  # advice is a courtesy: never fail a cell over it
+            dropped("timing random draws on a worker", error)
             _cluster_costs[key] = None
     return _cluster_costs[key]

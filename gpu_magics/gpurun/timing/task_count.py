@@ -20,6 +20,7 @@ from dask.callbacks import Callback
 from gpu_magics.cluster import queries
 from gpu_magics.gpurun.timing import time_split
 from gpu_magics.gpurun.timing.time_split import TaskTiming, TimeSplit
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -184,10 +185,7 @@ def scheduler_progress(client: Client) -> tuple[int, int] | None:
     installed."""
     if not plugin_installed(client):
         return None
-    try:
-        counts = client.run_on_scheduler(read_progress)
-    except Exception:
-        return None
+    counts = _answer(lambda: client.run_on_scheduler(read_progress))
     return None if counts is None else (int(counts[0]), int(counts[1]))
 
 
@@ -250,16 +248,23 @@ def scheduler_mark(client: Client) -> tuple[int, int, int, float] | None:
     """The scheduler's counts before a cell (``read_mark``), or ``None`` where the plugin cannot be installed."""
     if not plugin_installed(client):
         return None
-    try:
-        return _on_scheduler(client, read_mark)
-    except Exception:
-        return None
+    answer: tuple[int, int, int, float] | None = _answer(lambda: _on_scheduler(client, read_mark))
+    return answer
 
 
 def _read_since(client: Client, mark: tuple[int, int, int, float]) -> dict[str, Any] | None:
+    answer: dict[str, Any] | None = _answer(
+        lambda: _on_scheduler(client, read_since, records=mark[1], arrivals=mark[2])
+    )
+    return answer
+
+
+def _answer(ask: Callable[[], Any]) -> Any:
+    """What ``ask`` (a read of the counting plugin on the scheduler) returns, or ``None`` when it fails."""
     try:
-        return _on_scheduler(client, read_since, records=mark[1], arrivals=mark[2])
-    except Exception:
+        return ask()
+    except Exception as error:  # the scheduler's comm or the plugin there may fail any way: counts unknown
+        dropped("reading the task counts on the scheduler", error, once=True)
         return None
 
 

@@ -15,19 +15,27 @@ __all__ = ["_load_jupyter_server_extension"]
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Create the shared monitor service and register the handlers with ``serverapp``'s web application."""
+    from tornado.ioloop import IOLoop
+
     from gpu_magics.server.config import GpuMagicsServer
     from gpu_magics.server.handlers import SERVICE_KEY
+    from gpu_magics.server.leftovers.handlers import WATCH_KEY
+    from gpu_magics.server.leftovers.watch import LeftoverWatch
     from gpu_magics.server.routes import setup_handlers
     from gpu_magics.server.service import MonitorService
 
     config = GpuMagicsServer(parent=serverapp)
     service = MonitorService(config)
     serverapp.web_app.settings[SERVICE_KEY] = service
+    watch = LeftoverWatch(service, serverapp.kernel_manager)
+    serverapp.web_app.settings[WATCH_KEY] = watch
+    service.on_close(watch.close)
+    IOLoop.current().add_callback(watch.start)
     setup_handlers(serverapp.web_app)
     if config.metrics:
         from gpu_magics.server.metrics import install
 
-        install(serverapp, service)
+        install(serverapp, service, watch.registry)
     serverapp.log.info(
         "gpu_magics: GPU panel endpoints at %sgpu-magics/api/ (source %s, every %.2f s)",
         serverapp.base_url,

@@ -13,6 +13,7 @@ from gpu_magics.server.handlers import (
     ProcessesHandler,
     PruneClustersHandler,
 )
+from gpu_magics.server.leftovers.handlers import EndLeftoversHandler, LeftoversHandler
 from gpu_magics.server.websocket import SamplesWebSocket
 
 NAMESPACE = "gpu-magics"
@@ -23,6 +24,8 @@ ROUTES: tuple[tuple[str, type[Any]], ...] = (
     ("api/clusters", ClustersHandler),
     ("api/clusters/prune", PruneClustersHandler),
     ("api/processes", ProcessesHandler),
+    ("api/leftovers", LeftoversHandler),
+    ("api/leftovers/end", EndLeftoversHandler),
     ("api/ws", SamplesWebSocket),
 )
 

@@ -17,8 +17,8 @@ from gpu_magics.cluster.records import record as cluster_records
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
-GET_ROUTES = ("devices", "history", "clusters", "processes")
-POST_ROUTES = ("clusters/prune",)
+GET_ROUTES = ("devices", "history", "clusters", "processes", "leftovers")
+POST_ROUTES = ("clusters/prune", "leftovers/end")
 
 
 def body(response: HTTPResponse) -> Any:

@@ -24,13 +24,14 @@ async def test_cookie_get_works(server: tuple[str, str]) -> None:
     assert response.code == 200
 
 
-async def test_cookie_post_without_xsrf_is_refused(server: tuple[str, str]) -> None:
+@pytest.mark.parametrize("route", ["clusters/prune", "leftovers/end"])
+async def test_cookie_post_without_xsrf_is_refused(server: tuple[str, str], route: str) -> None:
     base = server[0]
     cookies = await login(*server)
     cookie = cookie_header(cookies)
     with pytest.raises(HTTPClientError) as error:
         await AsyncHTTPClient().fetch(
-            f"{base}gpu-magics/api/clusters/prune", method="POST", body="{}", headers={"Cookie": cookie}
+            f"{base}gpu-magics/api/{route}", method="POST", body="{}", headers={"Cookie": cookie}
         )
     assert error.value.code == 403
 

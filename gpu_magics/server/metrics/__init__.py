@@ -13,11 +13,17 @@ from typing import Any
 __all__ = ["install"]
 
 
-def install(serverapp: Any, service: Any) -> None:
-    """Have ``/metrics`` of ``serverapp`` serve the ``gpu_magics_*`` series, from ``service``'s sampler."""
+def install(serverapp: Any, service: Any, leftovers: Any = None) -> None:
+    """Have ``/metrics`` of ``serverapp`` serve the ``gpu_magics_*`` series, from ``service``'s sampler (and
+    ``leftovers``, the registry of the kernels' processes)."""
     from gpu_magics.server.metrics.collector import attach
     from gpu_magics.server.metrics.feed import MetricsFeed
 
-    feed = MetricsFeed(service, kernel_manager=serverapp.kernel_manager, session_manager=serverapp.session_manager)
+    feed = MetricsFeed(
+        service,
+        kernel_manager=serverapp.kernel_manager,
+        session_manager=serverapp.session_manager,
+        leftovers=None if leftovers is None else leftovers.leftovers,
+    )
     attach(feed)
     service.on_close(feed.close)

@@ -8,12 +8,16 @@ The first scrape starts it (loading the extension does no GPU work); it reads ev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from gpu_magics.monitor.models import Snapshot
 from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
+from gpu_magics.server.leftovers.registry import Leftover
 from gpu_magics.server.metrics.collector import detach
 from gpu_magics.server.metrics.frame import Frame, build
 from gpu_magics.server.metrics.gather import Inputs, gather
@@ -28,12 +32,20 @@ STANDBY_S = 600.0  # no scrape for this long: stop refreshing (Prometheus scrape
 class MetricsFeed:
     """The last frame, and the task that refreshes it."""
 
-    def __init__(self, service: MonitorService, *, kernel_manager: Any, session_manager: Any) -> None:
+    def __init__(
+        self,
+        service: MonitorService,
+        *,
+        kernel_manager: Any,
+        session_manager: Any,
+        leftovers: Callable[[Snapshot | None], list[Leftover]] | None = None,
+    ) -> None:
         self.service = service
         self.config = service.config
         self.frame = Frame(time=0.0)
         self._kernel_manager = kernel_manager
         self._session_manager = session_manager
+        self._leftovers = leftovers
         self._idle = IdleHold()
         self._place: Place | None = None
         self._task: asyncio.Task[None] | None = None
@@ -80,7 +92,7 @@ class MetricsFeed:
             managed = frozenset(running_kernel_ids(self._kernel_manager))
             notebooks = bool(self.config.metrics_notebook_label)
             paths = await kernel_paths(self._session_manager) if notebooks else {}
-            read = partial(gather, snapshot, history, pids, paths, managed)
+            read = partial(gather, snapshot, history, pids, paths, managed, self._leftovers)
             self.frame = await loop.run_in_executor(None, self._build, read)
             self._last_refresh = self.frame.time
             self._failed = False
@@ -106,4 +118,5 @@ class MetricsFeed:
         detach(self)
         task, self._task = self._task, None
         if task is not None and not task.done():
-            task.cancel()
+            with contextlib.suppress(RuntimeError):  # its loop has closed already
+                task.cancel()

@@ -56,6 +56,8 @@ HELP = {
     "cluster's workers, its SPMD ranks, other processes it started.",
     "gpu_magics_kernel_idle_hold_seconds": "Seconds a kernel's GPU memory has been held on GPUs that sat idle "
     "(0 while they are busy).",
+    "gpu_magics_leftover_gpu_memory_bytes": "GPU memory held by processes a Jupyter kernel started that outlived it.",
+    "gpu_magics_leftover_processes": "Processes a Jupyter kernel started that outlived it and hold GPU memory.",
     "gpu_magics_cluster_workers": "Workers of a kernel's Dask cluster.",
     "gpu_magics_cluster_gpus": "GPUs of a kernel's Dask cluster.",
     "gpu_magics_cluster_info": "A kernel's Dask cluster: its kind and whether it was started here or attached to.",
@@ -79,6 +81,7 @@ def build(
     held = _kernel_memory(series, inputs, local, place, notebook_label)
     _idle_hold(series, held, inputs, idle, idle_utilization, place, notebook_label)
     _clusters(series, inputs, place)
+    _leftovers(series, inputs, local, place)
     families = tuple(Family(name, HELP[name], tuple(found)) for name, found in series.items())
     return Frame(inputs.time, families, inputs.managed)
 
@@ -200,3 +203,16 @@ def _clusters(series: dict[str, list[Series]], inputs: Inputs, place: Place) -> 
         if record.idle_timeout is not None:
             since = _number(record.idle_since)
             series["gpu_magics_cluster_idle_seconds"].append(Series(labels, 0.0, since, kernel_id=owner))
+
+
+def _leftovers(series: dict[str, list[Series]], inputs: Inputs, local: Mapping[str, GpuReading], place: Place) -> None:
+    """Per ended kernel and GPU: what its leftover processes hold (their kernel has ended: never left out for it)."""
+    held: dict[tuple[str, str], tuple[int, set[int]]] = {}
+    for leftover in inputs.leftovers:
+        key = (names.clean(leftover.kernel_id), leftover.gpu_uuid)
+        used, pids = held.get(key, (0, set()))
+        held[key] = (used + (leftover.used_memory or 0), pids | {leftover.pid})
+    for (kernel, uuid), (used, pids) in sorted(held.items()):
+        labels = (("kernel_id", kernel), *names.device(uuid, local), ("Hostname", place.hostname), *place.pod)
+        series["gpu_magics_leftover_gpu_memory_bytes"].append(Series(labels, float(used)))
+        series["gpu_magics_leftover_processes"].append(Series(labels, float(len(pids))))

@@ -7,12 +7,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.monitor.models import GpuReading, Snapshot
+from gpu_magics.server.leftovers.registry import Leftover
 from gpu_magics.server.owners import GpuHolder, map_owners, psutil_ancestry, with_self_reports
 
 _log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Inputs:
     holdings: tuple[Holding, ...]
     paths: Mapping[str, str]  # kernel id -> notebook path
     managed: frozenset[str]  # the kernels this server runs
+    leftovers: tuple[Leftover, ...] = ()  # processes on the GPUs whose kernel has ended
 
 
 def gather(
@@ -48,6 +50,7 @@ def gather(
     kernel_pids: Mapping[int, str],
     paths: Mapping[str, str],
     managed: frozenset[str],
+    leftovers: Callable[[Snapshot | None], list[Leftover]] | None = None,
 ) -> Inputs:
     """Read the records and the processes' ancestry (files and ``/proc``: call off the event loop)."""
     now = time.time()
@@ -85,6 +88,7 @@ def gather(
         holdings=holdings,
         paths=dict(paths),
         managed=managed,
+        leftovers=tuple(leftovers(snapshot)) if leftovers is not None else (),
     )
 
 

@@ -91,6 +91,46 @@ def test_alike_lines_show_once_and_stderr_stays_stderr(shell: InteractiveShell) 
     assert "spmd · 3 ranks on 1 host (CPU) · 3 done in" in out  # the status rows
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tqdm") is None, reason="tqdm is not installed (pip install tqdm)")
+def test_a_tqdm_bar_keeps_one_labelled_line_per_rank_live_and_after(shell: InteractiveShell) -> None:
+    body = "import time\nfrom tqdm import tqdm\nfor _ in tqdm(range(200)):\n    time.sleep(0.01)\n"
+    with capture_output() as captured:
+        result = shell.run_cell(f"%%gpurun spmd -q\n{body}")
+    assert result.success, captured.stdout + captured.stderr
+    assert "\r" not in captured.stderr  # no line left for a carriage return to unlabel
+    finished = [line for line in captured.stderr.splitlines() if "200/200" in line]
+    labels = [line.split("]", 1)[0] + "]" for line in finished]
+    assert all(line.startswith("[") for line in finished), finished
+    ranks = sorted(rank for label in labels for rank in _ranks_of(label))
+    assert ranks == [0, 1, 2], finished  # one finished line per rank (alike ones merged)
+    live = [output.data["text/plain"] for output in captured.outputs if "/200" in output.data.get("text/plain", "")]
+    assert live, "no live progress was shown while the bars ran"
+    assert all(line.startswith("[") for text in live for line in text.splitlines())
+    assert captured.outputs[-1].data.get("text/plain", "") == ""  # the live view is emptied at the end
+
+
+def _ranks_of(label: str) -> list[int]:
+    found: list[int] = []
+    for part in label.strip("[]").split(","):
+        low, _, high = part.partition("-")
+        found.extend(range(int(low), int(high or low) + 1))
+    return found
+
+
+def test_output_shows_rank_0_live_and_folds_the_others_into_a_block(shell: InteractiveShell) -> None:
+    body = "import os\nprint('all ranks')\nprint('mine', os.environ['RANK'])"
+    with capture_output() as captured:
+        result = shell.run_cell(f"%%gpurun spmd -q --output 0\n{body}")
+    assert result.success, captured.stdout + captured.stderr
+    assert "[0-2] all ranks" in captured.stdout and "[0] mine 0" in captured.stdout
+    assert "mine 1" not in captured.stdout and "mine 2" not in captured.stdout
+    (folded,) = [output for output in captured.outputs if "not shown live" in output.data.get("text/plain", "")]
+    assert "[1] mine 1" in folded.data["text/plain"] and "[2] mine 2" in folded.data["text/plain"]
+    with pytest.raises(UsageError) as caught:
+        shell.run_cell_magic("gpurun", "spmd --output 9", "print('never')")
+    assert str(caught.value) == "%%gpurun spmd --output: no rank 9; the world has ranks 0-2 (3 ranks on 1 host (CPU))"
+
+
 def test_values_go_to_every_rank_and_come_back(shell: InteractiveShell) -> None:
     def scale(x: int) -> int:  # a function made here travels by value
         return x * 3

@@ -172,3 +172,46 @@ def test_the_status_row_shows_the_ranks_own_gpu_memory_where_known() -> None:
     text = repr(StatusView("2 ranks on 1 host (2 GPUs)", [mine, other], 0.2, True, True))
     assert "40% · rank 1.0 GiB (GPU 3.0 GiB/80.0 GiB)" in text
     assert text.splitlines()[-1].count("GiB") == 1  # rank 1's own is not known: the GPU's only
+
+
+def test_a_line_redrawn_with_carriage_returns_keeps_its_last_state() -> None:
+    from gpu_magics.spmd.worker.host import last_update
+
+    assert last_update("\r  0%|          | 0/100\r 45%|####5     | 45/100") == " 45%|####5     | 45/100"
+    assert last_update("done\r") == "done" and last_update("plain") == "plain" and last_update("\r\r") == ""
+
+
+def test_live_progress_bars_keep_their_rank_and_alike_bars_merge() -> None:
+    from gpu_magics.spmd.kernel.output import progress_lines
+
+    bar = " 45%|####5     | 45/100"
+    live = {0: {"err": bar}, 1: {"err": bar}, 2: {"err": " 40%|####      | 40/100"}, 3: {"err": ""}}
+    assert progress_lines(live) == [f"[0,1] {bar}", "[2]  40%|####      | 40/100"]
+    assert progress_lines({0: {"err": ""}}) == []
+
+
+def test_a_merged_line_keeps_each_ranks_own_order() -> None:
+    """Rank 0 finishes its bar and prints "after" before rank 1 finishes its bar: the merged "after" shows after
+    both bars."""
+    merger = LineMerger([0, 1], hold=0.3)
+    merger.add(0, [(0, "err", "bar 0 100%", 2.11), (1, "out", "after", 2.12)], now=2.2)
+    merger.add(1, [(0, "err", "bar 1 100%", 2.29), (1, "out", "after", 2.30)], now=2.35)
+    assert texts(merger.flush()) == ["[0] bar 0 100%", "[1] bar 1 100%", "[0,1] after"]
+
+
+def test_ranks_a_little_apart_still_merge_their_alike_lines() -> None:
+    """Without collectives the ranks run a few milliseconds apart: alike lines still show once."""
+    merger = LineMerger([0, 1, 2], hold=0.3)
+    for rank, offset in ((0, 0.0), (2, 0.001), (1, 0.002)):
+        lines = [(0, "out", "epoch 1", 1 + offset), (1, "out", f"rank says {rank}", 1.00001 + offset)]
+        merger.add(rank, [*lines, (2, "err", "careful", 1.00002 + offset)], now=1.01)
+    shown = [(line.stream, line.text) for line in merger.flush()]
+    assert shown[0] == ("out", "[0-2] epoch 1") and shown[-1] == ("err", "[0-2] careful")
+    assert [text for _, text in shown[1:4]] == ["[0] rank says 0", "[2] rank says 2", "[1] rank says 1"]
+
+
+def test_two_ranks_printing_two_lines_the_other_way_round_keep_their_orders() -> None:
+    merger = LineMerger([0, 1], hold=0.3)
+    merger.add(0, [(0, "out", "x", 1.0), (1, "out", "y", 1.1)], now=1.2)
+    merger.add(1, [(0, "out", "y", 1.0), (1, "out", "x", 1.1)], now=1.2)
+    assert texts(merger.flush()) == ["[0] x", "[0,1] y", "[1] x"]  # rank 0: x, y; rank 1: y, x

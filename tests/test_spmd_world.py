@@ -121,12 +121,21 @@ def test_rank_lists(line: str, expected: tuple[int, ...]) -> None:
         ("spmd --workers 2", "%%gpurun spmd: no --workers: every worker of the cluster is a rank"),
         ("spmd --repeat 3", "%%gpurun spmd: no --repeat"),
         ("--compare gpu,spmd", "--compare runs dask backends"),
+        ("spmd --output res", "--output: takes ranks (0, 0,2 or 1-3), not 'res': -o res keeps the result"),
+        ("spmd --output 2-1", "'2-1' counts down; write 1-2"),
+        ("gpu --output 0", "%%gpurun: --output is for spmd cells"),
     ],
 )
 def test_options_that_make_no_sense_are_one_line(line: str, message: str) -> None:
     with pytest.raises(UsageError) as caught:
         parse_run_line(line)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_output_names_the_ranks_shown_live_and_o_keeps_the_result() -> None:
+    options = parse_run_line("spmd --output 0,2 -o res")
+    assert (options.show_ranks, options.output) == ((0, 2), "res")
+    assert parse_run_line("spmd").show_ranks is None
 
 
 def test_spmd_options_parse() -> None:

@@ -48,6 +48,7 @@ class RunOptions:
     monitor: bool = True
     rtol: float = 1e-3
     ranks: tuple[int, ...] | None = None  # spmd: --ranks
+    show_ranks: tuple[int, ...] | None = None  # spmd: --output (the ranks whose lines show live)
     init: str | None = None  # spmd: --init torch|jax
     timeout_min: float | None = None  # spmd: --timeout (minutes) for collectives
     reset: bool = False  # spmd: --reset
@@ -87,6 +88,13 @@ def rank_spec(text: str) -> tuple[int, ...]:
     return tuple(found)
 
 
+def _shown_ranks(text: str) -> tuple[int, ...]:
+    """``--output 0`` (``0,2``, ``1-3``): the ranks whose lines show live; ``-o NAME`` keeps the result."""
+    if text.isidentifier():
+        raise argparse.ArgumentTypeError(f"takes ranks (0, 0,2 or 1-3), not {text!r}: -o {text} keeps the result")
+    return rank_spec(text)
+
+
 def _group_kind(text: str) -> str:
     key = text.strip().lower()
     if key not in GROUP_KINDS:
@@ -120,7 +128,8 @@ def _parser() -> MagicArgumentParser:
     parser.add_argument("--workers", "-w", type=positive_int)
     parser.add_argument("--repeat", "-r", type=positive_int, default=1)
     parser.add_argument("--compare", "-c")
-    parser.add_argument("-o", "--output", type=_identifier)
+    parser.add_argument("-o", dest="output", type=_identifier)
+    parser.add_argument("--output", dest="show_ranks", type=_shown_ranks)
     parser.add_argument("-q", "--quiet", action="store_true")
     parser.add_argument("--no-monitor", dest="monitor", action="store_false")
     parser.add_argument("--rtol", type=positive_float, default=1e-3)
@@ -167,6 +176,7 @@ def parse_run_line(line: str) -> RunOptions:
         monitor=args.monitor,
         rtol=args.rtol,
         ranks=args.ranks,
+        show_ranks=args.show_ranks,
         init=args.init,
         timeout_min=args.timeout,
         reset=args.reset,
@@ -176,7 +186,7 @@ def parse_run_line(line: str) -> RunOptions:
 
 
 _SPMD_ONLY = (("ranks", None, "--ranks"), ("init", None, "--init"), ("timeout_min", None, "--timeout"),
-              ("reset", False, "--reset"))  # fmt: skip
+              ("reset", False, "--reset"), ("show_ranks", None, "--output"))  # fmt: skip
 _NOT_SPMD = (
     ("device", None, "--device: each rank computes on its worker's own GPU"),
     ("device_free", False, "--device: each rank computes on its worker's own GPU"),

@@ -107,7 +107,8 @@ class GpuMagics(Magics, FreeGpuSettings):
 
         SPMD cells (one process per GPU)::
 
-            %%gpurun spmd [--ranks 0|0,2|1-3] [--init torch|jax] [--timeout MIN] [--reset] [-o NAME] [-q]
+            %%gpurun spmd [--ranks 0|0,2|1-3] [--init torch|jax] [--timeout MIN] [--reset] [--output RANKS]
+                          [-o NAME] [-q]
 
         Each rank keeps its variables across SPMD cells. Ranks get ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
         ``LOCAL_WORLD_SIZE``, ``NODE_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` (a free port on rank 0's host) and
@@ -116,10 +117,12 @@ class GpuMagics(Magics, FreeGpuSettings):
         ranks, gloo on CPU ranks), ``--init jax`` calls ``jax.distributed.initialize``; the group is kept until
         ``--reset``, ``%gpucluster stop`` or a change of workers. ``--timeout`` is the collectives' timeout in
         minutes (default 5). ``--ranks`` runs a cell on some ranks only. Output shows live, in the order the ranks
-        printed it, alike lines once (``[0-3] loss 0.52``); a rank that raises or Ctrl-C stops every rank within
-        seconds. When a rank process has ended (a crash, a kill), the next cell starts every rank anew, says so in
-        one line, and makes the group again as before. Rank 0's last expression is the cell's result; ``-o NAME``
-        keeps every rank's value, error, time and peak GPU memory.
+        printed it, alike lines once (``[0-3] loss 0.52``), a progress bar as one live line per rank;
+        ``--output 0`` shows only rank 0's lines live and folds the others' into a block a click opens. A rank
+        that raises or Ctrl-C stops every rank within seconds. When a rank process has ended (a crash, a kill),
+        the next cell starts every rank anew, says so in one line, and makes the group again as before. Rank 0's
+        last expression is the cell's result; ``-o NAME`` keeps every rank's value, error, time and peak GPU
+        memory.
         ``gpu_magics.spmd.push(name=value)`` sets a variable on every rank; ``gpu_magics.spmd.pull("name")``
         brings one back (``rank=0``: from one rank).
 

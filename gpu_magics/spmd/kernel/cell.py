@@ -15,7 +15,6 @@ import ast
 import concurrent.futures
 import contextlib
 import queue
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,12 +31,14 @@ from gpu_magics.spmd.kernel.results import (
     FAILED,
     RUNNING,
     STOPPED,
+    FoldedLines,
     RankOutcome,
     SpmdResult,
     StatusView,
     exit_words,
     load_value,
 )
+from gpu_magics.spmd.kernel.shown import Bars, Board, display, log_noise, print_lines
 from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
             return None
     if not code.strip() and not options.init and not made.regroup:
         return None
-    board = _Board(settings.quiet)
+    board = Board(settings.quiet, options.show_ranks)
     try:
         return _run_world(shell, made, options, code, settings, board)
     except _WorldLost as lost:  # a rank had ended before the cell reached it: a new world, once
@@ -98,31 +99,13 @@ class _WorldLost(Exception):
         self.rank, self.how = rank, how
 
 
-class _Board:
-    """The cell's one status table (the group made for it is a line in it), shown and updated in place."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.notes: list[str] = []
-        self.began = time.perf_counter()
-        self._handle: Any = None
-
-    def show(self, view: StatusView) -> None:
-        if self.quiet:
-            return
-        if self._handle is None:
-            self._handle = _display(view)
-        else:
-            self._handle.update(view)
-
-
 def _run_world(
     shell: InteractiveShell,
     made: rank_sets.Ranks,
     options: RunOptions,
     code: str,
     settings: CellSettings,
-    board: _Board,
+    board: Board,
 ) -> Any:
     """The cell on the world of now: the groups it needs first (those the last world had, ``--init``), then the
     code."""
@@ -130,6 +113,8 @@ def _run_world(
     for note in notes:
         print(note)
     chosen = world.select(options.ranks, f"{PROG} --ranks")
+    if options.show_ranks is not None:
+        world.select(options.show_ranks, f"{PROG} --output")
     timeout_s = settings.timeout_s if options.timeout_min is None else options.timeout_min * 60
     kinds = list(made.regroup)
     if options.init and options.init not in made.groups and options.init not in kinds:
@@ -167,12 +152,13 @@ class _CellRun:
         world: World,
         chosen: tuple[Rank, ...],
         settings: CellSettings,
-        board: _Board,
+        board: Board,
     ) -> None:
         self.shell, self.made, self.world, self.chosen, self.settings = shell, made, world, chosen, settings
         self.board = board
         self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
-        self.merger = LineMerger([rank.rank for rank in chosen])
+        self.merger = LineMerger([rank.rank for rank in chosen], shown=board.shown)
+        self.bars = Bars(board.shown)
         self.outcomes = {rank.rank: RankOutcome(rank.rank, rank.label) for rank in chosen}
         self.by_rank = {rank.rank: rank for rank in chosen}
         self.first_failure: int | None = None
@@ -203,8 +189,11 @@ class _CellRun:
             for future in pending.values():
                 future.cancel()
             raise _WorldLost(*self.lost_before)
-        self._show_lines(self.merger.flush())
-        _log_noise(self.merger.noise)
+        self.bars.end()
+        print_lines(self.merger.flush())
+        if self.merger.folded:  # --output: the other ranks' lines, in a block that a click opens
+            display(FoldedLines(self.merger.folded))
+        log_noise(self.merger.noise)
         wall = time.perf_counter() - self.began
         self.board.show(self.view(finished=True))
         ended = [index for index, outcome in self.outcomes.items() if outcome.state == ENDED]
@@ -215,10 +204,12 @@ class _CellRun:
             return None
         return result
 
-    def _on_lines(self, rank: int, cell: Any, lines: list[Any]) -> None:
-        """Live lines from the workers' events: this cell's only (a late event of the cell before is dropped)."""
+    def _on_lines(self, rank: int, cell: Any, lines: list[Any], progress: dict[str, str]) -> None:
+        """Live output from the workers' events: this cell's only (a late event of the cell before is dropped)."""
         if cell == self.cell:
             self.events.put(("lines", rank, lines))
+            if progress:
+                self.events.put(("progress", rank, progress))
 
     def _watch(self, pending: dict[int, concurrent.futures.Future[Any]]) -> bool:
         """Take events until every rank answered; whether the user interrupted."""
@@ -240,6 +231,9 @@ class _CellRun:
             if kind == "lines":
                 self.merger.add(index, payload, now)
                 self.last_output[index] = now
+            elif kind == "progress":
+                self.bars.update(index, payload)
+                self.last_output[index] = now
             elif kind == "done":
                 pending.pop(index, None)
                 self._finished(index, payload)
@@ -253,7 +247,8 @@ class _CellRun:
                 if outcome.state == RUNNING:
                     quiet = now - self.last_output.get(index, self.began)
                     outcome.note = f"no output for {quiet:.0f} s · {payload}"
-            self._show_lines(self.merger.ready(now))
+            print_lines(self.merger.ready(now))
+            self.bars.show(now)
             if now - refreshed >= REFRESH_S:
                 refreshed = now
                 self._check_stalls(now)
@@ -333,19 +328,6 @@ class _CellRun:
 
         return put
 
-    def _show_lines(self, shown: list[Any]) -> None:
-        """Print ``shown`` in order; each stream is flushed before the other is written (Jupyter keeps the order
-        of what arrives) and at the end (the lines show now, not at the stream's next flush)."""
-        last = None
-        for line in shown:
-            stream = sys.stderr if line.stream == "err" else sys.stdout
-            if last is not None and stream is not last:
-                last.flush()
-            print(line.text, file=stream)
-            last = stream
-        if last is not None:
-            last.flush()
-
     def view(self, finished: bool = False) -> StatusView:
         self._add_telemetry()
         outcomes = [self.outcomes[rank.rank] for rank in self.chosen]
@@ -416,18 +398,6 @@ def _ended_line(ended: list[int], died: dict[int, str]) -> str:
     )
 
 
-def _log_noise(noise: list[tuple[int, str]]) -> None:
-    """Framework lines left out of the cell go to this kernel's log file (never raises)."""
-    if not noise:
-        return
-    with contextlib.suppress(Exception):
-        from gpu_magics.cluster.background.start_logs import log_path
-
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        with log_path().open("a", encoding="utf-8") as file:
-            file.writelines(f"{stamp} gpu_magics.spmd rank {rank}: {text}\n" for rank, text in noise)
-
-
 def _other_line(outcome: RankOutcome) -> str:
     if outcome.state == FAILED:
         return f"failed too: {outcome.summary()}"
@@ -445,9 +415,3 @@ def _answer(future: concurrent.futures.Future[Any]) -> str:
         return str(next(iter(future.result().values())))
     except Exception as error:
         return f"no answer ({type(error).__name__})"
-
-
-def _display(view: StatusView) -> Any:
-    from IPython.display import display
-
-    return display(view, display_id=True)

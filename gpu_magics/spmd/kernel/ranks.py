@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0  # seconds a rank has to stop after an interrupt before its process is ended
-LineHandler = Callable[[int, Any, list[tuple[int, str, str]]], None]
+LineHandler = Callable[[int, Any, list[Any], dict[str, str]], None]  # rank, cell, lines, live progress
 
 
 class Ranks:
@@ -95,7 +95,7 @@ class Ranks:
 
     # -- output events ------------------------------------------------------------------------------------------
     def listen(self, handler: LineHandler | None) -> None:
-        """Send the ranks' live output lines to ``handler(rank, cell, lines)`` (``None``: drop them)."""
+        """Send the ranks' live output to ``handler(rank, cell, lines, progress)`` (``None``: drop it)."""
         with self._lock:
             self._line_handler = handler
 
@@ -111,7 +111,8 @@ class Ranks:
                     self._lost.setdefault(int(message["rank"]), how)
                 return
         if handler is not None:
-            handler(int(message.get("rank", -1)), message.get("cell"), list(message.get("lines", ())))
+            rank, progress = int(message.get("rank", -1)), dict(message.get("progress") or {})
+            handler(rank, message.get("cell"), list(message.get("lines", ())), progress)
 
     # -- the world ----------------------------------------------------------------------------------------------
     def prepare_for_cell(self, *, cell: bool = True) -> tuple[World, list[str]]:

@@ -183,3 +183,54 @@ class StatusView:
             f"<div class='gpu-magics-spmd'><div style='font-weight:600'>{html.escape(self._headline())}</div>"
             f"{notes}{html_table(self.columns, rows, (3,))}</div>"
         )
+
+
+@dataclass
+class ProgressView:
+    """The ranks' live progress bars (a display object): one line per rank, its label kept at every redraw."""
+
+    lines: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines)
+
+    def _repr_html_(self) -> str:
+        text = html.escape("\n".join(self.lines))
+        return f"<pre class='gpu-magics-spmd-progress' style='margin:0'>{text}</pre>"
+
+
+FOLDED_LIMIT = 20_000  # lines of a folded block kept in the notebook
+
+
+@dataclass
+class FoldedLines:
+    """The lines of the ranks ``--output`` did not show live: a collapsed block that a click opens (a saved
+    notebook keeps it); as text, every line."""
+
+    lines: list[Any]  # output.Shown
+
+    def _summary(self) -> str:
+        ranks = sorted({int(part) for line in self.lines for part in _label_ranks(line.text)})
+        count = len(self.lines)
+        label = ",".join(map(str, ranks)) if len(ranks) < 6 else f"{ranks[0]}-{ranks[-1]}"
+        return f"{count} line{'s' * (count != 1)} of rank{'s' * (len(ranks) != 1)} {label} (not shown live)"
+
+    def __repr__(self) -> str:
+        return "\n".join([self._summary() + ":", *(line.text for line in self.lines[:FOLDED_LIMIT])])
+
+    def _repr_html_(self) -> str:
+        body = html.escape("\n".join(line.text for line in self.lines[:FOLDED_LIMIT]))
+        return (
+            f"<details class='gpu-magics-spmd-folded'><summary>{html.escape(self._summary())}</summary>"
+            f"<pre style='margin:0'>{body}</pre></details>"
+        )
+
+
+def _label_ranks(text: str) -> list[int]:
+    """The ranks of ``[0-2,5] text``."""
+    found: list[int] = []
+    for part in text[1 : text.find("]")].split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit():
+            found.extend(range(int(low), int(high or low) + 1))
+    return found

@@ -60,6 +60,8 @@ class RankProcess:
         self._seq = 0
         self._marks: dict[str, asyncio.Event] = {"out": asyncio.Event(), "err": asyncio.Event()}
         self._partial: dict[str, str] = {"out": "", "err": ""}
+        self._progress: dict[str, str] = {}  # stream -> the live state of a line redrawn with "\r"
+        self._unsent_progress: dict[str, str] = {}
         self._blank: dict[str, bool] = {"out": False, "err": False}
         self._cell: Any = None
         self._ids = 0
@@ -110,14 +112,25 @@ class RankProcess:
         if not data:  # the rank process closed it: it ended
             self.loop.remove_reader(fd)
             if self._partial[name]:
-                self._add_line(name, self._partial[name])
+                self._add_line(name, last_update(self._partial[name]))
                 self._partial[name] = ""
             self._marks[name].set()
             return
         text = self._partial[name] + data.decode(errors="replace")
-        *complete, self._partial[name] = text.split("\n")
+        *complete, partial = text.split("\n")
         for line in complete:
-            self._take_line(name, line)
+            if self._progress.get(name):
+                self._set_progress(name, "")  # the bar's line ended: its last state is the line
+            self._take_line(name, last_update(line))
+        if "\r" in partial:  # a progress bar redraws its line: the latest state is live, the rest is gone
+            partial = "\r" + last_update(partial)
+            self._set_progress(name, partial[1:])
+        self._partial[name] = partial
+
+    def _set_progress(self, stream: str, text: str) -> None:
+        self._progress[stream] = text
+        self._unsent_progress[stream] = text
+        self._schedule_send()
 
     def _take_line(self, name: str, text: str) -> None:
         if MARK in text:
@@ -139,6 +152,9 @@ class RankProcess:
         if len(self._lines) < LINE_LIMIT:
             self._lines.append(entry)
         self._unsent.append(entry)
+        self._schedule_send()
+
+    def _schedule_send(self) -> None:
         if not self._flush_due:
             self._flush_due = True
             delay = max(0.0, EVENT_GAP - (time.monotonic() - self._last_event))
@@ -147,9 +163,13 @@ class RankProcess:
     def _send_lines(self) -> None:
         self._flush_due = False
         unsent, self._unsent = self._unsent, []
-        if unsent:
+        progress, self._unsent_progress = self._unsent_progress, {}
+        if unsent or progress:
             self._last_event = time.monotonic()
-            self.worker.log_event(self.topic, {"rank": self.rank, "cell": self._cell, "lines": unsent})
+            message: dict[str, Any] = {"rank": self.rank, "cell": self._cell, "lines": unsent}
+            if progress:
+                message["progress"] = progress
+            self.worker.log_event(self.topic, message)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         if message.get("op") == "ready":
@@ -196,6 +216,7 @@ class RankProcess:
         future = self.loop.create_future()
         self._replies[ident] = future
         self._lines, self._seq = [], 0
+        self._progress, self._unsent_progress = {}, {}
         for event in self._marks.values():
             event.clear()
         self._cell = message.get("cell")
@@ -254,6 +275,14 @@ class RankProcess:
         self._on_exit()
         if self._exit_task is not None:
             await self._exit_task
+
+
+def last_update(line: str) -> str:
+    """What a line redrawn with carriage returns shows last: its last part that is not empty (tqdm's, Keras's
+    bars; Windows line ends)."""
+    if "\r" not in line:
+        return line
+    return next((part for part in reversed(line.split("\r")) if part), "")
 
 
 def oom_kills() -> int:

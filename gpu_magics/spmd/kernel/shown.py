@@ -1,0 +1,95 @@
+"""What a running SPMD cell shows besides its ranks' merged lines: its one status table, the ranks' live progress
+bars, the lines ``--output`` folds away, and the framework noise sent to the kernel's log instead. Runs in the
+kernel's main thread, from ``cell``."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import Any
+
+from gpu_magics.spmd.kernel.output import Shown, progress_lines
+from gpu_magics.spmd.kernel.results import ProgressView, StatusView
+
+PROGRESS_S = 0.2  # seconds between two updates of the live progress bars
+
+
+class Board:
+    """The cell's one status table (the group made for it is a line in it), shown and updated in place."""
+
+    def __init__(self, quiet: bool, shown: tuple[int, ...] | None = None) -> None:
+        self.quiet, self.shown = quiet, shown  # shown: the ranks whose lines show live (--output), None: all
+        self.notes: list[str] = []
+        self.began = time.perf_counter()
+        self._handle: Any = None
+
+    def show(self, view: StatusView) -> None:
+        if self.quiet:
+            return
+        if self._handle is None:
+            self._handle = display(view)
+        else:
+            self._handle.update(view)
+
+
+class Bars:
+    """The ranks' live progress bars (lines redrawn after a carriage return): one display, updated at most every
+    ``PROGRESS_S``, emptied when the cell ends (each bar's last state is a line of the output by then)."""
+
+    def __init__(self, shown: tuple[int, ...] | None = None) -> None:
+        self.shown = shown
+        self.live: dict[int, dict[str, str]] = {}
+        self._shown: list[str] = []
+        self._handle: Any = None
+        self._at = 0.0
+
+    def update(self, rank: int, progress: dict[str, str]) -> None:
+        if self.shown is None or rank in self.shown:
+            self.live.setdefault(rank, {}).update(progress)
+
+    def show(self, now: float) -> None:
+        lines = progress_lines(self.live)
+        if lines == self._shown or now - self._at < PROGRESS_S:
+            return
+        self._at, self._shown = now, lines
+        if self._handle is None:
+            self._handle = display(ProgressView(lines))
+        else:
+            self._handle.update(ProgressView(lines))
+
+    def end(self) -> None:
+        if self._handle is not None and self._shown:
+            self._handle.update(ProgressView([]))
+
+
+def log_noise(noise: list[tuple[int, str]]) -> None:
+    """Framework lines left out of the cell go to this kernel's log file (never raises)."""
+    if not noise:
+        return
+    with contextlib.suppress(Exception):
+        from gpu_magics.cluster.background.start_logs import log_path
+
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with log_path().open("a", encoding="utf-8") as file:
+            file.writelines(f"{stamp} gpu_magics.spmd rank {rank}: {text}\n" for rank, text in noise)
+
+
+def print_lines(shown: list[Shown]) -> None:
+    """Print ``shown`` in order; each stream is flushed before the other is written (Jupyter keeps the order
+    of what arrives) and at the end (the lines show now, not at the stream's next flush)."""
+    last = None
+    for line in shown:
+        stream = sys.stderr if line.stream == "err" else sys.stdout
+        if last is not None and stream is not last:
+            last.flush()
+        print(line.text, file=stream)
+        last = stream
+    if last is not None:
+        last.flush()
+
+
+def display(view: Any) -> Any:
+    from IPython.display import display as show
+
+    return show(view, display_id=True)

@@ -208,4 +208,5 @@ class JupyterServer:
         )
         with urllib.request.urlopen(request, timeout=60) as response:
             text = response.read()
-        return json.loads(text) if text and path.startswith("api/") else text.decode()
+            kind = response.headers.get("Content-Type", "")
+        return json.loads(text) if text and kind.startswith("application/json") else text.decode()

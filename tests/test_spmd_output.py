@@ -215,3 +215,10 @@ def test_two_ranks_printing_two_lines_the_other_way_round_keep_their_orders() ->
     merger.add(0, [(0, "out", "x", 1.0), (1, "out", "y", 1.1)], now=1.2)
     merger.add(1, [(0, "out", "y", 1.0), (1, "out", "x", 1.1)], now=1.2)
     assert texts(merger.flush()) == ["[0] x", "[0,1] y", "[1] x"]  # rank 0: x, y; rank 1: y, x
+
+
+def test_cpu_ranks_tell_accelerate_to_use_gloo_as_its_cpu_launcher_does() -> None:
+    made = World(order([Member("tcp://a:1", "w0", "a"), Member("tcp://a:2", "w1", "a")]), 1, 2)
+    assert made.env(made.ranks[0])["ACCELERATE_USE_CPU"] == "true"
+    gpu = World(order([Member("tcp://a:1", "w", "a", "GPU-a-0", "0", "H100")]), 1, 2)
+    assert "ACCELERATE_USE_CPU" not in gpu.env(gpu.ranks[0])

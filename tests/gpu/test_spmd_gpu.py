@@ -309,3 +309,38 @@ def test_jax_ranks_leave_room_on_the_gpus_their_workers_use(shell: InteractiveSh
         for index in range(min(gpu_count, 2)):
             memory = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
             assert memory.used < 0.5 * memory.total, (index, memory.used, memory.total)
+
+
+ACCELERATE_CELL = """
+import torch
+from accelerate import Accelerator
+torch.manual_seed(0)
+accelerator = Accelerator()
+model = torch.nn.Linear(64, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+data = torch.utils.data.TensorDataset(torch.randn(256, 64), torch.randn(256, 1))
+loader = torch.utils.data.DataLoader(data, batch_size=32)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    optimizer.zero_grad()
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+(str(accelerator.distributed_type), accelerator.num_processes, str(accelerator.device),
+ accelerator.gather(torch.tensor([accelerator.process_index], device=accelerator.device)).tolist(),
+ float(sum(p.detach().sum() for p in model.parameters())))
+"""
+
+
+def test_accelerate_trains_on_two_gpu_ranks_with_nccl(shell: InteractiveShell, gpu_count: int) -> None:
+    """Issue 42 item 6 on GPUs: HuggingFace Accelerate's own code, unchanged, in two GPU ranks."""
+    if gpu_count < 2:
+        pytest.skip("needs 2 GPUs")
+    if importlib.util.find_spec("accelerate") is None:
+        pytest.skip("needs accelerate in the workers' environment (pip install accelerate)")
+    with started(shell, "--gpus 0,1"):
+        run(shell, f"%%gpurun spmd -q -o t_acc\n{ACCELERATE_CELL}")
+        values = shell.user_ns["t_acc"].values
+        assert [value[:4] for value in values] == [
+            ("DistributedType.MULTI_GPU", 2, f"cuda:{rank}", [0, 1]) for rank in (0, 1)
+        ]
+        assert values[0][4] == pytest.approx(values[1][4], rel=1e-5)

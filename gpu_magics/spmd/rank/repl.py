@@ -39,12 +39,21 @@ class Repl:
     def __init__(self, commands: Connection, control: Connection) -> None:
         self.commands, self.control = commands, control
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+        names = os.environ.get("GPU_MAGICS_SPMD_ENV", "").split(",")
+        self.environment = {name: os.environ[name] for name in names if name in os.environ}
         self._main = threading.main_thread().ident
         self.running = False  # an interrupt stops a cell only: between cells (replying, waiting) it is ignored
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         if self.running:
             raise KeyboardInterrupt
+
+    def put_environment_back(self) -> None:
+        """The rank's environment as its host set it (``RANK``, ``WORLD_SIZE``, ``MASTER_PORT`` ...): a library
+        that removed or changed it in one cell (Lightning's teardown deletes ``WORLD_SIZE``) finds it in the next."""
+        for name, value in self.environment.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
 
     # -- the control thread ----------------------------------------------------------------------------------------
     def control_forever(self) -> None:
@@ -94,6 +103,8 @@ class Repl:
         reply: dict[str, Any] = {"op": "done", "id": ident, "ok": True, "value": None, "repr": None, "error": None}
         try:
             self.running = True
+            if op in ("run", "init"):
+                self.put_environment_back()
             if op == "run":
                 value = run_cell(self.namespace, message["code"], message["name"])
                 if value is not None:

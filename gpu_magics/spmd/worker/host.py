@@ -353,6 +353,7 @@ def free_ports(count: int, dask_worker: Any) -> list[int]:
 
 GPU_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # JAX would take 75% of a GPU its worker uses too
 DEFAULTED = "GPU_MAGICS_SPMD_DEFAULTED"  # the names set here, for the rank to say so once
+RANK_ENV = "GPU_MAGICS_SPMD_ENV"  # the names of the rank's environment, which its REPL puts back before each cell
 
 
 def with_defaults(env: dict[str, str]) -> dict[str, str]:
@@ -370,7 +371,8 @@ async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -
     old = hosts.pop(owner, None)
     if old is not None:
         await old.kill()
-    made = RankProcess(owner, topic, with_defaults(env), dask_worker)
+    env = with_defaults(env)
+    made = RankProcess(owner, topic, {**env, RANK_ENV: ",".join(sorted(env))}, dask_worker)
     hosts[owner] = made
     await asyncio.wait_for(made.ready, 60)
     return made.process.pid

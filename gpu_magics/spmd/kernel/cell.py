@@ -90,7 +90,14 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
     except _WorldLost as lost:  # a rank had ended before the cell reached it: a new world, once
         made.lose(lost.rank, lost.how)
         board.notes.clear()
+    try:
         return _run_world(shell, made, options, code, settings, board)
+    except _WorldLost as lost:
+        made.lose(lost.rank, lost.how)
+        raise UsageError(
+            f"{PROG}: rank {lost.rank}'s new process ended too before the cell reached it ({lost.how}); nothing ran "
+            "(see the workers' logs; %gpucluster restart gives new workers)"
+        ) from None
 
 
 class _WorldLost(Exception):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import functools
 import threading
 import time
@@ -51,6 +50,7 @@ from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
+from gpu_magics.logs import dropped
 from gpu_magics.units import one_line
 
 # The lifecycle's own verbs, and the queries answered here too: the magic and scripts ask this module, while
@@ -212,8 +212,10 @@ def _start_job(
 def prestart_worker_server() -> None:
     """Launch the server that worker processes fork from (``workers.forkserver``) ahead of a first start; a
     failure here only makes that start slower."""
-    with contextlib.suppress(Exception):
+    try:
         forkserver.start_server()
+    except Exception as error:  # a failure of any kind only makes the first start slower
+        dropped("starting the worker server ahead", error)
 
 
 def unreported_start_failure() -> str | None:
@@ -295,7 +297,8 @@ def stop(close: bool = False, keep: bool = False) -> str:
         assert current.manager is not None
         try:
             said = current.manager.finish(current.name, close, keep)
-        except Exception as error:
+        except Exception as error:  # the stop's line says any failure
+            dropped("closing the cluster", error)
             said = f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
         if held:
             pieces = (
@@ -313,7 +316,7 @@ def _kept_on_workers(client: Any) -> int:
     try:
         client.sync(asyncio.sleep, 0)
         return len(client.futures)
-    except Exception:
+    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         return 0
 
 
@@ -335,8 +338,10 @@ def _release(current: ActiveCluster) -> None:
         import dask
 
         dask.config.set(current.saved_config)
-    with contextlib.suppress(Exception):
+    try:
         current.client.close(timeout=5)
+    except Exception as error:  # a close that fails any way: the cluster is let go all the same
+        dropped("closing the client", error)
 
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
@@ -356,7 +361,8 @@ def free_workers() -> tuple[int, int, list[str]]:
     client = require_active("free").client
     try:
         return free_on_workers(client)
-    except Exception as error:
+    except Exception as error:  # whatever the library raises is the user's one line
+        dropped("freeing the workers' memory", error)
         raise UsageError(f"{PROG} free: the workers did not answer ({one_line(error)})") from None
 
 
@@ -430,5 +436,7 @@ def _register_atexit() -> None:
 
 
 def _close_at_exit() -> None:
-    with contextlib.suppress(Exception):
+    try:
         stop()
+    except Exception as error:  # the process ends: anything goes
+        dropped("stopping the cluster at exit", error)

@@ -12,6 +12,7 @@ from gpu_magics.cluster.info import JobInfo
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.squeue import job_workers, submits_with
 from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -68,7 +69,8 @@ def adopt(name: str, namespace: dict[str, Any]) -> AdoptedManager:
 def _has(cluster: Any, attribute: str) -> bool:
     try:
         value = getattr(cluster, attribute)
-    except Exception:  # a property that needs a running cluster
+    except Exception as error:  # a property may fail any way on a cluster not running
+        dropped(f"reading the cluster's {attribute}", error)
         return False
     return bool(value) if attribute == "scheduler_address" else callable(value)
 

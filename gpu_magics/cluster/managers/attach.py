@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import inspection
+from gpu_magics.logs import dropped
 from gpu_magics.units import one_line
 
 if TYPE_CHECKING:
@@ -36,10 +37,13 @@ def connect(address: str, timeout: float) -> Client:
     except (OSError, TimeoutError):
         raise UsageError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s") from None
     except Exception as error:  # something answered, but not in Dask's protocol
+        dropped("attaching to a scheduler", error)
         raise UsageError(f"{not_dask} ({one_line(error)})") from None
     if not _is_scheduler(client):
-        with contextlib.suppress(Exception):
+        try:
             client.close(timeout=2)
+        except Exception as error:  # a close that fails any way: the line says what answered
+            dropped("closing the client of what is not a scheduler", error)
         raise UsageError(not_dask)
     return client
 
@@ -72,9 +76,10 @@ def probe(address: str, timeout: float) -> str | None:
             return NOT_DASK
         try:
             comm = task.result()
-        except Exception as error:
+        except Exception as error:  # a peer that is not Dask may answer anything: the line says what can be said
+            dropped("probing a scheduler's address", error)
             return _why(error, location)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError):  # a comm already closed
             await comm.close()
         return None
 
@@ -83,7 +88,8 @@ def probe(address: str, timeout: float) -> str | None:
     def run() -> None:  # its own loop: the kernel's thread may be running one
         try:
             outcome.append(asyncio.run(attempt()))
-        except Exception:
+        except Exception as error:  # the probe itself failed any way: the client says what it finds
+            dropped("probing a scheduler's address", error)
             outcome.append(None)  # the probe itself failed: let the client say what it finds
 
     thread = threading.Thread(target=run, name="gpu-magics-probe", daemon=True)
@@ -103,11 +109,11 @@ def _why(error: BaseException, location: str) -> str:
             return " (nothing listens there)"
         if isinstance(seen, socket.gaierror):
             host = location
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(ValueError):  # not HOST:PORT
                 host = str(parse_host_port(location)[0])
             return f" (cannot resolve {host})"
         seen = seen.__cause__ or seen.__context__
-    with contextlib.suppress(Exception):  # the connector's last try may have been cut by the deadline: ask once
+    with contextlib.suppress(ValueError, OSError):  # not HOST:PORT; refused is said, anything else is not
         host, port = parse_host_port(location)
         try:
             socket.create_connection((host, port), timeout=1).close()
@@ -123,7 +129,8 @@ def connect_manager(cluster: Any, timeout: float) -> Client:
 
     try:
         return Client(cluster, timeout=timeout, set_as_default=True)
-    except Exception as error:
+    except Exception as error:  # whatever the library raises is the user's one line
+        dropped("connecting to a cluster manager's scheduler", error)
         raise UsageError(
             f"{PROG}: the scheduler of {type(cluster).__name__} did not answer within {timeout:g} s ({one_line(error)})"
         ) from None
@@ -132,7 +139,8 @@ def connect_manager(cluster: Any, timeout: float) -> Client:
 def _is_scheduler(client: Client) -> bool:
     try:
         return isinstance(client.scheduler_info(n_workers=0), dict)
-    except Exception:
+    except Exception as error:  # a peer that is not a scheduler may answer anything
+        dropped("asking what answered for the scheduler's identity", error)
         return False
 
 
@@ -152,7 +160,7 @@ def learn_gpus(client: Client, devices: dict[str, dict[str, Any]], addresses: se
         return
     try:
         seen = client.run(describe_gpus, workers=unknown, on_error="return")
-    except Exception:
+    except (OSError, RuntimeError):  # comm failed, timed out; loop gone (workers' errors return as values)
         return
     for address, found in seen.items():
         if isinstance(found, BaseException) or not isinstance(found, list):

@@ -3,12 +3,12 @@ scales, restarts or stops them, and ``stop`` only disconnects."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.managers import attach
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -45,8 +45,10 @@ class AttachedManager(ClusterManager):
         return None  # the workers it has now are the workers it has
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
-        with contextlib.suppress(Exception):
+        try:
             attach.learn_gpus(client, devices, addresses)
+        except Exception as error:  # a courtesy: the attach goes on without them
+            dropped("learning the attached workers' GPUs", error)
 
     def warms(self) -> bool:
         return False  # not ours to load work onto at attach time

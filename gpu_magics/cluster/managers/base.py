@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster.info import ClusterFacts, JobInfo
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
+from gpu_magics.logs import dropped
 from gpu_magics.units import format_duration
 
 if TYPE_CHECKING:
@@ -88,8 +89,10 @@ class ClusterManager:
     def start_failed(self, client: Client | None) -> None:
         """The start failed after ``connect`` (or during it): close what this made."""
         if client is not None:
-            with contextlib.suppress(Exception):
+            try:
                 client.close(timeout=5)
+            except Exception as error:  # a close that fails any way: the start's own error is what the user sees
+                dropped("closing the client of a failed start", error)
         self.abandon()
 
     # -- the scale skeleton's hooks (steps.scale) -----------------------------------------------------------------
@@ -105,8 +108,10 @@ class ClusterManager:
         """Ask the manager for ``count`` workers (it stops adapting)."""
         adaptive = getattr(self.cluster, "_adaptive", None)  # as distributed's own widget does on Scale
         if adaptive is not None:
-            with contextlib.suppress(Exception):
+            try:
                 adaptive.stop()
+            except Exception as error:  # a stop that fails any way: the scale below still sets the count
+                dropped("stopping the adaptive before a scale", error)
         self.cluster.scale(count)
         self.adaptive = None
 
@@ -117,7 +122,7 @@ class ClusterManager:
 
     def expected_workers(self) -> int:
         """How many workers the manager has asked for (its plan), where it says."""
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(AttributeError, TypeError):  # a manager without a plan
             return len(self.cluster.plan)
         return 0
 
@@ -176,8 +181,10 @@ class ClusterManager:
     def abandon(self) -> None:
         """A start failed after the manager was made: close it if it is ours."""
         if self.owned:
-            with contextlib.suppress(Exception):
+            try:
                 self.close()
+            except Exception as error:  # a close that fails any way: the start's own error is what the user sees
+                dropped("closing the manager of a failed start", error)
 
     def wait_for_workers(
         self, client: Client, wait: float, count: int | None = None, starting: Starting | None = None

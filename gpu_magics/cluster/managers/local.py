@@ -5,7 +5,6 @@ themselves when this process dies (each watches a pipe from its parent: ``distri
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.workers import forkserver
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -141,11 +141,15 @@ class LocalManager(ClusterManager):
         if self._helper is not None and self._helper.is_alive():
             self._helper.join()
         if client is not None:
-            with contextlib.suppress(Exception):
+            try:
                 client.close(timeout=5)
+            except Exception as error:  # a close that fails any way: the start's own error is what the user sees
+                dropped("closing the client of a failed start", error)
         if self.cluster is not None:
-            with contextlib.suppress(Exception):
+            try:
                 self.cluster.close(timeout=15)
+            except Exception as error:  # a close that fails any way: the start's own error is what the user sees
+                dropped("closing the cluster of a failed start", error)
 
     def expected_workers(self) -> int:
         return len(self.gpu_ids) if self.kind == "gpu" else 0
@@ -178,8 +182,10 @@ class LocalManager(ClusterManager):
         return None
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             self.cluster.close(timeout=15)
+        except Exception as error:  # a close that fails any way (its processes gone): the stop goes on
+            dropped("closing the local cluster", error)
 
     def finish(self, name: str, close: bool, keep: bool = False) -> str:
         self.close()

@@ -18,6 +18,7 @@ from gpu_magics.cluster.managers import needs, squeue
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.squeue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.logs import dropped
 
 WHAT = f"{PROG} --slurm"
 INSTALL = "pip install 'gpu-magics[hpc]' (dask-jobqueue)"
@@ -181,7 +182,7 @@ def start(options: ClusterOptions) -> SlurmManager:
         if refused is not None:
             raise UsageError(f"{WHAT}: SLURM refused the job: {refused}")
         cluster.scale(jobs=options.jobs or 1)
-    except BaseException:
+    except BaseException:  # re-raised: only the jobs made so far are cancelled
         manager.abandon()
         raise
     return manager
@@ -210,10 +211,12 @@ def slurm_jobs(cluster: Any, workers: dict[str, dict[str, Any]]) -> tuple[JobInf
 
 def log_path(cluster: Any, job_id: str) -> str | None:
     """Where the job writes its workers' output (stderr), from its script's ``#SBATCH -e``."""
-    with contextlib.suppress(Exception):
+    try:
         match = _ERROR_LOG.search(cluster.job_script())
         if match:
             return match.group(1).replace("%J", job_id).replace("%j", job_id)
+    except Exception as error:  # a script dask-jobqueue cannot write any way: no log path
+        dropped("reading the job script", error)
     return None
 
 

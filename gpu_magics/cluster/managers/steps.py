@@ -5,7 +5,6 @@ started here uses distributed's ``Adaptive``)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import worker_kind
 from gpu_magics.cluster.reading import inspection
+from gpu_magics.logs import dropped
 from gpu_magics.units import one_line
 
 if TYPE_CHECKING:
@@ -66,7 +66,8 @@ def start(
             _merge(started.devices, manager.warm(client, kind, starting))
             started.warm_s = time.perf_counter() - began - started.ready_s
         starting.check()
-    except BaseException as error:
+    except BaseException as error:  # the clean-up runs for any failure; re-raised, as one line where it is not one
+        dropped("the start", error)
         if started is not None:
             release(started)
         manager.start_failed(client)
@@ -89,7 +90,8 @@ def scale(current: ActiveCluster, count: int) -> str | None:
         notice = manager.resize(current.client, count, current.options)
     except UsageError:
         raise
-    except Exception as error:
+    except Exception as error:  # whatever the library raises is the user's one line
+        dropped("scaling the cluster", error)
         raise UsageError(f"{PROG} scale {count}: {one_line(error)}") from None
     workers = inspection.scheduler_workers(current.client)
     names = {str(info.get("name", address)) for address, info in workers.items()}
@@ -97,9 +99,11 @@ def scale(current: ActiveCluster, count: int) -> str | None:
     new = sorted(set(workers) - before)
     if new:
         manager.learn(current.client, current.devices, set(new))
-        with contextlib.suppress(Exception):
+        try:
             seen, current.warm_s = warmup.warm_workers(current.client, worker_kind(current), workers=new)
             _merge(current.devices, seen)
+        except Exception as error:  # a courtesy: the scale stands without it
+            dropped("warming the new workers", error)
     return notice
 
 
@@ -116,7 +120,8 @@ def adapt(current: ActiveCluster, minimum: int, maximum: int) -> str:
     manager.check_scale(maximum, "adapt")
     try:
         manager.adapt(minimum, maximum)
-    except Exception as error:
+    except Exception as error:  # whatever the library raises is the user's one line
+        dropped("adapting the cluster", error)
         raise UsageError(f"{PROG} adapt: {one_line(error)}") from None
     return f"{PROG}: {current.name!r} adapts between {minimum} and {maximum} workers"
 
@@ -147,5 +152,5 @@ def quiet_abandoned_gathers(loop: Any) -> None:
 
         handler._gpu_magics_quiet = True  # type: ignore[attr-defined]
         loop.set_exception_handler(handler)
-    except Exception:
+    except AttributeError:  # a loop without asyncio's exception handlers
         pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.info import WorkerGpu, WorkerInfo
 from gpu_magics.cluster.options import Kind
+from gpu_magics.logs import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -110,7 +112,8 @@ def dashboard_link(client: Client) -> str | None:
             info = client.scheduler_info(n_workers=0)
             if "dashboard" not in (info.get("services") or {}) or not _answers(str(info.get("id")), str(link)):
                 return None
-    except Exception:
+    except Exception as error:  # a link that fails any way is not shown
+        dropped("reading the dashboard's link", error)
         return None
     return str(link) if link else None
 
@@ -133,7 +136,7 @@ def _answers(scheduler_id: str, link: str) -> bool:
                 pass
         except urllib.error.HTTPError as error:
             answers = error.code != 404
-        except Exception:
+        except (OSError, ValueError, http.client.HTTPException):  # no answer: say the link anyway
             answers = True
         _checked[key] = answers
     return _checked[key]

@@ -14,6 +14,7 @@ from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo, JobInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.records import kernel_report
+from gpu_magics.logs import dropped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,8 @@ def jobs(
         return ()
     try:
         found = current.manager.jobs(workers)
-    except Exception:
+    except Exception as error:  # the queue may fail any way: no jobs shown
+        dropped("listing the cluster's jobs", error)
         return ()
     return with_gpus(found, infos)
 

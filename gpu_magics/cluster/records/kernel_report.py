@@ -22,6 +22,7 @@ from gpu_magics import gpus
 from gpu_magics.cluster.records import record as records
 from gpu_magics.cluster.telemetry import pools
 from gpu_magics.cluster.telemetry.pools import Freed, ProcessMemory
+from gpu_magics.logs import dropped
 from gpu_magics.monitor.models import GpuProcess
 
 REUSE_S = 0.5  # figures read less than this long ago are reused (a cell end and a record refresh together)
@@ -108,7 +109,8 @@ def _nvml_processes() -> dict[str, tuple[GpuProcess, ...] | None]:
         return {}
     try:
         found: dict[str, tuple[GpuProcess, ...] | None] = reader()
-    except Exception:
+    except Exception as error:  # a source may fail any way: nothing held is written
+        dropped("reading the GPUs' processes", error, once=True)
         return {}
     return found
 
@@ -134,7 +136,7 @@ def free() -> dict[int, Freed]:
 def refresh(*, fresh: bool = False) -> None:
     """Write this kernel's record when its figures changed (remove it when it holds nothing); never raises."""
     global _written, _started_at, _atexit
-    with contextlib.suppress(Exception):
+    try:
         found = [gpu.to_json() for gpu in kernel_memory(fresh=fresh)]
         if _written is not None and _written[1] == found:
             return
@@ -147,6 +149,8 @@ def refresh(*, fresh: bool = False) -> None:
         if not _atexit:
             atexit.register(remove)
             _atexit = True
+    except Exception as error:  # a record that fails any way: the cell's result stands
+        dropped("writing the kernel's record", error, once=True)
 
 
 def remove() -> None:

@@ -111,7 +111,7 @@ def current_kernel_id() -> str | None:
         if not IPKernelApp.initialized():
             return None
         stem = Path(get_connection_file()).stem
-    except Exception:
+    except (ImportError, RuntimeError, AttributeError):  # outside a kernel, or one without a connection file
         return None
     return stem.removeprefix("kernel-") or None
 
@@ -186,7 +186,7 @@ def write_record(record: ClusterRecord | KernelRecord, *, durable: bool = True) 
             if durable:
                 os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException:  # re-raised: only the temporary file goes
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise

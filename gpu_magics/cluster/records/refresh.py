@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
+
+from gpu_magics.logs import dropped
 
 
 class RecordRefresher:
@@ -24,9 +25,11 @@ class RecordRefresher:
         while not self._stop.wait(self._every):
             version = self._version()
             if version != self._written:
-                with contextlib.suppress(Exception):
+                try:
                     self._write()
                     self._written = version
+                except Exception as error:  # a write that fails any way is tried at the next change
+                    dropped("refreshing the cluster's record", error, once=True)
 
     def stop(self) -> None:
         """Stop refreshing (waits briefly for a write under way)."""

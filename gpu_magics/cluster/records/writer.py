@@ -15,6 +15,7 @@ from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.reading import status as status_info
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.logs import dropped
 from gpu_magics.units import one_line
 
 _warned = False
@@ -70,6 +71,7 @@ def write_record(
         current.record_path = cluster_records.write_record(record, durable=not refresh)
         current.record = record
     except Exception as error:  # the cluster works without its record; say so once per kernel
+        dropped("writing the cluster's record", error)
         global _warned
         if not _warned:
             _warned = True

@@ -78,6 +78,8 @@ class TelemetryFeed:
 def ask_for_reports(client: Any) -> bool | None:
     """In the kernel: have every worker send its report now; whether any can (a worker without the plugin
     cannot), or ``None`` when they could not be asked (their reports then come at their interval)."""
+    if client is None:
+        return None
     try:
         answers = client.run(report_now, on_error="return")
     except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone

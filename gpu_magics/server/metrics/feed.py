@@ -26,7 +26,8 @@ from gpu_magics.server.metrics.labels import Place
 from gpu_magics.server.service import MonitorService
 
 _log = logging.getLogger(__name__)
-STANDBY_S = 600.0  # no scrape for this long: stop refreshing (Prometheus scrapes every 15 s to 1 min)
+STANDBY_S = 600.0  # no scrape (or panel's ask) for this long: stop refreshing (Prometheus scrapes every 15 s to 1 min)
+FEED_KEY = "gpu_magics_metrics_feed"
 
 
 class MetricsFeed:
@@ -57,7 +58,8 @@ class MetricsFeed:
     # -- the scrape's side (in memory only) ----------------------------------------------------------------
 
     def scraped(self) -> Frame:
-        """The last frame; starts refreshing when it is not under way (on the event loop only)."""
+        """The last frame; starts refreshing when it is not under way (on the event loop only). A scrape, or the
+        side panel asking what is held while idle, calls it."""
         self._last_scrape = time.monotonic()
         if not self._closed and (self._task is None or self._task.done()):
             try:
@@ -90,13 +92,12 @@ class MetricsFeed:
             history = sampler.history(self._last_refresh) if self._last_refresh is not None else []
             pids = kernel_pids(self._kernel_manager)
             managed = frozenset(running_kernel_ids(self._kernel_manager))
-            notebooks = bool(self.config.metrics_notebook_label)
-            paths = await kernel_paths(self._session_manager) if notebooks else {}
+            paths = await kernel_paths(self._session_manager)
             read = partial(gather, snapshot, history, pids, paths, managed, self._leftovers)
             self.frame = await loop.run_in_executor(None, self._build, read)
             self._last_refresh = self.frame.time
             self._failed = False
-        except Exception:
+        except Exception:  # a refresh never stops the feed: the last figures stay
             if not self._failed:
                 _log.exception("gpu_magics: the /metrics figures could not be read (the last ones are kept)")
             self._failed = True

@@ -74,7 +74,7 @@ def gather(
     for kernel in kernels:
         try:
             holders = with_self_reports(holders, [], paths, snapshot, [kernel])
-        except Exception as error:
+        except Exception as error:  # a kernel record whose members are not what a kernel writes
             _log.debug("gpu_magics metrics: kernel record %s left out: %r", kernel.filename, error)
     workers = _worker_pids(usable)
     ranks = _RankFinder()

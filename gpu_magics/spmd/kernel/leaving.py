@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpu_magics.logs import dropped
+
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -49,5 +51,5 @@ def watch(client: Client, owner: str) -> None:
 
         message = {"op": "run", "function": dumps(host.end), "args": dumps((owner,)), "kwargs": dumps({}), "wait": True}
         client.register_plugin(_plugin_class()(owner, message))
-    except Exception:
-        pass
+    except Exception as error:  # without it, ranks end with their workers
+        dropped("registering the plugin that ends the ranks", error)

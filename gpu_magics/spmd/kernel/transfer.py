@@ -70,7 +70,7 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
 
     try:
         packed = {name: cloudpickle.dumps(value, protocol=5) for name, value in values.items()}
-    except Exception as error:
+    except Exception as error:  # a value may fail to pickle any way: said in one line
         raise UsageError(f"spmd.push: a value does not pickle ({type(error).__name__}: {error})") from None
     wanted = _rank_list(ranks)
     made, chosen = _ranks_ready(wanted, f"spmd.push(ranks={ranks!r})")

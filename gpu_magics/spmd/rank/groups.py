@@ -88,5 +88,5 @@ def _jax_initialized(jax: Any) -> bool:
         from jax._src import distributed as state
 
         return state.global_state.client is not None
-    except Exception:
+    except (ImportError, AttributeError):  # a JAX without this module or state
         return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -173,6 +174,16 @@ def test_an_init_cell_shows_one_status_table_with_the_group_as_a_line_of_it(shel
     assert final[0].startswith("spmd · 3 ranks on 1 host (CPU) · 3 done in")
     assert final[1].startswith("  torch.distributed: gloo group of 3 (made in")
     assert "gloo group" not in captured.stdout  # not said a second time
+
+
+def test_a_package_the_ranks_lack_is_one_line_naming_the_ranks_and_the_pip_command(shell: InteractiveShell) -> None:
+    _, out, err, result = spmd_cell(shell, "-q", "import gpu_magics_no_such_package")
+    assert not result.success and type(result.error_in_exec).__name__ == "ModuleNotFoundError"
+    text = out + err
+    package = "gpu_magics_no_such_package"
+    # every rank fails alike (one whose message came after the first failure was stopped: it is named as such)
+    assert re.search(rf"{package} is not installed where ranks? [0-9,-]+ runs?: pip install {package} in the", text)
+    assert "Traceback" not in text and "failed first" not in text
 
 
 def test_a_failing_rank_stops_the_others_even_one_an_interrupt_cannot_reach(shell: InteractiveShell) -> None:

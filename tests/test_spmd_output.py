@@ -222,3 +222,16 @@ def test_cpu_ranks_tell_accelerate_to_use_gloo_as_its_cpu_launcher_does() -> Non
     assert made.env(made.ranks[0])["ACCELERATE_USE_CPU"] == "true"
     gpu = World(order([Member("tcp://a:1", "w", "a", "GPU-a-0", "0", "H100")]), 1, 2)
     assert "ACCELERATE_USE_CPU" not in gpu.env(gpu.ranks[0])
+
+
+def test_a_package_missing_on_the_ranks_is_named_with_its_pip_command() -> None:
+    from gpu_magics.spmd.kernel.cell import _missing_module, missing_line
+
+    error = {"type": "ModuleNotFoundError", "message": "No module named 'lightning.fabric'"}
+    assert _missing_module(error) == "lightning.fabric"
+    assert _missing_module({"type": "ImportError", "message": "No module named 'x'"}) is None
+    assert missing_line("lightning.fabric", "ranks 0-3") == (
+        "lightning is not installed where ranks 0-3 run: pip install lightning in the workers' environment "
+        "(the ranks import there, not in this kernel)"
+    )
+    assert missing_line("x", "rank 1").startswith("x is not installed where rank 1 runs: pip install x")

@@ -15,6 +15,7 @@ import ast
 import concurrent.futures
 import contextlib
 import queue
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.display.format import format_seconds
 from gpu_magics.spmd.kernel import ranks as rank_sets
-from gpu_magics.spmd.kernel.output import LineMerger
+from gpu_magics.spmd.kernel.output import LineMerger, rank_list
 from gpu_magics.spmd.kernel.results import (
     DONE,
     ENDED,
@@ -367,16 +368,25 @@ class _CellRun:
         from gpu_magics.gpurun.execute import mark_failed
 
         lines: list[str] = []
+        said: set[int] = set()  # ranks whose failure is said already
         if self.first_failure is not None and not interrupted:
             first = self.outcomes[self.first_failure]
             error = first.error or {}
-            lines.append(f"rank {first.rank} ({first.label}) failed first:")
-            lines.append(str(error.get("traceback") or f"{error.get('type')}: {error.get('message')}").rstrip())
-            name, message = str(error.get("type", "RankFailure")), f"rank {first.rank}: {error.get('message')}"
+            missing = _missing_module(error)
+            if missing is not None:  # not a bug in the cell: a package the ranks lack, one line
+                said = {o.rank for o in self.outcomes.values() if o.error and _missing_module(o.error) == missing}
+                where = f"rank{'s' * (len(said) > 1)} {rank_list(said)}"
+                lines.append(missing_line(missing, where))
+                name, message = "ModuleNotFoundError", f"no module named {missing!r} where {where} run"
+            else:
+                said = {first.rank}
+                lines.append(f"rank {first.rank} ({first.label}) failed first:")
+                lines.append(str(error.get("traceback") or f"{error.get('type')}: {error.get('message')}").rstrip())
+                name, message = str(error.get("type", "RankFailure")), f"rank {first.rank}: {error.get('message')}"
         else:
             name, message = "KeyboardInterrupt", "every rank was stopped"
         for index, outcome in self.outcomes.items():
-            if index == self.first_failure and not interrupted:
+            if index in said and not interrupted:
                 continue
             lines.append(f"rank {index}: {_other_line(outcome)}")
         if ended or self.died:
@@ -385,6 +395,23 @@ class _CellRun:
         error = error_type(message)
         self.shell._showtraceback(error_type, error, lines)
         mark_failed(self.shell, error)
+
+
+def _missing_module(error: dict[str, Any]) -> str | None:
+    """The module a rank's ``ModuleNotFoundError`` names (``None`` for any other error)."""
+    if error.get("type") != "ModuleNotFoundError":
+        return None
+    found = re.match(r"No module named '([\w.]+)'", str(error.get("message", "")))
+    return found.group(1) if found else None
+
+
+def missing_line(module: str, where: str) -> str:
+    """``accelerate is not installed where ranks 0,1 run: pip install accelerate in the workers' environment``."""
+    package = module.split(".")[0]
+    return (
+        f"{package} is not installed where {where} run{'s' * where.startswith('rank ')}: pip install {package} in "
+        "the workers' environment (the ranks import there, not in this kernel)"
+    )
 
 
 def _ended_line(ended: list[int], died: dict[int, str]) -> str:

@@ -265,7 +265,7 @@ class NvmlSource:
             return fn(*args)
         except self._fatal:
             raise
-        except Exception as error:  # an optional reading: a driver without it fails any way
+        except Exception as error:  # any failure, a binding bug included (tested): this reading is None
             dropped(f"NVML's {function}", error, once=True)
             return None
 

@@ -238,7 +238,8 @@ def plugin_installed(client: Client) -> bool:
         return True
     try:
         client.register_plugin(_scheduler_counter_class()())
-    except Exception:
+    except Exception as error:  # the scheduler may refuse it any way (it cannot import this package): no counts
+        dropped("installing the task counter on the scheduler", error)
         return False
     _registered.add(client)
     return True

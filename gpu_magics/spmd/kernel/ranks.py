@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from gpu_magics.logs import dropped
 from gpu_magics.spmd.kernel import results
 from gpu_magics.spmd.kernel import world as worlds
 from gpu_magics.spmd.kernel.world import PROG, Rank, World
@@ -75,7 +76,7 @@ class Ranks:
         except (OSError, CommClosedError):
             self._direct = False  # this kernel does not reach the workers: through the scheduler from now on
             return dict(await self.client._run(function, *args, workers=[address], on_error="return"))
-        except Exception as error:
+        except Exception as error:  # the worker's failure, of any kind, is that rank's answer
             return {address: error}
         if response.get("status") == "OK":
             return {address: response.get("result")}
@@ -214,7 +215,7 @@ class Ranks:
         for index, future in futures.items():
             try:
                 result = next(iter(future.result(START_TIMEOUT_S).values()))
-            except Exception as error:
+            except Exception as error:  # a start's failure, of any kind, is said for its rank
                 result = error
             if isinstance(result, BaseException):
                 failed.append(f"rank {index}: {type(result).__name__}: {result}")
@@ -236,8 +237,10 @@ class Ranks:
             self._lost = {}
         if made is None or self.client.status != "running":
             return
-        with contextlib.suppress(Exception):
+        try:
             self.call_wait(host.end, self.owner, workers=sorted(made.addresses), timeout=15)
+        except Exception as error:  # an end that fails any way: the ranks also end with their workers
+            dropped("ending the rank processes", error)
 
     def stop(self, ranks: Sequence[Rank], grace: float = STOP_GRACE_S) -> concurrent.futures.Future[Any]:
         """Interrupt ``ranks``' cells; their processes end where they do not stop within ``grace`` seconds."""
@@ -261,8 +264,10 @@ class Ranks:
             )
 
     def close(self) -> None:
+        from distributed.client import ClosedClientError
+
         self.end()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(ValueError, RuntimeError, ClosedClientError):  # not subscribed; the client closed
             self.client.unsubscribe_topic(self.topic)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.display.format import format_bytes, format_percent, format_seconds, html_table, text_table
+from gpu_magics.logs import dropped
 
 RUNNING, DONE, FAILED, STOPPED, ENDED, NOT_RUN = "running", "done", "failed", "stopped", "ended", "not run"
 
@@ -33,8 +34,8 @@ def load_value(rank: int, data: bytes | None, text: str | None) -> Any:
     if data is not None:
         try:
             return pickle.loads(data)
-        except Exception:
-            pass
+        except Exception as error:  # unpickling may fail any way here (a module missing): the repr is shown
+            dropped("loading a rank's value", error)
     return RankValue(rank, text or "")
 
 

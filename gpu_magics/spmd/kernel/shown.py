@@ -67,7 +67,7 @@ def log_noise(noise: list[tuple[int, str]]) -> None:
     """Framework lines left out of the cell go to this kernel's log file (never raises)."""
     if not noise:
         return
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(OSError, ValueError):  # the log file unwritable, or text it cannot take
         from gpu_magics.cluster.background.start_logs import log_path
 
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -149,7 +149,7 @@ def _pack(value: Any) -> tuple[bytes | None, str]:
     """The value as bytes the kernel can load (``None`` where it cannot travel), and its repr."""
     try:
         text = repr(value)
-    except Exception as error:
+    except Exception as error:  # a user's repr may fail any way: said in its place
         text = f"<{type(value).__name__} (repr failed: {error})>"
     if len(text) > REPR_LIMIT:
         text = text[:REPR_LIMIT] + " ..."
@@ -157,7 +157,7 @@ def _pack(value: Any) -> tuple[bytes | None, str]:
         import cloudpickle
 
         data: bytes | None = cloudpickle.dumps(value, protocol=5)
-    except Exception:
+    except Exception:  # a value may fail to pickle any way: its repr travels instead
         data = None
     if data is not None and len(data) > VALUE_LIMIT:
         data = None
@@ -244,14 +244,14 @@ def _peak_gpu_memory() -> int | None:
         peak = int(torch.cuda.max_memory_allocated())
         torch.cuda.reset_peak_memory_stats()
         return peak
-    except Exception:
+    except Exception:  # torch's CUDA state may fail any way: no peak shown
         return None
 
 
 def _mark(ident: Any) -> None:
     """The line after the cell's last output on both streams (C libraries' output included: it shares the fds)."""
     for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError, ValueError):  # a stream closed or gone
             stream.flush()
         with contextlib.suppress(OSError):
             os.write(fd, f"\n{MARK}{ident}\n".encode())

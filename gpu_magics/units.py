@@ -1,6 +1,9 @@
 """Units below every engine: how bytes, rates, percentages, counts, durations and clock times are written, and
-the one-line form of an error. ``cluster/``, ``gpurun/``, ``spmd/`` and ``display/`` all write numbers through
-this module (``display.format`` adds the styles and tables of the notebook's displays on top).
+what an error becomes: its one-line form for the user (``one_line``) and, where a catch lets it go, its trace in
+the package's one logger, ``gpu_magics`` (``dropped``; in a kernel that logger writes to the kernel's log file only,
+never to the notebook: ``cluster.background.start_logs.package_logs_to_file``). ``cluster/``, ``gpurun/``,
+``spmd/`` and ``display/`` all write numbers through this module (``display.format`` adds the styles and tables of
+the notebook's displays on top).
 
 Bytes are in binary units (B, KiB, MiB, GiB, TiB), as NVML reports them and as the JupyterLab side panel
 writes them: ``format_bytes``, ``format_percent`` and ``format_number`` give the same strings as
@@ -12,6 +15,7 @@ writes them: ``format_bytes``, ``format_percent`` and ``format_number`` give the
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from decimal import ROUND_HALF_UP, Decimal
@@ -135,3 +139,20 @@ def one_line(error: BaseException) -> str:
     """``"TypeName: first line of the message"``: an error as a user reads it in one line."""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+logger = logging.getLogger("gpu_magics")
+"""The package's one logger; every module's own logger (``gpu_magics.<module>``) is below it."""
+
+_said: set[tuple[str, str]] = set()
+
+
+def dropped(what: str, error: BaseException, *, level: int = logging.DEBUG, once: bool = False) -> None:
+    """Log, with its traceback, that ``what`` failed with ``error`` and the code went on without it. ``once``: only
+    the first time ``what`` fails with this type of error in this process (for a loop that would repeat it)."""
+    if once:
+        key = (what, type(error).__qualname__)
+        if key in _said:
+            return
+        _said.add(key)
+    logger.log(level, "%s (let go): %s: %s", what, type(error).__name__, error, exc_info=error)

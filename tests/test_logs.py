@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics import logs
+from gpu_magics import units
 from gpu_magics.cluster.records.record import runtime_dir
 
 BROKEN_DISPLAY = """
@@ -47,16 +47,16 @@ def test_an_error_a_catch_lets_go_is_in_the_kernels_log_file_not_the_notebook(
 
 
 def test_the_package_logger_writes_nowhere_else_in_the_kernel(loaded_shell: InteractiveShell) -> None:
-    assert logs.logger.propagate is False  # never to the root logger, whose last resort prints to the notebook
-    assert logs.logger.getEffectiveLevel() == logging.DEBUG
+    assert units.logger.propagate is False  # never to the root logger, whose last resort prints to the notebook
+    assert units.logger.getEffectiveLevel() == logging.DEBUG
 
 
 def test_unloading_gives_the_logger_back(loaded_shell: InteractiveShell) -> None:
     loaded_shell.run_line_magic("unload_ext", "gpu_magics")
     try:
-        assert not [h for h in logs.logger.handlers if type(h).__name__ == "_KernelFile"]
-        assert logs.logger.propagate is True
-        assert logs.logger.level == logging.NOTSET
+        assert not [h for h in units.logger.handlers if type(h).__name__ == "_KernelFile"]
+        assert units.logger.propagate is True
+        assert units.logger.level == logging.NOTSET
     finally:
         loaded_shell.run_line_magic("load_ext", "gpu_magics")
 
@@ -67,7 +67,7 @@ def test_a_repeating_failure_is_logged_once_when_asked(caplog: pytest.LogCapture
         try:
             raise OSError("the same failure")
         except OSError as error:
-            logs.dropped("t_reading in a loop", error, once=True)
+            units.dropped("t_reading in a loop", error, once=True)
     assert [r.getMessage() for r in caplog.records if "t_reading" in r.getMessage()] == [
         "t_reading in a loop (let go): OSError: the same failure"
     ]

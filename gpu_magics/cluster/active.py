@@ -15,7 +15,7 @@ from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster

@@ -50,8 +50,7 @@ from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
-from gpu_magics.logs import dropped
-from gpu_magics.units import one_line
+from gpu_magics.units import dropped, one_line
 
 # The lifecycle's own verbs, and the queries answered here too: the magic and scripts ask this module, while
 # ``gpurun`` asks ``cluster.queries`` only.

@@ -29,7 +29,7 @@ from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import tuning as graph_tuning
 from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -13,12 +13,12 @@ from typing import Any, cast
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.display import DisplayHandle
 
-from gpu_magics.display.format import MUTED, STYLE, format_bytes, format_percent, format_seconds
-from gpu_magics.display.monitor_view import timeline
+from gpu_magics.display.format import DASH, MUTED, STYLE, format_bytes, format_percent, format_seconds
+from gpu_magics.display.monitor_view import pair, timeline
 from gpu_magics.gpurun.backends import BackendPlan
-from gpu_magics.logs import dropped
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.monitor.sampler import GpuSummary, Sampler, get_sampler, summarize
+from gpu_magics.units import dropped
 
 QUIET_SAMPLING_AFTER_S = 0.3
 """A quiet cell (``-q``, no live panel, no ``-o``) is sampled only once it has run this long: a short one costs
@@ -67,25 +67,38 @@ class MonitorFigures:
                 f"<b>{format_percent(self.host_mean_cpu)}</b>, peak <b>{format_percent(self.host_peak_cpu)}</b>"
                 f"{status} {chart} <span style='{MUTED}'>{footer}</span></div>"
             )
+        links = [name for name in ("PCIe", "NVLink") if any(_link(gpu, name)[0] is not None for gpu in self.gpus)]
+        header = ["GPU", "mean util", "peak memory", *(f"{name} peak (mean)" for name in links), "util"]
+        cell = "padding:1px 8px 1px 0;white-space:nowrap"
+        right = f"{cell};text-align:right"
+        head = "".join(
+            f"<th style='{cell if k in (0, len(header) - 1) else right};font-weight:normal;{MUTED}'>"
+            f"{html.escape(name)}</th>"
+            for k, name in enumerate(header)
+        )
         rows = []
         for gpu in self.gpus:
             times, values = self.timelines.get(gpu.index, ((), ()))
-            memory = f"{format_bytes(gpu.peak_memory_used)} / {format_bytes(gpu.memory_total)}"
-            right = "text-align:right;padding:1px 8px"
             label = gpu.label or f"GPU {gpu.index}"
             name = html.escape(f"{label} · {gpu.name}")
-            links = html.escape(links_text(gpu).removeprefix(", "))
+            figures = [
+                f"<td style='{right}'><b>{format_percent(gpu.mean_gpu_util)}</b></td>",
+                f"<td style='{right}'><b>{html.escape(pair(gpu.peak_memory_used, gpu.memory_total))}</b></td>",
+                *(
+                    f"<td style='{right}' class='gpu-magics-links'>{html.escape(_link_text(gpu, k))}</td>"
+                    for k in links
+                ),
+            ]
+            chart = timeline(times, values, "#76b900", height=24) if times else ""
             rows.append(
-                f"<tr><td style='padding:1px 8px 1px 0'>{name}</td>"
-                f"<td style='{right}'>mean util <b>{format_percent(gpu.mean_gpu_util)}</b></td>"
-                f"<td style='{right}'>peak memory <b>{html.escape(memory)}</b></td>"
-                f"<td style='{right}' class='gpu-magics-links'>{links}</td>"
-                f"<td style='padding:1px 0'>{timeline(times, values, '#76b900', height=24) if times else ''}</td></tr>"
+                f"<tr><td style='{cell}'>{name}</td>"
+                + "".join(figures)
+                + f"<td style='padding:1px 0'>{chart}</td></tr>"
             )
         return (
-            f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>"
-            f"<table style='border-collapse:collapse;font-size:inherit'>{''.join(rows)}</table>"
-            f"<span style='{MUTED}'>{footer}</span></div>"
+            f"<div class='gpu-magics-cell-monitor' style='{STYLE};overflow-x:auto'>"
+            f"<table style='border-collapse:collapse;font-size:inherit'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table><span style='{MUTED}'>{footer}</span></div>"
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -102,6 +115,17 @@ class MonitorFigures:
             "host_peak_cpu": self.host_peak_cpu,
             "status": self.status,
         }
+
+
+def _link(gpu: GpuSummary, name: str) -> tuple[float | None, float | None]:
+    """The peak and mean throughput of link ``name`` (PCIe, NVLink) during the cell."""
+    return (gpu.peak_pcie, gpu.mean_pcie) if name == "PCIe" else (gpu.peak_nvlink, gpu.mean_nvlink)
+
+
+def _link_text(gpu: GpuSummary, name: str) -> str:
+    """``"12.0 GiB/s (4.1 GiB/s)"``: a link's peak and, in brackets, its mean; an en dash where not read."""
+    peak, mean = _link(gpu, name)
+    return DASH if peak is None else f"{format_bytes(peak)}/s ({format_bytes(mean)}/s)"
 
 
 def links_text(gpu: GpuSummary) -> str:

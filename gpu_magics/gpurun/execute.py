@@ -20,7 +20,7 @@ from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.gpurun.timing.time_split import TimeSplit
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

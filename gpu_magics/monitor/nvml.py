@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_magics.logs import dropped
 from gpu_magics.monitor.models import GpuProcess, GpuReading
+from gpu_magics.units import dropped
 
 __all__ = ["FROM_ENV", "NvmlSource", "select_visible"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 
 def kernel_pids(kernel_manager: Any) -> dict[int, str]:

@@ -13,7 +13,7 @@ import importlib.util
 import threading
 from typing import Any
 
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 KERNEL_MODULES = (
     "distributed",

@@ -20,8 +20,7 @@ from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.queries import worker_kind
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.logs import dropped
-from gpu_magics.units import one_line
+from gpu_magics.units import dropped, one_line
 
 
 def restart() -> ClusterInfo:

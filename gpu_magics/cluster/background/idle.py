@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

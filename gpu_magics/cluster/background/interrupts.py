@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.options import PROG
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 _WRAPPED = "_gpu_magics_original_do_shutdown"
 

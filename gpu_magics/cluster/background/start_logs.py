@@ -3,7 +3,7 @@
 While a cluster starts in the background, the kernel's ``distributed`` loggers (its nannies, scheduler and
 deploy code) write here (``kernel_logs_to_file``); worker processes forked from this package's worker server
 write their standard error here for their whole life (the server sends it here: ``forkserver``). A start that
-fails says so in one line naming this file. The package's own logger (``gpu_magics.logs``: what a catch let go)
+fails says so in one line naming this file. The package's own logger (``units.dropped``: what a catch let go)
 writes here for the kernel's whole life, from ``%load_ext`` on (``package_logs_to_file``). The file is the kernel's
 own (0600) and goes when the kernel shuts down with nothing in it.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
-from gpu_magics import logs
+from gpu_magics import units
 from gpu_magics.cluster.records.record import runtime_dir
 
 LOGGERS = ("distributed", "dask_cuda", "tornado.application", "asyncio")
@@ -84,22 +84,22 @@ _before: list[tuple[bool, int]] = []  # the logger's propagate and level before 
 def package_logs_to_file(shell: object = None) -> None:
     """At ``%load_ext``: the ``gpu_magics`` logger writes every record (debug included, unless its level was set)
     to this kernel's log file and nowhere else (not to the notebook's stderr)."""
-    if _package_file in logs.logger.handlers:
+    if _package_file in units.logger.handlers:
         return
-    _before[:] = [(logs.logger.propagate, logs.logger.level)]
-    logs.logger.addHandler(_package_file)
-    logs.logger.propagate = False
-    if logs.logger.level == logging.NOTSET:
-        logs.logger.setLevel(logging.DEBUG)
+    _before[:] = [(units.logger.propagate, units.logger.level)]
+    units.logger.addHandler(_package_file)
+    units.logger.propagate = False
+    if units.logger.level == logging.NOTSET:
+        units.logger.setLevel(logging.DEBUG)
 
 
 def package_logs_back(shell: object = None) -> None:
     """At ``%unload_ext``: the ``gpu_magics`` logger as it was before ``package_logs_to_file``."""
-    if _package_file not in logs.logger.handlers:
+    if _package_file not in units.logger.handlers:
         return
-    logs.logger.removeHandler(_package_file)
-    logs.logger.propagate, level = _before.pop() if _before else (True, logging.NOTSET)
-    logs.logger.setLevel(level)
+    units.logger.removeHandler(_package_file)
+    units.logger.propagate, level = _before.pop() if _before else (True, logging.NOTSET)
+    units.logger.setLevel(level)
 
 
 def last_error(path: Path, since: int) -> str | None:

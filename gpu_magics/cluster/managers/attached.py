@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster.managers import attach
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -18,7 +18,7 @@ from gpu_magics.cluster.managers import needs, squeue
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.squeue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 WHAT = f"{PROG} --slurm"
 INSTALL = "pip install 'gpu-magics[hpc]' (dask-jobqueue)"

@@ -17,8 +17,7 @@ from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import worker_kind
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.logs import dropped
-from gpu_magics.units import one_line
+from gpu_magics.units import dropped, one_line
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -14,7 +14,7 @@ from gpu_magics.cluster.dashboard import links as dashboard_links
 from gpu_magics.cluster.info import ClusterInfo, JobInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.records import kernel_report
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,8 +15,7 @@ from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.reading import status as status_info
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
-from gpu_magics.logs import dropped
-from gpu_magics.units import one_line
+from gpu_magics.units import dropped, one_line
 
 _warned = False
 JOBS_REFRESH_S = 5.0  # how often a refreshed record asks the batch queue again

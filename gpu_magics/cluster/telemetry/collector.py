@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport, host_labels, is_this_host
 from gpu_magics.cluster.telemetry.sharing import KernelHeld, others_by_gpu
-from gpu_magics.logs import dropped
 from gpu_magics.monitor.availability import OtherUse
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

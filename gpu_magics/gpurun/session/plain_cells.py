@@ -24,7 +24,7 @@ from gpu_magics.gpurun import backends, execute, gpuless
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.timing import task_count
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 PROG = "%gpurun"
 _KEY = "_gpu_magics_session"

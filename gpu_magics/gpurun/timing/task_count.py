@@ -20,7 +20,7 @@ from dask.callbacks import Callback
 from gpu_magics.cluster import queries
 from gpu_magics.gpurun.timing import time_split
 from gpu_magics.gpurun.timing.time_split import TaskTiming, TimeSplit
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.logs import dropped
 from gpu_magics.spmd.kernel import results
 from gpu_magics.spmd.kernel import world as worlds
 from gpu_magics.spmd.kernel.world import PROG, Rank, World
 from gpu_magics.spmd.worker import host
+from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

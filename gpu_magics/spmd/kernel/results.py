@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.display.format import format_bytes, format_percent, format_seconds, html_table, text_table
-from gpu_magics.logs import dropped
+from gpu_magics.units import dropped
 
 RUNNING, DONE, FAILED, STOPPED, ENDED, NOT_RUN = "running", "done", "failed", "stopped", "ended", "not run"
 

@@ -21,6 +21,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from gpu_magics.server.handlers import SERVICE_KEY
     from gpu_magics.server.leftovers.handlers import WATCH_KEY
     from gpu_magics.server.leftovers.watch import LeftoverWatch
+    from gpu_magics.server.metrics import install
     from gpu_magics.server.routes import setup_handlers
     from gpu_magics.server.service import MonitorService
 
@@ -32,10 +33,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     service.on_close(watch.close)
     IOLoop.current().add_callback(watch.start)
     setup_handlers(serverapp.web_app)
-    if config.metrics:
-        from gpu_magics.server.metrics import install
-
-        install(serverapp, service, watch.registry)
+    install(serverapp, service, watch.registry)
     serverapp.log.info(
         "gpu_magics: GPU panel endpoints at %sgpu-magics/api/ (source %s, every %.2f s)",
         serverapp.base_url,

@@ -65,6 +65,12 @@ class GpuMagicsServer(Configurable):
         "held while idle (gpu_magics_kernel_idle_hold_seconds).",
     ).tag(config=True)
 
+    idle_hold_warning_min = Float(
+        30.0,
+        help="Minutes a kernel's GPU memory sits on idle GPUs before the side panel says so, with the actions that "
+        "give it back (api/idle-hold).",
+    ).tag(config=True)
+
     @default("source")
     def _default_source(self) -> str:
         return source_from_env().kind
@@ -93,6 +99,13 @@ class GpuMagicsServer(Configurable):
         value = int(proposal["value"])
         if not 0 <= value <= MAX_FAKE_GPUS:
             raise TraitError(f"fake_gpus must be between 0 and {MAX_FAKE_GPUS}, got {value}")
+        return value
+
+    @validate("idle_hold_warning_min")
+    def _check_warning(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not math.isfinite(value) or value < 0:
+            raise TraitError(f"idle_hold_warning_min must be a number of minutes >= 0, got {value!r}")
         return value
 
     @validate("idle_utilization")

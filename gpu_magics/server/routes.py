@@ -14,6 +14,7 @@ from gpu_magics.server.handlers import (
     PruneClustersHandler,
 )
 from gpu_magics.server.leftovers.handlers import EndLeftoversHandler, LeftoversHandler
+from gpu_magics.server.metrics.handlers import IdleHoldHandler
 from gpu_magics.server.websocket import SamplesWebSocket
 
 NAMESPACE = "gpu-magics"
@@ -26,6 +27,7 @@ ROUTES: tuple[tuple[str, type[Any]], ...] = (
     ("api/processes", ProcessesHandler),
     ("api/leftovers", LeftoversHandler),
     ("api/leftovers/end", EndLeftoversHandler),
+    ("api/idle-hold", IdleHoldHandler),
     ("api/ws", SamplesWebSocket),
 )
 

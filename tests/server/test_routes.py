@@ -17,7 +17,7 @@ from gpu_magics.cluster.records import record as cluster_records
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 
-GET_ROUTES = ("devices", "history", "clusters", "processes", "leftovers")
+GET_ROUTES = ("devices", "history", "clusters", "processes", "leftovers", "idle-hold")
 POST_ROUTES = ("clusters/prune", "leftovers/end")
 
 

@@ -4,7 +4,6 @@ event loop (``/proc`` read on a worker thread), and says which of them outlived 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from tornado.ioloop import IOLoop, PeriodicCallback
@@ -13,7 +12,6 @@ from gpu_magics.server.kernels import kernel_pids
 from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover
 from gpu_magics.server.service import MonitorService
 
-_log = logging.getLogger(__name__)
 INTERVAL = 2.0  # seconds between looks at the kernels' processes (a process started and orphaned in between is missed)
 
 
@@ -27,7 +25,6 @@ class LeftoverWatch:
         self._callback: PeriodicCallback | None = None
         self._interval = interval
         self._busy = False
-        self._failed = False
 
     def start(self) -> None:
         """Begin looking (on the event loop)."""
@@ -41,14 +38,9 @@ class LeftoverWatch:
         if self._busy:
             return
         self._busy = True
-        try:
+        try:  # a failure is logged by the periodic callback, and the next look tries again
             pids = kernel_pids(self._kernel_manager)
             await asyncio.get_running_loop().run_in_executor(None, self.registry.observe, pids)
-            self._failed = False
-        except Exception:
-            if not self._failed:
-                _log.exception("gpu_magics: the kernels' processes could not be read")
-            self._failed = True
         finally:
             self._busy = False
 

@@ -3,7 +3,8 @@
 ``install`` registers one collector in prometheus_client's default registry (the one jupyter_server's ``/metrics``
 serves, behind ``ServerApp.authenticate_prometheus``); no handler of its own. A scrape answers from the last
 refresh (``feed``): the records, NVML's process lists and the sampler's readings are read off the scrape, every
-``GpuMagicsServer.metrics_interval`` seconds while scrapes come.
+``GpuMagicsServer.metrics_interval`` seconds while scrapes come (or the side panel asks, ``api/idle-hold``: what
+each kernel holds on GPUs that sit idle).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ __all__ = ["install"]
 
 
 def install(serverapp: Any, service: Any, leftovers: Any = None) -> None:
-    """Have ``/metrics`` of ``serverapp`` serve the ``gpu_magics_*`` series, from ``service``'s sampler (and
-    ``leftovers``, the registry of the kernels' processes)."""
+    """Refresh the figures from ``service``'s sampler (and ``leftovers``, the registry of the kernels' processes)
+    for ``api/idle-hold``, and serve them on ``/metrics`` unless ``GpuMagicsServer.metrics`` is off."""
     from gpu_magics.server.metrics.collector import attach
-    from gpu_magics.server.metrics.feed import MetricsFeed
+    from gpu_magics.server.metrics.feed import FEED_KEY, MetricsFeed
 
     feed = MetricsFeed(
         service,
@@ -25,5 +26,7 @@ def install(serverapp: Any, service: Any, leftovers: Any = None) -> None:
         session_manager=serverapp.session_manager,
         leftovers=None if leftovers is None else leftovers.leftovers,
     )
-    attach(feed)
+    serverapp.web_app.settings[FEED_KEY] = feed
+    if service.config.metrics:
+        attach(feed)
     service.on_close(feed.close)

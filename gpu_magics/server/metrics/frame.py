@@ -15,6 +15,7 @@ from gpu_magics.cluster.info import ClusterFacts
 from gpu_magics.monitor.models import GpuReading
 from gpu_magics.server.metrics import labels as names
 from gpu_magics.server.metrics.gather import Inputs
+from gpu_magics.server.metrics.holds import Hold, holds
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Labels, Place
 
@@ -46,6 +47,7 @@ class Frame:
     time: float
     families: tuple[Family, ...] = ()
     managed: frozenset[str] = field(default_factory=frozenset)  # kernels the server ran then
+    holds: tuple[Hold, ...] = ()  # what each kernel holds, and since when on idle GPUs (the side panel's line)
 
 
 HELP = {
@@ -80,11 +82,11 @@ def build(
     series: dict[str, list[Series]] = {name: [] for name in HELP}
     _gpus(series, local.values(), inputs.remote, place)
     held = _kernel_memory(series, inputs, local, place, notebook_label)
-    _idle_hold(series, held, inputs, idle, idle_utilization, place, notebook_label)
+    since = _idle_hold(series, held, inputs, idle, idle_utilization, place, notebook_label)
     _clusters(series, inputs, place)
     _leftovers(series, inputs, local, place)
     families = tuple(Family(name, HELP[name], tuple(found)) for name, found in series.items())
-    return Frame(inputs.time, families, inputs.managed)
+    return Frame(inputs.time, families, inputs.managed, holds(inputs, held, since))
 
 
 def _number(value: Any) -> float | None:
@@ -178,7 +180,8 @@ def _idle_hold(
     threshold: float,
     place: Place,
     notebook_label: bool,
-) -> None:
+) -> dict[str, float | None]:
+    """Kernel -> since when its memory has sat on idle GPUs (``None``: they work); unknown ones left out."""
     remote: dict[str, float | None] = {}
     for _, gpu in inputs.remote:
         remote.setdefault(str(gpu["uuid"]), _number(gpu.get("gpu_util")))
@@ -187,9 +190,11 @@ def _idle_hold(
         busy = [inputs.busiest.get(uuid) if host is None else remote.get(uuid) for uuid, host in gpus]
         known = [value for value in busy if value is not None]
         states[kernel] = all(value < threshold for value in known) if len(known) == len(busy) else None
-    for kernel, since in sorted(idle.update(states, inputs.time).items()):
+    found = idle.update(states, inputs.time)
+    for kernel, since in sorted(found.items()):
         labels = (("kernel_id", kernel), *_notebook(inputs, kernel, notebook_label), *place.pod)
         series["gpu_magics_kernel_idle_hold_seconds"].append(Series(labels, 0.0, since, kernel_id=kernel))
+    return found
 
 
 def _clusters(series: dict[str, list[Series]], inputs: Inputs, place: Place) -> None:

@@ -69,12 +69,12 @@ def gather(
         try:
             holders = with_self_reports(holders, [record], paths, snapshot)
             usable.append(record)
-        except Exception as error:  # a record whose members are not what a kernel writes
+        except (ValueError, TypeError, KeyError, AttributeError) as error:  # members not as a kernel writes them
             _log.debug("gpu_magics metrics: cluster record %s left out: %r", record.filename, error)
     for kernel in kernels:
         try:
             holders = with_self_reports(holders, [], paths, snapshot, [kernel])
-        except Exception as error:  # a kernel record whose members are not what a kernel writes
+        except (ValueError, TypeError, KeyError, AttributeError) as error:  # gpus not as a kernel writes them
             _log.debug("gpu_magics metrics: kernel record %s left out: %r", kernel.filename, error)
     workers = _worker_pids(usable)
     ranks = _RankFinder()

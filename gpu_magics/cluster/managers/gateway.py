@@ -19,7 +19,7 @@ from gpu_magics.cluster.managers import attach, needs
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, gateway_short_name
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import dropped, format_duration, one_line
+from gpu_magics.units import format_duration, one_line
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -82,7 +82,6 @@ class GatewayManager(ClusterManager):
         try:
             self.cluster = self.gateway.connect(self.name, shutdown_on_close=False)
         except Exception as error:  # whatever the library raises is the user's one line
-            dropped("connecting to a gateway cluster", error)
             raise UsageError(
                 f"{WHAT}: could not connect to gateway cluster {self.name!r} ({one_line(error)})"
             ) from None
@@ -170,10 +169,8 @@ class GatewayManager(ClusterManager):
 
     def abandon(self) -> None:
         if self.owned:
-            try:
+            with contextlib.suppress(Exception):  # a close that fails any way: the start's error is what is said
                 self.close()
-            except Exception as error:  # a close that fails any way: the start's own error is what the user sees
-                dropped("closing the gateway cluster of a failed start", error)
         else:
             self._let_go()
 
@@ -184,10 +181,8 @@ class GatewayManager(ClusterManager):
     def _let_go(self) -> None:
         """Close the ``GatewayCluster`` object and the gateway client here; the cluster on the gateway stays."""
         if self.cluster is not None:
-            try:
+            with contextlib.suppress(Exception):  # a close that fails any way: the cluster on the gateway stays
                 self.cluster.close(shutdown=False)
-            except Exception as error:  # a close that fails any way: the cluster on the gateway stays
-                dropped("letting go of a GatewayCluster object", error)
             close_gateway(self.cluster.gateway)
         close_gateway(self.gateway)
 
@@ -245,17 +240,14 @@ def make_gateway(address: str | None) -> Any:
             "dask's config (a hub with a Dask Gateway usually does)"
         ) from None
     except Exception as error:  # whatever the library raises is the user's one line
-        dropped("making the gateway client", error)
         raise UsageError(f"{WHAT}: {one_line(error)}") from None
 
 
 def close_gateway(gateway: Any) -> None:
     """Close a ``Gateway`` client once: a second ``close()`` (its ``__del__`` does one) asks distributed for a
     loop that is gone and prints a traceback to the notebook."""
-    try:
+    with contextlib.suppress(Exception):  # a close that fails any way (its loop is gone): the client is let go
         gateway.close()
-    except Exception as error:  # a close that fails any way (its loop is gone): the client is let go
-        dropped("closing the gateway client", error)
     with contextlib.suppress(AttributeError, TypeError):  # an object that refuses the attribute
         gateway.close = lambda: None
 
@@ -277,7 +269,6 @@ def ask(gateway: Any, request: Coroutine[Any, Any, T], what: str) -> T:
     except OSError as error:  # nothing listens there, or the name does not resolve (aiohttp's connection errors)
         raise UsageError(f"{WHAT}: {where} did not answer ({_reason(error)})") from None
     except Exception as error:  # any other failure: what answered is checked, then said in one line
-        dropped("a request to the gateway", error)
         if not is_gateway(gateway):
             raise UsageError(
                 f"{WHAT}: {gateway.address} did not answer as a Dask Gateway (check the address: on a hub it is "
@@ -313,8 +304,7 @@ def is_gateway(gateway: Any) -> bool:
 
     try:
         answer = gateway.sync(bounded)
-    except Exception as error:  # a failure of any kind means no gateway answered
-        dropped("asking whether a gateway answers", error)
+    except Exception:  # a failure of any kind means no gateway answered
         return False
     return isinstance(answer, dict) and "version" in answer
 

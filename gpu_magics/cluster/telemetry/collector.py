@@ -29,7 +29,7 @@ from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerRepor
 from gpu_magics.cluster.telemetry.sharing import KernelHeld, others_by_gpu
 from gpu_magics.monitor.availability import OtherUse
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
-from gpu_magics.units import dropped
+from gpu_magics.units import one_line
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -119,17 +119,13 @@ class ClusterTelemetry:
         if not self._started:
             return
         self._started = False
-        from distributed.client import ClosedClientError
-
         from gpu_magics.cluster.telemetry.plugin import PLUGIN_NAME
 
-        with contextlib.suppress(ValueError, RuntimeError, ClosedClientError):  # not subscribed; the client closed
+        with contextlib.suppress(Exception):  # not subscribed, or the client closed (distributed's own error)
             self.client.unsubscribe_topic(TOPIC)
         if unregister:
-            try:
+            with contextlib.suppress(Exception):  # a worker's teardown may fail any way: the plugin goes with it
                 self.client.unregister_worker_plugin(PLUGIN_NAME)
-            except Exception as error:  # a worker's teardown may fail any way: the plugin goes with the worker
-                dropped("removing the telemetry plugin from the workers", error)
         with self._lock:
             self._subscribers.clear()
 
@@ -442,14 +438,12 @@ def start_collecting(client: Client, interval: float, cpu_workers: bool = False)
     """Have every worker of ``client``'s cluster report its GPUs every ``interval`` seconds; ``None`` (said in one
     line) where the workers cannot load the plugin: the cluster still works."""
     from gpu_magics import gpus
-    from gpu_magics.units import one_line
 
     local = {device.uuid: index for index, device in enumerate(gpus.usable_devices()) if device.uuid}
     collector = ClusterTelemetry(client, interval=interval, local_uuids=local, cpu_workers=cpu_workers)
     try:
         collector.start()
     except Exception as error:  # the cluster works without the reports: the line says why
-        dropped("starting the workers' GPU reports", error)
         print(f"%gpucluster: the workers will not report their GPUs ({one_line(error)})", file=sys.stderr)
         collector.close(unregister=False)
         return None

@@ -6,8 +6,10 @@ a GPU that disappears, hostile and truncated records, a wrong token, 1000 scrape
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -23,10 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPResponse
 
 from gpu_magics.cluster.records import record as records
-from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
+from gpu_magics.monitor.models import GpuProcess, GpuReading, HostReading, Snapshot
 from gpu_magics.server.metrics import collector
 from gpu_magics.server.metrics.frame import Frame, build
-from gpu_magics.server.metrics.gather import Holding, Inputs, busiest
+from gpu_magics.server.metrics.gather import Holding, Inputs, busiest, gather
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Place
 from gpu_magics.server.owners import GpuHolder
@@ -179,6 +181,49 @@ def test_the_notebook_label_only_where_the_admin_turns_it_on() -> None:
 def test_one_kernel_cannot_flood_the_endpoint() -> None:
     many = [holding("k1", f"GPU-{n:08d}", GIB) for n in range(5000)]
     assert len(samples(build_frame(inputs(snapshot(), *many)))["gpu_magics_kernel_gpu_memory_bytes"]) == 256
+
+
+WORKER = """
+import subprocess, sys, time
+loader = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+          "print(c.pid, flush=True); time.sleep(120)")
+rank = subprocess.Popen([sys.executable, "-c", loader, "gpu_magics.spmd.rank"], stdout=subprocess.PIPE, text=True)
+print(rank.pid, rank.stdout.readline().strip(), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_kernel_s_processes_are_told_apart_by_their_tree(runtime_dir: Path) -> None:
+    """This process stands for the kernel: a cluster worker it started, that worker's rank process (its command line
+    names the rank module) and the rank's DataLoader-like child, and another child of the kernel."""
+    worker = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        assert worker.stdout is not None
+        rank, loader = (int(pid) for pid in worker.stdout.readline().split())
+        member = {"name": "0", "role": "worker", "pid": worker.pid, "host": "127.0.0.1", "gpus": []}
+        cluster = records.ClusterRecord(name="c", scheduler_address="tcp://127.0.0.1:1", dashboard_url=None,
+                                        kind="cpu", workers=1, kernel_id="k1", members=(member,))  # fmt: skip
+        records.write_record(cluster)
+        pids = (worker.pid, rank, loader, other.pid)
+        shot = snapshot(reading(0, IDLE, processes=tuple(GpuProcess(pid, GIB) for pid in pids)))
+        data = gather(shot, [], {os.getpid(): "k1"}, {}, frozenset({"k1"}))
+        parts = {h.holder.pid: h.part for h in data.holdings}
+        assert parts == {worker.pid: "workers", rank: "ranks", loader: "ranks", other.pid: "children"}
+        memory = samples(build_frame(data))["gpu_magics_kernel_gpu_memory_bytes"]
+        assert sorted((labels["part"], value) for labels, value in memory) == [
+            ("children", GIB),
+            ("ranks", 2 * GIB),
+            ("workers", GIB),
+        ]
+    finally:
+        for process in (worker, other):
+            process.kill()
+            process.wait(10)
+        for pid in (locals().get("rank"), locals().get("loader")):
+            if isinstance(pid, int):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_the_collector_is_registered_once_and_a_closing_server_leaves() -> None:

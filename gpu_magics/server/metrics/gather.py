@@ -110,14 +110,15 @@ def _utilization(reading: GpuReading) -> float | None:
     return float(value)
 
 
-def _worker_pids(records: Iterable[cluster_records.ClusterRecord]) -> frozenset[int]:
-    pids = set()
+def _worker_pids(records: Iterable[cluster_records.ClusterRecord]) -> dict[str, frozenset[int]]:
+    """Kernel id -> the pids of its clusters' workers, as they reported them."""
+    pids: dict[str, set[int]] = {}
     for record in records:
         for member in record.members:
             pid = member.get("pid")
             if member.get("role") == "worker" and isinstance(pid, int):
-                pids.add(pid)
-    return frozenset(pids)
+                pids.setdefault(record.kernel_id or "", set()).add(pid)
+    return {kernel: frozenset(found) for kernel, found in pids.items()}
 
 
 def _remote_gpus(records: Iterable[cluster_records.ClusterRecord]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -157,16 +158,18 @@ def _is_rank(pid: int) -> bool:
         return False
 
 
-def _part(holder: GpuHolder, workers: frozenset[int], ancestry: Any, is_rank: _RankFinder) -> str:
+def _part(holder: GpuHolder, workers: Mapping[str, frozenset[int]], ancestry: Any, is_rank: _RankFinder) -> str:
     """ "ranks" for a rank process and its children (DataLoader workers), "workers" for a cluster's worker and its
-    children, "children" for other processes a kernel started."""
+    children, "children" for other processes a kernel started. Where the workers have not reported (telemetry off),
+    what descends from a kernel with a cluster counts as its workers'."""
     if holder.role == "kernel":
         return "kernel"
     if holder.host is not None:  # a worker on another host, from its own report
         return "workers"
+    known = workers.get(holder.kernel_id or "", frozenset())
     for pid in ancestry(holder.pid) or [holder.pid]:
         if is_rank(pid):
             return "ranks"
-        if pid in workers:
+        if pid in known:
             return "workers"
-    return "workers" if holder.role == "worker" else "children"
+    return "workers" if holder.role == "worker" and not known else "children"

@@ -12,6 +12,7 @@ itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import threading
@@ -249,10 +250,10 @@ class WarmWatch:
         return str(scheduler_workers(self.client).get(address, {}).get("name", address))
 
     def close(self) -> None:
-        try:
+        from distributed.client import ClosedClientError
+
+        with contextlib.suppress(ValueError, RuntimeError, ClosedClientError):  # not subscribed; the client closed
             self.client.unsubscribe_topic(WARM_TOPIC)
-        except Exception as error:  # the client may be closed or closing: nothing is left to hear
-            dropped("unsubscribing from the warm-up reports", error)
 
 
 def _without_event_keys(message: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,12 @@ it cleanly whatever happens.
 
 - A rank that raises stops every other rank (an interrupt; a rank that does not stop within a few seconds, such
   as one waiting in a collective that will never complete, has its process ended), and the cell fails with the
-  first failing rank's traceback (its own frames) and one line for each other rank.
+  first failing rank's traceback (its own frames, library frames folded) and one line for each other rank; a
+  package the ranks lack is one line with its pip command.
+- A rank process that ended (by itself, or ended here) makes the next cell start every rank anew and make the
+  groups the last world had; a rank found dead as the cell reaches it does the same at once (the cell runs once).
+- One status table per cell (the group made for it is a line in it); lines show in the order the ranks printed
+  them, progress bars as one live line per rank.
 - Ctrl-C stops every rank the same way; the cell reports ``KeyboardInterrupt``.
 - A rank that prints nothing for ``stall_s`` seconds is named in its status row, with where it waits.
 - Rank 0's last expression (the first chosen rank's, under ``--ranks``) is the cell's result.
@@ -273,7 +278,7 @@ class _CellRun:
         outcome.seconds = time.perf_counter() - self.began
         try:
             reply = next(iter(future.result().values()))
-        except Exception as error:
+        except Exception as error:  # the rank's failure, of any kind, is its outcome
             reply = error
         if isinstance(reply, BaseException):
             outcome.state, outcome.error = (
@@ -349,7 +354,7 @@ class _CellRun:
         found = queries.telemetry()
         if found is None or self.world.kind == "cpu":
             return
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # the GPU figures are a courtesy: any failure leaves them out
             reported = {gpu.gpu.uuid: gpu.gpu for member in found.members() for gpu in member.gpus}
             for rank in self.chosen:
                 gpu = reported.get(rank.member.gpu_uuid or "")
@@ -447,5 +452,5 @@ def _other_line(outcome: RankOutcome) -> str:
 def _answer(future: concurrent.futures.Future[Any]) -> str:
     try:
         return str(next(iter(future.result().values())))
-    except Exception as error:
+    except Exception as error:  # any failure is the answer, by its type
         return f"no answer ({type(error).__name__})"

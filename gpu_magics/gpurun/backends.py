@@ -344,7 +344,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
             "scheduler": "dask.distributed",
             "array.backend": "cupy" if on_gpus else "numpy",
             **(cupy_cluster_defaults() if on_gpus else {}),
-            **(graph_tuning.cluster_graph_defaults(len(with_gpu)) if installed else {}),
+            **(graph_tuning.cluster_graph_defaults() if installed else {}),
         }
     return BackendPlan(
         name="multi-gpu",

@@ -12,8 +12,6 @@ Two sources of tasks that compute nothing are cut, and one wait on the GPU is av
 - dask draws each random chunk from a new ``cupy.random.RandomState``, whose cuRAND state is freed when the chunk
   is done, waiting for the whole GPU; ``reseed_generators`` draws the same numbers from a generator each worker
   thread keeps and reseeds (``device.draw_reseeding``).
-- on GPU workers, the chunk tasks that feed a reduction run as one task per GPU worker (``batching``), which
-  queues its chunks' GPU work back to back (``batching.LEAF_BATCHES_KEY``: how many, set by the ``multi-gpu`` plan).
 
 The optimization runs where dask materializes the graph (on the scheduler), so it is used only where the
 scheduler can import this package (``task_count.scheduler_mark`` found the plugin there).
@@ -31,15 +29,10 @@ REDUCTION_SPLIT_EVERY = 16  # partial results combined at once (4 x 4 for a 2-D 
 
 def optimize_without_aliases(dsk: Any, keys: Any, **kwargs: Any) -> Any:
     """dask's array optimization of the graph with reseeded generators (``reseed_generators``), then without
-    the alias tasks its linear fusion leaves behind, and with a reduction's chunks in one task per GPU worker
-    where the ``multi-gpu`` plan asks for it (``batching``)."""
+    the alias tasks its linear fusion leaves behind."""
     from dask.array.optimization import optimize
 
-    from gpu_magics.gpurun.graphs import batching
-
-    graph = strip_aliases(optimize(reseed_generators(dsk), keys, **kwargs), keys)
-    batches = int(dask.config.get(batching.LEAF_BATCHES_KEY, default=0) or 0)
-    return batching.batch_reduction_leaves(graph, keys, batches)
+    return strip_aliases(optimize(reseed_generators(dsk), keys, **kwargs), keys)
 
 
 def reseed_generators(dsk: Any) -> Any:
@@ -118,16 +111,11 @@ def gpu_graph_defaults() -> dict[str, Any]:
     return {}
 
 
-def cluster_graph_defaults(gpu_workers: int = 0) -> dict[str, Any]:
-    """The settings above, each only where the user's dask config has not set it; with ``gpu_workers``, a
-    reduction's chunks in one task per GPU worker (``batching``)."""
-    from gpu_magics.gpurun.graphs import batching
-
+def cluster_graph_defaults() -> dict[str, Any]:
+    """The settings above, each only where the user's dask config has not set it."""
     settings: dict[str, Any] = {}
     if dask.config.get("array_optimize", default=None) is None:
         settings["array_optimize"] = optimize_without_aliases
-        if gpu_workers > 0 and dask.config.get(batching.LEAF_BATCHES_KEY, default=None) is None:
-            settings[batching.LEAF_BATCHES_KEY] = gpu_workers
     if dask.config.get("split_every", default=None) is None:
         settings["split_every"] = REDUCTION_SPLIT_EVERY
     return settings

@@ -1,0 +1,121 @@
+"""The seed on 1, 2, 4... GPUs against the best one-GPU path, in one process on one machine, with where each
+multi-GPU cell's time goes.
+
+For each GPU count a ``%gpucluster`` of that many GPUs starts and ``%%gpurun multi-gpu`` cells of the seed (drawn
+from ``RandomState(42)``) run ``--repeat`` warm times; the median, the tasks per cell and the magic's own split of
+the workers' time are printed, with the speed-up over ``%%gpurun gpu`` (one GPU, dask's threads, measured first
+in the same process) and whether the mean agrees with ``gpu``'s to 1e-6 relative (the same generator and seeds:
+it must). A lever under test goes in as ``--config KEY=VALUE`` (dask config, a Python literal), measured
+alternately with the default in the same cells. Plain ``LocalCUDACluster`` rows come from
+``seed_workload.py --multi-gpu`` (fresh processes).
+
+    python benchmarks/four_gpus.py [--counts 1,2,4] [--n 100000] [--chunk 10000] [--repeat 7] [--json FILE]
+        [--config distributed.scheduler.worker-saturation=1.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from IPython.utils.capture import capture_output
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PARTS = ("compute", "transfers", "scheduling", "client", "result")
+
+CELL = (
+    "x = da.random.RandomState(42).normal(10, 1, size=({n}, {n}), chunks={chunk})\n"
+    "t_mean = float((x + 1)[::2, ::2].mean().compute())\n"
+)
+
+
+def run(ip: Any, line: str, cell: str) -> tuple[float, Any]:
+    with capture_output():
+        began = time.perf_counter()
+        ip.run_cell_magic("gpurun", f"{line} -q --no-monitor -o t_result", cell)
+        took = time.perf_counter() - began
+    return took, ip.user_ns["t_result"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--counts", default="1,2,4")
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--chunk", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--json")
+    parser.add_argument("--config", action="append", default=[], help="a lever: dask config KEY=VALUE, A/B")
+    args = parser.parse_args()
+    import dask
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "gpu_magics")
+    ip.run_cell("import dask, dask.array as da", store_history=False)
+    cell = CELL.format(n=args.n, chunk=args.chunk)
+    run(ip, "gpu", cell)  # cold
+    gpu_times = [run(ip, "gpu", cell)[0] for _ in range(args.repeat)]
+    gpu_s = statistics.median(gpu_times)
+    reference = float(ip.user_ns["t_mean"])
+    print(f"seed {args.n}^2 float64 in {args.chunk}^2 chunks; %%gpurun gpu (1 GPU): {gpu_s:.3f} s", flush=True)
+    rows = []
+    lever = {key: ast.literal_eval(value) for key, _, value in (item.partition("=") for item in args.config)}
+    modes = ("default", "lever") if lever else ("default",)
+
+    def use(mode: str) -> Any:
+        return dask.config.set(lever) if mode == "lever" else contextlib.nullcontext()
+
+    for count in [int(c) for c in args.counts.split(",") if c]:
+        gpus = ",".join(str(i) for i in range(count))
+        with capture_output():
+            ip.run_line_magic("config", "ClusterMagics.wait_for_workers = True")
+            ip.run_line_magic("gpucluster", f"--gpus {gpus} --replace --name bench{count}")
+        times: dict[str, list[float]] = {mode: [] for mode in modes}
+        tasks: dict[str, int] = {}
+        split: dict[str, dict[str, float]] = {}
+        agrees = True
+        for mode in modes:  # cold runs
+            with use(mode):
+                run(ip, "multi-gpu", cell)
+        for _ in range(args.repeat):
+            for mode in modes:
+                with use(mode):
+                    took, result = run(ip, "multi-gpu", cell)
+                times[mode].append(took)
+                tasks[mode] = int(result.tasks or 0)
+                if result.split is not None:
+                    split[mode] = {part: round(result.split.share(part), 3) for part in PARTS}
+                agrees &= abs(float(ip.user_ns["t_mean"]) - reference) <= 1e-6 * abs(reference)
+        for mode in modes:
+            median = statistics.median(times[mode])
+            row = {
+                "gpus": count,
+                "setup": mode,
+                "seconds": round(median, 4),
+                "speedup_over_gpu": round(gpu_s / median, 2),
+                "tasks": tasks.get(mode),
+                "split": split.get(mode),
+                "agrees_with_gpu": agrees,
+            }
+            rows.append(row)
+            print(
+                f"{count} GPU(s), {mode}: {median:.3f} s, {row['speedup_over_gpu']}x over gpu, {row['tasks']} tasks, "
+                f"split {row['split']}; mean agrees with gpu: {agrees}",
+                flush=True,
+            )
+        with capture_output():
+            ip.run_line_magic("gpucluster", "stop")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu_s": gpu_s, "lever": args.config, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -147,7 +149,9 @@ def test_cell_monitor_summarizes_the_gpus_a_backend_used(ip: InteractiveShell) -
     assert len(values) == len(times)
     assert len(times) == figures.samples and times == tuple(sorted(times))
     html = figures._repr_html_()
-    assert "GPU 1" in html and "<svg" in html and "peak memory" in html
+    assert "GPU 1" in html and "<svg" in html and ">peak memory</th>" in html
+    assert all("white-space:nowrap" in style for style in re.findall(r"<th style='([^']*)'", html))
+    assert re.search(r"<b>[\d.]+ / 140 GiB</b>", html)  # one unit, said once: the column stays narrow
     assert "mean util" in str(figures)
     assert not sampler.running and sampler_threads() == []
 
@@ -176,7 +180,8 @@ def test_gpumonitor_shows_pcie_and_nvlink(
     readings, _ = source.read(slow=True)
     assert links_line(readings[0]).startswith("PCIe \u2193") and " · NVLink \u2193" in links_line(readings[0])
     html = live_panel([Snapshot(1.0, tuple(readings), HostReading(None, None, None, 1), None)])
-    assert "class='gpu-magics-links'>PCIe \u2193" in html and "NVLink \u2193" in html
+    assert ">PCIe \u2193 \u2191</th>" in html and ">NVLink \u2193 \u2191</th>" in html
+    assert html.count("class='gpu-magics-links'>\u2193") == 2
 
 
 def test_a_full_host_cpu_timeline_is_a_line_not_a_filled_block() -> None:
@@ -191,3 +196,57 @@ def test_a_full_host_cpu_timeline_is_a_line_not_a_filled_block() -> None:
     assert line is not None
     ys = [float(y) for y in re.findall(r",([\d.]+)", line.group(1))]
     assert ys == [4.0, 4.0, 4.0]  # 100% a few pixels below the frame's top edge, visible as a line
+
+
+@pytest.mark.parametrize(
+    ("times", "values"),
+    [
+        ([0.0], [100.0]),  # one sample
+        ([0.0, 0.5], [None, 100.0]),  # a fresh probe's first read has no CPU figure yet
+        ([0.0, 0.0], [98.0, 100.0]),  # both at one moment
+        ([0.0, 0.26, 0.52], [96.0, 100.0, 100.0]),
+    ],
+)
+def test_the_host_cpu_chart_draws_a_line_at_any_mean(times: list[float], values: list[float | None]) -> None:
+    """A busy cell's chart (mean 96-100%) shows its line across the chart, not an empty box: the line stays
+    below the top, which has no frame edge to hide it."""
+    import re
+
+    from gpu_magics.display.monitor_view import timeline
+
+    chart = timeline(times, values, "#6b8fb5", width=240, height=36)
+    line = re.search(r"<path d='(M[^']+)' fill='none' stroke='#6b8fb5'", chart)
+    assert line is not None, chart
+    points = [(float(x), float(y)) for x, y in re.findall(r"([\d.]+),([\d.]+)", line.group(1))]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    assert max(xs) - min(xs) >= 200  # across the chart
+    assert all(4.0 <= y <= 6.0 for y in ys)  # near the top, 4 px or more below it
+    assert "<rect" not in chart  # no frame: a line at 100% is not drawn over its top edge
+    assert "stroke-dasharray" in chart  # a dotted 100% mark instead
+
+
+def test_the_live_panel_names_a_shared_model_once_and_its_cells_do_not_wrap() -> None:
+    from gpu_magics.display.monitor_view import live_panel, pair, rate
+    from gpu_magics.monitor.models import HostReading, Snapshot
+
+    source = make_source("fake", gpus=4)
+    source.read(slow=True)
+    time.sleep(0.05)  # NVLink is a rate of counters: the second read has one
+    readings, _ = source.read(slow=True)
+    html = live_panel([Snapshot(1.0, tuple(readings), HostReading(50.0, 2**30, 8 * 2**30, 2), None)], "GPUs")
+    assert "<b>GPUs · 4\u00d7 NVIDIA H200</b>" in html
+    assert html.count("<tr class='gpu-magics-gpu'>") == 4 and "GPU 3 · NVIDIA H200" not in html
+    cells = re.findall(r"<t[dh] style='([^']*)'", html)
+    assert cells and all("white-space:nowrap" in style for style in cells)
+    assert "overflow-x:auto" in html  # narrower than the table: it scrolls, never wraps
+    assert pair(457.0, 700.0, "W") == "457 / 700 W" and pair(54.8 * 2**30, 140 * 2**30) == "54.8 / 140 GiB"
+    assert pair(512 * 2**20, 140 * 2**30) == "512 MiB / 140 GiB" and pair(None, None) == "\u2013"
+    assert rate(6.0 * 2**30, 2.5 * 2**30) == "\u21936.0 \u21912.5 GiB/s"
+    assert rate(6.0 * 2**30, 2**20) == "\u21936.0 GiB/s \u21911.0 MiB/s"
+    later = tuple(dataclasses.replace(r, nvlink_rx=None, nvlink_tx=None) for r in readings)  # between slow reads
+    host = HostReading(None, None, None, 2)
+    kept = live_panel([Snapshot(1.0, tuple(readings), host, None), Snapshot(1.5, later, host, None)], "GPUs")
+    assert ">NVLink \u2193 \u2191</th>" in kept  # the column stays while its reads are in the history
+    mixed = [readings[0], dataclasses.replace(readings[1], name="NVIDIA A100")]
+    html = live_panel([Snapshot(1.0, tuple(mixed), HostReading(None, None, None, 2), None)], "GPUs")
+    assert "GPU 0 · NVIDIA H200" in html and "GPU 1 · NVIDIA A100" in html and "\u00d7" not in html

@@ -70,9 +70,9 @@ class MonitorFigures:
         links = [name for name in ("PCIe", "NVLink") if any(_link(gpu, name)[0] is not None for gpu in self.gpus)]
         header = ["GPU", "mean util", "peak memory", *(f"{name} peak (mean)" for name in links), "util"]
         cell = "padding:1px 8px 1px 0;white-space:nowrap"
-        right = f"{cell};text-align:right"
+        right, left = f"{cell};text-align:right", f"{cell};text-align:left"  # as said: JupyterLab's are right
         head = "".join(
-            f"<th style='{cell if k in (0, len(header) - 1) else right};font-weight:normal;{MUTED}'>"
+            f"<th style='{left if k in (0, len(header) - 1) else right};font-weight:normal;{MUTED}'>"
             f"{html.escape(name)}</th>"
             for k, name in enumerate(header)
         )
@@ -91,7 +91,7 @@ class MonitorFigures:
             ]
             chart = timeline(times, values, "#76b900", height=24) if times else ""
             rows.append(
-                f"<tr><td style='{cell}'>{name}</td>"
+                f"<tr><td style='{left}'>{name}</td>"
                 + "".join(figures)
                 + f"<td style='padding:1px 0'>{chart}</td></tr>"
             )

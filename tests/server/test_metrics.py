@@ -417,6 +417,7 @@ class TestTurnedOff:
         assert "jupyter_server_info" in text and "gpu_magics_" not in text
 
 
+@pytest.mark.slow  # ten seconds of scrapes
 async def test_a_thousand_scrapes_leave_threads_fds_and_memory_flat(jp_fetch: Fetch, sleeper: Any) -> None:
     records.write_record(kernel_record(sleeper.pid, "k-held"))
     await scrape_until(jp_fetch, lambda f: bool(f.get("gpu_magics_kernel_idle_hold_seconds")))

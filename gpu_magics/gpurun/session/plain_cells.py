@@ -157,8 +157,8 @@ class Session:
             if plan is not None and error is None:
                 try:
                     plan.synchronize()
-                except Exception as error:  # the cell's time is measured all the same
-                    dropped("synchronizing after a plain cell", error)
+                except Exception as failure:  # the cell's time is measured all the same
+                    dropped("synchronizing after a plain cell", failure)
             wall = time.perf_counter() - cell.began
         with contextlib.suppress(ValueError):  # an annotation set in another context (an async cell)
             cell.stack.close()

@@ -238,3 +238,64 @@ def test_a_backends_first_run_here_is_cold() -> None:
     execute._ran_on.discard(execute._backend_key(plan))  # as in a fresh kernel
     assert execute.first_run_on(plan) is True
     assert execute.first_run_on(plan) is False
+
+
+def _gpus(per_worker: dict[str, float], wall: float, tasks: int = 110) -> TimeSplit:
+    """A multi-GPU cell's split with each worker's computing seconds."""
+    seconds = dict.fromkeys(PARTS, 0.0)
+    compute = sum(per_worker.values())
+    seconds.update(compute=compute, scheduling=wall * len(per_worker) - compute)
+    return TimeSplit(wall, len(per_worker), tasks, seconds, mean_task_s=compute / tasks, worker_compute=per_worker)
+
+
+def test_each_workers_computing_is_kept_and_the_busiest_named() -> None:
+    timings = [TaskTiming("a", 0.0, 0.3), TaskTiming("b", 0.0, 0.1), TaskTiming("b", 0.2, 0.3)]
+    measured = split(0.0, 0.4, timings)
+    assert measured.worker_compute == pytest.approx({"a": 0.3, "b": 0.2})
+    assert measured.busiest() == ("a", pytest.approx(0.6))
+    assert split(0.0, 0.4, timings[:1]).busiest() is None  # one worker: nothing to compare
+
+
+def test_too_few_or_uneven_chunks_for_the_gpus_get_chunks_that_split_evenly() -> None:
+    even = {"w0": 0.1, "w1": 0.1, "w2": 0.1, "w3": 0.1}
+    few = advice.ArrayChunks("x", (100_000, 100_000), (50_000, 50_000), 2e10)  # 4 chunks on 4 GPUs
+    line = advice.advise(_gpus(even, 0.2, tasks=6), [few], None)
+    assert line == "4 chunks do not split evenly over 4 GPUs: make x with chunks=(50000, 25000) (2 a GPU; now 50000)"
+    two = advice.ArrayChunks("x", (100_000,), (50_000,), 4e5)
+    line = advice.advise(_gpus(even, 0.2, tasks=3), [two], None)
+    assert line is not None and line.startswith("2 chunks for 4 GPUs leave 2 idle: make x with chunks=12500 ")
+    nine = advice.ArrayChunks("x", (90_000, 90_000), (30_000, 30_000), 7.2e9)
+    line = advice.advise(_gpus(even, 0.2, tasks=10), [nine], None)
+    assert line is not None and line.startswith("9 chunks do not split evenly over 4 GPUs") and "(2 a GPU" in line
+    assert all(len(said) <= advice.MAX_ADVICE for said in (line,))
+    seed = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8)  # 100 chunks: 25 each
+    assert advice.advise(_gpus(even, 0.15), [seed], None) is None
+    assert advice.advise(_gpus({"w0": 0.1}, 0.15), [few], None) is None  # one GPU: nothing to balance
+
+
+def test_one_gpu_doing_most_of_the_work_says_why() -> None:
+    seed = advice.ArrayChunks("x", (100_000, 100_000), (10_000, 10_000), 8e8)
+    lopsided = _gpus({"tcp://a:1": 0.30, "tcp://a:2": 0.1, "tcp://a:3": 0.1, "tcp://a:4": 0.1}, 0.35)
+    line = advice.advise(lopsided, [seed], None, kernel_shares={"tcp://a:1": "GPU 0, 12.0 GiB"})
+    assert line == (
+        "GPU 0 did 50% of the work of 4 GPUs; this kernel uses it too (GPU 0, 12.0 GiB): %gpucluster free kernel "
+        "gives its cache back"
+    )
+    assert len(line) <= advice.MAX_ADVICE
+    other = advice.advise(lopsided, [seed], None)
+    assert (
+        other == "one GPU did 50% of the work of 4 GPUs: another process may use it too (%gpucluster status shows who)"
+    )
+    balanced = _gpus({"tcp://a:1": 0.12, "tcp://a:2": 0.1, "tcp://a:3": 0.1, "tcp://a:4": 0.1}, 0.15)
+    assert advice.advise(balanced, [seed], None, kernel_shares={"tcp://a:1": "GPU 0, 12.0 GiB"}) is None
+
+
+def test_the_kernels_share_of_a_workers_gpu_is_found_by_uuid() -> None:
+    from gpu_magics.cluster.info import WorkerGpu
+
+    workers = {
+        "tcp://a:1": ("host", (WorkerGpu(label="host · GPU 0", name="H100", uuid="GPU-0"),)),
+        "tcp://a:2": ("host", (WorkerGpu(label="host · GPU 1", name="H100", uuid="GPU-1"),)),
+    }
+    held = {"GPU-0": (12 * 2**30, True), "GPU-1": (0, True)}
+    assert advice.kernel_on_workers(workers, held) == {"tcp://a:1": "GPU 0, 12.0 GiB"}

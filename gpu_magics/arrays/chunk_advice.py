@@ -50,6 +50,44 @@ def grown_chunks(
     return None
 
 
+def even_chunks(shape: Sequence[int], chunksize: Sequence[int], workers: int) -> tuple[int, ...] | None:
+    """Chunk sizes close to ``chunksize`` whose count is a multiple of ``workers``, at least two for each (every
+    GPU gets the same number of chunks), changing at most the two most split axes; ``None`` where there are none
+    or the chunks already divide evenly."""
+    before = _count(shape, chunksize)
+    if workers < 2 or (before % workers == 0 and before >= 2 * workers):
+        return None
+    axes = sorted(
+        (axis for axis, (size, chunk) in enumerate(zip(shape, chunksize, strict=True)) if size > 1),
+        key=lambda axis: -math.ceil(shape[axis] / chunksize[axis]),
+    )[:2]
+    if not axes:
+        return None
+    best: tuple[tuple[float, float], tuple[int, ...]] | None = None
+    ranges = [
+        range(1, min(int(shape[axis]), 2 * math.ceil(shape[axis] / chunksize[axis]) + 2 * workers) + 1) for axis in axes
+    ]
+    for pieces in _product(ranges):
+        chunks = list(chunksize)
+        for axis, count in zip(axes, pieces, strict=True):
+            chunks[axis] = math.ceil(shape[axis] / count)
+        count = _count(shape, chunks)
+        if count % workers or count < 2 * workers:
+            continue
+        shape_change = sum(abs(math.log(new / old)) for new, old in zip(chunks, chunksize, strict=True))
+        distance = (abs(math.log(count / before)), shape_change)
+        if best is None or distance < best[0]:
+            best = (distance, tuple(chunks))
+    return None if best is None else best[1]
+
+
+def _product(ranges: Sequence[range]) -> list[tuple[int, ...]]:
+    combos: list[tuple[int, ...]] = [()]
+    for values in ranges:
+        combos = [(*combo, value) for combo in combos for value in values]
+    return combos
+
+
 def _count(shape: Sequence[int], chunks: Sequence[int]) -> int:
     return math.prod(math.ceil(size / chunk) for size, chunk in zip(shape, chunks, strict=True))
 

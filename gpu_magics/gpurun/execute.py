@@ -292,6 +292,21 @@ def run_on_backend(
     return result, outcome
 
 
+def _kernel_shares() -> dict[str, str]:
+    """The cluster's workers whose GPU this kernel holds memory on too (for the advice); none where unknown."""
+    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.records import kernel_report
+
+    reports = queries.telemetry()
+    if reports is None:
+        return {}
+    try:
+        return advice.kernel_on_workers(reports.worker_gpus(), kernel_report.held_by_uuid())
+    except Exception as error:  # advice is a courtesy: never fail a cell over it
+        dropped("reading which GPUs this kernel shares with the workers", error)
+        return {}
+
+
 def advice_for(
     shell: InteractiveShell, names: Iterable[str], plan: BackendPlan, split: TimeSplit, *, cold: bool = False
 ) -> str | None:
@@ -306,8 +321,11 @@ def advice_for(
             costs = advice.cluster_draw_seconds(plan.client, elements, plan.annotations.get("workers"))
         elif plan.gpu_indices:
             costs = advice.local_draw_seconds(plan.gpu_indices[0], elements)
+    shares: dict[str, str] = {}
+    if plan.client is not None and split.gpu and split.workers > 1:
+        shares = _kernel_shares()
     try:
-        return advice.advise(split, arrays, costs, cold=cold)
+        return advice.advise(split, arrays, costs, cold=cold, kernel_shares=shares)
     except Exception as error:  # advice is a courtesy: never fail a cell over it
         dropped("advice on the cell's time", error)
         return None

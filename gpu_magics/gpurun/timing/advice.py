@@ -1,6 +1,8 @@
 """One line of advice after a GPU cell, derived from its time split: when most GPU time went to setting up
-XORWOW generators (one per chunk), the Philox generator that avoids it; when fixed costs per task dominate, the
-chunk size that gives each task enough work (``chunk_advice``). Never changes the user's chunks or generator."""
+XORWOW generators (one per chunk), the Philox generator that avoids it; on several GPUs, when the chunks are too
+few or do not split evenly over them, chunks that do, and when one GPU did most of the work, why (this kernel's
+own use of that GPU, or another process); when fixed costs per task dominate, the chunk size that gives each task
+enough work (``chunk_advice``). Never changes the user's chunks or generator."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ RANDOM_FUNCTIONS = frozenset(
     }
 )  # fmt: skip
 GENERATOR_SHARE = 0.3  # advise Philox when XORWOW set-up takes at least this share of the GPU time
+BUSIEST = 1.5  # one worker computing this many times its even share (1/N of the work) did "most of the work"
 LOW_COMPUTE_SHARE = 0.6  # below this share of busy GPU time, fixed costs dominate
 
 MAX_ADVICE = 160  # characters: advice is read at a glance
@@ -114,14 +117,20 @@ def _count(array: ArrayChunks) -> int:
 
 
 def advise(
-    split: TimeSplit, arrays: list[ArrayChunks], draw_costs: tuple[float, float] | None, *, cold: bool = False
+    split: TimeSplit,
+    arrays: list[ArrayChunks],
+    draw_costs: tuple[float, float] | None,
+    *,
+    cold: bool = False,
+    kernel_shares: Mapping[str, str] | None = None,
 ) -> str | None:
     """The one line of advice for this split (at most ``MAX_ADVICE`` characters), or ``None`` when nothing
     measured points to a fix. ``cold``: the backend's first run here, whose start-up costs (imports, first CUDA
     use) would pass for per-task overhead: no chunk advice from it.
 
     ``draw_costs``: seconds to draw one chunk of normals with XORWOW (CuPy's default) and with Philox, measured
-    on the GPU that ran the cell (``draw_seconds``)."""
+    on the GPU that ran the cell (``draw_seconds``). ``kernel_shares``: worker -> its GPU and what this kernel
+    holds there ("GPU 0, 12 GiB"), for the workers whose GPU this kernel uses too (``kernel_on_workers``)."""
     by_function: dict[str, int] = {}
     for array in arrays:
         for function, count in array.xorwow_draws.items():
@@ -137,6 +146,9 @@ def advise(
                 f"{share:.0%} of GPU time set up XORWOW generators ({format_seconds(xorwow)} a chunk); Philox: "
                 f"rs = {CALL}; x = rs.{function}(...)"
             )
+    balance = None if cold else _balance(split, arrays, kernel_shares or {})
+    if balance is not None:
+        return balance
     if cold or split.share("compute") >= LOW_COMPUTE_SHARE or not split.tasks or not arrays:
         return None
     overhead = (split.seconds.get("scheduling", 0.0) + split.seconds.get("transfers", 0.0)) / split.tasks
@@ -150,6 +162,57 @@ def advise(
         f"make {biggest.name} with chunks={chunk_advice.format_chunks(grown)} "
         f"(now {chunk_advice.format_chunks(biggest.chunksize)}, {format_bytes(biggest.chunk_bytes)})"
     )
+
+
+def _balance(split: TimeSplit, arrays: list[ArrayChunks], kernel_shares: Mapping[str, str]) -> str | None:
+    """On several GPUs: chunks too few for them, or that do not split evenly over them, with chunks that do; else
+    one GPU that did most of the work, and why where it is known (this kernel uses that GPU too)."""
+    gpus = split.workers
+    if not split.gpu or gpus < 2 or not arrays:
+        return None
+    biggest = arrays[0]
+    chunks = _count(biggest)
+    better = chunk_advice.even_chunks(biggest.shape, biggest.chunksize, gpus)
+    if better is not None and chunks < 8 * gpus:  # with many chunks a GPU, an uneven last round costs little
+        each = _count(ArrayChunks(biggest.name, biggest.shape, better, 0.0)) // gpus
+        what = (
+            f"{chunks} chunk{'s' if chunks != 1 else ''} for {gpus} GPUs leave {gpus - chunks} idle"
+            if chunks < gpus
+            else f"{chunks} chunks do not split evenly over {gpus} GPUs"
+        )
+        return (
+            f"{what}: make {biggest.name} with chunks={chunk_advice.format_chunks(better)} ({each} a GPU; now "
+            f"{chunk_advice.format_chunks(biggest.chunksize)})"
+        )
+    busiest = split.busiest()
+    if busiest is None or busiest[1] < BUSIEST / gpus:
+        return None
+    worker, share = busiest
+    shared = kernel_shares.get(worker)
+    if shared is not None:
+        return (
+            f"{shared.split(',')[0]} did {share:.0%} of the work of {gpus} GPUs; this kernel uses it too "
+            f"({shared}): %gpucluster free kernel gives its cache back"
+        )
+    return (
+        f"one GPU did {share:.0%} of the work of {gpus} GPUs: another process may use it too "
+        "(%gpucluster status shows who)"
+    )
+
+
+def kernel_on_workers(
+    worker_gpus: Mapping[str, tuple[str, tuple[Any, ...]]], held: Mapping[str, tuple[int | None, bool]]
+) -> dict[str, str]:
+    """Worker -> "GPU 0, 12 GiB": the workers whose GPU this kernel holds memory on too (``worker_gpus``: the
+    cluster's telemetry, worker -> (host, its GPUs); ``held``: this kernel's bytes by GPU UUID)."""
+    found = {}
+    for worker, (_, gpus) in worker_gpus.items():
+        for gpu in gpus:
+            size = held.get(getattr(gpu, "uuid", ""), (None, False))[0]
+            if size:
+                label = str(getattr(gpu, "label", "its GPU")).split(" \u00b7 ")[-1]
+                found[worker] = f"{label}, {format_bytes(size)}"
+    return found
 
 
 def draw_seconds(elements: int) -> tuple[float, float]:

@@ -51,6 +51,16 @@ class TimeSplit:
     mean_task_s: float = 0.0
     prefixes: dict[str, int] = field(default_factory=dict)
     gpu: bool = True
+    worker_compute: dict[str, float] = field(default_factory=dict)  # worker -> its seconds computing
+
+    def busiest(self) -> tuple[str, float] | None:
+        """The worker that computed longest and its share of all workers' computing (``None``: one worker, or
+        nothing computed)."""
+        total_compute = sum(self.worker_compute.values())
+        if self.workers < 2 or total_compute <= 0 or not self.worker_compute:
+            return None
+        name = max(self.worker_compute, key=lambda worker: self.worker_compute[worker])
+        return name, self.worker_compute[name] / total_compute
 
     def share(self, part: str) -> float:
         """The part's share of the workers' time, 0..1."""
@@ -196,12 +206,15 @@ def split(
     count = max(workers or 0, len(names), 1)
     active = clip(active_windows(tasks, arrivals), window)
     seconds = dict.fromkeys(PARTS, 0.0)
+    per_worker: dict[str, float] = {}
     for name in [*names, *[None] * (count - len(names))]:
         mine = [task for task in tasks if task.worker == name]
         computing = merge(clip(((task.start, task.stop) for task in mine), window))
         fetching = subtract(merge(clip((span for task in mine for span in task.transfers), window)), computing)
         waiting = subtract(subtract([window], computing), fetching)
         seconds["compute"] += total(computing)
+        if name is not None:
+            per_worker[name] = total(computing)
         seconds["transfers"] += total(fetching)
         in_flight = total(clip_all(waiting, active))
         after = total(clip(waiting, (active[-1][1], ended))) if active else 0.0
@@ -221,6 +234,7 @@ def split(
         mean_task_s=sum(durations) / len(durations) if durations else 0.0,
         prefixes=prefixes,
         gpu=gpu,
+        worker_compute=per_worker,
     )
 
 

@@ -61,6 +61,35 @@ class Ended:
         return asdict(self)
 
 
+def _processes() -> dict[int, tuple[int, float, str]]:
+    """pid -> (parent pid, start time, name) of every running process (zombies left out): each ``/proc/PID/stat``
+    read once, start times as psutil computes them; through psutil where there is no ``/proc``."""
+    import psutil
+
+    if not os.path.isdir("/proc/self"):
+        table = {}
+        for process in psutil.process_iter(["ppid", "create_time", "name", "status"]):
+            info = process.info
+            if info["status"] != psutil.STATUS_ZOMBIE and info["create_time"] is not None:
+                table[process.pid] = (int(info["ppid"] or 0), float(info["create_time"]), str(info["name"] or ""))
+        return table
+    boot, ticks = psutil.boot_time(), os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:  # ended while we looked
+            continue
+        name, rest = stat[stat.index(b"(") + 1 : stat.rindex(b")")], stat[stat.rindex(b")") + 2 :].split()
+        if rest[0] == b"Z":
+            continue
+        found[int(entry.name)] = (int(rest[1]), boot + int(rest[19]) / ticks, name.decode(errors="replace"))
+    return found
+
+
 def _process(pid: int, started: float) -> Any:
     """The psutil process at ``pid`` if it is the one that started at ``started`` and still runs, else ``None``."""
     import psutil
@@ -83,25 +112,28 @@ class KernelProcesses:
 
     def observe(self, kernels: Mapping[int, str]) -> None:
         """Record the descendants of each running kernel (kernel pid -> kernel id); forget recorded processes that
-        have ended. Reads ``/proc``: call off the event loop."""
-        import psutil
-
+        have ended. One pass over ``/proc`` (each process's ``stat``): call off the event loop."""
+        table = _processes()
+        children: dict[int, list[int]] = {}
+        for pid, (parent, _, _) in table.items():
+            children.setdefault(parent, []).append(pid)
         found: dict[tuple[int, float], Started] = {}
         for kernel_pid, kernel_id in kernels.items():
-            try:
-                kernel = psutil.Process(kernel_pid)
-                kernel_started = kernel.create_time()
-                children = kernel.children(recursive=True)
-            except psutil.Error:
+            if kernel_pid not in table:
                 continue
-            for child in children:
-                try:
-                    entry = Started(child.pid, child.create_time(), child.name(), kernel_id, kernel_pid, kernel_started)
-                except psutil.Error:
-                    continue
-                found[(entry.pid, entry.started)] = entry
+            kernel_started = table[kernel_pid][1]
+            stack = list(children.get(kernel_pid, ()))
+            while stack and len(found) < MAX_RECORDED:
+                pid = stack.pop()
+                _, started, name = table[pid]
+                found[(pid, started)] = Started(pid, started, name, kernel_id, kernel_pid, kernel_started)
+                stack.extend(children.get(pid, ()))
         with self._lock:
-            kept = {key: entry for key, entry in self._started.items() if _process(*key) is not None}
+            kept = {
+                key: entry
+                for key, entry in self._started.items()
+                if key[0] in table and abs(table[key[0]][1] - key[1]) <= START_TOLERANCE
+            }
             kept.update(found)
             if len(kept) > MAX_RECORDED:
                 kept = dict(sorted(kept.items(), key=lambda item: item[1].started)[-MAX_RECORDED:])

@@ -27,7 +27,7 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 from gpu_magics.monitor import fake_pools
 from gpu_magics.monitor.models import GpuProcess, HostReading, Snapshot
 from gpu_magics.server.kernels import kernel_pids
-from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started, summary
+from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started, _processes, summary
 from tests.server.test_metrics import SPEC, reading
 from tests.waiting import wait_for
 
@@ -93,6 +93,14 @@ def test_processes_that_outlive_their_kernel_are_listed_and_ended(
     assert psutil.Process(grandchild).is_running()  # only what was asked for
     registry.observe({})
     assert [f.pid for f in registry.leftovers(snapshot)] == [grandchild]
+
+
+def test_one_pass_over_proc_reads_what_psutil_reads(family: tuple[subprocess.Popen[str], int, int]) -> None:
+    kernel, child, _ = family
+    table = _processes()
+    for pid in (os.getpid(), kernel.pid, child):
+        process = psutil.Process(pid)
+        assert table[pid] == (process.ppid(), process.create_time(), process.name())
 
 
 def test_a_pid_that_names_another_process_now_is_never_signalled() -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "expected_gpu_workers",
     "gpu_worker_devices",
     "has_gpu_workers",
+    "kernel_held_by_uuid",
     "local_scheduler",
     "no_cluster_message",
     "on_change",
@@ -145,6 +146,13 @@ def telemetry() -> ClusterTelemetry | None:
     """The GPU reports of the cluster in use (``None`` without a cluster, or with telemetry off)."""
     current = in_use()
     return None if current is None else current.telemetry
+
+
+def kernel_held_by_uuid() -> dict[str, tuple[int | None, bool]]:
+    """What this kernel itself holds on its GPUs, by UUID (bytes, whether that counts its CUDA context)."""
+    from gpu_magics.cluster.records import kernel_report
+
+    return kernel_report.held_by_uuid()
 
 
 def describe_hardware() -> str:

@@ -295,13 +295,12 @@ def run_on_backend(
 def _kernel_shares() -> dict[str, str]:
     """The cluster's workers whose GPU this kernel holds memory on too (for the advice); none where unknown."""
     from gpu_magics.cluster import queries
-    from gpu_magics.cluster.records import kernel_report
 
     reports = queries.telemetry()
     if reports is None:
         return {}
     try:
-        return advice.kernel_on_workers(reports.worker_gpus(), kernel_report.held_by_uuid())
+        return advice.kernel_on_workers(reports.worker_gpus(), queries.kernel_held_by_uuid())
     except Exception as error:  # advice is a courtesy: never fail a cell over it
         dropped("reading which GPUs this kernel shares with the workers", error)
         return {}

@@ -10,6 +10,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from traitlets import Bool, CaselessStrEnum, Float, Int
 
+from gpu_magics.cluster.background import ahead
 from gpu_magics.display.live import can_show_widgets
 from gpu_magics.gpurun import backends, progress
 from gpu_magics.gpurun import execute as run
@@ -156,6 +157,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         ``%config ClusterMagics.plain_cells_on_cluster = True`` runs plain cells on the cluster after every
         ``%gpucluster``.
         """
+        ahead.wait_for_imports()  # called outside a cell (a script), no cell waited for them
         if cell is None:
             return self._session_line(line)
         with session.for_shell(self._shell, self).suspended():

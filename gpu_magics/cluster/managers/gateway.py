@@ -165,21 +165,18 @@ class GatewayManager(ClusterManager):
             if self.name is not None:
                 ask(self.gateway, self.gateway._stop_cluster(self.name), f"shut {self.name!r} down")
         finally:
-            self._let_go()
+            self.discard()
 
     def abandon(self) -> None:
         if self.owned:
             with contextlib.suppress(Exception):  # a close that fails any way: the start's error is what is said
                 self.close()
         else:
-            self._let_go()
+            self.discard()
 
     def discard(self) -> None:
-        """Let go of a manager that started nothing (its line was only checked)."""
-        self._let_go()
-
-    def _let_go(self) -> None:
-        """Close the ``GatewayCluster`` object and the gateway client here; the cluster on the gateway stays."""
+        """Close the ``GatewayCluster`` object and the gateway client here; the cluster on the gateway stays (also
+        for a manager that started nothing: its line was only checked)."""
         if self.cluster is not None:
             with contextlib.suppress(Exception):  # a close that fails any way: the cluster on the gateway stays
                 self.cluster.close(shutdown=False)
@@ -188,7 +185,7 @@ class GatewayManager(ClusterManager):
 
     def finish(self, name: str, close: bool, keep: bool = False) -> str:
         if keep or not (self.owned or close):
-            self._let_go()
+            self.discard()
             how = "" if self.owned or keep else "; stop --close shuts it down"
             return (
                 f"{PROG}: detached from {name!r}; gateway cluster {self.name} keeps running{how} "

@@ -342,3 +342,13 @@ def test_the_catch_counter_sees_every_form(tmp_path: Path) -> None:
         "with contextlib.suppress(BaseException):\n    pass\ntry:\n    pass\nexcept OSError:\n    pass\n"
     )
     assert broad_catches(sample) == [4, 8, 10]
+
+
+def test_views_read_the_managers_facts_never_the_clusters_kind() -> None:
+    """Whether a cluster closes or detaches, can be restarted or scaled, where its workers come from: its manager
+    says so (``ClusterFacts``), and the card and the side panel read that, never how the cluster was made."""
+    card = (PACKAGE / "display" / "cluster_view.py").read_text()
+    assert ".kind" not in card
+    for name in ("clusters.ts", "views/clusters.ts"):
+        panel = (PACKAGE.parent / "labextension" / "src" / name).read_text()
+        assert ".kind" not in panel, name

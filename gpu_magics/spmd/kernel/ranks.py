@@ -234,7 +234,7 @@ class Ranks:
         self.groups = set()
         self.regroup, self._why_new = [], None
         with self._lock:
-            self._lost = {}
+            self._lost, self.pids = {}, {}
         if made is None or self.client.status != "running":
             return
         try:

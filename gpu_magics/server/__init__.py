@@ -3,7 +3,8 @@
 Enabled by ``pip install`` (``etc/jupyter/jupyter_server_config.d/gpu_magics.json``). Loading it does no GPU work:
 the shared sampler starts on the first request that needs it. Configure it with ``c.GpuMagicsServer.*``
 (``interval``, ``history``, ``source``, ``fake_gpus``, ``metrics``...). It adds the ``gpu_magics_*`` series to the
-server's own Prometheus endpoint ``/metrics`` (``server.metrics``).
+server's own Prometheus endpoint ``/metrics`` (``server.metrics``), and from its start records the processes its
+kernels start, to find those that outlive their kernel on the GPUs (``server.leftovers``: ``/proc`` only).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""``MetricsFeed``: refreshes the ``/metrics`` figures on the server's event loop while scrapes come.
+"""``MetricsFeed``: refreshes the ``/metrics`` figures on the server's event loop while scrapes come (or the side
+panel asks ``api/idle-hold``).
 
-The first scrape starts it (loading the extension does no GPU work); it reads every ``metrics_interval`` seconds
-(records and ``/proc`` on a worker thread, the sampler's readings from memory) and stops when no scrape has come for
+The first ask starts it (loading the extension does no GPU work); it reads every ``metrics_interval`` seconds
+(records and ``/proc`` on a worker thread, the sampler's readings from memory) and stops when nothing has asked for
 ``STANDBY_S`` seconds, after which the shared sampler stops as it does without listeners.
 """
 

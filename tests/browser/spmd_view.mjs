@@ -1,5 +1,6 @@
 // SPMD cells in real JupyterLab: run tests/notebooks/spmd_view.ipynb (2 CPU ranks: merged output and the status
-// rows, then a failing rank that stops the other), check what shows, and take light and dark screenshots of the
+// rows, then a failing rank with a long error that stops the other), check what shows (one table per cell, rows
+// on one line), and take light and dark screenshots of the
 // status rows and the failure at the default sidebar width. Screenshots go to $ARTIFACTS.
 // Usage: node spmd_view.mjs BASE_URL TOKEN NOTEBOOK_PATH
 import fs from 'node:fs';
@@ -40,7 +41,7 @@ async function main() {
       };
     });
     step(`found: ${JSON.stringify(found).slice(0, 600)}`);
-    if (found.tables < 2) problems.push(`expected 2 SPMD status tables, found ${found.tables}`);
+    if (found.tables !== 2) problems.push(`expected one SPMD status table per cell (2), found ${found.tables}`);
     if (!found.ran.includes('[0,1] epoch 1 loss 0.52')) problems.push('the alike line does not show once with its ranks');
     if (!found.ran.includes('[1] rank 1 of 2')) problems.push('a differing line does not show with its rank');
     if (!/2 done in/.test(found.ran)) problems.push('the status rows do not say both ranks are done');
@@ -69,6 +70,14 @@ async function main() {
         ).length
       );
       if (overflow) problems.push(`${overflow} status table(s) run past the output area (${theme})`);
+      // every status row stays one line, the failing rank's long error too (clipped in the row, in full below)
+      const wrapped = await page.evaluate(() =>
+        Array.from(document.querySelectorAll('.gpu-magics-spmd table tr')).filter(row => {
+          const header = row.closest('table').querySelector('tr').getBoundingClientRect().height;
+          return row.getBoundingClientRect().height > header * 1.5;
+        }).length
+      );
+      if (wrapped) problems.push(`${wrapped} status row(s) wrap onto a second line (${theme})`);
     }
   } finally {
     await browser.close();

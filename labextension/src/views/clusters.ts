@@ -102,11 +102,9 @@ export class ClustersView {
         'div',
         { class: 'jp-GpuMagics-clusterMeta' },
         notebook,
-        el(
-          'span',
-          {},
-          ` \u00b7 ${cluster.scheduler_address} \u00b7 up ${formatAge(cluster.up_since ?? cluster.started_at, now)}`
-        ),
+        el('span', {}, ` \u00b7 ${cluster.scheduler_address} \u00b7 `),
+        // its own age (a gateway cluster connected to: since the gateway started it), on one line
+        el('span', { class: 'jp-GpuMagics-uptime' }, `up ${formatAge(cluster.up_since ?? cluster.started_at, now)}`),
         ...dashboardLink(cluster)
       )
     );

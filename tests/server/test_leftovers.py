@@ -27,7 +27,8 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 from gpu_magics.monitor import fake_pools
 from gpu_magics.monitor.models import GpuProcess, HostReading, Snapshot
 from gpu_magics.server.kernels import kernel_pids
-from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started, _processes, summary
+from gpu_magics.server.leftovers import store
+from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started, process_table, summary
 from tests.server.test_metrics import SPEC, reading
 from tests.waiting import wait_for
 
@@ -97,10 +98,32 @@ def test_processes_that_outlive_their_kernel_are_listed_and_ended(
 
 def test_one_pass_over_proc_reads_what_psutil_reads(family: tuple[subprocess.Popen[str], int, int]) -> None:
     kernel, child, _ = family
-    table = _processes()
+    table = process_table()
     for pid in (os.getpid(), kernel.pid, child):
         process = psutil.Process(pid)
         assert table[pid] == (process.ppid(), process.create_time(), process.name())
+
+
+def test_a_server_that_starts_again_knows_what_the_kernels_of_the_one_before_started(
+    family: tuple[subprocess.Popen[str], int, int], runtime_dir: Path
+) -> None:
+    kernel, child, grandchild = family
+    before = KernelProcesses()
+    before.observe({kernel.pid: "k1"})
+    ended, truncated = (subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(2))  # servers that have ended
+    ended.wait(10)
+    truncated.wait(10)
+    store.save(before.recorded(), runtime_dir / f"{store.PREFIX}{ended.pid}{store.SUFFIX}")
+    (runtime_dir / f"{store.PREFIX}{truncated.pid}{store.SUFFIX}").write_text('{"pid": 2, "proc')
+    running = runtime_dir / f"{store.PREFIX}1{store.SUFFIX}"  # pid 1 runs: a server that still runs owns its file
+    running.write_text('{"pid": 1, "processes": []}')
+    kernel.kill()
+    kernel.wait(10)
+    after = KernelProcesses()
+    after.add(store.load_ended_servers())
+    found = after.leftovers(on_gpu((child, 3 * GIB), (grandchild, GIB)))
+    assert sorted(f.pid for f in found) == sorted([child, grandchild]) and {f.kernel_id for f in found} == {"k1"}
+    assert sorted(runtime_dir.glob(f"{store.PREFIX}*")) == [running]  # the ended servers' files: read once
 
 
 def test_a_pid_that_names_another_process_now_is_never_signalled() -> None:

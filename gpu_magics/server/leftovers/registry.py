@@ -61,7 +61,7 @@ class Ended:
         return asdict(self)
 
 
-def _processes() -> dict[int, tuple[int, float, str]]:
+def process_table() -> dict[int, tuple[int, float, str]]:
     """pid -> (parent pid, start time, name) of every running process (zombies left out): each ``/proc/PID/stat``
     read once, start times as psutil computes them; through psutil where there is no ``/proc``."""
     import psutil
@@ -113,7 +113,7 @@ class KernelProcesses:
     def observe(self, kernels: Mapping[int, str]) -> None:
         """Record the descendants of each running kernel (kernel pid -> kernel id); forget recorded processes that
         have ended. One pass over ``/proc`` (each process's ``stat``): call off the event loop."""
-        table = _processes()
+        table = process_table()
         children: dict[int, list[int]] = {}
         for pid, (parent, _, _) in table.items():
             children.setdefault(parent, []).append(pid)
@@ -138,6 +138,12 @@ class KernelProcesses:
             if len(kept) > MAX_RECORDED:
                 kept = dict(sorted(kept.items(), key=lambda item: item[1].started)[-MAX_RECORDED:])
             self._started = kept
+
+    def add(self, entries: list[Started]) -> None:
+        """Take over what another registry recorded (a server before this one)."""
+        with self._lock:
+            for entry in entries:
+                self._started.setdefault((entry.pid, entry.started), entry)
 
     def recorded(self) -> list[Started]:
         with self._lock:

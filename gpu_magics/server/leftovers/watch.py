@@ -9,7 +9,8 @@ from typing import Any
 from tornado.ioloop import IOLoop, PeriodicCallback
 
 from gpu_magics.server.kernels import kernel_pids
-from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover
+from gpu_magics.server.leftovers import store
+from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started
 from gpu_magics.server.service import MonitorService
 
 INTERVAL = 2.0  # seconds between looks at the kernels' processes (a process started and orphaned in between is missed)
@@ -25,6 +26,8 @@ class LeftoverWatch:
         self._callback: PeriodicCallback | None = None
         self._interval = interval
         self._busy = False
+        self._saved: list[Started] | None = None
+        self._loaded = False
 
     def start(self) -> None:
         """Begin looking (on the event loop)."""
@@ -40,9 +43,20 @@ class LeftoverWatch:
         self._busy = True
         try:  # a failure is logged by the periodic callback, and the next look tries again
             pids = kernel_pids(self._kernel_manager)
-            await asyncio.get_running_loop().run_in_executor(None, self.registry.observe, pids)
+            await asyncio.get_running_loop().run_in_executor(None, self._look, pids)
         finally:
             self._busy = False
+
+    def _look(self, pids: dict[int, str]) -> None:
+        """On a worker thread: the first look takes over what ended servers recorded; each look saves what changed."""
+        if not self._loaded:
+            self._loaded = True
+            self.registry.add(store.load_ended_servers())
+        self.registry.observe(pids)
+        recorded = sorted(self.registry.recorded(), key=lambda entry: (entry.pid, entry.started))
+        if recorded != self._saved:
+            store.save(recorded)
+            self._saved = recorded
 
     async def current(self) -> list[Leftover]:
         """The leftovers on the server's GPUs now (the first call waits for the sampler's first reading)."""

@@ -46,6 +46,19 @@ def test_an_error_a_catch_lets_go_is_in_the_kernels_log_file_not_the_notebook(
     assert oct(kernel_log().stat().st_mode & 0o777) == "0o600"
 
 
+def test_a_logged_traceback_is_never_read_as_a_failed_starts_cause(loaded_shell: InteractiveShell) -> None:
+    """A failed start names the last error distributed wrote to the file; the package's records are indented."""
+    from gpu_magics.cluster.background import start_logs
+
+    size = start_logs.log_path().stat().st_size
+    try:
+        raise ValueError("let go, not the start's cause")
+    except ValueError as error:
+        units.dropped("t_a courtesy", error)
+    assert "ValueError: let go" in kernel_log().read_text(encoding="utf-8")[size:]
+    assert start_logs.last_error(kernel_log(), size) is None
+
+
 def test_the_package_logger_writes_nowhere_else_in_the_kernel(loaded_shell: InteractiveShell) -> None:
     assert units.logger.propagate is False  # never to the root logger, whose last resort prints to the notebook
     assert units.logger.getEffectiveLevel() == logging.DEBUG

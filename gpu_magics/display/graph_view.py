@@ -114,6 +114,8 @@ def _worked_out(node: Any, attr: str) -> Any:
     """``node.<attr>``, or ``_UNKNOWN`` where working it out fails."""
     try:
         return getattr(node, attr)
+    except AttributeError:  # a node without it (an array's numblocks on a frame)
+        return _UNKNOWN
     except Exception as error:  # an expression works this out on demand, which may fail any way: unknown
         dropped(f"working out an expression's {attr}", error, once=True)
         return _UNKNOWN

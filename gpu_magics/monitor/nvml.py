@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_magics.monitor.models import GpuProcess, GpuReading
-from gpu_magics.units import dropped
 
 __all__ = ["FROM_ENV", "NvmlSource", "select_visible"]
 
@@ -170,8 +169,7 @@ class NvmlSource:
             if device.handle is not None:
                 try:
                     found[device.uuid] = self._processes(device.handle)
-                except Exception as error:  # a driver may fail this any way: that GPU's processes are unknown
-                    dropped("reading a GPU's processes", error, once=True)
+                except Exception:  # a driver may fail this any way (no permission is common): processes unknown
                     found[device.uuid] = None
         return found
 
@@ -196,7 +194,6 @@ class NvmlSource:
         try:
             nv.nvmlInit()
         except Exception as exc:  # the monitor says why NVML did not start, whatever it raised
-            dropped("starting NVML", exc)
             self._fail(_init_reason(nv, exc))
             return
         self._nv = nv
@@ -204,7 +201,6 @@ class NvmlSource:
         try:
             gpus = [self._discover(i) for i in range(nv.nvmlDeviceGetCount())]
         except Exception as exc:  # the monitor says why the GPUs could not be listed, whatever it raised
-            dropped("listing the GPUs", exc)
             self._fail(f"listing GPUs failed: {_describe(exc)}")
             with contextlib.suppress(nv.NVMLError):
                 nv.nvmlShutdown()
@@ -229,7 +225,6 @@ class NvmlSource:
             gpu = _Device(index, handle, name, uuid)
             return _Gpu(gpu, self._discover_migs(gpu))
         except Exception as exc:  # this GPU cannot be opened; the others still can
-            dropped("opening a GPU", exc)
             return _Gpu(_Device(index, None, name, uuid, error=_describe(exc)))
 
     def _discover_migs(self, gpu: _Device) -> tuple[_Device, ...]:
@@ -265,8 +260,7 @@ class NvmlSource:
             return fn(*args)
         except self._fatal:
             raise
-        except Exception as error:  # any failure, a binding bug included (tested): this reading is None
-            dropped(f"NVML's {function}", error, once=True)
+        except Exception:  # expected where a GPU lacks it; any failure, a binding bug included (tested): None
             return None
 
     def _read_device(self, index: int, device: _Device, slow: bool) -> GpuReading:
@@ -275,7 +269,6 @@ class NvmlSource:
         try:
             return self._read_fields(index, device, slow)
         except Exception as exc:  # the GPU's row says why, whatever the driver raised
-            dropped("reading a GPU", exc, once=True)
             return _failed(index, device, _describe(exc))
 
     def _read_fields(self, index: int, device: _Device, slow: bool) -> GpuReading:

@@ -69,7 +69,8 @@ class _KernelFile(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            text = self.format(record)
+            first, *rest = self.format(record).split("\n")
+            text = "\n".join([first, *(f"    {line}" for line in rest)])  # a traceback here is never ``last_error``
             with log_path().open("a", encoding="utf-8") as file:
                 file.write(text + "\n")
         except Exception:  # anything goes: as in logging's own handlers, a record never fails the code that logs

@@ -120,7 +120,7 @@ def test_a_record_keeps_the_manager_its_jobs_and_adapt_bounds() -> None:
         manager="SLURM jobs", jobs=(job.to_json(),), adaptive=(0, 4),
     )  # fmt: skip
     data = record.to_json()
-    assert data["version"] == SCHEMA_VERSION == 4 and data["adaptive"] == [0, 4] and data["jobs"][0]["node"] == "gpu-1"
+    assert data["version"] == SCHEMA_VERSION == 5 and data["adaptive"] == [0, 4] and data["jobs"][0]["node"] == "gpu-1"
     assert ClusterRecord.from_json(data) == record
     older = {key: value for key, value in data.items() if key not in ("manager", "jobs", "adaptive")}
     assert ClusterRecord.from_json(older) == ClusterRecord(
@@ -141,11 +141,13 @@ def test_help_names_the_managers() -> None:
 
 def test_the_status_shows_each_job_and_the_adapt_bounds() -> None:
     from gpu_magics.cluster.info import ClusterInfo, JobInfo
+    from gpu_magics.cluster.managers.adopted import AdoptedManager
+    from gpu_magics.cluster.managers.slurm import SlurmManager
     from gpu_magics.display.cluster_view import ClusterView
 
     info = ClusterInfo(
         name="s", kind="slurm", scheduler_address="tcp://10.0.0.1:8786", dashboard_url=None, hardware="2x H100",
-        started_at=100.0, adaptive=(0, 4), manager="SLURM jobs",
+        started_at=100.0, adaptive=(0, 4), manager="SLURM jobs", facts=SlurmManager(None, set(), []).facts("gpu"),
         jobs=(
             JobInfo(job_id="12", state="running", node="gpu-1", workers=("s-0",), gpus=("H100 (gpu-1 · GPU 0)",)),
             JobInfo(job_id="13", state="pending", reason="<Resources>"),
@@ -158,5 +160,8 @@ def test_the_status_shows_each_job_and_the_adapt_bounds() -> None:
     assert "job 12 running on gpu-1 · workers s-0 · GPUs H100 (gpu-1 · GPU 0)" in text
     assert "job 13 pending (<Resources>)" in text
     assert "job 13 pending (&lt;Resources&gt;)" in view.html()
-    adopted = ClusterView(ClusterInfo(**{**vars(info), "kind": "adopted", "manager": "KubeCluster", "jobs": ()}))
+    facts = AdoptedManager(None, "KubeCluster").facts("gpu")
+    adopted = ClusterView(
+        ClusterInfo(**{**vars(info), "kind": "adopted", "manager": "KubeCluster", "jobs": (), "facts": facts})
+    )
     assert "adopted KubeCluster, not started here" in adopted.text()

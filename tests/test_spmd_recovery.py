@@ -116,3 +116,24 @@ def test_lines_show_live_and_in_the_order_printed_across_ranks(kernel: Kernel) -
     assert [line for _, line in arrivals] == ["[0] step 0", "[0] step 1", "[0] step 2", "[0] step 3", "[0,1] done"]
     first = arrivals[0][0]
     assert first < ended - 2.0, (arrivals, ended)  # "step 0" showed while the cell still had 3 s to run
+
+
+@needs_torch
+def test_a_worker_that_died_and_came_back_gives_a_new_world_with_its_group(kernel: Kernel) -> None:
+    kernel.ok("%%gpurun spmd --init torch -q\nkept = 1", timeout=120)
+    workers = kernel.worker_pids()
+    kernel.ok(  # SIGKILL one worker (its rank goes with it); its nanny starts a new one at a new address
+        "import os, signal, time, gpu_magics\nclient = gpu_magics.client()\n"
+        "before = set(client.scheduler_info()['workers'])\n"
+        f"os.kill({workers[1]}, signal.SIGKILL)\ndeadline = time.monotonic() + 60\n"
+        "while True:\n"
+        "    now = set(client.scheduler_info()['workers'])\n"
+        "    if len(now) == 2 and now != before:\n        break\n"
+        "    assert time.monotonic() < deadline, 'the worker did not come back'\n    time.sleep(0.5)",
+        timeout=90,
+    )
+    text = kernel.ok(STATE, timeout=120)
+    said = new_world_lines(text)
+    assert len(said) == 1 and "the cluster's workers changed" in said[0], text
+    assert said[0].endswith("the process group is made again as before, now (--init torch)")
+    assert "[0,1] state False True" in text

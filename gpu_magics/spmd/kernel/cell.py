@@ -289,6 +289,8 @@ class _CellRun:
                     "traceback": "",
                 },
             )
+            if not self.stopping:  # its worker died or left: the next cell starts a new world, groups and all
+                self.died[index] = f"its worker did not answer: {type(reply).__name__}"
             return
         self.merger.add(index, reply.get("lines", ()), time.perf_counter())
         self.merger.finished(index)

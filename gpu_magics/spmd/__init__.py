@@ -10,5 +10,6 @@ The kernel reaches the workers only through the cluster's ``Client``.
 from __future__ import annotations
 
 from gpu_magics.spmd.kernel.transfer import pull, push
+from gpu_magics.spmd.rank.shards import shards
 
-__all__ = ["pull", "push"]
+__all__ = ["pull", "push", "shards"]

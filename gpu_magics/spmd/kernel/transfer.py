@@ -1,6 +1,8 @@
 """Moving values between the kernel and the ranks, one call each:
 
 - ``gpu_magics.spmd.push(config=cfg, data=x)`` sets ``config`` and ``data`` on every rank (``ranks=[0]``: some);
+- ``gpu_magics.spmd.push(x=x)`` with a persisted dask array ``x`` sends a handle to its chunks, not the data:
+  ``gpu_magics.spmd.shards(x)`` in a rank fetches the chunks its own worker holds (``dask_data``);
 - ``gpu_magics.spmd.pull("loss")`` brings one variable back from every rank (a list in rank order), and
   ``pull("loss", rank=0)`` from one rank.
 
@@ -68,12 +70,22 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
         raise UsageError("spmd.push: name the values, for example spmd.push(config=config)")
     import cloudpickle
 
+    from gpu_magics.spmd.kernel import dask_data
+
+    arrays = {name: value for name, value in values.items() if dask_data.is_collection(value)}
+    for name, value in arrays.items():
+        dask_data.check(name, value)  # a persisted dask array goes as a handle to its chunks (spmd.shards)
     try:
-        packed = {name: cloudpickle.dumps(value, protocol=5) for name, value in values.items()}
+        packed = {name: cloudpickle.dumps(value, protocol=5) for name, value in values.items() if name not in arrays}
     except Exception as error:  # a value may fail to pickle any way: said in one line
         raise UsageError(f"spmd.push: a value does not pickle ({type(error).__name__}: {error})") from None
     wanted = _rank_list(ranks)
     made, chosen = _ranks_ready(wanted, f"spmd.push(ranks={ranks!r})")
+    dask_data.release(made.client, [name for name in values if name not in arrays])  # a handle pushed before
+    for name, value in arrays.items():
+        handle, line = dask_data.share(name, value, made.client, chosen)
+        print(line)
+        packed[name] = cloudpickle.dumps(handle, protocol=5)
     _gather({rank.rank: made.ask(rank, {"op": "push", "values": packed}) for rank in chosen}, "push")
 
 

@@ -123,6 +123,7 @@ class World:
             "JAX_PROCESS_ID": str(rank.rank),
             "CUDA_VISIBLE_DEVICES": ",".join(host_gpus) if rank.gpu else "",
             "GPU_MAGICS_SPMD_DEVICE": "gpu" if rank.gpu else "cpu",
+            "GPU_MAGICS_SPMD_WORKER": rank.member.address,  # where spmd.shards fetches the rank's chunks from
             **({} if rank.gpu else {"ACCELERATE_USE_CPU": "true"}),  # Accelerate's CPU ranks: gloo, as --cpu
             **dict(self.user_env),
         }

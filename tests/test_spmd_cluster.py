@@ -252,6 +252,9 @@ def test_the_session_line_refuses_ranks_outside_the_world_and_says_which_ranks(s
         shell.run_line_magic("gpurun", "spmd --ranks 7")
     assert str(caught.value) == "%gpurun spmd --ranks: no rank 7; the world has ranks 0-2 (3 ranks on 1 host (CPU))"
     assert spmd_session.current(shell) is None  # nothing changed
+    with pytest.raises(UsageError, match=r"^%gpurun spmd --output: no rank 9; the world has ranks 0-2 \(3 ranks"):
+        shell.run_line_magic("gpurun", "spmd --output 9")
+    assert spmd_session.current(shell) is None
     with capture_output() as captured:
         shell.run_line_magic("gpurun", "spmd --ranks 1-2")
     try:

@@ -216,7 +216,7 @@ class GpuMagics(Magics, FreeGpuSettings):
                 found.end()
             print("%gpurun spmd: the ranks were ended; the next SPMD cell starts new ones")
             return
-        where = spmd_session.where(options.ranks)  # a one-line UsageError for ranks outside the world
+        where = spmd_session.where(options.ranks, options.show_ranks)  # one line for ranks outside the world
         session.for_shell(self._shell, self).end()
         rest = line.strip()[len("spmd") :].strip()
         spmd_session.start(self._shell, rest)

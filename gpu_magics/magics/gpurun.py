@@ -126,6 +126,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         memory.
         ``gpu_magics.spmd.push(name=value)`` sets a variable on every rank; ``gpu_magics.spmd.pull("name")``
         brings one back (``rank=0``: from one rank).
+        A persisted dask array pushed (``push(x=x)``) gives each rank ``spmd.shards(x)``: the chunks its worker holds.
 
         Options:
 

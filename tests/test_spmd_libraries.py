@@ -1,6 +1,8 @@
 """Library code, unchanged, in SPMD ranks on a real 2-worker CPU cluster (gloo) from a real IPython shell:
 HuggingFace Accelerate's ``Accelerator()`` (prepare, backward, a few steps, gather of a metric, again in a later
-cell), and the rank environment put back before every cell (Lightning's teardown deletes ``WORLD_SIZE``)."""
+cell), Lightning Fabric (``launch()`` launching nothing), Lightning's ``Trainer.fit`` twice in two cells (which a
+launcher that starts processes per call cannot do), and the rank environment put back before every cell
+(Lightning's teardown deletes ``WORLD_SIZE``)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ pytestmark = pytest.mark.slow
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_ACCELERATE = HAS_TORCH and importlib.util.find_spec("accelerate") is not None
+HAS_LIGHTNING = HAS_TORCH and importlib.util.find_spec("lightning") is not None
+needs_lightning = pytest.mark.skipif(not HAS_LIGHTNING, reason="lightning is not installed (pip install lightning)")
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +80,63 @@ def test_accelerates_own_code_trains_on_gloo_ranks_and_again_in_a_later_cell(she
     more = "for x, y in loader:\n    optimizer.zero_grad()\n    accelerator.backward(model(x).pow(2).mean())\n"
     more += "    optimizer.step()\naccelerator.gather(torch.tensor([accelerator.process_index])).tolist()"
     assert spmd(shell, "", more).values == [[0, 1], [0, 1]]
+
+
+FABRIC = """
+import os, torch, lightning as L
+hosts = int(os.environ["WORLD_SIZE"]) // int(os.environ["LOCAL_WORLD_SIZE"])
+fabric = L.Fabric(devices=int(os.environ["LOCAL_WORLD_SIZE"]), num_nodes=hosts, strategy="ddp")
+fabric.launch()  # the ranks are the processes: it launches nothing
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = fabric.setup(model, optimizer)
+for _ in range(3):
+    optimizer.zero_grad()
+    fabric.backward(model(torch.randn(8, 4)).pow(2).mean())
+    optimizer.step()
+(fabric.world_size, fabric.global_rank, fabric.all_gather(torch.tensor([fabric.global_rank])).flatten().tolist())
+"""
+
+TRAINER = """
+import os, torch, lightning as L
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, _):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+tiny = Tiny()
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+"""
+
+FIT = """
+at_start = os.environ.get("WORLD_SIZE")
+trainer = L.Trainer(devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy="ddp", max_epochs=1, logger=False,
+                    enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+trainer.fit(tiny, data)
+(at_start, trainer.world_size, trainer.global_rank, float(tiny.layer.weight.sum()))
+"""
+
+
+@needs_lightning
+def test_lightning_fabric_launches_nothing_and_trains_on_the_ranks(shell: InteractiveShell) -> None:
+    values = spmd(shell, "", FABRIC).values
+    assert values == [(2, 0, [0, 1]), (2, 1, [0, 1])]
+
+
+@needs_lightning
+def test_lightning_trainer_fits_in_one_cell_and_again_in_the_next(shell: InteractiveShell) -> None:
+    spmd(shell, "", TRAINER)
+    first = spmd(shell, "", FIT).values
+    second = spmd(shell, "", FIT).values  # its teardown deleted WORLD_SIZE: the rank environment is back
+    for values in (first, second):
+        assert [value[:3] for value in values] == [("2", 2, 0), ("2", 2, 1)]
+        assert values[0][3] == pytest.approx(values[1][3])  # DDP kept the replicas equal
+    assert second[0][3] != first[0][3]  # the second fit trained the same model further

@@ -344,3 +344,53 @@ def test_accelerate_trains_on_two_gpu_ranks_with_nccl(shell: InteractiveShell, g
             ("DistributedType.MULTI_GPU", 2, f"cuda:{rank}", [0, 1]) for rank in (0, 1)
         ]
         assert values[0][4] == pytest.approx(values[1][4], rel=1e-5)
+
+
+LIGHTNING_CELL = """
+import os, torch, lightning as L
+fabric = L.Fabric(devices=int(os.environ["LOCAL_WORLD_SIZE"]), num_nodes=1, strategy="ddp")
+fabric.launch()
+t_fmodel = torch.nn.Linear(64, 1)
+t_fmodel, t_fopt = fabric.setup(t_fmodel, torch.optim.SGD(t_fmodel.parameters(), lr=0.1))
+(fabric.world_size, fabric.global_rank, str(fabric.device),
+ fabric.all_gather(torch.tensor([fabric.global_rank], device=fabric.device)).flatten().tolist())
+"""
+
+TRAINER_FIT = """
+import os, torch, lightning as L
+if "t_tiny" not in globals():
+    class t_Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(64, 1)
+
+        def training_step(self, batch, _):
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    t_tiny = t_Tiny()
+    t_data = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(256, 64), torch.randn(256, 1)), batch_size=32)
+t_at_start = os.environ.get("WORLD_SIZE")
+t_trainer = L.Trainer(devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy="ddp", max_epochs=1, logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+t_trainer.fit(t_tiny, t_data)
+(t_at_start, t_trainer.world_size, t_trainer.global_rank, str(t_trainer.strategy.root_device))
+"""
+
+
+def test_lightning_fabric_and_trainer_twice_on_two_gpu_ranks(shell: InteractiveShell, gpu_count: int) -> None:
+    """Issue 42 item 6 on GPUs: Lightning Fabric launching nothing, and Trainer.fit in two cells (its teardown
+    deletes WORLD_SIZE; the rank environment is back for the second)."""
+    if gpu_count < 2:
+        pytest.skip("needs 2 GPUs")
+    if importlib.util.find_spec("lightning") is None:
+        pytest.skip("needs lightning in the workers' environment (pip install lightning)")
+    with started(shell, "--gpus 0,1"):
+        run(shell, f"%%gpurun spmd -q -o t_fabric\n{LIGHTNING_CELL}")
+        assert shell.user_ns["t_fabric"].values == [(2, rank, f"cuda:{rank}", [0, 1]) for rank in (0, 1)]
+        for _ in range(2):
+            run(shell, f"%%gpurun spmd -q -o t_fit\n{TRAINER_FIT}")
+            assert shell.user_ns["t_fit"].values == [("2", 2, rank, f"cuda:{rank}") for rank in (0, 1)]

@@ -5,6 +5,7 @@ moved said, and what cannot go is one line."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,6 +172,15 @@ def test_an_array_held_by_one_worker_is_balanced_by_moving_the_fewest_bytes_and_
     assert again.endswith("(4 + 4 chunks), each from its rank's own worker with spmd.shards(t_x); 0 bytes moved")
     assert [len(places) for places, *_ in run_shards(shell)] == [4, 4]
     assert np.array_equal(whole_from_ranks(), x.compute())
+    # pushing the name again lets the chunks go: with the notebook's own array gone, the workers hold none of them
+    push(shell, t_x=None)
+    del x, handle
+    deadline = time.monotonic() + 20
+    while any(
+        "t-uneven" in str(key) or "gpu-magics-shard-" in str(key) for keys in held_keys().values() for key in keys
+    ):
+        assert time.monotonic() < deadline, "the chunks stayed on the workers after the name was pushed again"
+        time.sleep(0.2)
 
 
 def test_arrays_that_are_not_persisted_or_not_arrays_are_refused_in_one_line(shell: InteractiveShell) -> None:

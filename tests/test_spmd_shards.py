@@ -183,6 +183,22 @@ def test_an_array_held_by_one_worker_is_balanced_by_moving_the_fewest_bytes_and_
         time.sleep(0.2)
 
 
+def test_an_array_pushed_to_one_rank_goes_whole_to_that_ranks_worker(shell: InteractiveShell) -> None:
+    first, second = rank_workers()
+    x = placed([first, second] * 4, "t-one")
+    said = push(shell, ranks=[1], t_one=x).strip()
+    assert said.startswith("spmd.push: t_one: 8 chunks (6.1 MiB) over rank 1 (8 chunks), each from its rank's own")
+    assert said.endswith(f"3.1 MiB ({4 * CHUNK_BYTES} bytes, 4 chunks) moved between workers to balance them")
+    with capture_output() as captured:
+        result = shell.run_cell(
+            "%%gpurun spmd -q --ranks 1\nfrom gpu_magics.spmd import shards\nt_rows, t_all = shards(t_one, True)\n"
+            "float(t_all.sum()), t_rows"
+        )
+    assert result.success, captured.stdout + captured.stderr
+    total, rows = result.result
+    assert rows == (slice(0, ROWS),) and total == pytest.approx(float(x.sum().compute()), rel=1e-12)
+
+
 def test_arrays_that_are_not_persisted_or_not_arrays_are_refused_in_one_line(shell: InteractiveShell) -> None:
     import dask
     import dask.array as da

@@ -150,9 +150,10 @@ def _kept_copies(client: Client) -> dict[tuple[Any, str], Future]:
 
 
 def release(client: Client, names: Sequence[str]) -> None:
-    """Let go of the chunks kept for ``names`` (pushed again: the ranks' old handles are replaced)."""
-    for name in names:
-        _held.pop((str(client.id), name), None)
+    """Let go of the chunks kept for ``names`` (pushed again: the ranks' old handles are replaced), and of those
+    kept on another cluster (its ranks are ended when the cluster in use changes)."""
+    for key in [key for key in _held if key[0] != str(client.id) or key[1] in names]:
+        del _held[key]
 
 
 def _wait(name: str, futures: list[Future], what: str) -> None:

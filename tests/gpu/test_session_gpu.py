@@ -48,7 +48,8 @@ def test_plain_cells_on_the_clusters_gpu(shell: InteractiveShell) -> None:
     assert "plain cells: NumPy chunks on the workers' CPUs, the GPUs idle; %gpurun multi-gpu" in text
     assert "%gpurun multi-gpu" in text
     said = run(shell, "%gpurun multi-gpu")
-    assert "plain cells now run on multi-gpu, CuPy chunks on the cluster's GPUs" in said
+    assert "plain cells now use multi-gpu: CuPy chunks on 1x " in said and said.rstrip().endswith("%gpurun off ends it")
+    assert len(said.strip().splitlines()[0]) <= 110  # one short line
     run(shell, PLAIN_CELL)
     assert type(shell.user_ns["t_x"]._meta).__module__.split(".")[0] == "cupy"
     assert shell.user_ns["t_value"] == pytest.approx(11.0, abs=1e-3)
@@ -64,7 +65,7 @@ def test_plain_cells_on_the_clusters_gpu(shell: InteractiveShell) -> None:
 
 def test_plain_cells_on_the_kernels_gpu(shell: InteractiveShell) -> None:
     said = run(shell, "%gpurun gpu --device 0")
-    assert "plain cells now run on gpu, CuPy chunks on 1x" in said
+    assert "plain cells now use gpu: CuPy chunks on 1x" in said
     run(shell, PLAIN_CELL)
     assert shell.user_ns["t_value"] == pytest.approx(11.0, abs=1e-3)
     pids, devices, all_cupy = seen(shell)

@@ -1,6 +1,7 @@
 """``%gpumonitor`` in real JupyterLab in headless Chromium, in a 1400 px window with the left sidebar open: with 2
-and with 4 (simulated) GPUs, light and dark, no value of the live panel wraps and nothing overflows; a
-``%%gpurun`` cell's host-CPU chart has its line, and its summary on GPUs reads on one line per GPU. Screenshots: ``test-artifacts/browser/monitor-*.png``."""
+and with 4 (simulated) GPUs, light and dark, no value of the live panel wraps and nothing overflows; a busy
+``%%gpurun`` cell's host-CPU chart has its line, and a summary on GPUs reads on one line per GPU.
+Screenshots: ``test-artifacts/browser/monitor-*.png``."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ moved said, and what cannot go is one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -197,6 +198,40 @@ def test_an_array_pushed_to_one_rank_goes_whole_to_that_ranks_worker(shell: Inte
     assert result.success, captured.stdout + captured.stderr
     total, rows = result.result
     assert rows == (slice(0, ROWS),) and total == pytest.approx(float(x.sum().compute()), rel=1e-12)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (pip install torch)")
+def test_ddp_trains_on_each_ranks_shard_of_a_dataset_normalized_with_dask(shell: InteractiveShell) -> None:
+    """The README's recipe on CPU ranks (gloo): normalize with dask, persist, push, train DDP on each rank's shard."""
+    import dask.array as da
+
+    raw = da.random.random((ROWS, 16), chunks=(CHUNK, 16))
+    x = ((raw - raw.mean(axis=0)) / raw.std(axis=0)).persist()
+    assert "8 chunks" in push(shell, t_data=x)
+    body = (
+        "import torch\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "from gpu_magics.spmd import shards\n"
+        "t_rows, t_mine = shards(t_data, concatenate=True)\n"
+        "t_mine = torch.from_numpy(t_mine).float()\n"
+        "t_target = t_mine[:, :4].sum(dim=1, keepdim=True)\n"
+        "torch.manual_seed(0)\n"
+        "t_model = DDP(torch.nn.Linear(16, 1))\n"
+        "t_opt = torch.optim.SGD(t_model.parameters(), lr=0.05)\n"
+        "t_losses = []\n"
+        "for t_at in range(0, len(t_mine), 500):\n"
+        "    t_loss = torch.nn.functional.mse_loss(t_model(t_mine[t_at:t_at + 500]), t_target[t_at:t_at + 500])\n"
+        "    t_opt.zero_grad(); t_loss.backward(); t_opt.step()\n"
+        "    t_losses.append(t_loss.item())\n"
+        "(len(t_mine), t_losses[0], t_losses[-1], float(t_model.module.weight.sum()))"
+    )
+    with capture_output() as captured:
+        result = shell.run_cell(f"%%gpurun spmd --init torch -q -o t_trained\n{body}")
+    assert result.success, captured.stdout + captured.stderr
+    values = shell.user_ns["t_trained"].values
+    assert [rows for rows, *_ in values] == [ROWS // 2, ROWS // 2]  # balanced: the same steps on every rank
+    assert all(last < first for _, first, last, _ in values)
+    assert values[0][3] == pytest.approx(values[1][3], rel=1e-6)  # DDP kept the replicas equal
 
 
 def test_arrays_that_are_not_persisted_or_not_arrays_are_refused_in_one_line(shell: InteractiveShell) -> None:

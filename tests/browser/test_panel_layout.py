@@ -62,13 +62,20 @@ def start_kernel(lab: Lab) -> str:
     return kernel_id
 
 
+def local_gpu_facts() -> dict[str, object]:
+    """What the manager of a GPU cluster started here says of it (it scales, restarts, closes)."""
+    from gpu_magics.cluster.managers.local import LocalManager
+
+    return LocalManager("gpu", ()).facts("gpu").to_json()
+
+
 def write_cluster_record(runtime: Path, kernel_id: str) -> Path:
     """A discovery record as a kernel writes it (gpu_magics/cluster/records/record.py), with members on two hosts."""
     runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
     record = {
         "name": CLUSTER, "scheduler_address": "tcp://127.0.0.1:8786", "dashboard_url": "http://127.0.0.1:8787/status",
         "kind": "gpu", "workers": 4, "gpus": ["0", "1", "0", "1"], "pid": os.getpid(), "kernel_id": kernel_id,
-        "started_at": time.time(), "version": 2, "members": members_on_two_hosts(),
+        "started_at": time.time(), "version": 5, "members": members_on_two_hosts(), "facts": local_gpu_facts(),
     }  # fmt: skip
     path = runtime / f"gpu-magics-cluster-{os.getpid()}-{CLUSTER}.json"
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

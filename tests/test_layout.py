@@ -238,13 +238,19 @@ def test_the_cluster_engine_never_imports_the_displays() -> None:
 
 
 def test_the_spmd_rooms_keep_to_their_process() -> None:
-    """The rank process imports nothing of dask, distributed, IPython or the kernel's side; the worker's side
-    nothing of the kernel's."""
+    """The rank process imports nothing of dask, distributed, IPython or the kernel's side (except ``shards``,
+    which fetches a rank's chunks from its worker with distributed's own RPC, imported only when a cell calls it);
+    the worker's side nothing of the kernel's."""
     graph = import_graph(MODULES)
     for name, found in graph.items():
         if within(name, "gpu_magics.spmd.rank"):
             assert not {m for m in found if within(m, "gpu_magics") and not within(m, "gpu_magics.spmd.rank")}, name
             heavy = {m for m in imports(MODULES[name]) if m.split(".")[0] in ("dask", "distributed", "IPython")}
+            if name == "gpu_magics.spmd.rank.shards":
+                heavy = {m for m in heavy if m.split(".")[0] != "distributed"}
+                tree = ast.parse((PACKAGE / "spmd" / "rank" / "shards.py").read_text())
+                top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+                assert not [node for node in top if "distributed" in ast.unparse(node)], "shards: import it lazily"
             assert heavy == set(), name
         if within(name, "gpu_magics.spmd.worker"):
             assert not {m for m in found if within(m, "gpu_magics.spmd.kernel")}, name

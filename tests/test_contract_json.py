@@ -310,3 +310,56 @@ def test_cluster_jobs_match(ts: dict[str, list[str]]) -> None:
 
     job = JobInfo(job_id="12", state="pending", reason="Resources", workers=("w-0",), gpus=("H100 (GPU 0)",))
     assert_same_fields(job.to_json(), "IClusterJob", ts)
+
+
+# -- what ended kernels left, and GPU memory held while idle ---------------------------------------------------
+
+
+def test_leftover_replies_match(ts: dict[str, list[str]]) -> None:
+    """``GET leftovers`` and ``POST leftovers/end`` (the handlers' own JSON functions) are what types.ts reads."""
+    from gpu_magics.server.leftovers.handlers import leftovers_json
+    from gpu_magics.server.leftovers.registry import Ended, Leftover
+
+    found = Leftover(pid=7, started=1.5, name="python", kernel_id="k", gpu=0, gpu_uuid="GPU-0", gpu_label="GPU 0",
+                     used_memory=1024)  # fmt: skip
+    reply = leftovers_json([found])
+    assert_same_fields(field_names(Leftover), "ILeftover", ts)
+    assert_same_fields(reply["leftovers"][0], "ILeftover", ts)
+    assert_same_fields(reply, "ILeftoversReply", ts)
+    ended = Ended(7, False, "pid 7 belongs to another user").to_json()
+    assert_same_fields(ended, "IEndedLeftover", ts)
+    assert_same_fields({"results": [ended], **reply}, "IEndLeftoversReply", ts)
+
+
+def test_idle_hold_reply_matches(ts: dict[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GET idle-hold`` (its handler's code, on a real feed) and each kernel's hold are what types.ts reads."""
+    from gpu_magics.server.metrics.feed import FEED_KEY, MetricsFeed
+    from gpu_magics.server.metrics.handlers import IdleHoldHandler
+    from gpu_magics.server.metrics.holds import Hold
+
+    hold = Hold(kernel_id="k", since=1.0, held=5, cached=2, gpus=("GPU 0",), cluster="c", path="a.ipynb")
+    assert_same_fields(hold.to_json(now=2000.0, warning_s=60.0), "IIdleHold", ts)
+    monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path))
+    service = MonitorService(GpuMagicsServer(source="fake", fake_gpus=1), idle_timeout=0)
+
+    async def reply() -> dict[str, Any]:
+        feed = MetricsFeed(service, kernel_manager=None, session_manager=None)
+
+        class WithFeed(IdleHoldHandler):
+            @property
+            def settings(self) -> dict[str, Any]:
+                return {FEED_KEY: feed}
+
+        handler = _stand_in(WithFeed, service)
+        try:
+            await inspect.unwrap(IdleHoldHandler.get)(handler)
+        finally:
+            feed.close()
+        [sent] = handler.sent
+        assert isinstance(sent, dict)
+        return sent
+
+    try:
+        assert_same_fields(asyncio.run(reply()), "IIdleHoldReply", ts)
+    finally:
+        service.close()

@@ -11,11 +11,13 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { clusterCommand, FREE_NOTEBOOK_COMMAND, runInKernel } from './clusters';
+import { endLeftovers } from './server/api';
 import { MonitorConnection } from './server/connection';
 import { GpuPanelModel } from './model';
 import { GpuPanel } from './panel';
 import { GpuStatusItem } from './statusBar/item';
 import { askAdapt, askWorkers, confirmRestart, confirmStop } from './views/dialogs';
+import { confirmEndLeftovers } from './views/leftoverDialogs';
 import gpuSvg from '../style/icons/gpu.svg';
 
 /** The plugin id; also the settings id (`schema/plugin.json`). */
@@ -79,7 +81,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
         );
         await connection.refresh();
       },
-      openPath: path => void app.commands.execute('docmanager:open', { path })
+      openPath: path => void app.commands.execute('docmanager:open', { path }),
+      confirmEndLeftovers,
+      endLeftovers: async processes => {
+        const reply = await endLeftovers(processes, app.serviceManager.serverSettings);
+        model.setLeftovers(reply);
+        return reply;
+      }
     });
     panel.id = PANEL_ID;
     panel.title.icon = gpuIcon;

@@ -12,6 +12,10 @@ import type {
   IGpuReading,
   IHolder,
   IHostReading,
+  IIdleHold,
+  IIdleHoldReply,
+  ILeftover,
+  ILeftoversReply,
   IProcessesReply,
   IServerConfig,
   ISnapshot
@@ -140,8 +144,48 @@ export type ModelChange =
   | 'snapshot'
   | 'clusters'
   | 'holders'
+  | 'leftovers'
   | 'connection'
   | 'config';
+
+/** One summary line of what ended kernels left on a GPU, and the processes it counts. */
+export interface ILeftoverGroup {
+  /** "left by a kernel that has ended: 3 processes hold 11.0 GiB on GPU 1", as the server says it. */
+  line: string;
+  gpuLabel: string;
+  processes: ILeftover[];
+}
+
+/**
+ * The server's summary lines, each with the processes it counts (those on the GPU the line names); a process
+ * no line names gets a line of its own, so that none is listed without a way to end it.
+ */
+export function leftoverGroups(reply: ILeftoversReply): ILeftoverGroup[] {
+  const byGpu = new Map<string, ILeftover[]>();
+  for (const leftover of reply.leftovers) {
+    const found = byGpu.get(leftover.gpu_label) ?? [];
+    found.push(leftover);
+    byGpu.set(leftover.gpu_label, found);
+  }
+  const groups: ILeftoverGroup[] = [];
+  for (const line of reply.summary) {
+    // the longest label the line ends with ("GPU 1" would also end "node · GPU 1")
+    const label = Array.from(byGpu.keys())
+      .filter(gpu => line.endsWith(` on ${gpu}`))
+      .sort((a, b) => b.length - a.length)[0];
+    if (label !== undefined) {
+      groups.push({ line, gpuLabel: label, processes: byGpu.get(label) as ILeftover[] });
+      byGpu.delete(label);
+    }
+  }
+  for (const [label, processes] of byGpu) {
+    const count = new Set(processes.map(p => p.pid)).size;
+    const held = processes.reduce((total, p) => total + (p.used_memory ?? 0), 0);
+    const who = count === 1 ? '1 process holds' : `${count} processes hold`;
+    groups.push({ line: `left by a kernel that has ended: ${who} ${formatBytes(held)} on ${label}`, gpuLabel: label, processes });
+  }
+  return groups;
+}
 
 export class GpuPanelModel {
   readonly maxPoints: number;
@@ -163,6 +207,8 @@ export class GpuPanelModel {
   private _unreadable: number[] = [];
   private _others = new Map<number, IGpuOtherUse>();
   private _reporting = new Set<string>();
+  private _leftovers: ILeftoverGroup[] = [];
+  private _idleHolds = new Map<string, IIdleHold>();
   private _connection: IConnectionState = {
     phase: 'idle',
     attempt: 0,
@@ -413,6 +459,35 @@ export class GpuPanelModel {
       totals.set(owner, entry);
     }
     return Array.from(totals.values()).sort((a, b) => b.bytes - a.bytes);
+  }
+
+  // -- what ended kernels left, and GPU memory held while idle ------------------------------------
+
+  /** What kernels that have ended left on this server's GPUs, one group per GPU; [] when nothing. */
+  get leftovers(): ILeftoverGroup[] {
+    return this._leftovers;
+  }
+
+  setLeftovers(reply: ILeftoversReply): void {
+    this._leftovers = leftoverGroups(reply);
+    this._changed.emit('leftovers');
+  }
+
+  /** Kernel `kernelId`'s GPU memory on idle GPUs, where it has been idle long enough to say so; else `null`. */
+  idleHold(kernelId: string | null): IIdleHold | null {
+    const hold = kernelId === null ? undefined : this._idleHolds.get(kernelId);
+    return hold?.line ? hold : null;
+  }
+
+  /** The running kernels whose GPUs have sat idle long enough to say so. */
+  get idleHolds(): IIdleHold[] {
+    return Array.from(this._idleHolds.values()).filter(hold => hold.line);
+  }
+
+  /** Emits 'clusters': the lines show on the cluster cards. */
+  setIdleHolds(reply: IIdleHoldReply): void {
+    this._idleHolds = new Map(reply.kernels.map(hold => [hold.kernel_id, hold]));
+    this._changed.emit('clusters');
   }
 
   // -- connection ---------------------------------------------------------------------------------

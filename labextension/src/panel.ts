@@ -11,11 +11,12 @@ import { el } from './views/dom';
 import { GpuPanelModel, ModelChange } from './model';
 import { ClustersView, IClusterActions } from './views/clusters';
 import { GpuCardsView } from './views/gpuCards';
+import { ILeftoverActions, LeftoversView } from './views/leftovers';
 import { IMemoryActions, MemoryView } from './views/memory';
 import { StatusView } from './views/status';
 
 /** What the panel's buttons and links do (injected: the panel runs no kernel code and opens nothing itself). */
-export type IPanelActions = IClusterActions & IMemoryActions;
+export type IPanelActions = IClusterActions & IMemoryActions & ILeftoverActions;
 
 export class GpuPanel extends Widget {
   private _visibilityChanged = new Signal<this, boolean>(this);
@@ -24,6 +25,7 @@ export class GpuPanel extends Widget {
   private _cards = new GpuCardsView();
   private _clusters: ClustersView;
   private _memory: MemoryView;
+  private _leftovers: LeftoversView;
   private _pending = new Set<ModelChange>();
   private _frame: number | null = null;
 
@@ -34,6 +36,7 @@ export class GpuPanel extends Widget {
     super();
     this._clusters = new ClustersView(actions, () => this._schedule('clusters'));
     this._memory = new MemoryView(actions, () => this._schedule('holders'));
+    this._leftovers = new LeftoversView(actions, () => this._schedule('leftovers'));
     this.addClass('jp-GpuMagics-panel');
     this.node.append(
       el('div', { class: 'jp-GpuMagics-header' }, el('h2', {}, 'GPUs'), this._status.status),
@@ -41,11 +44,12 @@ export class GpuPanel extends Widget {
       this._cards.node,
       el('h3', {}, 'Clusters'),
       this._clusters.node,
+      this._leftovers.node,
       el('h3', {}, 'GPU memory by notebook'),
       this._memory.node
     );
     model.changed.connect(this._onModelChanged, this);
-    for (const change of ['connection', 'snapshot', 'clusters', 'holders'] as const) {
+    for (const change of ['connection', 'snapshot', 'clusters', 'holders', 'leftovers'] as const) {
       this._pending.add(change);
     }
     this._render();
@@ -116,6 +120,9 @@ export class GpuPanel extends Widget {
     }
     if (pending.has('holders') || pending.has('clusters')) {
       this._memory.render(this.model);
+    }
+    if (pending.has('leftovers') || pending.has('clusters')) {
+      this._leftovers.render(this.model);
     }
   }
 }

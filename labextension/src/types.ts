@@ -233,6 +233,70 @@ export interface IProcessesReply {
   reporting_kernels: string[];
 }
 
+/** A process on one of this server's GPUs whose kernel has ended (`GET api/leftovers`). */
+export interface ILeftover {
+  pid: number;
+  /** Its start time (seconds since the epoch): sent back with the pid, so a reused pid is never ended. */
+  started: number;
+  name: string;
+  /** The kernel that started it. */
+  kernel_id: string;
+  gpu: number;
+  gpu_uuid: string;
+  /** "GPU 0", as every view names it. */
+  gpu_label: string;
+  /** Bytes it holds (NVML's figure); null where NVML cannot tell. */
+  used_memory: number | null;
+}
+
+export interface ILeftoversReply {
+  time: number;
+  leftovers: ILeftover[];
+  /** One line per GPU: "left by a kernel that has ended: 3 processes hold 11.0 GiB on GPU 1". */
+  summary: string[];
+}
+
+/** What `POST api/leftovers/end` did to one process asked for. */
+export interface IEndedLeftover {
+  pid: number;
+  ended: boolean;
+  /** Why it was left alone, or null. */
+  reason: string | null;
+}
+
+/** `POST api/leftovers/end`: what was done, and what is left (as `GET api/leftovers` says it). */
+export interface IEndLeftoversReply {
+  results: IEndedLeftover[];
+  time: number;
+  leftovers: ILeftover[];
+  summary: string[];
+}
+
+/** What a running kernel holds on GPUs that sit idle (`GET api/idle-hold`). */
+export interface IIdleHold {
+  kernel_id: string;
+  path: string | null;
+  /** Bytes it holds: its own process, its cluster's workers and its ranks. */
+  held: number;
+  /** Of those, cached by memory pools (freeing cached memory gives it back). */
+  cached: number;
+  /** Where, as every view names them: "GPU 0", "gpu-node-1 \u00b7 GPU 2". */
+  gpus: string[];
+  /** The cluster it started (stopping it gives its workers' memory back), or null. */
+  cluster: string | null;
+  /** Seconds its GPUs have sat idle; null while they work. */
+  idle_s: number | null;
+  /** Once idle for warning_min: what it holds and the actions that give it back; else null. */
+  line: string | null;
+}
+
+export interface IIdleHoldReply {
+  /** When the figures were sampled; null before the first sample. */
+  time: number | null;
+  warning_min: number;
+  kernels: IIdleHold[];
+}
+
 export type ServerMessage =
   | {
       type: 'hello';

@@ -17,6 +17,16 @@ jest.mock('../src/server/api', () => ({
     others: [],
     reporting_kernels: []
   })),
+  fetchLeftovers: jest.fn(async () => ({
+    time: 1,
+    leftovers: [{ pid: 7, started: 1.5, name: 'python', kernel_id: 'k', gpu: 0, gpu_uuid: 'GPU-0', gpu_label: 'GPU 0', used_memory: 1024 }],
+    summary: ['left by a kernel that has ended: 1 process holds 1.0 KiB on GPU 0']
+  })),
+  fetchIdleHolds: jest.fn(async () => ({
+    time: 1,
+    warning_min: 30,
+    kernels: [{ kernel_id: 'k2', path: 'a.ipynb', held: 1, cached: 0, gpus: ['GPU 0'], cluster: null, idle_s: 2000, line: 'holds 1 B on GPU 0, idle for 33 min' }]
+  })),
   requestAPI: jest.fn(async () => ({})),
   socketUrl: () => 'ws://localhost/gpu-magics/api/ws'
 }));
@@ -24,6 +34,8 @@ jest.mock('../src/server/api', () => ({
 const api = jest.requireMock('../src/server/api') as {
   fetchClusters: jest.Mock;
   fetchProcesses: jest.Mock;
+  fetchLeftovers: jest.Mock;
+  fetchIdleHolds: jest.Mock;
   requestAPI: jest.Mock;
 };
 
@@ -124,6 +136,23 @@ describe('MonitorConnection', () => {
     connection.start(); // shown again: polls at once again
     await jest.advanceTimersByTimeAsync(0);
     expect(api.fetchClusters).toHaveBeenCalledTimes(3);
+    connection.dispose();
+  });
+
+  it('polls what ended kernels left and the idle holds with the clusters, into the model', async () => {
+    const model = new GpuPanelModel();
+    const connection = connect(model);
+    const leftoversBefore = api.fetchLeftovers.mock.calls.length;
+    const idleBefore = api.fetchIdleHolds.mock.calls.length;
+    connection.start();
+    await jest.advanceTimersByTimeAsync(0);
+    expect(api.fetchLeftovers).toHaveBeenCalledTimes(leftoversBefore + 1);
+    expect(api.fetchIdleHolds).toHaveBeenCalledTimes(idleBefore + 1);
+    expect(model.leftovers.map(group => group.processes.map(p => p.pid))).toEqual([[7]]);
+    expect(model.idleHold('k2')?.line).toBe('holds 1 B on GPU 0, idle for 33 min');
+    await jest.advanceTimersByTimeAsync(2000);
+    expect(api.fetchLeftovers).toHaveBeenCalledTimes(leftoversBefore + 2);
+    expect(api.fetchIdleHolds).toHaveBeenCalledTimes(idleBefore + 2);
     connection.dispose();
   });
 

@@ -1,4 +1,15 @@
-import type { ICluster, IClusterFacts, IClusterMember, IGpuReading, IHolder, IMemberGpu, IProcessesReply, ISnapshot } from '../src/types';
+import type {
+  ICluster,
+  IClusterFacts,
+  IClusterMember,
+  IGpuReading,
+  IHolder,
+  IIdleHold,
+  ILeftover,
+  IMemberGpu,
+  IProcessesReply,
+  ISnapshot
+} from '../src/types';
 
 export function reading(
   index: number,
@@ -189,4 +200,34 @@ export function holder(overrides: Partial<IHolder> = {}): IHolder {
 /** A GET processes reply: no holder, no GPU others use, no kernel that reports, unless `overrides` say. */
 export function processesReply(overrides: Partial<IProcessesReply> = {}): IProcessesReply {
   return { time: 1, status: null, processes: [], unreadable_gpus: [], others: [], reporting_kernels: [], ...overrides };
+}
+
+export function leftover(pid: number, overrides: Partial<ILeftover> = {}): ILeftover {
+  return {
+    pid,
+    started: 1700000000.25 + pid,
+    name: 'python',
+    kernel_id: 'dead-kernel',
+    gpu: 1,
+    gpu_uuid: 'GPU-1',
+    gpu_label: 'GPU 1',
+    used_memory: 4 * 2 ** 30,
+    ...overrides
+  };
+}
+
+export function idleHold(kernelId: string, overrides: Partial<IIdleHold> = {}): IIdleHold {
+  return {
+    kernel_id: kernelId,
+    path: 'train.ipynb',
+    held: 11 * 2 ** 30,
+    cached: 2 ** 30,
+    gpus: ['GPU 0'],
+    cluster: 'c',
+    idle_s: 1920,
+    line:
+      'holds 11.0 GiB on GPU 0, idle for 32 min: free cached memory (%gpucluster free) or stop the cluster ' +
+      '(%gpucluster stop)',
+    ...overrides
+  };
 }

@@ -12,7 +12,9 @@ const actions: IPanelActions = {
   confirmStop: () => Promise.resolve(false),
   confirmRestart: () => Promise.resolve(false),
   freeCached: () => Promise.resolve(),
-  openPath: () => undefined
+  openPath: () => undefined,
+  confirmEndLeftovers: () => Promise.resolve(false),
+  endLeftovers: () => Promise.reject(new Error('not asked'))
 };
 
 function frame(): Promise<void> {
@@ -29,6 +31,7 @@ describe('GpuPanel', () => {
       'jp-GpuMagics-cards',
       'H3',
       'jp-GpuMagics-clusters',
+      'jp-GpuMagics-leftovers',
       'H3',
       'jp-GpuMagics-holders'
     ]);
@@ -41,6 +44,7 @@ describe('GpuPanel', () => {
     expect(panel.node.querySelector('.jp-GpuMagics-status')?.textContent).toBe('Paused while hidden');
     expect(panel.node.querySelector('.jp-GpuMagics-clusters')?.textContent).toContain('No cluster running');
     expect(panel.node.querySelector('.jp-GpuMagics-holders')?.textContent).toBe('Reading the GPUs\u2019 processes\u2026'); // none read yet
+    expect((panel.node.querySelector('.jp-GpuMagics-leftovers') as HTMLElement).hidden).toBe(true); // nothing left
     panel.dispose();
   });
 

@@ -4,6 +4,9 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import type {
   ICluster,
+  IEndLeftoversReply,
+  IIdleHoldReply,
+  ILeftoversReply,
   IProcessesReply,
   IServerConfig,
   ISnapshot
@@ -47,6 +50,25 @@ export function fetchProcesses(
   settings?: ServerConnection.ISettings
 ): Promise<IProcessesReply> {
   return requestAPI('processes', {}, settings);
+}
+
+/** Processes on this server's GPUs left by kernels that have ended. */
+export function fetchLeftovers(settings?: ServerConnection.ISettings): Promise<ILeftoversReply> {
+  return requestAPI('leftovers', {}, settings);
+}
+
+/** End the processes named, by the pid and start time `fetchLeftovers` listed (a reused pid is left alone). */
+export function endLeftovers(
+  processes: { pid: number; started: number }[],
+  settings?: ServerConnection.ISettings
+): Promise<IEndLeftoversReply> {
+  const body = JSON.stringify({ processes: processes.map(({ pid, started }) => ({ pid, started })) });
+  return requestAPI('leftovers/end', { method: 'POST', body }, settings);
+}
+
+/** What each running kernel holds on GPUs that sit idle, with a warning line once that has lasted. */
+export function fetchIdleHolds(settings?: ServerConnection.ISettings): Promise<IIdleHoldReply> {
+  return requestAPI('idle-hold', {}, settings);
 }
 
 /** The websocket URL; the token goes in the query only where JupyterLab would send it (cross-origin). */

@@ -11,6 +11,8 @@ import { Poll } from '@lumino/polling';
 
 import {
   fetchClusters,
+  fetchIdleHolds,
+  fetchLeftovers,
   fetchHistory,
   fetchProcesses,
   requestAPI,
@@ -250,9 +252,11 @@ export class MonitorConnection {
   }
 
   private async _refreshLists(): Promise<void> {
-    const [clusters, processes] = await Promise.allSettled([
+    const [clusters, processes, leftovers, idleHolds] = await Promise.allSettled([
       fetchClusters(this._settings),
-      fetchProcesses(this._settings)
+      fetchProcesses(this._settings),
+      fetchLeftovers(this._settings),
+      fetchIdleHolds(this._settings)
     ]);
     if (clusters.status === 'fulfilled') {
       this._model.setClusters(clusters.value.clusters);
@@ -261,6 +265,12 @@ export class MonitorConnection {
     }
     if (processes.status === 'fulfilled') {
       this._model.setHolders(processes.value);
+    }
+    if (leftovers.status === 'fulfilled') {
+      this._model.setLeftovers(leftovers.value);
+    }
+    if (idleHolds.status === 'fulfilled') {
+      this._model.setIdleHolds(idleHolds.value);
     }
   }
 

@@ -9,8 +9,8 @@ import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
 import { requestAPI } from '../server/api';
-import { gpuStatus, kernelGpus, newerSnapshot } from './text';
-import type { IProcessesReply, IServerConfig, ISnapshot } from '../types';
+import { gpuStatus, idleHoldStatus, kernelGpus, newerSnapshot } from './text';
+import type { IIdleHoldReply, IProcessesReply, IServerConfig, ISnapshot } from '../types';
 
 export const STATUS_POLL_MS = 5000;
 
@@ -18,6 +18,7 @@ export class GpuStatusItem extends Widget {
   private readonly _poll: Poll;
   private _snapshot: ISnapshot | null = null;
   private _processes: IProcessesReply | null = null;
+  private _idleHolds: IIdleHoldReply | null = null;
 
   /** `kernelId`: the kernel of the notebook (or console) in front; `open`: show the side panel. */
   constructor(
@@ -49,9 +50,14 @@ export class GpuStatusItem extends Widget {
 
   /** Render again now (a reply came, or the notebook in front changed). */
   render(): void {
-    const status = gpuStatus(this._snapshot?.gpus ?? [], kernelGpus(this._processes, this._kernelId()));
-    this.node.textContent = status.text;
-    this.node.title = status.title;
+    const kernelId = this._kernelId();
+    const status = gpuStatus(this._snapshot?.gpus ?? [], kernelGpus(this._processes, kernelId));
+    const idle = idleHoldStatus(this._idleHolds, kernelId);
+    this.node.textContent = status.text + idle.suffix;
+    this.node.title = idle.lines.length
+      ? `${status.title}\n\nGPU memory held on idle GPUs:\n${idle.lines.join('\n')}`
+      : status.title;
+    this.node.classList.toggle('jp-GpuMagics-idleHeld', idle.lines.length > 0);
   }
 
   override dispose(): void {
@@ -61,12 +67,14 @@ export class GpuStatusItem extends Widget {
 
   private async _refresh(): Promise<void> {
     // `devices` reads the GPUs now (the buffered history stands still while no panel watches)
-    const [devices, processes] = await Promise.all([
+    const [devices, processes, idleHolds] = await Promise.all([
       requestAPI<{ config: IServerConfig; snapshot: ISnapshot }>('devices', {}, this._settings),
-      requestAPI<IProcessesReply>('processes', {}, this._settings).catch(() => null)
+      requestAPI<IProcessesReply>('processes', {}, this._settings).catch(() => null),
+      requestAPI<IIdleHoldReply>('idle-hold', {}, this._settings).catch(() => null)
     ]);
     this._snapshot = newerSnapshot(this._snapshot, devices.snapshot);
     this._processes = processes;
+    this._idleHolds = idleHolds;
     this.render();
   }
 }

@@ -1,6 +1,6 @@
 /** What the status-bar item says: pure functions of the server's readings and processes (no widget, no network). */
-import { formatBytes } from '../format';
-import type { IGpuReading, IProcessesReply, ISnapshot } from '../types';
+import { formatBytes, formatDuration } from '../format';
+import type { IGpuReading, IIdleHoldReply, IProcessesReply, ISnapshot } from '../types';
 
 export interface IGpuStatus {
   /** "GPU 0-1 · 45% · 12.0 / 160 GiB", or "No GPU". */
@@ -65,4 +65,27 @@ export function newerSnapshot(current: ISnapshot | null, incoming: ISnapshot): I
     return incoming;
   }
   return current;
+}
+
+/** What the item adds where GPU memory is held while idle: a short suffix, and the lines for its tooltip. */
+export interface IIdleHoldStatus {
+  /** " · held idle 32 min" (the kernel in front), " · 2 held idle" (others), or ''. */
+  suffix: string;
+  /** "notebook.ipynb holds 11.0 GiB on GPU 0, idle for 32 min: ...", one per kernel; [] when none. */
+  lines: string[];
+}
+
+/** Says so where kernels hold GPU memory on idle GPUs long enough (the server's `line`), the one in front first. */
+export function idleHoldStatus(reply: IIdleHoldReply | null, kernelId: string | null): IIdleHoldStatus {
+  const warned = (reply?.kernels ?? []).filter(hold => hold.line);
+  if (!warned.length) {
+    return { suffix: '', lines: [] };
+  }
+  const front = warned.find(hold => hold.kernel_id === kernelId);
+  const ordered = front ? [front, ...warned.filter(hold => hold !== front)] : warned;
+  const lines = ordered.map(hold => `${hold.path ?? `kernel ${hold.kernel_id.slice(0, 8)}`} ${hold.line}`);
+  const suffix = front
+    ? ` \u00b7 held idle ${formatDuration(front.idle_s ?? 0)}`
+    : ` \u00b7 ${warned.length} held idle`;
+  return { suffix, lines };
 }

@@ -19,6 +19,7 @@ import { formatAge, formatBytes } from '../format';
 import type { ConnectionPhase } from '../model';
 import type { ICluster } from '../types';
 import { button, link } from './controls';
+import { addIdleHold } from './leftovers';
 import { membersView } from './members';
 
 export interface IClusterActions {
@@ -75,7 +76,9 @@ export class ClustersView {
       );
     }
     for (const cluster of state.clusters) {
-      children.push(this._row(cluster, now));
+      const row = this._row(cluster, now);
+      addIdleHold(row, state, cluster); // GPU memory its kernel holds while the GPUs sit idle
+      children.push(row);
     }
     this.node.replaceChildren(...children);
   }

@@ -1,0 +1,17 @@
+/** The dialog that asks before "End them" ends what a kernel that has ended left on a GPU. */
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+
+import type { ILeftoverGroup } from '../model';
+import { processesText } from './leftovers';
+
+export async function confirmEndLeftovers(group: ILeftoverGroup): Promise<boolean> {
+  const count = new Set(group.processes.map(p => p.pid)).size;
+  const result = await showDialog({
+    title: count === 1 ? `End the process left on ${group.gpuLabel}?` : `End the ${count} processes left on ${group.gpuLabel}?`,
+    body:
+      `Their kernel has ended: ${processesText(group)}. Each gets SIGTERM, then SIGKILL if it does not stop, ` +
+      'only where its pid still names the process the kernel started and it is yours; what it held is lost.',
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'End them' })]
+  });
+  return result.button.accept;
+}

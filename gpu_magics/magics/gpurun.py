@@ -125,7 +125,8 @@ class GpuMagics(Magics, FreeGpuSettings):
         last expression is the cell's result; ``-o NAME`` keeps every rank's value, error, time and peak GPU
         memory.
         ``gpu_magics.spmd.push(name=value)`` sets a variable on every rank; ``gpu_magics.spmd.pull("name")``
-        brings one back (``rank=0``: from one rank).
+        brings one back (``rank=0``: from one rank). The rank environment is put back before every cell, so
+        Accelerate's ``Accelerator()``, Lightning's ``Fabric``/``Trainer`` and DDP code run unchanged.
         A persisted dask array pushed (``push(x=x)``) gives each rank ``spmd.shards(x)``: the chunks its worker holds.
 
         Options:

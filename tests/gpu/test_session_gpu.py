@@ -49,7 +49,7 @@ def test_plain_cells_on_the_clusters_gpu(shell: InteractiveShell) -> None:
     assert "%gpurun multi-gpu" in text
     said = run(shell, "%gpurun multi-gpu")
     assert "plain cells now use multi-gpu: CuPy chunks on 1x " in said and said.rstrip().endswith("%gpurun off ends it")
-    assert len(said.strip().splitlines()[0]) <= 110  # one short line
+    assert len(said.strip().splitlines()[0]) <= 120  # one line (111 with the model "NVIDIA H100 80GB HBM3")
     run(shell, PLAIN_CELL)
     assert type(shell.user_ns["t_x"]._meta).__module__.split(".")[0] == "cupy"
     assert shell.user_ns["t_value"] == pytest.approx(11.0, abs=1e-3)

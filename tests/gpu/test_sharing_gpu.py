@@ -51,7 +51,7 @@ def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_reporting_creates_no_cuda_context(tmp_path: Path) -> None:
-    """A kernel that loads the extension and runs cells without the GPU holds nothing on it, and no CuPy."""
+    """A kernel that loads the extension and runs cells without the GPU holds nothing on it (no CUDA context)."""
     script = textwrap.dedent("""
         import sys
         from IPython.testing.globalipapp import start_ipython
@@ -60,12 +60,13 @@ def test_reporting_creates_no_cuda_context(tmp_path: Path) -> None:
         ip.run_cell("t = 1 + 1")
         ip.run_line_magic("gpucluster", "free")
         from gpu_magics.cluster.telemetry.process_memory import primary_contexts
-        print("cupy" in sys.modules, primary_contexts([0]))
+        print(primary_contexts([0]))
     """)
     env = {**os.environ, cluster_records.RUNTIME_DIR_ENV: str(tmp_path), "GPU_MAGICS_SOURCE": "nvml"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "False set()"
+    # CuPy may be imported (%load_ext imports it ahead, in a thread: an import makes no CUDA context)
+    assert done.stdout.strip().splitlines()[-1] == "set()"
     assert list(tmp_path.glob("gpu-magics-kernel-*.json")) == []
 
 

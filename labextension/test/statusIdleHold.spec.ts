@@ -21,7 +21,8 @@ describe('idleHoldStatus', () => {
   });
 
   it('counts the others when the notebook in front holds nothing idle', () => {
-    expect(idleHoldStatus(reply(), 'elsewhere').suffix).toBe(' \u00b7 2 held idle');
+    expect(idleHoldStatus(reply(), 'elsewhere').suffix).toBe(' \u00b7 2 notebooks hold idle GPUs');
     expect(idleHoldStatus(reply(), null).lines).toHaveLength(2);
+    expect(idleHoldStatus(reply([idleHold('other')]), 'front').suffix).toBe(' \u00b7 1 notebook holds idle GPUs');
   });
 });

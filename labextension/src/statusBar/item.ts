@@ -53,11 +53,13 @@ export class GpuStatusItem extends Widget {
     const kernelId = this._kernelId();
     const status = gpuStatus(this._snapshot?.gpus ?? [], kernelGpus(this._processes, kernelId));
     const idle = idleHoldStatus(this._idleHolds, kernelId);
-    this.node.textContent = status.text + idle.suffix;
+    const suffix = document.createElement('span');
+    suffix.className = 'jp-GpuMagics-idleHeld';
+    suffix.textContent = idle.suffix;
+    this.node.replaceChildren(status.text, ...(idle.suffix ? [suffix] : []));
     this.node.title = idle.lines.length
       ? `${status.title}\n\nGPU memory held on idle GPUs:\n${idle.lines.join('\n')}`
       : status.title;
-    this.node.classList.toggle('jp-GpuMagics-idleHeld', idle.lines.length > 0);
   }
 
   override dispose(): void {

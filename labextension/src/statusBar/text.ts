@@ -69,7 +69,7 @@ export function newerSnapshot(current: ISnapshot | null, incoming: ISnapshot): I
 
 /** What the item adds where GPU memory is held while idle: a short suffix, and the lines for its tooltip. */
 export interface IIdleHoldStatus {
-  /** " · held idle 32 min" (the kernel in front), " · 2 held idle" (others), or ''. */
+  /** " · held idle 32 min" (the kernel in front), " · 2 notebooks hold idle GPUs" (others), or ''. */
   suffix: string;
   /** "notebook.ipynb holds 11.0 GiB on GPU 0, idle for 32 min: ...", one per kernel; [] when none. */
   lines: string[];
@@ -86,6 +86,6 @@ export function idleHoldStatus(reply: IIdleHoldReply | null, kernelId: string | 
   const lines = ordered.map(hold => `${hold.path ?? `kernel ${hold.kernel_id.slice(0, 8)}`} ${hold.line}`);
   const suffix = front
     ? ` \u00b7 held idle ${formatDuration(front.idle_s ?? 0)}`
-    : ` \u00b7 ${warned.length} held idle`;
+    : ` \u00b7 ${warned.length === 1 ? '1 notebook holds' : `${warned.length} notebooks hold`} idle GPUs`;
   return { suffix, lines };
 }

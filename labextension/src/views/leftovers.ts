@@ -7,7 +7,7 @@ import { formatBytes } from '../format';
 import type { ILeftoverGroup } from '../model';
 import type { ICluster, IEndedLeftover, IEndLeftoversReply, IIdleHold } from '../types';
 import { button } from './controls';
-import { el } from './dom';
+import { Child, el } from './dom';
 
 /** How long what "End them" did stays shown (seconds). */
 export const OUTCOME_SHOWN_S = 30;
@@ -36,14 +36,29 @@ export function outcomeLines(results: IEndedLeftover[]): string[] {
   return lines;
 }
 
-/** "pid 12 python, 4.0 GiB · pid 13 python": the processes of a group, as the line under it lists them. */
-export function processesText(group: ILeftoverGroup): string {
-  return group.processes
-    .map(p => `pid ${p.pid} ${p.name}${p.used_memory === null ? '' : `, ${formatBytes(p.used_memory)}`}`)
-    .join(' \u00b7 ');
+/** "pid 12 python, 4.0 GiB", "pid 13 python": the processes of a group, as the line under it lists them. */
+export function processTexts(group: ILeftoverGroup): string[] {
+  return group.processes.map(p => `pid ${p.pid} ${p.name}${p.used_memory === null ? '' : `, ${formatBytes(p.used_memory)}`}`);
 }
 
-/** The idle-hold line of `kernelId` for its cluster card: [] where it holds nothing idle long enough to say. */
+/** "pid 12 python, 4.0 GiB · pid 13 python". */
+export function processesText(group: ILeftoverGroup): string {
+  return processTexts(group).join(' \u00b7 ');
+}
+
+/** The server's line as a line of its own: "Left by a kernel that has ended: ...". */
+export function sentence(line: string): string {
+  return line.charAt(0).toUpperCase() + line.slice(1);
+}
+
+/** `text` with each "(%command ...)" kept on one line. */
+export function commandsUnbroken(text: string): Child[] {
+  return text.split(/(\(%[^)]*\))/).map((part, index) =>
+    index % 2 ? el('span', { class: 'jp-GpuMagics-nowrap' }, part) : part
+  );
+}
+
+/** The idle-hold line for the card of the cluster `hold`'s kernel started: [] where there is nothing to say. */
 export function idleHoldNodes(hold: IIdleHold | null): HTMLElement[] {
   if (!hold?.line) {
     return [];
@@ -54,10 +69,10 @@ export function idleHoldNodes(hold: IIdleHold | null): HTMLElement[] {
       {
         class: 'jp-GpuMagics-idleHold',
         title:
-          'GPU memory this notebook holds (kernel, workers, ranks) on GPUs that have sat idle: ' +
+          'GPU memory this notebook holds (its kernel, its workers, its ranks) on GPUs that have sat idle: ' +
           'giving it back lets others use the GPUs'
       },
-      hold.line
+      ...commandsUnbroken(`This notebook ${hold.line}`)
     )
   ];
 }
@@ -99,7 +114,7 @@ export class LeftoversView {
     for (const hold of state.idleHolds) {
       if (!carded.has(hold.kernel_id) && hold.line) {
         const who = hold.path ?? `kernel ${hold.kernel_id.slice(0, 8)}`;
-        children.push(el('div', { class: 'jp-GpuMagics-idleHold' }, `${who} ${hold.line}`));
+        children.push(el('div', { class: 'jp-GpuMagics-idleHold' }, ...commandsUnbroken(`${who} ${hold.line}`)));
       }
     }
     for (const group of state.leftovers) {
@@ -122,8 +137,15 @@ export class LeftoversView {
     return el(
       'div',
       { class: 'jp-GpuMagics-leftover', 'data-gpu': group.gpuLabel },
-      el('div', { class: 'jp-GpuMagics-leftoverLine' }, group.line),
-      el('div', { class: 'jp-GpuMagics-leftoverProcesses' }, processesText(group)),
+      el('div', { class: 'jp-GpuMagics-leftoverLine' }, ...gpuUnbroken(sentence(group.line), group.gpuLabel)),
+      el(
+        'div',
+        { class: 'jp-GpuMagics-leftoverProcesses' },
+        ...processTexts(group).flatMap((text, index) => [
+          index ? ' \u00b7 ' : '',
+          el('span', { class: 'jp-GpuMagics-nowrap' }, text)
+        ])
+      ),
       el(
         'div',
         { class: 'jp-GpuMagics-buttons' },
@@ -154,6 +176,15 @@ export class LeftoversView {
       this._changed();
     }
   }
+}
+
+/** `line` with the GPU it ends with ("GPU 1") kept on one line. */
+function gpuUnbroken(line: string, gpuLabel: string): Child[] {
+  const suffix = ` on ${gpuLabel}`;
+  if (!line.endsWith(suffix)) {
+    return [line];
+  }
+  return [line.slice(0, -gpuLabel.length), el('span', { class: 'jp-GpuMagics-nowrap' }, gpuLabel)];
 }
 
 function joinWords(words: string[]): string {

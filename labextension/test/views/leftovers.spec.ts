@@ -70,7 +70,15 @@ describe('LeftoversView', () => {
     expect(view.node.hidden).toBe(false);
     const row = view.node.querySelector('.jp-GpuMagics-leftover');
     expect(row?.getAttribute('data-gpu')).toBe('GPU 1');
-    expect(row?.querySelector('.jp-GpuMagics-leftoverLine')?.textContent).toBe(LINE);
+    expect(row?.querySelector('.jp-GpuMagics-leftoverLine')?.textContent).toBe(
+      'Left by a kernel that has ended: 2 processes hold 8.0 GiB on GPU 1'
+    );
+    expect(row?.querySelector('.jp-GpuMagics-leftoverLine .jp-GpuMagics-nowrap')?.textContent).toBe('GPU 1');
+    // a process is not cut over two lines
+    expect(Array.from(row?.querySelectorAll('.jp-GpuMagics-leftoverProcesses .jp-GpuMagics-nowrap') ?? [], n => n.textContent)).toEqual([
+      'pid 11 python, 4.0 GiB',
+      'pid 12 python, 4.0 GiB'
+    ]);
     expect(row?.querySelector('.jp-GpuMagics-leftoverProcesses')?.textContent).toBe(
       'pid 11 python, 4.0 GiB \u00b7 pid 12 python, 4.0 GiB'
     );
@@ -176,7 +184,12 @@ describe('the idle-hold line on a cluster card', () => {
     view.render(shown, 1000);
     const mine = view.node.querySelector('[data-cluster="mine"]');
     const line = mine?.querySelector(':scope > .jp-GpuMagics-idleHold');
-    expect(line?.textContent).toBe(hold.line);
+    expect(line?.textContent).toBe(`This notebook ${hold.line}`);
+    // the commands that give it back are not cut over two lines
+    expect(Array.from(line?.querySelectorAll('.jp-GpuMagics-nowrap') ?? [], n => n.textContent)).toEqual([
+      '(%gpucluster free)',
+      '(%gpucluster stop)'
+    ]);
     expect(line?.previousElementSibling?.classList.contains('jp-GpuMagics-clusterMeta') || line?.previousElementSibling?.classList.contains('jp-GpuMagics-idle')).toBe(true);
     expect(view.node.querySelector('[data-cluster="other"] .jp-GpuMagics-idleHold')).toBeNull();
   });

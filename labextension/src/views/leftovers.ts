@@ -9,6 +9,9 @@ import type { ICluster, IEndedLeftover, IEndLeftoversReply, IIdleHold } from '..
 import { button } from './controls';
 import { Child, el } from './dom';
 
+/** Processes named under a line, and in its dialog, at most (a DataLoader may leave dozens). */
+export const LISTED = 6;
+
 /** How long what "End them" did stays shown (seconds). */
 export const OUTCOME_SHOWN_S = 30;
 
@@ -26,12 +29,12 @@ export interface ILeftoversState {
   readonly idleHolds: IIdleHold[];
 }
 
-/** "Ended pid 12 and pid 13." / "Left pid 14 alone: pid 14 belongs to another user." */
+/** "Ended pid 12 and pid 13." / "Not ended: pid 14 belongs to another user." */
 export function outcomeLines(results: IEndedLeftover[]): string[] {
   const ended = results.filter(result => result.ended).map(result => `pid ${result.pid}`);
   const lines = ended.length ? [`Ended ${joinWords(ended)}.`] : [];
   for (const result of results.filter(r => !r.ended)) {
-    lines.push(`Left pid ${result.pid} alone: ${result.reason ?? 'the server did not say why'}.`);
+    lines.push(`Not ended: ${result.reason ?? `pid ${result.pid} (the server did not say why)`}.`);
   }
   return lines;
 }
@@ -141,10 +144,10 @@ export class LeftoversView {
       el(
         'div',
         { class: 'jp-GpuMagics-leftoverProcesses' },
-        ...processTexts(group).flatMap((text, index) => [
-          index ? ' \u00b7 ' : '',
-          el('span', { class: 'jp-GpuMagics-nowrap' }, text)
-        ])
+        ...processTexts(group)
+          .slice(0, LISTED)
+          .flatMap((text, index) => [index ? ' \u00b7 ' : '', el('span', { class: 'jp-GpuMagics-nowrap' }, text)]),
+        group.processes.length > LISTED ? ` and ${group.processes.length - LISTED} more` : ''
       ),
       el(
         'div',

@@ -86,6 +86,18 @@ describe('LeftoversView', () => {
     expect(endButton(view).disabled).toBe(false);
   });
 
+  it('names a few of many processes, and posts them all', async () => {
+    const many = Array.from({ length: 9 }, (_, i) => leftover(20 + i, { used_memory: 2 ** 20 }));
+    const [group] = leftoverGroups({ time: 1, leftovers: many, summary: [] });
+    const { view, actions } = setUp(state({ leftovers: [group as ILeftoverGroup] }));
+    const listed = view.node.querySelector('.jp-GpuMagics-leftoverProcesses');
+    expect(listed?.querySelectorAll('.jp-GpuMagics-nowrap')).toHaveLength(6);
+    expect(listed?.textContent).toMatch(/pid 25 python, 1\.0 MiB and 3 more$/);
+    endButton(view).click();
+    await settle();
+    expect(actions.ended[0]?.map(p => p.pid)).toEqual([20, 21, 22, 23, 24, 25, 26, 27, 28]);
+  });
+
   it('ends nothing when the user cancels', async () => {
     const { view, actions } = setUp();
     actions.confirm = false;
@@ -123,7 +135,7 @@ describe('LeftoversView', () => {
     const outcome = view.node.querySelector('.jp-GpuMagics-leftoversOutcome');
     expect(Array.from(outcome?.children ?? [], line => line.textContent)).toEqual([
       'Ended pid 11.',
-      'Left pid 12 alone: pid 12 is no longer the process its kernel started.'
+      'Not ended: pid 12 is no longer the process its kernel started.'
     ]);
     expect(outcome?.classList.contains('jp-GpuMagics-error')).toBe(true); // not all of it was ended
     expect(endButton(view).disabled).toBe(false);
@@ -199,7 +211,7 @@ describe('outcomeLines and processesText', () => {
   it('name each process, and say when no figure is known', () => {
     expect(outcomeLines([])).toEqual([]);
     expect(outcomeLines([{ pid: 1, ended: true, reason: null }, { pid: 2, ended: true, reason: null }, { pid: 3, ended: true, reason: null }])).toEqual(['Ended pid 1, pid 2 and pid 3.']);
-    expect(outcomeLines([{ pid: 4, ended: false, reason: null }])).toEqual(['Left pid 4 alone: the server did not say why.']);
+    expect(outcomeLines([{ pid: 4, ended: false, reason: null }])).toEqual(['Not ended: pid 4 (the server did not say why).']);
     const [group] = leftoverGroups({ time: 1, leftovers: [leftover(5, { used_memory: null, name: 'pt_data_worker' })], summary: [] });
     expect(processesText(group as ILeftoverGroup)).toBe('pid 5 pt_data_worker');
   });

@@ -225,11 +225,11 @@ def test_cpu_ranks_tell_accelerate_to_use_gloo_as_its_cpu_launcher_does() -> Non
 
 
 def test_a_package_missing_on_the_ranks_is_named_with_its_pip_command() -> None:
-    from gpu_magics.spmd.kernel.cell import _missing_module, missing_line
+    from gpu_magics.spmd.kernel.shown import missing_line, missing_module
 
     error = {"type": "ModuleNotFoundError", "message": "No module named 'lightning.fabric'"}
-    assert _missing_module(error) == "lightning.fabric"
-    assert _missing_module({"type": "ImportError", "message": "No module named 'x'"}) is None
+    assert missing_module(error) == "lightning.fabric"
+    assert missing_module({"type": "ImportError", "message": "No module named 'x'"}) is None
     assert missing_line("lightning.fabric", "ranks 0-3") == (
         "lightning is not installed where ranks 0-3 run: pip install lightning in the workers' environment "
         "(the ranks import there, not in this kernel)"

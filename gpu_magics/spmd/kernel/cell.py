@@ -20,7 +20,6 @@ import ast
 import concurrent.futures
 import contextlib
 import queue
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from gpu_magics.spmd.kernel.results import (
     exit_words,
     load_value,
 )
-from gpu_magics.spmd.kernel.shown import Bars, Board, display, log_noise, print_lines
+from gpu_magics.spmd.kernel.shown import Bars, Board, display, log_noise, missing_line, missing_module, print_lines
 from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group
 
 if TYPE_CHECKING:
@@ -379,9 +378,9 @@ class _CellRun:
         if self.first_failure is not None and not interrupted:
             first = self.outcomes[self.first_failure]
             error = first.error or {}
-            missing = _missing_module(error)
+            missing = missing_module(error)
             if missing is not None:  # not a bug in the cell: a package the ranks lack, one line
-                said = {o.rank for o in self.outcomes.values() if o.error and _missing_module(o.error) == missing}
+                said = {o.rank for o in self.outcomes.values() if o.error and missing_module(o.error) == missing}
                 where = f"rank{'s' * (len(said) > 1)} {rank_list(said)}"
                 lines.append(missing_line(missing, where))
                 name, message = "ModuleNotFoundError", f"no module named {missing!r} where {where} run"
@@ -402,23 +401,6 @@ class _CellRun:
         error = error_type(message)
         self.shell._showtraceback(error_type, error, lines)
         mark_failed(self.shell, error)
-
-
-def _missing_module(error: dict[str, Any]) -> str | None:
-    """The module a rank's ``ModuleNotFoundError`` names (``None`` for any other error)."""
-    if error.get("type") != "ModuleNotFoundError":
-        return None
-    found = re.match(r"No module named '([\w.]+)'", str(error.get("message", "")))
-    return found.group(1) if found else None
-
-
-def missing_line(module: str, where: str) -> str:
-    """``accelerate is not installed where ranks 0,1 run: pip install accelerate in the workers' environment``."""
-    package = module.split(".")[0]
-    return (
-        f"{package} is not installed where {where} run{'s' * where.startswith('rank ')}: pip install {package} in "
-        "the workers' environment (the ranks import there, not in this kernel)"
-    )
 
 
 def _ended_line(ended: list[int], died: dict[int, str]) -> str:

@@ -1,10 +1,12 @@
 """What a running SPMD cell shows besides its ranks' merged lines: its one status table, the ranks' live progress
-bars, the lines ``--output`` folds away, and the framework noise sent to the kernel's log instead. Runs in the
+bars, the lines ``--output`` folds away, the framework noise sent to the kernel's log instead, and the line that names a
+package the ranks lack. Runs in the
 kernel's main thread, from ``cell``."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 from typing import Any
@@ -93,3 +95,20 @@ def display(view: Any) -> Any:
     from IPython.display import display as show
 
     return show(view, display_id=True)
+
+
+def missing_module(error: dict[str, Any]) -> str | None:
+    """The module a rank's ``ModuleNotFoundError`` names (``None`` for any other error)."""
+    if error.get("type") != "ModuleNotFoundError":
+        return None
+    found = re.match(r"No module named '([\w.]+)'", str(error.get("message", "")))
+    return found.group(1) if found else None
+
+
+def missing_line(module: str, where: str) -> str:
+    """``accelerate is not installed where ranks 0,1 run: pip install accelerate in the workers' environment``."""
+    package = module.split(".")[0]
+    return (
+        f"{package} is not installed where {where} run{'s' * where.startswith('rank ')}: pip install {package} in "
+        "the workers' environment (the ranks import there, not in this kernel)"
+    )

@@ -1,7 +1,6 @@
 """What a running SPMD cell shows besides its ranks' merged lines: its one status table, the ranks' live progress
-bars, the lines ``--output`` folds away, the framework noise sent to the kernel's log instead, and the line that names a
-package the ranks lack. Runs in the
-kernel's main thread, from ``cell``."""
+bars, the lines ``--output`` folds away, the framework noise sent to the kernel's log instead, and the line that
+names a package the ranks lack. Runs in the kernel's main thread, from ``cell``."""
 
 from __future__ import annotations
 

@@ -117,7 +117,8 @@ def test_a_protocol_without_its_package_fails_the_magics_own_cell(shell: Interac
     from gpu_magics.cluster import lifecycle
 
     shell.run_cell("%load_ext gpu_magics")
-    shell.run_cell("%config ClusterMagics.wait_for_workers = False")
+    # as in a notebook, on this extension's instance only (a %config would stay on the shell for later tests)
+    shell.magics_manager.registry["ClusterMagics"].wait_for_workers = False
     result = shell.run_cell("%gpucluster --cpu-workers 1 --protocol ucx")
     assert isinstance(result.error_in_exec, UsageError)
     assert "UCX needs the distributed-ucxx package" in str(result.error_in_exec)

@@ -13,20 +13,11 @@ import {
   scaleProblem
 } from '../src/clusters';
 import type { ICluster } from '../src/types';
-import { cluster, facts, member, memberGpu } from './fixtures';
+import { cluster, factsOf, member, memberGpu } from './fixtures';
 
-const GPU = facts({ title: 'GPU cluster', workers: 'gpu' });
-const GATEWAY = facts({ title: 'Dask Gateway', source: 'from Dask Gateway', workers: 'gpu' });
-const ATTACHED = facts({
-  owned: false,
-  ends: 'detach',
-  scalable: false,
-  restartable: false,
-  source: 'attached, not started here',
-  taken: 'attached at',
-  title: 'attached',
-  workers: 'unknown'
-});
+const GPU = factsOf('gpu');
+const GATEWAY = factsOf('gateway');
+const ATTACHED = factsOf('attached');
 
 describe('clusterTitle', () => {
   it('names a CPU cluster by its workers', () => {

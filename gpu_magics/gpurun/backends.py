@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any
 import dask
 from IPython.core.error import UsageError
 
-from gpu_magics import gpus as devices
-from gpu_magics import hints
+from gpu_magics import gpus, hints
 from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 from gpu_magics.gpurun import gpuless
-from gpu_magics.gpurun.graphs import tuning as graph_tuning
+from gpu_magics.gpurun.graphs import tuning
 from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
 from gpu_magics.units import dropped
@@ -79,7 +78,7 @@ class BackendPlan:
             except Exception as error:  # the cell's time is measured all the same
                 dropped("synchronizing the workers' GPUs", error)
         elif self.gpu_indices:
-            devices.synchronize(self.gpu_indices)
+            gpus.synchronize(self.gpu_indices)
 
     def explain_error(self, error: BaseException) -> str | None:
         """One line for an error this plan's set-up explains better than its traceback (``None``: show it)."""
@@ -156,7 +155,7 @@ class Skipped:
 def unavailable_reason(name: str) -> str | None:
     """Why ``name`` cannot run cells here (``None`` when it can): no GPU, simulated GPUs, no CuPy, no cluster."""
     if name == "gpu":
-        return devices.inventory().unavailable_reason()
+        return gpus.inventory().unavailable_reason()
     if name == "multi-gpu":
         from gpu_magics.cluster import queries
 
@@ -249,10 +248,10 @@ def _auto_choice() -> tuple[str, str]:
 
     if queries.active_client() is not None and queries.has_gpu_workers():
         return "multi-gpu", "a cluster with GPU workers is attached"
-    inventory = devices.inventory()
+    inventory = gpus.inventory()
     reason = inventory.unavailable_reason()
     if reason is None:
-        return "gpu", f"{devices.describe(inventory.devices())} visible, no GPU cluster attached"
+        return "gpu", f"{gpus.describe(inventory.devices())} visible, no GPU cluster attached"
     return "cpu-threads", reason
 
 
@@ -276,7 +275,7 @@ def _cpu_threads(device: int | None, workers: int | None, preferences: Preferenc
 
 
 def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
-    inventory = devices.inventory()
+    inventory = gpus.inventory()
     found = inventory.devices()
     reason = inventory.unavailable_reason()
     if reason is not None:
@@ -297,7 +296,7 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
             "pool": device_pool(index, threads),
             "num_workers": threads,
             "array.backend": "cupy",
-            **graph_tuning.gpu_graph_defaults(),
+            **tuning.gpu_graph_defaults(),
         },
         gpu_indices=(index,),
     )
@@ -344,7 +343,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
             "scheduler": "dask.distributed",
             "array.backend": "cupy" if on_gpus else "numpy",
             **(cupy_cluster_defaults() if on_gpus else {}),
-            **(graph_tuning.cluster_graph_defaults() if installed else {}),
+            **(tuning.cluster_graph_defaults() if installed else {}),
         }
     return BackendPlan(
         name="multi-gpu",

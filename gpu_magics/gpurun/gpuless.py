@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import dask
 from IPython.core.error import UsageError
 
-from gpu_magics import gpus as devices
+from gpu_magics import gpus
 from gpu_magics.gpurun.graphs import device, remote_gpus, tuning
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ NEEDS_PACKAGE = (
 
 def kernel_has_gpu() -> bool:
     """Whether this process can make CuPy arrays itself (a real GPU is visible; simulated ones are not)."""
-    return devices.inventory().unavailable_reason() is None
+    return gpus.inventory().unavailable_reason() is None
 
 
 def settings() -> dict[str, Any]:

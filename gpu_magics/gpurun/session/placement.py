@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import dask
 
-from gpu_magics import gpus as devices
+from gpu_magics import gpus
 from gpu_magics.gpurun.backends import BackendPlan
 
 SESSION_SETTING = "%config ClusterMagics.plain_cells_on_cluster = True"
@@ -82,7 +82,7 @@ def plain_cells(plan: BackendPlan | None) -> Placement:
         return Placement("the cluster (it has no workers yet)")
     if backend == "cupy":
         return Placement("this kernel's GPU with dask's own graph (CuPy chunks)", "%gpurun gpu runs the tuned graph")
-    if devices.inventory().unavailable_reason() is None:
+    if gpus.inventory().unavailable_reason() is None:
         return Placement(
             "this kernel's CPU threads (NumPy chunks), the GPU idle", "%gpurun gpu puts them on GPU 0", True
         )

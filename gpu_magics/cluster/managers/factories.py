@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus, hints
-from gpu_magics.cluster.dashboard import close as dashboard_close
+from gpu_magics.cluster.dashboard.close import forget_scheduler, stop_dashboard
 from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.workers import forkserver
@@ -113,10 +113,10 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
             return _begin_workers(self, count)
 
         async def _close(self) -> None:
-            await dashboard_close.stop_dashboard(self)
+            await stop_dashboard(self)
             scheduler = self.scheduler
             await super()._close()
-            dashboard_close.forget_scheduler(scheduler)
+            forget_scheduler(scheduler)
 
     factory = functools.partial(
         QuietLocalCluster,
@@ -191,10 +191,10 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
             return spec
 
         async def _close(self) -> None:
-            await dashboard_close.stop_dashboard(self)
+            await stop_dashboard(self)
             scheduler = self.scheduler
             await super()._close()
-            dashboard_close.forget_scheduler(scheduler)
+            forget_scheduler(scheduler)
 
     factory: Callable[[], LocalCluster] = functools.partial(
         WarmingCUDACluster,

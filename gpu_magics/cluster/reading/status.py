@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from gpu_magics.cluster.active import ActiveCluster
-from gpu_magics.cluster.dashboard import links as dashboard_links
+from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.info import ClusterInfo, JobInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.records import kernel_report
@@ -43,7 +43,7 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
     workers = state.workers
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
     infos = tuple(_with_reports(info, reported.get(info.address)) for info in state.infos)
-    link = dashboard_links.for_kernel(inspection.dashboard_link(current.client))
+    link = links.for_kernel(inspection.dashboard_link(current.client))
     manager = current.manager
     return ClusterInfo(
         name=current.name,

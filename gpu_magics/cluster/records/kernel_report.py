@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_magics import gpus
-from gpu_magics.cluster.records import record as records
+from gpu_magics.cluster.records import record
 from gpu_magics.cluster.telemetry import pools
 from gpu_magics.cluster.telemetry.pools import Freed, ProcessMemory
 from gpu_magics.monitor.models import GpuProcess
@@ -144,8 +144,8 @@ def refresh(*, fresh: bool = False) -> None:
             remove()
             return
         _started_at = _started_at or time.time()
-        record = records.KernelRecord(gpus=tuple(found), kernel_id=records.current_kernel_id(), started_at=_started_at)
-        _written = (records.write_record(record, durable=False), found)
+        mine = record.KernelRecord(gpus=tuple(found), kernel_id=record.current_kernel_id(), started_at=_started_at)
+        _written = (record.write_record(mine, durable=False), found)
         if not _atexit:
             atexit.register(remove)
             _atexit = True
@@ -158,7 +158,7 @@ def remove() -> None:
     global _written
     written, _written = _written, None
     if written is not None:
-        records.remove_record(written[0])
+        record.remove_record(written[0])
 
 
 def _after_cell(result: Any = None) -> None:

@@ -42,8 +42,7 @@ from gpu_magics.cluster.queries import (
     worker_count,
     worker_kind,
 )
-from gpu_magics.cluster.reading import inspection
-from gpu_magics.cluster.reading import status as status_info
+from gpu_magics.cluster.reading import cluster_state, inspection
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.records import writer as record_writer
@@ -198,14 +197,14 @@ def _start_job(
 
             assert started.saved_config is not None
             started.saved_config.update(dask_settings.apply(cupy_cluster_defaults()))
-        state = status_info.read(started)  # the verb's one read: the record and the output are made from it
+        state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
         if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
             started.telemetry.wait_first_reports(len(state.workers))
         record_writer.write_record(started, state=state)
         starting.ready_at(time.perf_counter() - began)
         if active_state.starting() is starting:
             active_state.set_starting(None)
-        return status_info.describe(started, state, notice=waiting)
+        return cluster_state.describe(started, state, notice=waiting)
 
 
 def prestart_worker_server() -> None:
@@ -252,14 +251,14 @@ def status(notice: str | None = None) -> ClusterInfo:
         else:
             fix = "start some"
         notice = f"{PROG}: the cluster has no workers: {fix}"
-    return status_info.describe(current, status_info.read(current, workers), notice=notice)
+    return cluster_state.describe(current, cluster_state.read(current, workers), notice=notice)
 
 
 def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
     """The end of a verb that changed the workers: one read, from which the record and the output are made."""
-    state = status_info.read(current)
+    state = cluster_state.read(current)
     record_writer.write_record(current, state=state)
-    return status_info.describe(current, state, notice=notice)
+    return cluster_state.describe(current, state, notice=notice)
 
 
 def stop(close: bool = False, keep: bool = False) -> str:

@@ -11,8 +11,7 @@ from typing import Any
 
 from gpu_magics.cluster.active import ActiveCluster, in_use
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.reading import inspection
-from gpu_magics.cluster.reading import status as status_info
+from gpu_magics.cluster.reading import cluster_state, inspection
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.units import dropped, one_line
@@ -24,7 +23,7 @@ _UNREPORTED = {"nvml_index": None, "memory_used": None, "gpu_util": None, "error
 
 
 def write_record(
-    current: ActiveCluster, *, refresh: bool = False, state: status_info.ClusterState | None = None
+    current: ActiveCluster, *, refresh: bool = False, state: cluster_state.ClusterState | None = None
 ) -> None:
     """Write ``current``'s record (``refresh``: again, as its workers report, without waiting for the disk;
     ``state``: the verb's one read, else read here); a failure is said once per kernel: the cluster works
@@ -45,7 +44,7 @@ def write_record(
             current.record = record
             return
         if state is None:
-            state = status_info.read(current)
+            state = cluster_state.read(current)
         infos = state.infos
         if current.kind == "gpu":
             gpus = tuple(info.gpu_device or info.name for info in infos)
@@ -91,7 +90,7 @@ def set_plain_cells(backend: str | None) -> None:
         write_record(current, refresh=True)
 
 
-def _jobs(current: ActiveCluster, state: status_info.ClusterState | None) -> dict[str, Any]:
+def _jobs(current: ActiveCluster, state: cluster_state.ClusterState | None) -> dict[str, Any]:
     """The record's manager fields; on a refresh (``state`` None) the queue is asked again at most every
     ``JOBS_REFRESH_S`` seconds."""
     manager = current.manager
@@ -110,9 +109,9 @@ def _jobs(current: ActiveCluster, state: status_info.ClusterState | None) -> dic
         return fields
     if state is None:
         workers = inspection.scheduler_workers(current.client)
-        state = status_info.read(current, workers)
+        state = cluster_state.read(current, workers)
     _jobs_read[id(current)] = time.monotonic()
-    fields["jobs"] = tuple(job.to_json() for job in status_info.with_gpus(state.jobs, state.infos))
+    fields["jobs"] = tuple(job.to_json() for job in cluster_state.with_gpus(state.jobs, state.infos))
     return fields
 
 

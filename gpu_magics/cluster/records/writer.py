@@ -12,8 +12,7 @@ from typing import Any
 from gpu_magics.cluster.active import ActiveCluster, in_use
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import cluster_state, inspection
-from gpu_magics.cluster.records import kernel_report
-from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.records import kernel_report, record
 from gpu_magics.units import dropped, one_line
 
 _warned = False
@@ -32,7 +31,7 @@ def write_record(
         if refresh and current.record is not None:  # only the members change: no round trip to the scheduler
             members = tuple(_members(current))
             reporting = sum(1 for member in members if member.get("role") == "worker")
-            record = dataclasses.replace(
+            new_record = dataclasses.replace(
                 current.record,
                 members=members,
                 workers=reporting or current.record.workers,
@@ -40,8 +39,8 @@ def write_record(
                 **_idle(current),
                 **_jobs(current, None),
             )
-            current.record_path = cluster_records.write_record(record, durable=False)
-            current.record = record
+            current.record_path = record.write_record(new_record, durable=False)
+            current.record = new_record
             return
         if state is None:
             state = cluster_state.read(current)
@@ -50,24 +49,24 @@ def write_record(
             gpus = tuple(info.gpu_device or info.name for info in infos)
         else:
             gpus = tuple(info.gpu_name for info in infos if info.gpu_name)
-        record = cluster_records.ClusterRecord(
+        new_record = record.ClusterRecord(
             name=current.name,
             scheduler_address=inspection.scheduler_address(current.client),
             dashboard_url=inspection.dashboard_link(current.client),
             kind=current.kind,
             workers=len(infos),
             gpus=gpus,
-            kernel_id=cluster_records.current_kernel_id(),
+            kernel_id=record.current_kernel_id(),
             started_at=current.started_at,
             members=tuple(_members(current)),
             plain_cells=current.plain_cells,
             **_idle(current),
             **_jobs(current, state),
         )
-        if current.record_path is not None and current.record_path.name != record.filename:
-            cluster_records.remove_record(current.record_path)
-        current.record_path = cluster_records.write_record(record, durable=not refresh)
-        current.record = record
+        if current.record_path is not None and current.record_path.name != new_record.filename:
+            record.remove_record(current.record_path)
+        current.record_path = record.write_record(new_record, durable=not refresh)
+        current.record = new_record
     except Exception as error:  # the cluster works without its record; say so once per kernel
         dropped("writing the cluster's record", error)
         global _warned

@@ -19,11 +19,10 @@ from typing import Any, cast
 from IPython.core.error import UsageError
 
 from gpu_magics.arrays import dask_settings
-from gpu_magics.cluster import active as active_state
-from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use
+from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use, set_starting, starting
 from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.dashboard import links as dashboard_links
+from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.opening import check_line, chosen_gpus, open_early, open_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
@@ -43,9 +42,7 @@ from gpu_magics.cluster.queries import (
     worker_kind,
 )
 from gpu_magics.cluster.reading import cluster_state, inspection
-from gpu_magics.cluster.records import kernel_report
-from gpu_magics.cluster.records import record as cluster_records
-from gpu_magics.cluster.records import writer as record_writer
+from gpu_magics.cluster.records import kernel_report, record, writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
@@ -95,8 +92,8 @@ def start(
 ) -> ClusterInfo:
     """Start (or attach to) a cluster as ``options`` say, and return once every worker is up and warm (``begin``
     returns once the start is under way); an interrupt stops the start."""
-    starting = begin(options, telemetry_interval, idle_timeout, namespace)
-    return cast(ClusterInfo, starting.wait())
+    handle = begin(options, telemetry_interval, idle_timeout, namespace)
+    return cast(ClusterInfo, handle.wait())
 
 
 def begin(
@@ -115,7 +112,7 @@ def begin(
     never) the cluster closes (attached, adopted: detached). ``namespace``: where ``--from NAME`` looks."""
     began = time.perf_counter()
     check_line(options)  # before anything stops or starts, even where a running cluster would be reused
-    pending = active_state.starting()
+    pending = starting()
     if pending is not None and not pending.finished.is_set():
         if not options.replace:
             return pending  # the start under way is the cluster this asks for
@@ -149,16 +146,16 @@ def begin(
         stop()
         manager = early or open_manager(options, namespace or {}, gpu_ids)
         words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
-        starting = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
-        active_state.set_starting(starting)
+        handle = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
+        set_starting(handle)
     if listen is not None:
-        listen(starting)
+        listen(handle)
     job = functools.partial(_start_job, manager, options, began, telemetry_interval, idle_timeout)
     if background and manager.background:
-        starting.run_in_background(job)
+        handle.run_in_background(job)
     else:
-        starting.run_here(job)
-    return starting
+        handle.run_here(job)
+    return handle
 
 
 def _start_job(
@@ -167,7 +164,7 @@ def _start_job(
     began: float,
     reports_every: float,
     idle_timeout: float,
-    starting: Starting,
+    handle: Starting,
 ) -> ClusterInfo:
     """The start itself (``steps.start``), with distributed's own lines in the log file rather than the notebook;
     the cluster is in use from the moment its scheduler answers."""
@@ -180,17 +177,17 @@ def _start_job(
             if reports_every > 0:
                 started.telemetry = start_collecting(started.client, reports_every, started.workers_kind == "cpu")
             _watch_idle(started, idle_timeout, write=False)
-            record_writer.write_record(started)
+            writer.write_record(started)
             if started.telemetry is not None:
                 reports = started.telemetry
                 reports.kernel_held = kernel_report.held_by_uuid
                 started.refresher = RecordRefresher(
-                    lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
+                    lambda: writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
                 )
             _register_atexit()
 
     with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
-        started, waiting = steps.start(manager, options, began, starting, take_into_use, _release)
+        started, waiting = steps.start(manager, options, began, handle, take_into_use, _release)
     with lock:
         if worker_kind(started) == "gpu":
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
@@ -200,10 +197,10 @@ def _start_job(
         state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
         if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
             started.telemetry.wait_first_reports(len(state.workers))
-        record_writer.write_record(started, state=state)
-        starting.ready_at(time.perf_counter() - began)
-        if active_state.starting() is starting:
-            active_state.set_starting(None)
+        writer.write_record(started, state=state)
+        handle.ready_at(time.perf_counter() - began)
+        if starting() is handle:
+            set_starting(None)
         return cluster_state.describe(started, state, notice=waiting)
 
 
@@ -218,13 +215,13 @@ def prestart_worker_server() -> None:
 
 def unreported_start_failure() -> str | None:
     """The line of a background start that failed, if nobody said it yet (then it counts as said)."""
-    pending = active_state.starting()
+    pending = starting()
     return None if pending is None else pending.take_unreported()
 
 
 def start_progress() -> StartProgress | None:
     """How far the start under way got (``None``: none is under way)."""
-    pending = active_state.starting()
+    pending = starting()
     return None if pending is None or pending.finished.is_set() else pending.progress()
 
 
@@ -257,7 +254,7 @@ def status(notice: str | None = None) -> ClusterInfo:
 def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
     """The end of a verb that changed the workers: one read, from which the record and the output are made."""
     state = cluster_state.read(current)
-    record_writer.write_record(current, state=state)
+    writer.write_record(current, state=state)
     return cluster_state.describe(current, state, notice=notice)
 
 
@@ -266,14 +263,14 @@ def stop(close: bool = False, keep: bool = False) -> str:
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
     it made is closed). Says what it did."""
     global _winding_down
-    pending = active_state.starting()
+    pending = starting()
     if keep and pending is not None and not pending.finished.is_set():
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
     if pending is not None and not pending.finished.is_set():
         ended = pending.cancel(timeout=STOP_WAIT_S)  # its job closes what it made
         _winding_down = None if ended else pending
         with lock:
-            active_state.set_starting(None)
+            set_starting(None)
             current = in_use()
             if current is not None and current.name == pending.name:  # not used here any more, whatever the job does
                 set_in_use(None)
@@ -281,7 +278,7 @@ def stop(close: bool = False, keep: bool = False) -> str:
         return f"{PROG}: stopped {pending.name!r} while it was {pending.verb}{slow}"
     with lock:
         if pending is not None:
-            active_state.set_starting(None)  # a failed start: stop is the answer to it
+            set_starting(None)  # a failed start: stop is the answer to it
         current = in_use()
         if current is None:
             return f"{PROG}: no cluster is running"
@@ -328,7 +325,7 @@ def _release(current: ActiveCluster) -> None:
         current.idle.stop()
     if current.refresher is not None:
         current.refresher.stop()
-    cluster_records.remove_record(current.record_path)
+    record.remove_record(current.record_path)
     if current.telemetry is not None:
         # an attached cluster may serve other kernels too, which the plugin also reports to: it stays
         current.telemetry.close(unregister=False)
@@ -373,11 +370,11 @@ def _watch_idle(current: ActiveCluster, timeout: float, *, write: bool = True) -
 
         def changed() -> None:  # idle or busy again: the record shows the time left
             if current.record is not None:
-                record_writer.write_record(current, refresh=True)
+                writer.write_record(current, refresh=True)
 
         current.idle = idle.IdleWatcher(current.client, timeout, lambda: _close_idle(current), changed)
     if write and current.record is not None:
-        record_writer.write_record(current, refresh=True)
+        writer.write_record(current, refresh=True)
 
 
 def _close_idle(watched: ActiveCluster) -> None:
@@ -403,7 +400,7 @@ def list_gateway_clusters(address: str | None) -> str:
 def dashboard_url() -> str | None:
     """The dashboard link of the cluster in use, as the browser can open it (through jupyter-server-proxy
     under JupyterHub; ``None`` when it has none); ``UsageError`` without a cluster."""
-    return dashboard_links.for_kernel(inspection.dashboard_link(require_active("dashboard").client)).url
+    return links.for_kernel(inspection.dashboard_link(require_active("dashboard").client)).url
 
 
 def require_active(action: str) -> ActiveCluster:

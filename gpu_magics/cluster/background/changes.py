@@ -10,9 +10,8 @@ from typing import cast
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import active as active_state
 from gpu_magics.cluster import lifecycle
-from gpu_magics.cluster.active import ActiveCluster
+from gpu_magics.cluster.active import ActiveCluster, set_starting, starting
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.info import ClusterInfo
@@ -34,7 +33,7 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
 
     current = lifecycle.require_owned("restart")
 
-    def job(starting: Starting) -> ClusterInfo:
+    def job(change: Starting) -> ClusterInfo:
         began = time.perf_counter()
         with lifecycle.lock, start_logs.during_start(current.manager is not None and current.manager.background):
             try:
@@ -44,7 +43,7 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
                 dropped("restarting the workers", error)
                 raise UsageError(f"{PROG} restart: {one_line(error)}") from error
             current.ready_s = time.perf_counter() - began
-            starting.update(joined=starting.expected)
+            change.update(joined=change.expected)
             current.devices, current.warm_s = warmup.warm_workers(current.client, worker_kind(current))
             return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
 
@@ -64,7 +63,7 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     assert current.manager is not None
     current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
 
-    def job(starting: Starting) -> ClusterInfo:
+    def job(change: Starting) -> ClusterInfo:
         with lifecycle.lock:
             notice = steps.scale(current, count)
             return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
@@ -87,14 +86,14 @@ def _change(
     scheduler = inspection.local_scheduler(current.client)
     if scheduler is not None:
         changing.counting(lambda: len(scheduler.workers))
-    active_state.set_starting(changing)
+    set_starting(changing)
     if listen is not None:
         listen(changing)
 
-    def run(starting: Starting) -> ClusterInfo:
-        info = job(starting)
-        if active_state.starting() is starting:
-            active_state.set_starting(None)
+    def run(change: Starting) -> ClusterInfo:
+        info = job(change)
+        if starting() is change:
+            set_starting(None)
         return info
 
     owned_here = current.manager is not None and current.manager.background

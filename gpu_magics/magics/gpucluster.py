@@ -13,7 +13,7 @@ from IPython.display import display
 from traitlets import Bool, Float, TraitError, Unicode, validate
 
 from gpu_magics.argparsing import duration
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster import lifecycle
 from gpu_magics.cluster.background import ahead, changes, shutdown
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
@@ -87,7 +87,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         self._client_names: set[str] = set()
         shutdown.install(shell)
         if self.prestart_workers:
-            cluster.prestart_worker_server()
+            lifecycle.prestart_worker_server()
             if shell is not None:
                 ahead.import_after_this_cell(shell)
 
@@ -171,10 +171,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         action = options.action
         if action == "stop":
             self._forget_client_names()
-            print(cluster.stop(close=options.close, keep=options.keep))
+            print(lifecycle.stop(close=options.close, keep=options.keep))
             return
         if options.list_clusters:
-            print(cluster.list_gateway_clusters(options.gateway))
+            print(lifecycle.list_gateway_clusters(options.gateway))
             return
         if action == "free":
             print(self._free(options.free_target))
@@ -187,13 +187,13 @@ class ClusterMagics(Magics, FreeGpuSettings):
                 display(self._view(info))
             return
         if action == "status":
-            progress = cluster.start_progress()
-            if cluster.active() is None:
-                failed = cluster.unreported_start_failure()  # the answer to it: no later cell says it again
+            progress = lifecycle.start_progress()
+            if lifecycle.active() is None:
+                failed = lifecycle.unreported_start_failure()  # the answer to it: no later cell says it again
                 said = failed or (progress.line() if progress is not None else f"{PROG}: {no_cluster_message()}")
                 print(said)
                 return
-            info = cluster.status()
+            info = lifecycle.status()
         elif action in ("restart", "scale"):  # a change under way, shown as a start is
             count = options.scale_to
             info = self._while_it_goes(
@@ -209,9 +209,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
             return
         elif action == "adapt":
             assert options.adapt_range is not None
-            info = cluster.adapt(*options.adapt_range)
+            info = lifecycle.adapt(*options.adapt_range)
         else:  # dashboard
-            url = cluster.dashboard_url()
+            url = lifecycle.dashboard_url()
             if url is None:
                 print(f"{PROG}: the cluster has no dashboard (started with --no-dashboard, or bokeh missing)")
             else:
@@ -229,7 +229,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         idle = options.idle_timeout if options.idle_timeout is not None else duration(self.idle_timeout)
         namespace = self.shell.user_ns if self.shell is not None else {}
         return self._while_it_goes(
-            lambda background, listen: cluster.begin(
+            lambda background, listen: lifecycle.begin(
                 options,
                 telemetry_interval=max(0.0, self.telemetry_interval),
                 idle_timeout=idle,
@@ -300,7 +300,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """``--gpus free[:N]``: the free GPUs, said in one line (not when a running cluster is reused)."""
         if options.free_gpus is None:
             return options
-        current = cluster.active()
+        current = lifecycle.active()
         if current is not None and not options.replace:
             return options
         what = f"{PROG} --gpus free" + (f":{options.free_gpus}" if options.free_gpus else "")
@@ -320,11 +320,11 @@ class ClusterMagics(Magics, FreeGpuSettings):
             else:
                 said.append("this kernel holds no memory pool")
         if target in ("all", "workers"):
-            if cluster.active() is None:
+            if lifecycle.active() is None:
                 if target == "workers":
                     raise UsageError(f"{PROG} free workers: {no_cluster_message()}")
             else:
-                released, answered, kept = cluster.free_workers()
+                released, answered, kept = lifecycle.free_workers()
                 workers = f"{answered} worker{'s' if answered != 1 else ''}"
                 said.append(f"{workers} gave back {format_bytes(released)}" + "".join(f" ({why})" for why in kept))
         return f"{PROG} free: " + "; ".join(said)
@@ -333,12 +333,12 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """``--client NAME``: the client, bound now (a start under way already made it)."""
         if name is None or self.shell is None:
             return
-        client = cluster.active_client() if cluster.start_under_way() is not None else None
-        self.shell.user_ns[name] = client if client is not None else cluster.require_client()
+        client = lifecycle.active_client() if lifecycle.start_under_way() is not None else None
+        self.shell.user_ns[name] = client if client is not None else lifecycle.require_client()
         self._client_names.add(name)
 
     def _forget_client_names(self) -> None:
-        client = cluster.active_client()
+        client = lifecycle.active_client()
         if self.shell is not None and client is not None:
             for name in self._client_names:
                 if self.shell.user_ns.get(name) is client:
@@ -349,7 +349,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """Called on ``%unload_ext``: stop the cluster started here (or disconnect from an attached one)."""
         self._forget_client_names()
         shutdown.uninstall(self.shell)
-        cluster.stop()
+        lifecycle.stop()
 
 
 def _plain_cells(shell: Any) -> Any:

@@ -12,14 +12,12 @@ from traitlets import Bool, CaselessStrEnum, Float, Int
 
 from gpu_magics.cluster.background import ahead
 from gpu_magics.display.live import can_show_widgets
-from gpu_magics.gpurun import backends, progress
-from gpu_magics.gpurun import execute as run
+from gpu_magics.gpurun import backends, execute, progress
 from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line, parse_session_line
 from gpu_magics.gpurun.results import RunResult
-from gpu_magics.gpurun.session import placement
-from gpu_magics.gpurun.session import plain_cells as session
+from gpu_magics.gpurun.session import placement, plain_cells
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
-from gpu_magics.spmd.kernel import session as spmd_session
+from gpu_magics.spmd.kernel import session
 from gpu_magics.units import format_seconds
 
 if TYPE_CHECKING:
@@ -162,7 +160,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         ahead.wait_for_imports()  # called outside a cell (a script), no cell waited for them
         if cell is None:
             return self._session_line(line)
-        with session.for_shell(self._shell, self).suspended():
+        with plain_cells.for_shell(self._shell, self).suspended():
             return self._run_cell(line, cell)
 
     def _run_cell(self, line: str, cell: str) -> Any:
@@ -171,13 +169,13 @@ class GpuMagics(Magics, FreeGpuSettings):
             return self._run_spmd(options, cell, line)
         options = self._choose_free_device(options)
         plans, skipped = self._plans(options)
-        compiled = run.compile_cell(self._shell, cell)
+        compiled = execute.compile_cell(self._shell, cell)
         if compiled is None:
             return None
         from gpu_magics.display.live import shared_slot
 
         with shared_slot() as slot:  # the live panels, then the summary, take one output
-            ran: list[tuple[backends.BackendPlan, run.Outcome]] = []
+            ran: list[tuple[backends.BackendPlan, execute.Outcome]] = []
             try:
                 if not options.compare:
                     return self._run_single(options, plans[0], compiled, slot, ran)
@@ -186,21 +184,21 @@ class GpuMagics(Magics, FreeGpuSettings):
                 error = ran[-1][1].error if ran else None
                 self._after_cell([plan for plan, _ in ran] or plans, error)
                 if error is not None:  # the cell fails (its traceback was shown once)
-                    run.mark_failed(self._shell, error)
+                    execute.mark_failed(self._shell, error)
 
-    def _run_spmd(self, options: RunOptions, cell: str, line: str) -> Any:
-        from gpu_magics.spmd.kernel import cell as spmd_cell
+    def _run_spmd(self, options: RunOptions, source: str, line: str) -> Any:
+        from gpu_magics.spmd.kernel import cell
 
-        settings = spmd_cell.CellSettings(
+        settings = cell.CellSettings(
             quiet=options.quiet, stall_s=self.spmd_stall_s, timeout_s=self.spmd_timeout_min * 60
         )
         try:
-            value = spmd_cell.run(self._shell, options, cell, settings)
+            value = cell.run(self._shell, options, source, settings)
         except UsageError as error:
-            if spmd_session.made_line(self._shell, line):  # a plain cell that the session made an SPMD cell
-                raise UsageError(f"{error}; {spmd_session.OFF_HINT}") from None
+            if session.made_line(self._shell, line):  # a plain cell that the session made an SPMD cell
+                raise UsageError(f"{error}; {session.OFF_HINT}") from None
             raise
-        return None if self._shell.displayhook.semicolon_at_end_of_expression(cell) else value
+        return None if self._shell.displayhook.semicolon_at_end_of_expression(source) else value
 
     def _spmd_line(self, line: str) -> None:
         """``%gpurun spmd [options]``: plain cells become SPMD cells; ``--reset`` ends the ranks."""
@@ -218,10 +216,10 @@ class GpuMagics(Magics, FreeGpuSettings):
                 found.end()
             print("%gpurun spmd: the ranks were ended; the next SPMD cell starts new ones")
             return
-        where = spmd_session.where(options.ranks, options.show_ranks)  # one line for ranks outside the world
-        session.for_shell(self._shell, self).end()
+        where = session.where(options.ranks, options.show_ranks)  # one line for ranks outside the world
+        plain_cells.for_shell(self._shell, self).end()
         rest = line.strip()[len("spmd") :].strip()
-        spmd_session.start(self._shell, rest)
+        session.start(self._shell, rest)
         print(
             f"%gpurun: plain cells now run as SPMD cells on {where} (cells that begin with % or ! run here); "
             "%gpurun off ends it"
@@ -229,10 +227,10 @@ class GpuMagics(Magics, FreeGpuSettings):
 
     def _session_line(self, line: str) -> None:
         """``%gpurun BACKEND`` / ``off`` / nothing: choose, end or tell the backend of plain cells."""
-        made = session.for_shell(self._shell, self)
+        made = plain_cells.for_shell(self._shell, self)
         words = line.strip()
         if not words:
-            found = spmd_session.current(self._shell)
+            found = session.current(self._shell)
             if found is not None:
                 print(f"%gpurun: plain cells run as SPMD cells (%gpurun {found.line.replace(' -q', '')})")
                 return
@@ -242,7 +240,7 @@ class GpuMagics(Magics, FreeGpuSettings):
             self._spmd_line(line)
             return
         if words.lower() == "off":
-            if spmd_session.end(self._shell) is not None:
+            if session.end(self._shell) is not None:
                 print("%gpurun: plain cells run in this kernel again (not spmd)")
                 made.end()
                 return
@@ -263,13 +261,13 @@ class GpuMagics(Magics, FreeGpuSettings):
         return self._use_session(self._plans(RunOptions(backend=backend), prog="%gpurun")[0][0])
 
     def _use_session(self, plan: backends.BackendPlan) -> str:
-        spmd_session.end(self._shell)
-        session.for_shell(self._shell, self).use(plan)
+        session.end(self._shell)
+        plain_cells.for_shell(self._shell, self).use(plan)
         return placement.session_line(plan)
 
     def plain_cells(self) -> placement.Placement:
         """Where plain cells run now (the session backend, or dask's own settings)."""
-        made = session.current(self._shell)
+        made = plain_cells.current(self._shell)
         return placement.plain_cells(None if made is None else made.plan)
 
     def _choose_free_device(self, options: RunOptions) -> RunOptions:
@@ -337,9 +335,9 @@ class GpuMagics(Magics, FreeGpuSettings):
         self,
         options: RunOptions,
         plan: backends.BackendPlan,
-        compiled: run.CompiledCell,
+        compiled: execute.CompiledCell,
         slot: PanelSlot,
-        ran: list[tuple[backends.BackendPlan, run.Outcome]],
+        ran: list[tuple[backends.BackendPlan, execute.Outcome]],
     ) -> Any:
         result, outcome = self._run_plan(options, plan, compiled)
         ran.append((plan, outcome))
@@ -350,36 +348,36 @@ class GpuMagics(Magics, FreeGpuSettings):
         self,
         options: RunOptions,
         plans: list[backends.BackendPlan],
-        compiled: run.CompiledCell,
+        compiled: execute.CompiledCell,
         skipped: tuple[tuple[str, str], ...],
         slot: PanelSlot,
-        ran: list[tuple[backends.BackendPlan, run.Outcome]],
+        ran: list[tuple[backends.BackendPlan, execute.Outcome]],
     ) -> Any:
-        results: list[tuple[RunResult, run.Outcome]] = []
+        results: list[tuple[RunResult, execute.Outcome]] = []
         for plan in plans:
             results.append(self._run_plan(options, plan, compiled))
             ran.append((plan, results[-1][1]))
             if results[-1][1].failed:
                 break
-        comparison = dataclasses.replace(run.compare_rows(results, options.rtol), skipped=skipped)
+        comparison = dataclasses.replace(execute.compare_rows(results, options.rtol), skipped=skipped)
         self._report(options, comparison, slot)
         first = results[0][1]
         return None if first.failed or compiled.silent else first.value
 
     def _run_plan(
-        self, options: RunOptions, plan: backends.BackendPlan, compiled: run.CompiledCell
-    ) -> tuple[RunResult, run.Outcome]:
-        return run.run_on_backend(
+        self, options: RunOptions, plan: backends.BackendPlan, compiled: execute.CompiledCell
+    ) -> tuple[RunResult, execute.Outcome]:
+        return execute.run_on_backend(
             self._shell,
             compiled,
             plan,
             repeat=options.repeat,
             observer=self._observer(options, plan),
-            notes=run.chunk_mismatches(self._shell, compiled.names, plan),
-            warm_up=run.WARM_UP_LIMIT if options.compare else None,
+            notes=execute.chunk_mismatches(self._shell, compiled.names, plan),
+            warm_up=execute.WARM_UP_LIMIT if options.compare else None,
         )
 
-    def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> run.CellObserver | None:
+    def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> execute.CellObserver | None:
         if not (options.monitor and self.monitor):
             return None
         from gpu_magics.gpurun.cell_monitor import CellMonitor
@@ -398,7 +396,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         """Release what the magics hold (called on ``%unload_ext``)."""
         from gpu_magics.spmd.kernel import ranks
 
-        spmd_session.end(self._shell)
+        session.end(self._shell)
         ranks.end_all()
         backends.shutdown_pools()
 

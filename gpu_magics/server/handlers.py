@@ -15,8 +15,8 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from gpu_magics import hints
-from gpu_magics.cluster.dashboard import links as dashboard_links
-from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.dashboard import links
+from gpu_magics.cluster.records.record import ClusterRecord, list_kernel_records, list_records
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.jsonutil import dumps
 from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
@@ -102,22 +102,20 @@ class ClustersHandler(GpuMagicsHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        records = await asyncio.get_running_loop().run_in_executor(
-            None, partial(cluster_records.list_records, clean=False)
-        )
+        records = await asyncio.get_running_loop().run_in_executor(None, partial(list_records, clean=False))
         self.reply({"clusters": await self._describe(records)})
 
-    async def _describe(self, records: list[cluster_records.ClusterRecord]) -> list[dict[str, Any]]:
+    async def _describe(self, records: list[ClusterRecord]) -> list[dict[str, Any]]:
         paths = await kernel_paths(self.session_manager)
         running = running_kernel_ids(self.kernel_manager)
-        proxy = dashboard_links.proxy_available()
+        proxy = links.proxy_available()
         described = []
         for record in records:
-            link = dashboard_links.link_for(
+            link = links.link_for(
                 record.dashboard_url,
                 base_url=self.base_url,
                 proxy=proxy,
-                remote_browser=bool(os.environ.get(dashboard_links.HUB_PREFIX_ENV)),
+                remote_browser=bool(os.environ.get(links.HUB_PREFIX_ENV)),
             )
             described.append(
                 {
@@ -139,8 +137,8 @@ class PruneClustersHandler(ClustersHandler):
     @authorized
     async def post(self) -> None:
         loop = asyncio.get_running_loop()
-        records = await loop.run_in_executor(None, partial(cluster_records.list_records, clean=True))
-        await loop.run_in_executor(None, partial(cluster_records.list_kernel_records, clean=True))
+        records = await loop.run_in_executor(None, partial(list_records, clean=True))
+        await loop.run_in_executor(None, partial(list_kernel_records, clean=True))
         self.reply({"clusters": await self._describe(records)})
 
 
@@ -154,8 +152,8 @@ class ProcessesHandler(GpuMagicsHandler):
         pids = kernel_pids(self.kernel_manager)
         paths = await kernel_paths(self.session_manager)
         loop = asyncio.get_running_loop()
-        records = await loop.run_in_executor(None, partial(cluster_records.list_records, clean=False))
-        kernels = await loop.run_in_executor(None, partial(cluster_records.list_kernel_records, clean=False))
+        records = await loop.run_in_executor(None, partial(list_records, clean=False))
+        kernels = await loop.run_in_executor(None, partial(list_kernel_records, clean=False))
         holders = await loop.run_in_executor(
             None, partial(map_owners, snapshot, kernel_pids=pids, records=records, paths=paths)
         )

@@ -13,11 +13,10 @@ from typing import Any
 
 from gpu_magics.cluster.info import ClusterFacts
 from gpu_magics.monitor.models import GpuReading
-from gpu_magics.server.metrics import labels as names
 from gpu_magics.server.metrics.gather import Inputs
 from gpu_magics.server.metrics.holds import Hold, holds
 from gpu_magics.server.metrics.idle import IdleHold
-from gpu_magics.server.metrics.labels import Labels, Place
+from gpu_magics.server.metrics.labels import Labels, Place, clean, device, gpu_index, is_uuid
 
 MAX_GPUS_PER_KERNEL = 256  # series of one kernel's memory kept per refresh (a hostile record cannot flood /metrics)
 PARTS = ("kernel", "workers", "ranks", "children")
@@ -106,8 +105,8 @@ def _gpus(
         if reading.error is not None:  # gone or unreadable: nothing measured
             continue
         seen.add(reading.uuid)
-        device = names.device(reading.uuid, {reading.uuid: reading})
-        labels = (*device, ("gpu", names.gpu_index(reading)), ("modelName", names.clean(reading.name)),
+        ids = device(reading.uuid, {reading.uuid: reading})
+        labels = (*ids, ("gpu", gpu_index(reading)), ("modelName", clean(reading.name)),
                   ("Hostname", place.hostname), *place.pod)  # fmt: skip
         utilization = _number(reading.gpu_util)
         _add(series, "gpu_magics_gpu_utilization_ratio", labels, None if utilization is None else utilization / 100)
@@ -116,12 +115,12 @@ def _gpus(
         _add(series, "gpu_magics_gpu_power_watts", labels, _number(reading.power))
     for host, gpu in remote:  # the workers' GPUs on other hosts, as they reported them
         uuid = gpu["uuid"]
-        if uuid in seen or gpu.get("error") is not None or not names.is_uuid(uuid):
+        if uuid in seen or gpu.get("error") is not None or not is_uuid(uuid):
             continue
         seen.add(uuid)
         index = gpu.get("nvml_index") if isinstance(gpu.get("nvml_index"), int) else gpu.get("index")
-        labels = (("UUID", uuid), ("gpu", names.clean(index if isinstance(index, int) else "")),
-                  ("modelName", names.clean(gpu.get("name") or "")), ("Hostname", names.clean(host)))  # fmt: skip
+        labels = (("UUID", uuid), ("gpu", clean(index if isinstance(index, int) else "")),
+                  ("modelName", clean(gpu.get("name") or "")), ("Hostname", clean(host)))  # fmt: skip
         utilization = _number(gpu.get("gpu_util"))
         _add(series, "gpu_magics_gpu_utilization_ratio", labels, None if utilization is None else utilization / 100)
         _add(series, "gpu_magics_gpu_memory_used_bytes", labels, _number(gpu.get("memory_used")))
@@ -150,9 +149,9 @@ def _kernel_memory(
         used = holder.used_memory
         if holder.kernel_id is None or holder.role == "other" or not isinstance(used, int) or used <= 0:
             continue
-        if not names.is_uuid(holder.gpu_uuid):
+        if not is_uuid(holder.gpu_uuid):
             continue
-        kernel = names.clean(holder.kernel_id)
+        kernel = clean(holder.kernel_id)
         gpus = held.setdefault(kernel, {})
         key = (holder.gpu_uuid, holder.host)
         if key not in gpus and len(gpus) >= MAX_GPUS_PER_KERNEL:
@@ -161,15 +160,15 @@ def _kernel_memory(
         where = (kernel, holder.gpu_uuid, holder.host, holding.part)
         by_part[where] = by_part.get(where, 0) + used
     for (kernel, uuid, host, part), used in sorted(by_part.items(), key=lambda item: tuple(map(str, item[0]))):
-        labels = (("kernel_id", kernel), *names.device(uuid, local),
-                  ("Hostname", place.hostname if host is None else names.clean(host)), ("part", part),
+        labels = (("kernel_id", kernel), *device(uuid, local),
+                  ("Hostname", place.hostname if host is None else clean(host)), ("part", part),
                   *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
         series["gpu_magics_kernel_gpu_memory_bytes"].append(Series(labels, float(used), kernel_id=kernel))
     return held
 
 
 def _notebook(inputs: Inputs, kernel: str, wanted: bool) -> Labels:
-    return (("notebook", names.clean(inputs.paths.get(kernel, ""))),) if wanted else ()
+    return (("notebook", clean(inputs.paths.get(kernel, ""))),) if wanted else ()
 
 
 def _idle_hold(
@@ -199,14 +198,14 @@ def _idle_hold(
 
 def _clusters(series: dict[str, list[Series]], inputs: Inputs, place: Place) -> None:
     for record in inputs.records:
-        kernel = names.clean(record.kernel_id or "")
-        labels = (("kernel_id", kernel), ("cluster", names.clean(record.name)), *place.pod)
+        kernel = clean(record.kernel_id or "")
+        labels = (("kernel_id", kernel), ("cluster", clean(record.name)), *place.pod)
         owner = kernel or None
         series["gpu_magics_cluster_workers"].append(Series(labels, float(record.workers), kernel_id=owner))
         series["gpu_magics_cluster_gpus"].append(Series(labels, float(len(record.gpus)), kernel_id=owner))
         facts = ClusterFacts.from_json(record.facts)  # its manager's word; an older kernel's record: the kind
         owned = facts.owned if facts is not None else record.kind != "attached"
-        info = (*labels, ("kind", names.clean(record.kind)), ("started_here", str(owned).lower()))
+        info = (*labels, ("kind", clean(record.kind)), ("started_here", str(owned).lower()))
         series["gpu_magics_cluster_info"].append(Series(info, 1.0, kernel_id=owner))
         if record.idle_timeout is not None:
             since = _number(record.idle_since)
@@ -217,10 +216,10 @@ def _leftovers(series: dict[str, list[Series]], inputs: Inputs, local: Mapping[s
     """Per ended kernel and GPU: what its leftover processes hold (their kernel has ended: never left out for it)."""
     held: dict[tuple[str, str], tuple[int, set[int]]] = {}
     for leftover in inputs.leftovers:
-        key = (names.clean(leftover.kernel_id), leftover.gpu_uuid)
+        key = (clean(leftover.kernel_id), leftover.gpu_uuid)
         used, pids = held.get(key, (0, set()))
         held[key] = (used + (leftover.used_memory or 0), pids | {leftover.pid})
     for (kernel, uuid), (used, pids) in sorted(held.items()):
-        labels = (("kernel_id", kernel), *names.device(uuid, local), ("Hostname", place.hostname), *place.pod)
+        labels = (("kernel_id", kernel), *device(uuid, local), ("Hostname", place.hostname), *place.pod)
         series["gpu_magics_leftover_gpu_memory_bytes"].append(Series(labels, float(used)))
         series["gpu_magics_leftover_processes"].append(Series(labels, float(len(pids))))

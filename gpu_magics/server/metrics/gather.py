@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.cluster.records.record import ClusterRecord, list_kernel_records, list_records
 from gpu_magics.monitor.models import GpuReading, Snapshot
 from gpu_magics.server.leftovers.registry import Leftover
 from gpu_magics.server.owners import GpuHolder, map_owners, psutil_ancestry, with_self_reports
@@ -37,7 +37,7 @@ class Inputs:
     snapshot: Snapshot | None
     busiest: Mapping[str, float | None]  # this server's GPU UUID -> highest utilization (%) since the last refresh
     remote: tuple[tuple[str, Mapping[str, Any]], ...]  # (host label, a worker's GPU as its record holds it)
-    records: tuple[cluster_records.ClusterRecord, ...]
+    records: tuple[ClusterRecord, ...]
     holdings: tuple[Holding, ...]
     paths: Mapping[str, str]  # kernel id -> notebook path
     managed: frozenset[str]  # the kernels this server runs
@@ -54,8 +54,8 @@ def gather(
 ) -> Inputs:
     """Read the records and the processes' ancestry (files and ``/proc``: call off the event loop)."""
     now = time.time()
-    records = cluster_records.list_records(clean=False)[:MAX_RECORDS]
-    kernels = cluster_records.list_kernel_records(clean=False)[:MAX_RECORDS]
+    records = list_records(clean=False)[:MAX_RECORDS]
+    kernels = list_kernel_records(clean=False)[:MAX_RECORDS]
     chains: dict[int, list[int]] = {}
 
     def ancestry(pid: int) -> list[int]:
@@ -110,7 +110,7 @@ def _utilization(reading: GpuReading) -> float | None:
     return float(value)
 
 
-def _worker_pids(records: Iterable[cluster_records.ClusterRecord]) -> dict[str, frozenset[int]]:
+def _worker_pids(records: Iterable[ClusterRecord]) -> dict[str, frozenset[int]]:
     """Kernel id -> the pids of its clusters' workers, as they reported them."""
     pids: dict[str, set[int]] = {}
     for record in records:
@@ -121,7 +121,7 @@ def _worker_pids(records: Iterable[cluster_records.ClusterRecord]) -> dict[str, 
     return {kernel: frozenset(found) for kernel, found in pids.items()}
 
 
-def _remote_gpus(records: Iterable[cluster_records.ClusterRecord]) -> list[tuple[str, Mapping[str, Any]]]:
+def _remote_gpus(records: Iterable[ClusterRecord]) -> list[tuple[str, Mapping[str, Any]]]:
     """Every GPU the clusters' workers reported, with the worker's host label (newest report first)."""
     found = []
     for record in records:

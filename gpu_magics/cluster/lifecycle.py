@@ -22,7 +22,6 @@ from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use, set_starting, starting
 from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.opening import check_line, chosen_gpus, open_early, open_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
@@ -32,7 +31,6 @@ from gpu_magics.cluster.queries import (
     describe_hardware,
     gpu_worker_devices,
     has_gpu_workers,
-    no_cluster_message,
     require_client,
     settle_start,
     split_workers_by_gpu,
@@ -41,15 +39,16 @@ from gpu_magics.cluster.queries import (
     worker_count,
     worker_kind,
 )
-from gpu_magics.cluster.reading import cluster_state, inspection
+from gpu_magics.cluster.reading import cluster_state
+from gpu_magics.cluster.reading.answers import dashboard_url, require_active, require_owned, status
 from gpu_magics.cluster.records import kernel_report, record, writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
 from gpu_magics.units import dropped, one_line
 
-# The lifecycle's own verbs, and the queries answered here too: the magic and scripts ask this module, while
-# ``gpurun`` asks ``cluster.queries`` only.
+# The lifecycle's own verbs, and the answers given here too (``queries``; ``reading.answers``: status, dashboard, the
+# cluster a verb requires): the magic and scripts ask this module, while ``gpurun`` asks ``cluster.queries`` only.
 __all__ = [
     "active",
     "active_client",
@@ -61,7 +60,9 @@ __all__ = [
     "gpu_worker_devices",
     "has_gpu_workers",
     "prestart_worker_server",
+    "require_active",
     "require_client",
+    "require_owned",
     "split_workers_by_gpu",
     "start",
     "start_progress",
@@ -225,32 +226,6 @@ def start_progress() -> StartProgress | None:
     return None if pending is None or pending.finished.is_set() else pending.progress()
 
 
-def status(notice: str | None = None) -> ClusterInfo:
-    """The state of the cluster in use, fetched from its scheduler (while it starts: as far as it got, without
-    waiting); ``UsageError`` when there is none."""
-    progress = start_progress()
-    current = in_use() if progress is not None else require_active("status")
-    if current is None:
-        raise UsageError(f"{PROG} status: {no_cluster_message()}")
-    if progress is not None:
-        notice = notice or progress.line()
-    elif current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
-        current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
-    workers = inspection.scheduler_workers(current.client)
-    if current.manager is not None:
-        current.manager.learn(current.client, current.devices, set(workers))
-    if not workers and notice is None:
-        bounds = current.manager.adaptive if current.manager is not None else None
-        if bounds is not None and bounds[1] > 0:
-            fix = f"it adapts between {bounds[0]} and {bounds[1]}: workers start when tasks wait"
-        elif current.owned:
-            fix = f"{PROG} scale N adds some, {PROG} --replace starts a new cluster"
-        else:
-            fix = "start some"
-        notice = f"{PROG}: the cluster has no workers: {fix}"
-    return cluster_state.describe(current, cluster_state.read(current, workers), notice=notice)
-
-
 def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
     """The end of a verb that changed the workers: one read, from which the record and the output are made."""
     state = cluster_state.read(current)
@@ -395,32 +370,6 @@ def list_gateway_clusters(address: str | None) -> str:
     current = in_use()
     manager = current.manager if current is not None else None
     return list_clusters(address, manager.name if isinstance(manager, GatewayManager) else None)
-
-
-def dashboard_url() -> str | None:
-    """The dashboard link of the cluster in use, as the browser can open it (through jupyter-server-proxy
-    under JupyterHub; ``None`` when it has none); ``UsageError`` without a cluster."""
-    return links.for_kernel(inspection.dashboard_link(require_active("dashboard").client)).url
-
-
-def require_active(action: str) -> ActiveCluster:
-    """The cluster in use, once a start under way is done (its failure is this verb's one line)."""
-    settle_start()
-    current = in_use()
-    if current is None:
-        raise UsageError(f"{PROG} {action}: {no_cluster_message()}")
-    return current
-
-
-def require_owned(action: str, *, scalable: bool = False) -> ActiveCluster:
-    """The cluster in use, if this kernel started it (``scalable``: or it came from a manager object)."""
-    current = require_active(action)
-    if not (current.scalable if scalable else current.owned):
-        raise UsageError(
-            f"{PROG} {action}: this kernel attached to {current.options.address or current.name} and did not start "
-            f"it, so it does not {action} its workers; do that where it was started"
-        )
-    return current
 
 
 def _register_atexit() -> None:

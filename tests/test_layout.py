@@ -201,6 +201,66 @@ def test_no_module_is_too_long() -> None:
     assert long == {}
 
 
+def test_the_lifecycle_stays_under_400_lines() -> None:
+    """``cluster.lifecycle`` keeps the verbs that change the cluster; what the others answer lives in ``reading``."""
+    lines = len((PACKAGE / "cluster" / "lifecycle.py").read_text(encoding="utf-8").splitlines())
+    assert lines < 400
+
+
+def own_module_aliases(path: Path, modules: dict[str, Path] = MODULES) -> set[str]:
+    """``module as name`` for each module of ``modules`` that ``path`` imports under a name not its own
+    (``from p import m as n``, ``import p.m as n``); a function or class imported under another name is not one."""
+    found: set[str] = set()
+    for node in ast.walk(_parsed(path)):
+        if isinstance(node, ast.ImportFrom):
+            pairs = [(f"{node.module}.{alias.name}", alias.asname) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            pairs = [(alias.name, alias.asname) for alias in node.names]
+        else:
+            continue
+        found |= {
+            f"{name} as {asname}"
+            for name, asname in pairs
+            if name in modules and asname not in (None, name.rsplit(".", 1)[-1])
+        }
+    return found
+
+
+# The modules that still import one of the package's modules under another name, each with those imports: the SPMD
+# wing only, until it is cleaned (an entry goes as its module is; nothing outside ``spmd/`` joins the list).
+ALIASED_FOR_NOW = {
+    "gpu_magics.spmd.kernel.cell": {"gpu_magics.spmd.kernel.ranks as rank_sets"},
+    "gpu_magics.spmd.kernel.ranks": {"gpu_magics.spmd.kernel.world as worlds"},
+    "gpu_magics.spmd.kernel.session": {"gpu_magics.spmd.kernel.ranks as rank_sets"},
+    "gpu_magics.spmd.kernel.transfer": {"gpu_magics.spmd.kernel.ranks as rank_sets"},
+}
+
+
+def test_own_modules_are_imported_under_their_own_names() -> None:
+    """``from gpu_magics.cluster import lifecycle``, never ``lifecycle as cluster``: a module whose name has to be
+    changed where it is imported is a module to rename, and a clash with a local name is the local's to give way."""
+    assert all(within(name, "gpu_magics.spmd") for name in ALIASED_FOR_NOW)
+    strays = {
+        name: sorted(aliases - ALIASED_FOR_NOW.get(name, set()))
+        for name, path in MODULES.items()
+        if (aliases := own_module_aliases(path)) - ALIASED_FOR_NOW.get(name, set())
+    }
+    assert strays == {}
+
+
+def test_the_alias_check_sees_a_module_under_another_name(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    return 1\n")
+    (package / "b.py").write_text(
+        "import pkg.a as a\nfrom pkg import a as other\nfrom pkg.a import f as g\n\n\n"
+        "def h():\n    import pkg.a as again\n"
+    )
+    found = own_module_aliases(package / "b.py", package_modules(package))
+    assert found == {"pkg.a as other", "pkg.a as again"}
+
+
 def test_no_folder_holds_more_than_twelve_entries() -> None:
     """Modules and sub-packages both count; the side panel's sources too."""
     folders: Counter[Path] = Counter()

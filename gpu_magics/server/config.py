@@ -71,6 +71,14 @@ class GpuMagicsServer(Configurable):
         "give it back (api/idle-hold).",
     ).tag(config=True)
 
+    idle_reclaim_min = Float(
+        0.0,
+        help="Minutes a kernel's GPU memory may sit on idle GPUs before the server has the kernel give back what "
+        "its pools cache and close its cluster where that loses none of the user's data; the notebook says so at "
+        "its next cell, /metrics counts it (gpu_magics_idle_reclaims_total). A kernel is never ended. 0 (the "
+        "default) turns it off; fractions of a minute are allowed.",
+    ).tag(config=True)
+
     @default("source")
     def _default_source(self) -> str:
         return source_from_env().kind
@@ -106,6 +114,15 @@ class GpuMagicsServer(Configurable):
         value = float(proposal["value"])
         if not math.isfinite(value) or value < 0:
             raise TraitError(f"idle_hold_warning_min must be a number of minutes >= 0, got {value!r}")
+        return value
+
+    @validate("idle_reclaim_min")
+    def _check_reclaim(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not math.isfinite(value) or value < 0:
+            raise TraitError(
+                f"idle_reclaim_min must be a number of minutes >= 0 (0 turns it off, e.g. 60), got {value!r}"
+            )
         return value
 
     @validate("idle_utilization")

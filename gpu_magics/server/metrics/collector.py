@@ -1,6 +1,7 @@
 """The one collector in prometheus_client's default registry, which jupyter_server's ``/metrics`` serves.
 
-A scrape reads the feed's last frame and the server's list of kernels (both in memory): no NVML call, no file read.
+A scrape reads the feed's last frame, its counters and the server's list of kernels (all in memory): no NVML call,
+no file read.
 Registered once per process; a later server of the same process (tests) takes it over with ``attach``.
 """
 
@@ -30,6 +31,12 @@ class Feed(Protocol):
         ...
 
 
+def counters(feed: Feed) -> list[Metric]:
+    """The feed's counters, where it keeps any (``MetricsFeed.counters``: what the idle reclaim did)."""
+    found = getattr(feed, "counters", None)
+    return list(found()) if callable(found) else []
+
+
 class GpuMagicsCollector:
     """Yields the ``gpu_magics_*`` families of the attached feed's last frame."""
 
@@ -44,7 +51,7 @@ class GpuMagicsCollector:
         if feed is None:
             return iter(())
         try:
-            return iter(metrics(feed.scraped(), feed.running_kernels(), time.time()))
+            return iter([*metrics(feed.scraped(), feed.running_kernels(), time.time()), *counters(feed)])
         except Exception:  # /metrics keeps answering with jupyter_server's own series
             _log.exception("gpu_magics: the /metrics figures could not be written")
             return iter(())

@@ -3,7 +3,9 @@ panel asks ``api/idle-hold``).
 
 The first ask starts it (loading the extension does no GPU work); it reads every ``metrics_interval`` seconds
 (records and ``/proc`` on a worker thread, the sampler's readings from memory) and stops when nothing has asked for
-``STANDBY_S`` seconds, after which the shared sampler stops as it does without listeners.
+``STANDBY_S`` seconds, after which the shared sampler stops as it does without listeners. With
+``GpuMagicsServer.idle_reclaim_min`` on, it refreshes from the server's start and never stops: after each refresh the
+reclaim (``server.reclaim``) asks the kernels whose GPU memory has sat idle that long to give it back.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from prometheus_client.core import Metric
+
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
 from gpu_magics.server.leftovers.registry import Leftover
@@ -24,6 +28,7 @@ from gpu_magics.server.metrics.frame import Frame, build
 from gpu_magics.server.metrics.gather import Inputs, gather
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Place
+from gpu_magics.server.reclaim.reclaimer import IdleReclaim
 from gpu_magics.server.service import MonitorService
 
 _log = logging.getLogger(__name__)
@@ -41,6 +46,7 @@ class MetricsFeed:
         kernel_manager: Any,
         session_manager: Any,
         leftovers: Callable[[Snapshot | None], list[Leftover]] | None = None,
+        reclaim: IdleReclaim | None = None,
     ) -> None:
         self.service = service
         self.config = service.config
@@ -48,6 +54,7 @@ class MetricsFeed:
         self._kernel_manager = kernel_manager
         self._session_manager = session_manager
         self._leftovers = leftovers
+        self.reclaim = reclaim
         self._idle = IdleHold()
         self._place: Place | None = None
         self._task: asyncio.Task[None] | None = None
@@ -62,21 +69,31 @@ class MetricsFeed:
         """The last frame; starts refreshing when it is not under way (on the event loop only). A scrape, or the
         side panel asking what is held while idle, calls it."""
         self._last_scrape = time.monotonic()
+        self.start()
+        return self.frame
+
+    def start(self) -> None:
+        """Refresh from now on, unless it is under way (on the event loop only; elsewhere this does nothing)."""
         if not self._closed and (self._task is None or self._task.done()):
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not on the server's loop: answer without starting anything
-                return self.frame
+                return
             self._task = loop.create_task(self._run())
-        return self.frame
 
     def running_kernels(self) -> set[str]:
         return running_kernel_ids(self._kernel_manager)
 
+    def counters(self) -> list[Metric]:
+        """The counters beside the frame's gauges (what the reclaim did), as of now."""
+        return [] if self.reclaim is None else list(self.reclaim.families(self._place))
+
     # -- refreshing ----------------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while not self._closed and time.monotonic() - self._last_scrape < max(STANDBY_S, 3 * self.interval):
+        while not self._closed and (
+            self.reclaim is not None or time.monotonic() - self._last_scrape < max(STANDBY_S, 3 * self.interval)
+        ):
             await self.refresh()
             await asyncio.sleep(self.interval)
 
@@ -98,6 +115,8 @@ class MetricsFeed:
             self.frame = await loop.run_in_executor(None, self._build, read)
             self._last_refresh = self.frame.time
             self._failed = False
+            if self.reclaim is not None:
+                self.reclaim.consider(self.frame.holds, running_kernel_ids(self._kernel_manager))
         except Exception:  # a refresh never stops the feed: the last figures stay
             if not self._failed:
                 _log.exception("gpu_magics: the /metrics figures could not be read (the last ones are kept)")
@@ -118,6 +137,8 @@ class MetricsFeed:
         """Stop refreshing and leave ``/metrics`` (the server is closing)."""
         self._closed = True
         detach(self)
+        if self.reclaim is not None:
+            self.reclaim.close()
         task, self._task = self._task, None
         if task is not None and not task.done():
             with contextlib.suppress(RuntimeError):  # its loop has closed already

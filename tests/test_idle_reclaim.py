@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -26,8 +27,8 @@ from gpu_magics.cluster.background.reclaim import said
 from gpu_magics.monitor import fake_pools
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.metrics.holds import Hold
-from gpu_magics.server.reclaim.reclaimer import due, expression
-from tests.prometheus.harness import JupyterServer
+from gpu_magics.server.reclaim.reclaimer import ACTIONS, due, expression
+from tests.prometheus.harness import JupyterServer, require_prometheus
 
 GIB = 2**30
 SPEC = {
@@ -71,7 +72,7 @@ def test_the_line_says_what_was_given_back_and_what_was_kept() -> None:
     stopped = said(1800, 10 * GIB, "train", True, None)
     assert stopped == (
         "%gpucluster: idle GPUs for 30 min: the server (GpuMagicsServer.idle_reclaim_min) gave back 10.0 GiB of "
-        "cached GPU memory and closed cluster 'train', which held none of your data (%gpucluster starts a new one)"
+        "cached GPU memory and closed cluster 'train', which held none of your data; start a new one with %gpucluster"
     )
     kept = said(3600, 0, "train", False, "it is running tasks")
     assert kept == (
@@ -203,6 +204,18 @@ def pools_of(directory: Path, pid: int) -> list[dict[str, int]]:
 
 
 @pytest.mark.slow
+def test_the_counter_is_there_from_the_start_and_promtool_finds_nothing_to_say(reclaiming: JupyterServer) -> None:
+    _, promtool = require_prometheus()
+    text = reclaiming.api("GET", "metrics")
+    ours = "".join(line + "\n" for line in text.splitlines() if "gpu_magics_idle_reclaims" in line)
+    assert ours.startswith("# HELP gpu_magics_idle_reclaims_total ")
+    assert "# TYPE gpu_magics_idle_reclaims_total counter\n" in ours
+    assert set(counts(reclaiming)) == set(ACTIONS)  # every action has its series, 0 until it happens
+    checked = subprocess.run([promtool, "check", "metrics"], input=ours, capture_output=True, text=True, timeout=60)
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_idle_cluster_is_closed_and_cached_memory_freed_and_the_notebook_says_so(
     reclaiming: JupyterServer, kernel: Kernel
@@ -218,8 +231,8 @@ def test_an_idle_cluster_is_closed_and_cached_memory_freed_and_the_notebook_says
     said_lines = [line for line in text.splitlines() if LINE.fullmatch(line)]
     assert len(said_lines) == 1, text
     assert LINE.fullmatch(said_lines[0]).group(1) == (  # type: ignore[union-attr]
-        "gave back 10.0 GiB of cached GPU memory and closed cluster 'reclaim', which held none of your data "
-        "(%gpucluster starts a new one)"
+        "gave back 10.0 GiB of cached GPU memory and closed cluster 'reclaim', which held none of your data; "
+        "start a new one with %gpucluster"
     )
     assert text.splitlines()[-1] == "42"  # the variable is there
     assert "idle_reclaim_min" not in kernel.run("print('again')")  # said once
@@ -248,7 +261,7 @@ def test_a_cluster_that_keeps_a_persisted_collection_stays_and_the_line_says_why
     assert len(said_lines) == 1, text
     assert said_lines[0].group(1) == (  # type: ignore[union-attr]
         "gave back 16.0 GiB of cached GPU memory and left cluster 'keep' running: it keeps 2 pieces of data "
-        "(persisted collections, futures); %gpucluster stop closes it when done"
+        "(persisted collections, futures); close it with %gpucluster stop"
     )
     assert text.splitlines()[-1] == "45"  # nothing lost
     assert "'keep'" in kernel.run("%gpucluster status") and psutil.pid_exists(worker)

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from gpu_magics.cluster.options import PROG
-from gpu_magics.units import dropped, format_bytes, format_duration
+from gpu_magics.units import dropped, format_bytes, format_duration, one_line
 
 SETTING = "GpuMagicsServer.idle_reclaim_min"
 _pending: list[str] = []
@@ -39,8 +39,12 @@ def run(idle_s: float) -> dict[str, Any]:
     if current is not None:
         kept = why_kept(current) if current.owned else None
         if current.owned and kept is None:
-            lifecycle.stop()
-            stopped = in_use() is None
+            try:
+                lifecycle.stop()
+            except Exception as error:  # whatever closing raised: said in the line, the kernel goes on
+                dropped("closing the idle cluster", error)
+                kept = f"closing it failed ({one_line(error)})"
+            stopped = kept is None and in_use() is None
         if not stopped:
             freed += _free_workers(current.client)
     line = said(idle_s, freed, name if (stopped or kept) else None, stopped, kept)
@@ -58,7 +62,7 @@ def why_kept(current: Any) -> str | None:
     ranks = sys.modules.get("gpu_magics.spmd.kernel.ranks")
     made = None if ranks is None else ranks.current()
     if made is not None and made.world is not None:
-        return "its SPMD ranks hold their variables (%gpurun reset ends them)"
+        return "its SPMD ranks hold their variables; end them with %gpurun spmd --reset"
     try:
         current.client.sync(asyncio.sleep, 0)  # the releases of futures already dropped go first
         wanted, busy = current.client.run_on_scheduler(held_on_scheduler)
@@ -68,7 +72,7 @@ def why_kept(current: Any) -> str | None:
         return "its scheduler did not answer"
     if wanted:
         pieces = "1 piece" if wanted == 1 else f"{wanted} pieces"
-        return f"it keeps {pieces} of data (persisted collections, futures); {PROG} stop closes it when done"
+        return f"it keeps {pieces} of data (persisted collections, futures); close it with {PROG} stop"
     if busy:
         return "it is running tasks"
     return None
@@ -87,7 +91,7 @@ def said(idle_s: float, freed: int, cluster: str | None, stopped: bool, kept: st
     """The one line: what was done after ``idle_s`` seconds on idle GPUs (``None`` where nothing was)."""
     done = [f"gave back {format_bytes(freed)} of cached GPU memory"] if freed > 0 else []
     if cluster is not None and stopped:
-        done.append(f"closed cluster {cluster!r}, which held none of your data ({PROG} starts a new one)")
+        done.append(f"closed cluster {cluster!r}, which held none of your data; start a new one with {PROG}")
     elif cluster is not None and kept is not None:
         done.append(f"left cluster {cluster!r} running: {kept}")
     if not done:

@@ -32,7 +32,7 @@ deepspeed.init_distributed()                     # the group from the rank's env
 torch.manual_seed(0)
 model = torch.nn.Linear(16, 4)                   # 68 parameters: ZeRO stage 1 gives each rank 34 of their states
 optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-config = {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 1}}
+config = {"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 1}}  # x world size: the global batch
 engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 generator = torch.Generator().manual_seed(1 + engine.global_rank)
 for _ in range(3):
@@ -42,7 +42,7 @@ for _ in range(3):
     engine.step()
 (engine.world_size, engine.global_rank, torch.distributed.get_backend(), type(optimizer).__name__,
  engine.zero_optimization_stage(), optimizer.single_partition_of_fp32_groups[0].numel(), engine.global_steps,
- float(sum(p.detach().sum() for p in engine.module.parameters())))
+ engine.train_batch_size(), float(sum(p.detach().sum() for p in engine.module.parameters())))
 """
 
 MORE = """
@@ -68,11 +68,13 @@ def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
 @pytest.mark.timeout(600)  # the first run on a machine compiles DeepSpeed's shared-memory op
 def test_deepspeed_zero_stage_1_trains_on_gloo_ranks_and_again_in_a_later_cell(shell: InteractiveShell) -> None:
     values = spmd(shell, "", DEEPSPEED).values
-    assert [value[:7] for value in values] == [(2, rank, "gloo", "DeepSpeedZeroOptimizer", 1, 34, 3) for rank in (0, 1)]
-    assert values[0][7] == pytest.approx(values[1][7])  # the ranks' gradients were averaged: equal replicas
+    assert [value[:8] for value in values] == [
+        (2, rank, "gloo", "DeepSpeedZeroOptimizer", 1, 34, 3, 16) for rank in (0, 1)
+    ]
+    assert values[0][8] == pytest.approx(values[1][8])  # the ranks' gradients were averaged: equal replicas
     more = spmd(shell, "", MORE).values
     assert [value[0] for value in more] == [4, 4]
-    assert more[0][1] == pytest.approx(more[1][1]) and more[0][1] != pytest.approx(values[0][7])
+    assert more[0][1] == pytest.approx(more[1][1]) and more[0][1] != pytest.approx(values[0][8])
 
 
 def test_deepspeed_takes_the_group_that_init_torch_made(shell: InteractiveShell) -> None:

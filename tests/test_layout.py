@@ -228,12 +228,7 @@ def own_module_aliases(path: Path, modules: dict[str, Path] = MODULES) -> set[st
 
 # The modules that still import one of the package's modules under another name, each with those imports: the SPMD
 # wing only, until it is cleaned (an entry goes as its module is; nothing outside ``spmd/`` joins the list).
-ALIASED_FOR_NOW = {
-    "gpu_magics.spmd.kernel.cell": {"gpu_magics.spmd.kernel.ranks as rank_sets"},
-    "gpu_magics.spmd.kernel.ranks": {"gpu_magics.spmd.kernel.world as worlds"},
-    "gpu_magics.spmd.kernel.session": {"gpu_magics.spmd.kernel.ranks as rank_sets"},
-    "gpu_magics.spmd.kernel.transfer": {"gpu_magics.spmd.kernel.ranks as rank_sets"},
-}
+ALIASED_FOR_NOW: dict[str, set[str]] = {}  # none left
 
 
 def test_own_modules_are_imported_under_their_own_names() -> None:

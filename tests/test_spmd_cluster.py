@@ -6,9 +6,11 @@ SPMD session, and bad input in one line."""
 
 from __future__ import annotations
 
+import _thread
 import importlib.util
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -341,6 +343,43 @@ def test_init_torch_makes_a_gloo_group_once_and_ddp_trains_with_a_dataloader(she
     values = shell.user_ns["t_ddp"].values
     assert all(value[0] == 3.0 for value in values)
     assert values[0][1] == values[1][1] == values[2][1]  # DDP kept the replicas equal
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch)")
+def test_a_collective_only_one_rank_entered_is_named_and_its_group_made_again_keeping_variables(
+    shell: InteractiveShell,
+) -> None:
+    # new ranks: no DDP model of an earlier test holds the group (gloo's connections close only with its last user)
+    _, out, err, result = spmd_cell(shell, "--reset --init torch -q", "import os\nkept = int(os.environ['RANK'])")
+    assert result.success, out + err
+    before = rank_processes()
+    body = (
+        "import os, torch, torch.distributed as dist\n"
+        "t = torch.ones(1)\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    dist.all_reduce(t)   # ranks 1 and 2 never enter it\n"
+    )
+    shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 1.0")
+    interrupt = threading.Timer(6.0, _thread.interrupt_main)  # Ctrl-C, as the notebook's stop button
+    try:
+        with capture_output() as captured:
+            interrupt.start()
+            result = shell.run_cell(f"%%gpurun spmd\n{body}")
+    finally:
+        interrupt.cancel()
+        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
+    updates = [output.data.get("text/plain", "") for output in captured.outputs]
+    named = r"all_reduce #\d+ \(gloo\) waits for ranks 1,2, which never entered it \(cell line 4\)"
+    assert any(re.search(named, text) for text in updates), updates
+    assert not result.success and isinstance(result.error_in_exec, KeyboardInterrupt)
+    said = captured.stdout + captured.stderr
+    assert "the next SPMD cell makes it again in the same processes, variables kept" in said, said
+    assert rank_processes() == before  # no rank was ended: the interrupt reached rank 0 once the group was aborted
+    _, out, err, result = spmd_cell(shell, "-o t_again", "t = torch.ones(1)\ndist.all_reduce(t)\n(kept, t.item())")
+    assert result.success, out + err
+    assert "the process group is made again in the same processes, now (--init torch): variables are kept" in out
+    assert "torch.distributed: gloo group of 3 (made again)" in out
+    assert shell.user_ns["t_again"].values == [(0, 3.0), (1, 3.0), (2, 3.0)]
 
 
 @pytest.mark.skipif(not HAS_JAX, reason="jax is not installed (pip install 'jax[cpu]')")

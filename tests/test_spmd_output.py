@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from gpu_magics.spmd.kernel.cell import _ended_line
 from gpu_magics.spmd.kernel.output import LineMerger, is_noise
-from gpu_magics.spmd.kernel.results import DONE, FAILED, RankOutcome, StatusView, clip, exit_words
+from gpu_magics.spmd.kernel.results import DONE, FAILED, RankOutcome, StatusView, clip, ended_line, exit_words
+from gpu_magics.spmd.kernel.stalls import describe
 from gpu_magics.spmd.kernel.world import Member, World, check_ranks, order
 from gpu_magics.spmd.rank.repl import _describe, library, run_cell
 
@@ -103,10 +103,10 @@ def test_how_a_rank_process_ended_in_words(code: int | None, oom: bool, words: s
 
 
 def test_ranks_that_were_ended_are_named_with_the_right_grammar() -> None:
-    one = _ended_line([0], {})
+    one = ended_line([0], {}, 3.0)
     assert one.startswith("rank 0 did not stop within 3 s and was ended: the next SPMD cell starts new ranks")
-    assert _ended_line([0, 2], {}).startswith("ranks 0, 2 did not stop within 3 s and were ended:")
-    assert _ended_line([], {1: "exit code 3"}).startswith("the process of rank 1 ended:")
+    assert ended_line([0, 2], {}, 3.0).startswith("ranks 0, 2 did not stop within 3 s and were ended:")
+    assert ended_line([], {1: "exit code 3"}, 3.0).startswith("the process of rank 1 ended:")
 
 
 def test_a_failing_ranks_traceback_folds_library_frames_and_keeps_the_users() -> None:
@@ -144,16 +144,21 @@ def test_ranks_outside_the_world_are_refused_naming_what_the_user_wrote() -> Non
 
 
 def test_gpu_ranks_start_with_jaxs_preallocation_off_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpu_magics.spmd.worker.host import with_defaults
+    from gpu_magics.spmd.worker.host import RECORDER, with_defaults
 
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    for name in RECORDER:
+        monkeypatch.delenv(name, raising=False)
     gpu_env = {"GPU_MAGICS_SPMD_DEVICE": "gpu", "RANK": "0"}
     made = with_defaults(gpu_env)
     assert made["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert made["GPU_MAGICS_SPMD_DEFAULTED"] == "XLA_PYTHON_CLIENT_PREALLOCATE"
-    assert with_defaults({"GPU_MAGICS_SPMD_DEVICE": "cpu"}) == {"GPU_MAGICS_SPMD_DEVICE": "cpu"}
+    recorder = dict.fromkeys(RECORDER, "2000")  # every rank records its last collectives: a stall names its own
+    assert with_defaults({"GPU_MAGICS_SPMD_DEVICE": "cpu"}) == {"GPU_MAGICS_SPMD_DEVICE": "cpu", **recorder}
     chosen = {**gpu_env, "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}  # the kernel passed the user's value
-    assert with_defaults(chosen) == chosen
+    assert with_defaults(chosen) == {**chosen, **recorder}
+    off = {"GPU_MAGICS_SPMD_DEVICE": "cpu", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}  # the user's choice wins
+    assert with_defaults(off) == off
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")  # the worker's own environment has one
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in with_defaults(gpu_env)
 
@@ -235,3 +240,29 @@ def test_a_package_missing_on_the_ranks_is_named_with_its_pip_command() -> None:
         "(the ranks import there, not in this kernel)"
     )
     assert missing_line("x", "rank 1").startswith("x is not installed where rank 1 runs: pip install x")
+
+
+def test_a_stalled_rank_names_the_collective_it_waits_in_and_the_ranks_that_never_entered_it() -> None:
+    def answer(seq: int, pending: dict[str, object] | None = None, text: str = "idle") -> dict[str, object]:
+        group: dict[str, object] = {"backend": "nccl", "seq": seq, "aborted": False}
+        if pending:
+            group["pending"] = pending
+        return {"text": text, "collective": group}
+
+    waiting = {"name": "all_reduce", "seq": 12}
+    answers = {
+        0: answer(12, waiting, "cell line 5, in item (_tensor.py:1)"),
+        1: answer(11),
+        2: answer(12),
+        3: answer(11),
+    }
+    assert describe(0, answers) == "all_reduce #12 (NCCL) waits for ranks 1,3, which never entered it (cell line 5)"
+    answers[1] = answers[3] = answer(12)
+    assert describe(0, answers) == "waits in all_reduce #12 (NCCL), which every rank entered (cell line 5)"
+    after = answer(12, waiting, "the cell's code ended; waiting for its GPU work")
+    assert describe(0, {0: after, 1: answer(11)}) == (
+        "all_reduce #12 (NCCL) waits for rank 1, which never entered it (the cell's code ended; waiting for its GPU "
+        "work)"
+    )
+    no_group = {0: {"text": "cell line 3, in waiting_here", "collective": None}, 1: answer(0)}
+    assert describe(0, no_group) == "cell line 3, in waiting_here"  # no collective: where it is, as before

@@ -71,6 +71,35 @@ def test_a_rank_killed_between_cells_gives_a_new_world_at_the_next_cell(kernel: 
     assert not set(rank_pids(kernel)) & set(before)
 
 
+@needs_torch
+def test_a_rank_that_raises_while_another_waits_in_a_collective_keeps_every_process_and_variable(
+    kernel: Kernel,
+) -> None:
+    kernel.ok("%%gpurun spmd --init torch -q\nkept = 1", timeout=120)
+    before = rank_pids(kernel)
+    began = time.monotonic()
+    reply, text = kernel.run(
+        "%%gpurun spmd -q\nimport os, torch, torch.distributed as dist\nif os.environ['RANK'] == '1':\n"
+        "    raise ValueError('boom on rank 1')\nt = torch.ones(1)\ndist.all_reduce(t)   # rank 1 never comes",
+        timeout=60,
+    )
+    took = time.monotonic() - began
+    assert reply["status"] == "error" and reply["ename"] == "ValueError", text
+    assert took < 10, f"the failing cell took {took:.1f} s"
+    assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
+    assert same_processes(rank_pids(kernel), before)  # rank 0 answered once the group was aborted: not ended
+    text = kernel.ok("%%gpurun spmd -q\nt = torch.ones(1)\ndist.all_reduce(t)\nprint('sum', t.item(), 'kept' in dir())")
+    assert (
+        "%%gpurun spmd: the process group is made again in the same processes, now (--init torch): variables are "
+        "kept; make again what holds the old group, such as a DDP model"
+    ) in text, text
+    assert "[0,1] sum 2.0 True" in text and new_world_lines(text) == []
+
+
+def same_processes(now: list[int], before: list[int]) -> bool:
+    return sorted(now) == sorted(before)
+
+
 def test_a_rank_killed_without_a_group_and_reset_still_works(kernel: Kernel) -> None:
     kernel.ok("%%gpurun spmd -q\nkept = 1", timeout=60)
     before = rank_pids(kernel)

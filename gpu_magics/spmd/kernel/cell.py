@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics.display.format import format_seconds
-from gpu_magics.spmd.kernel import ranks as rank_sets
+from gpu_magics.spmd.kernel import stalls
 from gpu_magics.spmd.kernel.output import LineMerger, rank_list
+from gpu_magics.spmd.kernel.ranks import STOP_GRACE_S, Ranks, for_client
 from gpu_magics.spmd.kernel.results import (
     DONE,
     ENDED,
@@ -40,8 +41,10 @@ from gpu_magics.spmd.kernel.results import (
     RankOutcome,
     SpmdResult,
     StatusView,
+    ended_line,
     exit_words,
     load_value,
+    other_line,
 )
 from gpu_magics.spmd.kernel.shown import Bars, Board, display, log_noise, missing_line, missing_module, print_lines
 from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 STALL_S = 30.0  # seconds without output before a running rank's row says where it waits
 REFRESH_S = 0.5  # seconds between two updates of the status rows
 STOP_WAIT_S = 12.0  # how long the kernel waits for stopped ranks to answer (they are ended after 3 s)
+ABORT_AFTER_S = 1.0  # ranks that have not stopped this long after an interrupt have their process group aborted
 
 
 class RankFailure(Exception):
@@ -81,7 +85,7 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
 
     check_source(code)
     client = queries.require_client()
-    made = rank_sets.for_client(client)
+    made = for_client(client)
     if options.reset:
         made.end()
         if not code.strip():
@@ -113,7 +117,7 @@ class _WorldLost(Exception):
 
 def _run_world(
     shell: InteractiveShell,
-    made: rank_sets.Ranks,
+    made: Ranks,
     options: RunOptions,
     code: str,
     settings: CellSettings,
@@ -128,14 +132,23 @@ def _run_world(
     if options.show_ranks is not None:
         world.select(options.show_ranks, f"{PROG} --output")
     timeout_s = settings.timeout_s if options.timeout_min is None else options.timeout_min * 60
-    kinds = list(made.regroup)
+    kinds = list(made.regroup) + list(made.remake)
+    if made.remake:
+        again = " ".join(f"--init {kind}" for kind in made.remake)
+        print(
+            f"{PROG}: the process group is made again in the same processes, now ({again}): variables are kept; "
+            "make again what holds the old group, such as a DDP model"
+        )
     if options.init and options.init not in made.groups and options.init not in kinds:
         kinds.append(options.init)
     for kind in kinds:
         check_group(world, kind, world.ranks)
         made.cells += 1
         init = _CellRun(shell, made, world, world.ranks, settings, board)
-        result = init.run({"op": "init", "kind": kind, "timeout": timeout_s}, f"<rank init {made.cells}>")
+        message: dict[str, Any] = {"op": "init", "kind": kind, "timeout": timeout_s}
+        if kind in made.remake:  # the same processes, a new port: the old group's may still be bound
+            message.update(remake=True, env=made.remake_port())
+        result = init.run(message, f"<rank init {made.cells}>")
         if result is None:
             return None
         made.group_made(kind)
@@ -146,7 +159,8 @@ def _run_world(
         return None
     made.cells += 1
     name = f"<rank cell {made.cells}>"
-    result = _CellRun(shell, made, world, chosen, settings, board).run({"op": "run", "code": code, "name": name}, name)
+    message = {"op": "run", "code": code, "name": name, "gpu_wait_s": timeout_s}
+    result = _CellRun(shell, made, world, chosen, settings, board).run(message, name)
     if result is None:
         return None
     if options.output:
@@ -160,7 +174,7 @@ class _CellRun:
     def __init__(
         self,
         shell: InteractiveShell,
-        made: rank_sets.Ranks,
+        made: Ranks,
         world: World,
         chosen: tuple[Rank, ...],
         settings: CellSettings,
@@ -177,6 +191,8 @@ class _CellRun:
         self.lost_before: tuple[int, str] | None = None  # a rank that had ended before this message reached it
         self.died: dict[int, str] = {}  # rank -> how its process ended by itself during the message
         self.stopping = False
+        self.stopped_at: float | None = None
+        self.aborted = False
         self.began = 0.0
         self.last_output: dict[int, float] = {}
         self.asked_where: dict[int, float] = {}
@@ -189,7 +205,7 @@ class _CellRun:
         pending: dict[int, concurrent.futures.Future[Any]] = {}
         for rank in self.chosen:
             future = self.made.ask(rank, {**message, "cell": cell})
-            future.add_done_callback(self._on_done(rank.rank, "done"))
+            future.add_done_callback(self._on_done(rank.rank))
             pending[rank.rank] = future
         self.board.show(self.view())
         interrupted = False
@@ -212,7 +228,8 @@ class _CellRun:
         self.made.forget_ended(ended, self.died)
         result = SpmdResult(self.world.describe(), [self.outcomes[rank.rank] for rank in self.chosen], wall)
         if interrupted or self.first_failure is not None:
-            self._fail(interrupted, ended)
+            kept = None if ended or self.died else self.made.check_groups()
+            self._fail(interrupted, ended, kept)
             return None
         return result
 
@@ -255,16 +272,16 @@ class _CellRun:
                     self.first_failure = index
                     self._stop_all(pending)
             elif kind == "where":
-                outcome = self.outcomes[index]
-                if outcome.state == RUNNING:
-                    quiet = now - self.last_output.get(index, self.began)
-                    outcome.note = f"no output for {quiet:.0f} s · {payload}"
+                self._name_stalls(payload, now)
             print_lines(self.merger.ready(now))
             self.bars.show(now)
             if now - refreshed >= REFRESH_S:
                 refreshed = now
                 self._check_stalls(now)
                 self.board.show(self.view())
+            if self.stopped_at is not None and not self.aborted and pending and now - self.stopped_at > ABORT_AFTER_S:
+                self.aborted = True  # a rank waiting in a collective (NCCL) answers once its group is aborted
+                self.made.abort_groups()
             if deadline is not None and now > deadline:
                 for index in list(pending):
                     pending.pop(index).cancel()
@@ -323,22 +340,38 @@ class _CellRun:
 
     def _stop_all(self, pending: dict[int, concurrent.futures.Future[Any]]) -> None:
         self.stopping = True
+        self.stopped_at = time.perf_counter()
         if pending:
             self.made.stop([self.by_rank[index] for index in pending])
 
     def _check_stalls(self, now: float) -> None:
-        for index, outcome in self.outcomes.items():
-            if outcome.state != RUNNING:
-                continue
-            quiet = now - self.last_output.get(index, self.began)
-            if quiet >= self.settings.stall_s and now - self.asked_where.get(index, 0.0) >= self.settings.stall_s:
-                self.asked_where[index] = now
-                future = self.made.where(self.by_rank[index])
-                future.add_done_callback(self._on_done(index, "where"))
+        """Every ``stall_s`` while a rank prints nothing, ask every rank where it is: the stalled rank's row then
+        names the collective it waits in and the ranks that never entered it."""
+        stalled = [
+            index
+            for index, outcome in self.outcomes.items()
+            if outcome.state == RUNNING and now - self.last_output.get(index, self.began) >= self.settings.stall_s
+        ]
+        if stalled and now - self.asked_where.get(-1, 0.0) >= self.settings.stall_s:
+            self.asked_where[-1] = now
+            future = self.made.where_all()
+            future.add_done_callback(lambda done: self.events.put(("where", -1, done)))
 
-    def _on_done(self, index: int, kind: str) -> Callable[[concurrent.futures.Future[Any]], None]:
+    def _name_stalls(self, future: concurrent.futures.Future[Any], now: float) -> None:
+        try:
+            found = dict(future.result())
+        except Exception as error:  # the question failed any way: the rows say so
+            found = {rank.member.address: {"text": f"no answer ({type(error).__name__})"} for rank in self.chosen}
+        by_address = {rank.member.address: rank.rank for rank in self.world.ranks}
+        answers = {by_address[address]: answer for address, answer in found.items() if isinstance(answer, dict)}
+        for index, outcome in self.outcomes.items():
+            quiet = now - self.last_output.get(index, self.began)
+            if outcome.state == RUNNING and quiet >= self.settings.stall_s:
+                outcome.note = f"no output for {quiet:.0f} s · {stalls.describe(index, answers) or 'no answer'}"
+
+    def _on_done(self, index: int) -> Callable[[concurrent.futures.Future[Any]], None]:
         def put(done: concurrent.futures.Future[Any]) -> None:
-            self.events.put((kind, index, done if kind == "done" else _answer(done)))
+            self.events.put(("done", index, done))
 
         return put
 
@@ -369,7 +402,7 @@ class _CellRun:
                 if held:
                     outcome.rank_memory = held[0]
 
-    def _fail(self, interrupted: bool, ended: list[int]) -> None:
+    def _fail(self, interrupted: bool, ended: list[int], kept: str | None) -> None:
         """The cell fails: the first failing rank's traceback (or the interrupt) and one line per other rank."""
         from gpu_magics.gpurun.execute import mark_failed
 
@@ -394,47 +427,12 @@ class _CellRun:
         for index, outcome in self.outcomes.items():
             if index in said and not interrupted:
                 continue
-            lines.append(f"rank {index}: {_other_line(outcome)}")
+            lines.append(f"rank {index}: {other_line(outcome)}")
         if ended or self.died:
-            lines.append(_ended_line(ended, self.died))
+            lines.append(ended_line(ended, self.died, STOP_GRACE_S))
+        elif kept:
+            lines.append(kept)
         error_type = KeyboardInterrupt if name == "KeyboardInterrupt" else type(name, (RankFailure,), {})
         error = error_type(message)
         self.shell._showtraceback(error_type, error, lines)
         mark_failed(self.shell, error)
-
-
-def _ended_line(ended: list[int], died: dict[int, str]) -> str:
-    """``rank 2 did not stop within 3 s and was ended: the next SPMD cell starts new ranks ...``."""
-    parts = []
-    if ended:
-        many = len(ended) > 1
-        parts.append(
-            f"rank{'s' * many} {', '.join(map(str, ended))} did not stop within {rank_sets.STOP_GRACE_S:.0f} s "
-            f"and {'were' if many else 'was'} ended"
-        )
-    if died:
-        many = len(died) > 1
-        parts.append(f"the process{'es' * many} of rank{'s' * many} {', '.join(map(str, sorted(died)))} ended")
-    return (
-        " and ".join(parts) + ": the next SPMD cell starts new ranks (variables start empty; a process group is made "
-        "again as before)"
-    )
-
-
-def _other_line(outcome: RankOutcome) -> str:
-    if outcome.state == FAILED:
-        return f"failed too: {outcome.summary()}"
-    if outcome.state == STOPPED:
-        return "stopped" + (f" ({outcome.note})" if outcome.note else "")
-    if outcome.state == ENDED:
-        return outcome.note or "ended"
-    if outcome.state == DONE:
-        return "done"
-    return outcome.state
-
-
-def _answer(future: concurrent.futures.Future[Any]) -> str:
-    try:
-        return str(next(iter(future.result().values())))
-    except Exception as error:  # any failure is the answer, by its type
-        return f"no answer ({type(error).__name__})"

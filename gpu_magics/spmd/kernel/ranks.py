@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics.spmd.kernel import results
-from gpu_magics.spmd.kernel import world as worlds
-from gpu_magics.spmd.kernel.world import PROG, Rank, World
+from gpu_magics.spmd.kernel.world import PROG, USER_SET, Member, Rank, World, check_gpus, order
 from gpu_magics.spmd.worker import host
 from gpu_magics.units import dropped
 
@@ -43,6 +42,7 @@ class Ranks:
         self.world: World | None = None
         self.groups: set[str] = set()
         self.regroup: list[str] = []  # groups the last world had, made again at the next cell
+        self.remake: list[str] = []  # groups aborted or out of step after a cell, made again in the same processes
         self.cells = 0
         self._lost: dict[int, str] = {}  # rank -> how its process ended by itself (its host's event)
         self.pids: dict[int, int] = {}  # rank -> its process id, in the world running now
@@ -160,14 +160,14 @@ class Ranks:
         for address, found in probes.items():
             if isinstance(found, BaseException):
                 raise UsageError(f"{PROG}: worker {address} did not answer ({type(found).__name__}: {found})")
-            members.append(worlds.Member.from_probe(address, found, gpu=not cpu_only))
-        ranks = worlds.order(members)
-        worlds.check_gpus(ranks)
+            members.append(Member.from_probe(address, found, gpu=not cpu_only))
+        ranks = order(members)
+        check_gpus(ranks)
         first = ranks[0].member.address
         ports = self.call_wait(host.free_ports, 2, workers=[first], timeout=10)[first]
         if isinstance(ports, BaseException):
             raise UsageError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
-        chosen = tuple((name, os.environ[name]) for name in worlds.USER_SET if name in os.environ)
+        chosen = tuple((name, os.environ[name]) for name in USER_SET if name in os.environ)
         made = World(ranks, master_port=int(ports[0]), jax_port=int(ports[1]), user_env=chosen)
         self._start(made)
         self.world = made
@@ -197,8 +197,9 @@ class Ranks:
 
     def group_made(self, kind: str) -> None:
         self.groups.add(kind)
-        if kind in self.regroup:
-            self.regroup.remove(kind)
+        for waiting in (self.regroup, self.remake):
+            if kind in waiting:
+                waiting.remove(kind)
 
     def _start(self, made: World) -> None:
         if not self._watched:
@@ -232,7 +233,7 @@ class Ranks:
         """End every rank process of this kernel (their variables and groups go with them)."""
         made, self.world = self.world, None
         self.groups = set()
-        self.regroup, self._why_new = [], None
+        self.regroup, self.remake, self._why_new = [], [], None
         with self._lock:
             self._lost, self.pids = {}, {}
         if made is None or self.client.status != "running":
@@ -248,6 +249,47 @@ class Ranks:
 
     def where(self, rank: Rank) -> concurrent.futures.Future[Any]:
         return self.call(host.where, self.owner, workers=[rank.member.address])
+
+    def where_all(self) -> concurrent.futures.Future[Any]:
+        """Every rank's answer to "where are you" (its process group's state with it): address -> answer."""
+        assert self.world is not None
+        return self.call(host.where, self.owner, workers=sorted(self.world.addresses))
+
+    def abort_groups(self) -> concurrent.futures.Future[Any]:
+        """Abort every rank's process group, so that a rank waiting in a collective answers the interrupt."""
+        assert self.world is not None
+        return self.call(host.abort, self.owner, workers=sorted(self.world.addresses))
+
+    def check_groups(self) -> str | None:
+        """After a failed or interrupted cell in which every rank answered: whether the torch group is still in
+        step (no rank aborted it, every rank entered as many collectives). Where it is not, it is made again in
+        the same processes at the next cell, and the line that says so is returned."""
+        if self.world is None or "torch" not in self.groups:
+            return None
+        try:
+            answers = self.call_wait(host.where, self.owner, workers=sorted(self.world.addresses), timeout=5)
+        except concurrent.futures.TimeoutError:
+            answers = {}
+        states = [answer.get("collective") if isinstance(answer, dict) else None for answer in answers.values()]
+        counts = {state.get("seq") for state in states if state}
+        aborted = any((state or {}).get("aborted") for state in states)
+        if len(answers) == self.world.size and not aborted and len(counts) <= 1 and all(states):
+            return None
+        if "torch" not in self.remake:
+            self.remake.append("torch")
+        return (
+            "the torch.distributed group was left out of step (a rank stopped in a collective): the next SPMD cell "
+            "makes it again in the same processes, variables kept"
+        )
+
+    def remake_port(self) -> dict[str, str]:
+        """A new ``MASTER_PORT`` for a group made again in the same processes (the old one may stay bound)."""
+        assert self.world is not None
+        first = self.world.ranks[0].member.address
+        ports = self.call_wait(host.free_ports, 1, workers=[first], timeout=10)[first]
+        if isinstance(ports, BaseException):
+            raise UsageError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
+        return {"MASTER_PORT": str(ports[0])}
 
     def forget_ended(self, ended: Sequence[int], died: dict[int, str] | None = None) -> None:
         """Ranks whose process was ended after a failure or an interrupt (``ended``), or ended by itself during the

@@ -235,3 +235,33 @@ def _label_ranks(text: str) -> list[int]:
         if low.isdigit():
             found.extend(range(int(low), int(high or low) + 1))
     return found
+
+
+def ended_line(ended: list[int], died: dict[int, str], grace_s: float) -> str:
+    """``rank 2 did not stop within 3 s and was ended: the next SPMD cell starts new ranks ...``."""
+    parts = []
+    if ended:
+        many = len(ended) > 1
+        parts.append(
+            f"rank{'s' * many} {', '.join(map(str, ended))} did not stop within {grace_s:.0f} s "
+            f"and {'were' if many else 'was'} ended"
+        )
+    if died:
+        many = len(died) > 1
+        parts.append(f"the process{'es' * many} of rank{'s' * many} {', '.join(map(str, sorted(died)))} ended")
+    return (
+        " and ".join(parts) + ": the next SPMD cell starts new ranks (variables start empty; a process group is made "
+        "again as before)"
+    )
+
+
+def other_line(outcome: RankOutcome) -> str:
+    if outcome.state == FAILED:
+        return f"failed too: {outcome.summary()}"
+    if outcome.state == STOPPED:
+        return "stopped" + (f" ({outcome.note})" if outcome.note else "")
+    if outcome.state == ENDED:
+        return outcome.note or "ended"
+    if outcome.state == DONE:
+        return "done"
+    return outcome.state

@@ -47,11 +47,11 @@ def where(ranks: Sequence[int] | None, shown: Sequence[int] | None = None) -> st
     """Where the session's cells run, in words (``every rank (2 ranks on 1 host (CPU))``, ``rank 1 of 2``); a
     one-line ``UsageError`` for ``--ranks`` or ``--output`` (``shown``) outside the world, where the world is
     known now."""
-    from gpu_magics.spmd.kernel import ranks as rank_sets
     from gpu_magics.spmd.kernel.output import rank_list
+    from gpu_magics.spmd.kernel.ranks import world_now
     from gpu_magics.spmd.kernel.world import check_ranks
 
-    found = rank_sets.world_now()
+    found = world_now()
     if found is not None and shown is not None:
         check_ranks(shown, found[0], "%gpurun spmd --output", found[1])
     if ranks is None:

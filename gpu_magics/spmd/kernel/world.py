@@ -19,7 +19,12 @@ from typing import Any
 from IPython.core.error import UsageError
 
 PROG = "%%gpurun spmd"
-USER_SET = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")  # passed on where the kernel has them
+USER_SET = (  # passed on where the kernel has them (``%env``): the user's choice wins over the ranks' defaults
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "TORCH_FR_BUFFER_SIZE",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE",
+)
 
 
 @dataclass(frozen=True)

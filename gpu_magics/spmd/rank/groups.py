@@ -23,18 +23,23 @@ def gpu_rank() -> bool:
     return os.environ.get("GPU_MAGICS_SPMD_DEVICE") == "gpu"
 
 
-def initialize(kind: str, timeout_s: float) -> str:
+def initialize(kind: str, timeout_s: float, remake: bool = False) -> str:
     if kind == "torch":
-        return init_torch(timeout_s)
+        return init_torch(timeout_s, remake)
     if kind == "jax":
         return init_jax(timeout_s)
     raise ValueError(f"unknown group kind {kind!r}; choose one of {', '.join(KINDS)}")
 
 
-def init_torch(timeout_s: float) -> str:
+def init_torch(timeout_s: float, remake: bool = False) -> str:
+    """The torch group (``remake``: the last one was aborted or fell out of step: end it, make it again)."""
     import torch
     import torch.distributed as dist
 
+    from gpu_magics.spmd.rank import collectives
+
+    if remake:
+        collectives.end_for_remake()
     if dist.is_initialized():
         return f"torch.distributed: {dist.get_backend()} group of {dist.get_world_size()} (kept)"
     kwargs: dict[str, Any] = {}
@@ -53,7 +58,7 @@ def init_torch(timeout_s: float) -> str:
         timeout=datetime.timedelta(seconds=timeout_s),
         **kwargs,
     )
-    return f"torch.distributed: {backend} group of {dist.get_world_size()}"
+    return f"torch.distributed: {backend} group of {dist.get_world_size()}" + (" (made again)" if remake else "")
 
 
 def init_jax(timeout_s: float) -> str:

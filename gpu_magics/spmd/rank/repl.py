@@ -43,6 +43,7 @@ class Repl:
         self.environment = {name: os.environ[name] for name in names if name in os.environ}
         self._main = threading.main_thread().ident
         self.running = False  # an interrupt stops a cell only: between cells (replying, waiting) it is ignored
+        self.waiting_for_gpu = False  # the cell's code ended; its GPU work (a collective among it) has not
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         if self.running:
@@ -57,11 +58,21 @@ class Repl:
 
     # -- the control thread ----------------------------------------------------------------------------------------
     def control_forever(self) -> None:
-        """Answer "where are you"; the host's end closing means the worker is gone: end at once."""
+        """Answer "where are you" (with the process group's state) and "abort the group"; the host's end closing
+        means the worker is gone: end at once."""
+        from gpu_magics.spmd.rank import collectives
+
         while True:
             try:
                 message = self.control.recv()
-                self.control.send({"op": "where", "id": message.get("id"), "text": self.where()})
+                reply: dict[str, Any] = {"op": message.get("op"), "id": message.get("id")}
+                if message.get("op") == "abort":
+                    reply["aborted"] = collectives.abort(self.running)
+                else:
+                    reply["text"] = self.where()
+                    frame = sys._current_frames().get(self._main or 0)
+                    reply["collective"] = collectives.state(frame)
+                self.control.send(reply)
             except (EOFError, OSError):
                 os._exit(0)
 
@@ -72,6 +83,8 @@ class Repl:
             return ""
         stack = traceback.extract_stack(frame)
         mine = [entry for entry in stack if not entry.filename.startswith(_HERE)]
+        if self.waiting_for_gpu:
+            return "the cell's code ended; waiting for its GPU work"
         if not mine:
             return "idle"
         cell = [entry for entry in mine if entry.filename.startswith("<rank")]
@@ -104,9 +117,11 @@ class Repl:
         try:
             self.running = True
             if op in ("run", "init"):
+                self.environment.update(message.get("env") or {})  # a group made again gets a new port
                 self.put_environment_back()
             if op == "run":
                 value = run_cell(self.namespace, message["code"], message["name"])
+                self.wait_for_gpu(float(message.get("gpu_wait_s", 300.0)))
                 if value is not None:
                     self.namespace["_"] = value
                     reply["value"], reply["repr"] = _pack(value)
@@ -118,7 +133,8 @@ class Repl:
             elif op == "init":
                 from gpu_magics.spmd.rank import groups
 
-                reply["repr"] = groups.initialize(message["kind"], float(message["timeout"]))
+                remake = bool(message.get("remake"))
+                reply["repr"] = groups.initialize(message["kind"], float(message["timeout"]), remake)
             else:
                 raise ValueError(f"unknown message {op!r}")
         except BaseException as error:  # the cell's own failure, KeyboardInterrupt included: reported, not fatal
@@ -129,6 +145,30 @@ class Repl:
         reply["seconds"] = time.perf_counter() - began
         reply["peak_memory"] = _peak_gpu_memory()
         return reply
+
+    def wait_for_gpu(self, limit_s: float) -> None:
+        """Wait until the GPU work the cell queued has finished (NCCL collectives return before they complete), so
+        that "done" means done: interruptible, bounded by ``limit_s``, nothing where the cell used no CUDA."""
+        torch = sys.modules.get("torch")
+        try:
+            if torch is None or not torch.cuda.is_initialized():
+                return
+        except Exception:  # torch's CUDA state unreadable: nothing to wait for that can be seen
+            return
+        waiter = threading.Thread(target=_synchronize, args=(torch,), name="gpu-magics-gpu-wait", daemon=True)
+        waiter.start()
+        deadline = time.monotonic() + limit_s
+        self.waiting_for_gpu = True
+        try:
+            while waiter.is_alive() and time.monotonic() < deadline:
+                waiter.join(0.05)  # a lock wait: Ctrl-C (the host's SIGINT) ends it
+        finally:
+            self.waiting_for_gpu = False
+
+
+def _synchronize(torch: Any) -> None:
+    with contextlib.suppress(Exception):  # an aborted communicator's error: the wait is over all the same
+        torch.cuda.synchronize()
 
 
 def run_cell(namespace: dict[str, Any], code: str, name: str) -> Any:

@@ -54,7 +54,7 @@ class RankProcess:
             os.close(fd)
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._started: set[int] = set()  # ids of the messages its REPL took
-        self._where: asyncio.Future[str] | None = None
+        self._asked: dict[int, asyncio.Future[dict[str, Any]]] = {}  # control questions waiting for an answer
         self._lines: list[tuple[int, str, str, float]] = []  # (seq, stream, text, read at) of the cell running now
         self._unsent: list[tuple[int, str, str, float]] = []
         self._seq = 0
@@ -97,8 +97,9 @@ class RankProcess:
         try:
             while self.control.poll(0):
                 message = self.control.recv()
-                if self._where is not None and not self._where.done():
-                    self._where.set_result(str(message.get("text", "")))
+                future = self._asked.pop(message.get("id", -1), None)
+                if future is not None and not future.done():
+                    future.set_result(message)
         except (EOFError, OSError):
             self.loop.remove_reader(self.control.fileno())
 
@@ -231,15 +232,29 @@ class RankProcess:
         self._cell = None
         return reply
 
-    async def where(self) -> str:
+    async def question(self, op: str, timeout: float = 2.0) -> dict[str, Any] | None:
+        """Ask the rank's control thread (``where``, ``abort``), which answers while a cell runs; ``None`` where
+        it did not answer in time."""
         if not self.alive:
-            return "ended"
-        self._where = self.loop.create_future()
-        self.control.send({"op": "where"})
+            return None
+        self._ids += 1
+        ident = self._ids
+        future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self._asked[ident] = future
         try:
-            return await asyncio.wait_for(self._where, 2.0)
-        except TimeoutError:
-            return "no answer"
+            self.control.send({"op": op, "id": ident})
+            return await asyncio.wait_for(future, timeout)
+        except (TimeoutError, OSError):
+            return None
+        finally:
+            self._asked.pop(ident, None)
+
+    async def where(self) -> dict[str, Any]:
+        """Where the rank's main thread is, in words (``text``), and its process group's state (``collective``)."""
+        if not self.alive:
+            return {"text": "ended"}
+        answer = await self.question("where")
+        return {"text": "no answer"} if answer is None else answer
 
     async def stop(self, grace: float) -> bool:
         """Interrupt the cell; end the process if it has not stopped after ``grace`` seconds. Whether it ended."""
@@ -356,9 +371,15 @@ DEFAULTED = "GPU_MAGICS_SPMD_DEFAULTED"  # the names set here, for the rank to s
 RANK_ENV = "GPU_MAGICS_SPMD_ENV"  # the names of the rank's environment, which its REPL puts back before each cell
 
 
+RECORDER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch's flight recorder: new name, old name
+RECORDER_ENTRIES = "2000"  # the last collectives each rank keeps: which one a stalled rank waits in
+
+
 def with_defaults(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with ``GPU_DEFAULTS`` for a GPU rank, where neither the kernel (in ``env``) nor this worker's own
-    environment set them: a value the user set wins."""
+    """``env`` with the flight recorder on (every rank) and ``GPU_DEFAULTS`` (a GPU rank), where neither the
+    kernel (in ``env``) nor this worker's own environment set them: a value the user set wins."""
+    if not any(name in env or name in os.environ for name in RECORDER):
+        env = {**env, **dict.fromkeys(RECORDER, RECORDER_ENTRIES)}
     if env.get("GPU_MAGICS_SPMD_DEVICE") != "gpu":
         return env
     added = {name: value for name, value in GPU_DEFAULTS.items() if name not in env and name not in os.environ}
@@ -388,9 +409,18 @@ async def ask(owner: str, message: dict[str, Any], dask_worker: Any) -> dict[str
     return await made.ask(message)
 
 
-async def where(owner: str, dask_worker: Any) -> str:
+async def where(owner: str, dask_worker: Any) -> dict[str, Any]:
     made = _hosts(dask_worker).get(owner)
-    return "no rank" if made is None else await made.where()
+    return {"text": "no rank"} if made is None else await made.where()
+
+
+async def abort(owner: str, dask_worker: Any) -> bool:
+    """Abort the rank's process group, so that no rank stays in one of its collectives; whether it had one."""
+    made = _hosts(dask_worker).get(owner)
+    if made is None:
+        return False
+    answer = await made.question("abort")
+    return bool(answer and answer.get("aborted"))
 
 
 async def stop(owner: str, grace: float, dask_worker: Any) -> bool:

@@ -7,6 +7,7 @@ nothing happens. Bad values are refused in one line. Every process is ended by i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -20,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from traitlets import TraitError
 from traitlets.config import Config
 
@@ -27,10 +29,12 @@ from gpu_magics.cluster.background.reclaim import said
 from gpu_magics.monitor import fake_pools
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.metrics.holds import Hold
+from gpu_magics.server.reclaim.kernel_call import KernelCallError, evaluate
 from gpu_magics.server.reclaim.reclaimer import ACTIONS, due, expression
 from tests.prometheus.harness import JupyterServer, require_prometheus
 
 GIB = 2**30
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "idle-reclaim"  # the README quotes them
 SPEC = {
     "gpus": [
         {"name": "NVIDIA H200", "uuid": "GPU-7ec1a000-0000-0000-0000-000000000000", "memory_total": 150 * GIB,
@@ -98,6 +102,50 @@ def test_the_setting_is_off_by_default_and_bad_values_are_refused_in_one_line() 
     config.GpuMagicsServer.idle_reclaim_min = "soon"
     with pytest.raises(TraitError, match="idle_reclaim_min"):
         GpuMagicsServer(config=config)
+
+
+# -- asking a real kernel, as the server does -----------------------------------------------------------------
+
+
+async def _cell(kernel: Any, code: str) -> None:
+    """Run ``code`` as a notebook's cell would (a request that is not silent)."""
+    client = kernel.client()
+    client.start_channels(iopub=False, stdin=False, hb=False, control=False)
+    try:
+        msg_id = client.execute(code)
+        while (await client.get_shell_msg(timeout=60))["parent_header"].get("msg_id") != msg_id:
+            pass
+    finally:
+        client.stop_channels()
+
+
+async def _ask_a_kernel() -> tuple[Any, ...]:
+    manager = AsyncMappingKernelManager()
+    kernel_id = await manager.start_kernel(kernel_name="python3")
+    try:
+        kernel: Any = manager.get_kernel(kernel_id)
+        await _cell(kernel, "x = 41")
+        await asyncio.sleep(0.5)  # the server's watch has read the cell's last status
+        before = kernel.last_activity
+        answer = await evaluate(manager, kernel_id, "{'x': x + 1, 'cells': len(In)}", 60)
+        again = await evaluate(manager, kernel_id, "{'x': x + 1, 'cells': len(In)}", 60)
+        after = kernel.last_activity
+        with pytest.raises(KernelCallError) as failed:
+            await evaluate(manager, kernel_id, "1 / 0", 60)
+        await _cell(kernel, "x = 0")
+        return answer, again, before, after, str(failed.value), kernel.last_activity
+    finally:
+        await manager.shutdown_kernel(kernel_id)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_kernel_answers_between_cells_out_of_its_history_and_the_culler_s_clock() -> None:
+    answer, again, before, after, failed, later = asyncio.run(_ask_a_kernel())
+    assert answer == again == {"x": 42, "cells": 2}  # In[0] and the one cell: the requests are not in the history
+    assert after == before  # the server's requests are not the user's activity
+    assert failed == "ZeroDivisionError: division by zero"
+    assert later > before  # a cell is
 
 
 # -- a real server, real kernels -------------------------------------------------------------------------------
@@ -198,6 +246,11 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def keep(name: str, text: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / name).write_text(text)
+
+
 def pools_of(directory: Path, pid: int) -> list[dict[str, int]]:
     state = json.loads((directory / "fake-state.json").read_text())
     return [pools[str(pid)] for pools in state.values() if str(pid) in pools]
@@ -228,13 +281,14 @@ def test_an_idle_cluster_is_closed_and_cached_memory_freed_and_the_notebook_says
     assert after["freed_cache"] == before["freed_cache"] + 1 and after["failed"] == before["failed"]
     assert kernel.running()  # never the kernel
     text = kernel.run("print(keep + 1)")
-    said_lines = [line for line in text.splitlines() if LINE.fullmatch(line)]
+    said_lines = [found for line in text.splitlines() if (found := LINE.fullmatch(line))]
     assert len(said_lines) == 1, text
-    assert LINE.fullmatch(said_lines[0]).group(1) == (  # type: ignore[union-attr]
+    assert said_lines[0].group(1) == (
         "gave back 10.0 GiB of cached GPU memory and closed cluster 'reclaim', which held none of your data; "
         "start a new one with %gpucluster"
     )
     assert text.splitlines()[-1] == "42"  # the variable is there
+    keep("stopped.txt", said_lines[0].group(0) + "\n")
     assert "idle_reclaim_min" not in kernel.run("print('again')")  # said once
     assert "no cluster is running" in kernel.run("%gpucluster stop")
     wait_for(lambda: not any(psutil.pid_exists(pid) for pid in workers), 30, "the worker to exit")
@@ -257,13 +311,16 @@ def test_a_cluster_that_keeps_a_persisted_collection_stays_and_the_line_says_why
     assert after["stopped_cluster"] == before["stopped_cluster"] and after["failed"] == before["failed"]
     assert after["freed_cache"] == before["freed_cache"] + 1
     text = kernel.run("print(int(x.sum().compute()))")
-    said_lines = [LINE.fullmatch(line) for line in text.splitlines() if LINE.fullmatch(line)]
+    said_lines = [found for line in text.splitlines() if (found := LINE.fullmatch(line))]
     assert len(said_lines) == 1, text
-    assert said_lines[0].group(1) == (  # type: ignore[union-attr]
+    assert said_lines[0].group(1) == (
         "gave back 16.0 GiB of cached GPU memory and left cluster 'keep' running: it keeps 2 pieces of data "
         "(persisted collections, futures); close it with %gpucluster stop"
     )
     assert text.splitlines()[-1] == "45"  # nothing lost
+    keep("kept.txt", said_lines[0].group(0) + "\n")
+    scrape = reclaiming.api("GET", "metrics")
+    keep("metrics.txt", "".join(line + "\n" for line in scrape.splitlines() if "gpu_magics_idle_reclaims" in line))
     assert "'keep'" in kernel.run("%gpucluster status") and psutil.pid_exists(worker)
     assert pools_of(reclaiming.directory, worker) == [{"arrays": 2 * GIB, "cached": 0, "context": GIB // 2}]
 

@@ -51,8 +51,9 @@ def due(holds: Iterable[Hold], running: set[str], after_s: float, now: float, do
 class IdleReclaim:
     """The server's side of the reclaim; ``consider`` is called on the event loop after each refresh."""
 
-    def __init__(self, kernel_manager: Any, after_min: float) -> None:
+    def __init__(self, kernel_manager: Any, after_min: float, log: logging.Logger | None = None) -> None:
         self.kernel_manager = kernel_manager
+        self.log = log or _log  # the server's own log, where its admin reads
         self.after_s = float(after_min) * 60
         self.counts = dict.fromkeys(ACTIONS, 0)
         self._done: dict[str, float] = {}  # kernel -> the idle stretch (its start) already acted on
@@ -83,7 +84,7 @@ class IdleReclaim:
             return
         except (KernelCallError, Exception) as error:  # any failure of the request: counted, the server goes on
             self.counts["failed"] += 1
-            _log.warning("gpu_magics: kernel %s did not give back its idle GPU memory: %s", hold.kernel_id, error)
+            self.log.warning("gpu_magics: kernel %s did not give back its idle GPU memory: %s", hold.kernel_id, error)
             return
         if not isinstance(answer, dict):  # it does not use gpu_magics: nothing it can be asked
             return
@@ -92,7 +93,7 @@ class IdleReclaim:
                                  ("kept_cluster", bool(answer.get("kept")))):  # fmt: skip
             self.counts[action] += happened
         if answer.get("line"):
-            _log.info("gpu_magics: kernel %s (%s): %s", hold.kernel_id, hold.path or "no notebook", answer["line"])
+            self.log.info("gpu_magics: kernel %s (%s): %s", hold.kernel_id, hold.path or "no notebook", answer["line"])
 
     def families(self, place: Place | None) -> Iterator[Metric]:
         """``gpu_magics_idle_reclaims_total``, one series per action (0 until it happens)."""

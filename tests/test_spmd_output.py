@@ -144,21 +144,16 @@ def test_ranks_outside_the_world_are_refused_naming_what_the_user_wrote() -> Non
 
 
 def test_gpu_ranks_start_with_jaxs_preallocation_off_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpu_magics.spmd.worker.host import RECORDER, with_defaults
+    from gpu_magics.spmd.worker.host import with_defaults
 
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
-    for name in RECORDER:
-        monkeypatch.delenv(name, raising=False)
     gpu_env = {"GPU_MAGICS_SPMD_DEVICE": "gpu", "RANK": "0"}
     made = with_defaults(gpu_env)
     assert made["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert made["GPU_MAGICS_SPMD_DEFAULTED"] == "XLA_PYTHON_CLIENT_PREALLOCATE"
-    recorder = dict.fromkeys(RECORDER, "2000")  # every rank records its last collectives: a stall names its own
-    assert with_defaults({"GPU_MAGICS_SPMD_DEVICE": "cpu"}) == {"GPU_MAGICS_SPMD_DEVICE": "cpu", **recorder}
+    assert with_defaults({"GPU_MAGICS_SPMD_DEVICE": "cpu"}) == {"GPU_MAGICS_SPMD_DEVICE": "cpu"}
     chosen = {**gpu_env, "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}  # the kernel passed the user's value
-    assert with_defaults(chosen) == {**chosen, **recorder}
-    off = {"GPU_MAGICS_SPMD_DEVICE": "cpu", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}  # the user's choice wins
-    assert with_defaults(off) == off
+    assert with_defaults(chosen) == chosen
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")  # the worker's own environment has one
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in with_defaults(gpu_env)
 

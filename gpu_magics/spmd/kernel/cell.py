@@ -202,11 +202,9 @@ class _CellRun:
         self.began = time.perf_counter()
         self.cell = cell
         self.made.listen(self._on_lines)
-        pending: dict[int, concurrent.futures.Future[Any]] = {}
-        for rank in self.chosen:
-            future = self.made.ask(rank, {**message, "cell": cell})
-            future.add_done_callback(self._on_done(rank.rank))
-            pending[rank.rank] = future
+        pending = self.made.ask_each(self.chosen, {**message, "cell": cell})
+        for index, future in pending.items():
+            future.add_done_callback(self._on_done(index))
         self.board.show(self.view())
         interrupted = False
         try:

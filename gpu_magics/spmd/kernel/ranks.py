@@ -58,12 +58,37 @@ class Ranks:
         """``function(*args)`` on ``workers`` (each as ``dask_worker``); a future of address -> result or error.
         One worker is asked directly (one hop, as the client fetches results), falling back to the scheduler
         where the kernel cannot reach the worker (a gateway's proxy); several through the scheduler."""
-        if len(workers) == 1 and self._direct:
-            coroutine = self._run_direct(function, args, workers[0])
-        else:
-            coroutine = self.client._run(function, *args, workers=list(workers), on_error="return")
         loop: Any = self.client.loop
-        return asyncio.run_coroutine_threadsafe(coroutine, loop.asyncio_loop)
+        return asyncio.run_coroutine_threadsafe(self._call(function, args, workers), loop.asyncio_loop)
+
+    def _call(self, function: Callable[..., Any], args: tuple[Any, ...], workers: Sequence[str]) -> Any:
+        if len(workers) == 1 and self._direct:
+            return self._run_direct(function, args, workers[0])
+        return self.client._run(function, *args, workers=list(workers), on_error="return")
+
+    def ask_each(self, ranks: Sequence[Rank], message: dict[str, Any]) -> dict[int, concurrent.futures.Future[Any]]:
+        """Hand ``message`` to every rank of ``ranks`` at once, each straight to its worker, with one hand-over to
+        the client's event loop for all of them (a cell's cost grows little with the ranks); rank -> a future of
+        address -> reply, as ``call`` gives."""
+        futures: dict[int, concurrent.futures.Future[Any]] = {rank.rank: concurrent.futures.Future() for rank in ranks}
+
+        async def one(rank: Rank) -> None:
+            future = futures[rank.rank]
+            try:
+                result = await self._call(host.ask, (self.owner, message), [rank.member.address])
+            except BaseException as error:  # the call's failure, of any kind, is that rank's answer
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(error)
+                return
+            if future.set_running_or_notify_cancel():
+                future.set_result(result)
+
+        async def fan_out() -> None:
+            await asyncio.gather(*(one(rank) for rank in ranks))
+
+        loop: Any = self.client.loop
+        asyncio.run_coroutine_threadsafe(fan_out(), loop.asyncio_loop)
+        return futures
 
     async def _run_direct(self, function: Callable[..., Any], args: tuple[Any, ...], address: str) -> dict[str, Any]:
         from distributed.comm.core import CommClosedError
@@ -90,9 +115,6 @@ class Ranks:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
-
-    def ask(self, rank: Rank, message: dict[str, Any]) -> concurrent.futures.Future[Any]:
-        return self.call(host.ask, self.owner, message, workers=[rank.member.address])
 
     # -- output events ------------------------------------------------------------------------------------------
     def listen(self, handler: LineHandler | None) -> None:

@@ -86,7 +86,7 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
         handle, line = dask_data.share(name, value, made.client, chosen)
         print(line)
         packed[name] = cloudpickle.dumps(handle, protocol=5)
-    _gather({rank.rank: made.ask(rank, {"op": "push", "values": packed}) for rank in chosen}, "push")
+    _gather(made.ask_each(chosen, {"op": "push", "values": packed}), "push")
 
 
 def pull(name: str, rank: int | None = None) -> Any:
@@ -96,6 +96,6 @@ def pull(name: str, rank: int | None = None) -> Any:
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
         raise UsageError(f"spmd.pull: rank={rank!r} is not a rank number; for example spmd.pull({name!r}, rank=0)")
     made, chosen = _ranks_ready(None if rank is None else [rank], f"spmd.pull({name!r}, rank={rank})")
-    replies = _gather({item.rank: made.ask(item, {"op": "pull", "names": [name]}) for item in chosen}, "pull")
+    replies = _gather(made.ask_each(chosen, {"op": "pull", "names": [name]}), "pull")
     values = [load_value(index, *replies[index]["values"][name]) for index in sorted(replies)]
     return values[0] if rank is not None else values

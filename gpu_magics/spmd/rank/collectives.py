@@ -2,8 +2,8 @@
 main thread may wait in a collective), and its abort.
 
 - ``state``: the group's backend, how many collectives this rank has entered (the group's sequence number), the
-  one it waits in where it waits (PyTorch's flight recorder, ``TORCH_FR_BUFFER_SIZE`` / the older
-  ``TORCH_NCCL_TRACE_BUFFER_SIZE``, which the host sets for every rank; else the collective the stack is in), and
+  one it waits in where it waits (PyTorch's flight recorder, on by default in the torch releases that have it;
+  else the collective the stack is in), and
   whether the group was aborted here. The kernel compares the ranks' numbers to say which ranks never entered a
   collective that another waits in.
 - ``abort``: a stuck NCCL collective ends when its communicator is aborted, so a rank waiting for it answers an

@@ -371,15 +371,10 @@ DEFAULTED = "GPU_MAGICS_SPMD_DEFAULTED"  # the names set here, for the rank to s
 RANK_ENV = "GPU_MAGICS_SPMD_ENV"  # the names of the rank's environment, which its REPL puts back before each cell
 
 
-RECORDER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch's flight recorder: new name, old name
-RECORDER_ENTRIES = "2000"  # the last collectives each rank keeps: which one a stalled rank waits in
-
-
 def with_defaults(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the flight recorder on (every rank) and ``GPU_DEFAULTS`` (a GPU rank), where neither the
-    kernel (in ``env``) nor this worker's own environment set them: a value the user set wins."""
-    if not any(name in env or name in os.environ for name in RECORDER):
-        env = {**env, **dict.fromkeys(RECORDER, RECORDER_ENTRIES)}
+    """``env`` with ``GPU_DEFAULTS`` for a GPU rank, where neither the kernel (in ``env``) nor this worker's own
+    environment set them: a value the user set wins. (torch's flight recorder, which names a stalled rank's
+    collective, is on by default in the torch releases that have it: nothing is set for it.)"""
     if env.get("GPU_MAGICS_SPMD_DEVICE") != "gpu":
         return env
     added = {name: value for name, value in GPU_DEFAULTS.items() if name not in env and name not in os.environ}

@@ -1,0 +1,124 @@
+"""Stuck and broken NCCL collectives on two real GPUs: a collective only rank 0 entered is named in its status row
+(torch's flight recorder gives its number), the rank is shown waiting for its GPU work rather than done, and
+after the interrupt the group is made again in the same processes with the variables kept; a rank that raises
+while the other waits in an all_reduce (a wait no interrupt reaches) gets its group aborted, so that rank answers
+and keeps its process. Skipped without two GPUs or torch."""
+
+from __future__ import annotations
+
+import _thread
+import importlib.util
+import re
+import threading
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from gpu_magics.cluster import lifecycle
+from gpu_magics.spmd.worker import host
+from tests.gpu.test_spmd_gpu import COLLECTIVE_TIMEOUT_MIN, run, started
+
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch in the workers' environment"),
+    pytest.mark.timeout(300),
+]
+
+REMADE = "the process group is made again in the same processes, now (--init torch): variables are kept"
+
+
+@pytest.fixture(scope="module")
+def shell(loaded_shell: InteractiveShell) -> InteractiveShell:
+    return loaded_shell
+
+
+@pytest.fixture(scope="module")
+def gpu_count() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+def rank_pids() -> list[int]:
+    found: list[int] = []
+    for owners in lifecycle.require_client().run(host.rank_pids).values():
+        found.extend(owners.values())
+    return sorted(found)
+
+
+def interrupted_cell(shell: InteractiveShell, code: str, after_s: float) -> tuple[Any, list[str], str]:
+    """Run a cell and press Ctrl-C after ``after_s`` seconds; the result, the status tables shown, the text."""
+    timer = threading.Timer(after_s, _thread.interrupt_main)
+    with capture_output() as captured:
+        timer.start()
+        try:
+            result = shell.run_cell(code)
+        finally:
+            timer.cancel()
+    tables = [output.data.get("text/plain", "") for output in captured.outputs]
+    return result, tables, captured.stdout + captured.stderr
+
+
+def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_again_in_place(
+    shell: InteractiveShell, gpu_count: int
+) -> None:
+    if gpu_count < 2:
+        pytest.skip("needs 2 GPUs")
+    with started(shell, "--gpus 0,1"):
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\nt_kept = 7")
+        before = rank_pids()
+        body = (
+            "import torch, torch.distributed as dist\n"
+            "t = torch.ones(4, device='cuda')\n"
+            "if dist.get_rank() == 0:\n"
+            "    dist.all_reduce(t)   # returns at once: the GPU waits for rank 1\n"
+        )
+        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 2.0")
+        try:
+            result, tables, text = interrupted_cell(shell, f"%%gpurun spmd\n{body}", 9.0)
+        finally:
+            shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
+        named = (
+            r"all_reduce #\d+ \(NCCL\) waits for rank 1, which never entered it \(the cell's code ended; waiting "
+            r"for its GPU work\)"
+        )
+        assert any(re.search(named, table) for table in tables), tables
+        rank_0_rows = [line for table in tables for line in table.splitlines() if line.strip().startswith("rank 0 ")]
+        assert rank_0_rows and not any(" done" in row for row in rank_0_rows), rank_0_rows  # waiting, never "done"
+        assert not result.success and isinstance(result.error_in_exec, KeyboardInterrupt)
+        assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
+        assert rank_pids() == before
+        value, shown = run(
+            shell, "%%gpurun spmd -q\nt = torch.ones(4, device='cuda')\ndist.all_reduce(t)\n(t.tolist(), t_kept)"
+        )
+        assert REMADE in shown and value == ([2.0] * 4, 7)
+        assert rank_pids() == before
+
+
+def test_a_rank_that_raises_while_the_other_waits_in_an_nccl_all_reduce_keeps_both_processes(
+    shell: InteractiveShell, gpu_count: int
+) -> None:
+    if gpu_count < 2:
+        pytest.skip("needs 2 GPUs")
+    with started(shell, "--gpus 0,1"):
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\nt_kept = 7")
+        before = rank_pids()
+        body = (
+            "import torch, torch.distributed as dist\n"
+            "if dist.get_rank() == 1:\n"
+            "    raise ValueError('boom on rank 1')\n"
+            "t = torch.ones(4, device='cuda')\n"
+            "dist.all_reduce(t)\n"
+            "t.sum().item()   # waits in CUDA for the all_reduce: no interrupt reaches it, the group's abort does\n"
+        )
+        with capture_output() as captured:
+            result = shell.run_cell(f"%%gpurun spmd -q\n{body}")
+        text = captured.stdout + captured.stderr
+        assert not result.success and type(result.error_in_exec).__name__ == "ValueError", text
+        assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
+        assert rank_pids() == before  # rank 0 answered once its group was aborted: not ended
+        value, shown = run(
+            shell, "%%gpurun spmd -q\nt = torch.ones(4, device='cuda')\ndist.all_reduce(t)\n(t.tolist(), t_kept)"
+        )
+        assert REMADE in shown and value == ([2.0] * 4, 7)

@@ -144,7 +144,7 @@ def test_ranks_outside_the_world_are_refused_naming_what_the_user_wrote() -> Non
 
 
 def test_gpu_ranks_start_with_jaxs_preallocation_off_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpu_magics.spmd.worker.host import with_defaults
+    from gpu_magics.spmd.worker.rank_env import with_defaults
 
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
     gpu_env = {"GPU_MAGICS_SPMD_DEVICE": "gpu", "RANK": "0"}
@@ -254,10 +254,30 @@ def test_a_stalled_rank_names_the_collective_it_waits_in_and_the_ranks_that_neve
     assert describe(0, answers) == "all_reduce #12 (NCCL) waits for ranks 1,3, which never entered it (cell line 5)"
     answers[1] = answers[3] = answer(12)
     assert describe(0, answers) == "waits in all_reduce #12 (NCCL), which every rank entered (cell line 5)"
-    after = answer(12, waiting, "the cell's code ended; waiting for its GPU work")
+    after = answer(12, waiting, "waiting for the GPU after the cell")
     assert describe(0, {0: after, 1: answer(11)}) == (
-        "all_reduce #12 (NCCL) waits for rank 1, which never entered it (the cell's code ended; waiting for its GPU "
-        "work)"
+        "all_reduce #12 (NCCL) waits for rank 1, which never entered it (waiting for the GPU after the cell)"
     )
     no_group = {0: {"text": "cell line 3, in waiting_here", "collective": None}, 1: answer(0)}
     assert describe(0, no_group) == "cell line 3, in waiting_here"  # no collective: where it is, as before
+
+
+def test_gpu_ranks_named_by_uuid_get_nvmls_numbers_in_pci_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_magics.spmd.worker.rank_env import numbered_devices
+
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    numbers = {"GPU-aa": 2, "GPU-bb": 0}
+    env = {"GPU_MAGICS_SPMD_DEVICE": "gpu", "CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}
+    assert numbered_devices(env, numbers.get) == {
+        "GPU_MAGICS_SPMD_DEVICE": "gpu",
+        "CUDA_VISIBLE_DEVICES": "2,0",  # the rank's own GPU stays first: LOCAL_RANK's order is kept
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    unknown = {**env, "CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-cc"}
+    assert numbered_devices(unknown, numbers.get) == unknown  # a GPU NVML does not know: the UUIDs stay
+    mig = {**env, "CUDA_VISIBLE_DEVICES": "MIG-aa"}
+    assert numbered_devices(mig, numbers.get) == mig
+    chosen = {**env, "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}  # the user's order: numbers would not be NVML's
+    assert numbered_devices(chosen, numbers.get) == chosen
+    for unchanged in ({**env, "GPU_MAGICS_SPMD_DEVICE": "cpu"}, {**env, "CUDA_VISIBLE_DEVICES": "1,0"}):
+        assert numbered_devices(unchanged, numbers.get) == unchanged

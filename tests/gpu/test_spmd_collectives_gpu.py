@@ -25,6 +25,9 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
+# NCCL connects its ranks at the first collective, the host waiting for every rank: one all_reduce by all first,
+# so that the collective under test returns at once on the host and only the GPU waits, as in a training loop.
+WARM = "import torch, torch.distributed as dist\nt_kept = 7\ndist.all_reduce(torch.ones(1, device='cuda'))"
 REMADE = "the process group is made again in the same processes, now (--init torch): variables are kept"
 
 
@@ -66,7 +69,7 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
     if gpu_count < 2:
         pytest.skip("needs 2 GPUs")
     with started(shell, "--gpus 0,1"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\nt_kept = 7")
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
         before = rank_pids()
         body = (
             "import torch, torch.distributed as dist\n"
@@ -80,8 +83,8 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
         finally:
             shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
         named = (
-            r"all_reduce #\d+ \(NCCL\) waits for rank 1, which never entered it \(the cell's code ended; waiting "
-            r"for its GPU work\)"
+            r"all_reduce #\d+ \(NCCL\) waits for rank 1, which never entered it \(waiting for the GPU after the "
+            r"cell\)"
         )
         assert any(re.search(named, table) for table in tables), tables
         rank_0_rows = [line for table in tables for line in table.splitlines() if line.strip().startswith("rank 0 ")]
@@ -102,7 +105,7 @@ def test_a_rank_that_raises_while_the_other_waits_in_an_nccl_all_reduce_keeps_bo
     if gpu_count < 2:
         pytest.skip("needs 2 GPUs")
     with started(shell, "--gpus 0,1"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\nt_kept = 7")
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
         before = rank_pids()
         body = (
             "import torch, torch.distributed as dist\n"

@@ -226,7 +226,8 @@ class _CellRun:
         self.made.forget_ended(ended, self.died)
         result = SpmdResult(self.world.describe(), [self.outcomes[rank.rank] for rank in self.chosen], wall)
         if interrupted or self.first_failure is not None:
-            kept = None if ended or self.died else self.made.check_groups()
+            stopped = interrupted or any(outcome.state == STOPPED for outcome in self.outcomes.values())
+            kept = None if ended or self.died else self.made.check_groups(stopped)
             self._fail(interrupted, ended, kept)
             return None
         return result
@@ -358,7 +359,7 @@ class _CellRun:
     def _name_stalls(self, future: concurrent.futures.Future[Any], now: float) -> None:
         try:
             found = dict(future.result())
-        except Exception as error:  # the question failed any way: the rows say so
+        except (OSError, RuntimeError, TimeoutError, ValueError) as error:  # the question failed: the rows say so
             found = {rank.member.address: {"text": f"no answer ({type(error).__name__})"} for rank in self.chosen}
         by_address = {rank.member.address: rank.rank for rank in self.world.ranks}
         answers = {by_address[address]: answer for address, answer in found.items() if isinstance(answer, dict)}

@@ -282,10 +282,11 @@ class Ranks:
         assert self.world is not None
         return self.call(host.abort, self.owner, workers=sorted(self.world.addresses))
 
-    def check_groups(self) -> str | None:
+    def check_groups(self, stopped: bool) -> str | None:
         """After a failed or interrupted cell in which every rank answered: whether the torch group is still in
-        step (no rank aborted it, every rank entered as many collectives). Where it is not, it is made again in
-        the same processes at the next cell, and the line that says so is returned."""
+        step (no rank was stopped, where a collective may have been cut short; none aborted it; every rank
+        entered as many collectives). Where it is not, it is made again in the same processes at the next cell,
+        and the line that says so is returned."""
         if self.world is None or "torch" not in self.groups:
             return None
         try:
@@ -295,13 +296,13 @@ class Ranks:
         states = [answer.get("collective") if isinstance(answer, dict) else None for answer in answers.values()]
         counts = {state.get("seq") for state in states if state}
         aborted = any((state or {}).get("aborted") for state in states)
-        if len(answers) == self.world.size and not aborted and len(counts) <= 1 and all(states):
+        if not stopped and len(answers) == self.world.size and not aborted and len(counts) <= 1 and all(states):
             return None
         if "torch" not in self.remake:
             self.remake.append("torch")
         return (
-            "the torch.distributed group was left out of step (a rank stopped in a collective): the next SPMD cell "
-            "makes it again in the same processes, variables kept"
+            "the torch.distributed group may be out of step (a rank was stopped): the next SPMD cell makes it again "
+            "in the same processes, variables kept"
         )
 
     def remake_port(self) -> dict[str, str]:

@@ -45,6 +45,6 @@ def describe(rank: int, answers: Mapping[int, Mapping[str, Any]]) -> str:
 
 def _cell_line(text: str) -> str:
     """The part of a rank's "where" that says where the cell is (``cell line 5``), or that its code ended."""
-    if "waiting for its GPU work" in text:
+    if "waiting for the GPU" in text:
         return text
     return next((part.strip() for part in text.split(", ") if part.strip().startswith("cell line")), "")

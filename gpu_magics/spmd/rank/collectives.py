@@ -28,10 +28,7 @@ def _distributed() -> Any:
     dist = sys.modules.get("torch.distributed")
     if dist is None:
         return None
-    try:
-        return dist if dist.is_available() and dist.is_initialized() else None
-    except Exception:  # a torch too broken to answer has no group to speak of
-        return None
+    return dist if dist.is_available() and dist.is_initialized() else None
 
 
 def state(frame: FrameType | None) -> dict[str, Any] | None:
@@ -43,7 +40,7 @@ def state(frame: FrameType | None) -> dict[str, Any] | None:
         group = dist.group.WORLD
         seq = int(group._get_sequence_number_for_group())
         found: dict[str, Any] = {"backend": str(dist.get_backend(group)), "seq": seq}
-    except Exception:  # a group torch cannot describe (torch's private API moved): nothing to compare
+    except (AttributeError, RuntimeError, ValueError):  # torch's private API moved, or no group: nothing to compare
         return {"aborted": aborted} if aborted else None
     found["aborted"] = aborted
     pending = recorded_wait() or stack_wait(frame, found["seq"])
@@ -62,7 +59,7 @@ def recorded_wait() -> dict[str, Any] | None:
         return None
     try:
         entries = pickle.loads(dump(True, False, True)).get("entries", [])
-    except Exception:  # no recorder in this build, or none enabled: the stack says what it can
+    except (RuntimeError, pickle.UnpicklingError, AttributeError, TypeError):  # no recorder on: the stack says
         return None
     waiting = [
         entry
@@ -100,7 +97,7 @@ def abort(running: bool) -> bool:
             gc.collect()  # the group's last references go: its connections close, the peers' waits end
         elif backend != "gloo":
             dist.distributed_c10d._abort_process_group()
-    except Exception:  # an abort that fails leaves the group to be made again all the same
+    except (RuntimeError, ValueError):  # an abort that fails leaves the group to be made again all the same
         pass
     aborted = True
     return True
@@ -115,7 +112,7 @@ def end_for_remake() -> None:
             if str(dist.get_backend()) != "gloo" and not aborted:
                 dist.distributed_c10d._abort_process_group()
             dist.destroy_process_group()
-        except Exception:  # a group already torn down half-way: torch forgets it below all the same
+        except (RuntimeError, ValueError):  # a group already torn down half-way: torch forgets it all the same
             pass
         gc.collect()
     aborted = False

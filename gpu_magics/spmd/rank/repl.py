@@ -84,7 +84,7 @@ class Repl:
         stack = traceback.extract_stack(frame)
         mine = [entry for entry in stack if not entry.filename.startswith(_HERE)]
         if self.waiting_for_gpu:
-            return "the cell's code ended; waiting for its GPU work"
+            return "waiting for the GPU after the cell"
         if not mine:
             return "idle"
         cell = [entry for entry in mine if entry.filename.startswith("<rank")]
@@ -150,10 +150,7 @@ class Repl:
         """Wait until the GPU work the cell queued has finished (NCCL collectives return before they complete), so
         that "done" means done: interruptible, bounded by ``limit_s``, nothing where the cell used no CUDA."""
         torch = sys.modules.get("torch")
-        try:
-            if torch is None or not torch.cuda.is_initialized():
-                return
-        except Exception:  # torch's CUDA state unreadable: nothing to wait for that can be seen
+        if torch is None or not torch.cuda.is_initialized():
             return
         waiter = threading.Thread(target=_synchronize, args=(torch,), name="gpu-magics-gpu-wait", daemon=True)
         waiter.start()
@@ -167,7 +164,7 @@ class Repl:
 
 
 def _synchronize(torch: Any) -> None:
-    with contextlib.suppress(Exception):  # an aborted communicator's error: the wait is over all the same
+    with contextlib.suppress(RuntimeError):  # an aborted communicator's CUDA error: the wait is over all the same
         torch.cuda.synchronize()
 
 

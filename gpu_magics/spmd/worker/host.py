@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from gpu_magics.spmd.rank.repl import MARK
+from gpu_magics.spmd.worker.rank_env import RANK_ENV, numbered_devices, with_defaults
 
 LINE_LIMIT = 20_000  # lines of one cell's output kept for its reply (the live events carry every line)
 EVENT_GAP = 0.05  # seconds between two output events of one rank (lines in between travel together)
@@ -366,28 +367,13 @@ def free_ports(count: int, dask_worker: Any) -> list[int]:
             item.close()
 
 
-GPU_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # JAX would take 75% of a GPU its worker uses too
-DEFAULTED = "GPU_MAGICS_SPMD_DEFAULTED"  # the names set here, for the rank to say so once
-RANK_ENV = "GPU_MAGICS_SPMD_ENV"  # the names of the rank's environment, which its REPL puts back before each cell
-
-
-def with_defaults(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with ``GPU_DEFAULTS`` for a GPU rank, where neither the kernel (in ``env``) nor this worker's own
-    environment set them: a value the user set wins. (torch's flight recorder, which names a stalled rank's
-    collective, is on by default in the torch releases that have it: nothing is set for it.)"""
-    if env.get("GPU_MAGICS_SPMD_DEVICE") != "gpu":
-        return env
-    added = {name: value for name, value in GPU_DEFAULTS.items() if name not in env and name not in os.environ}
-    return {**env, **added, DEFAULTED: ",".join(added)} if added else env
-
-
 async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -> int:
     """Start this worker's rank process for ``owner`` (ending one it had); its pid once it is ready."""
     hosts = _hosts(dask_worker)
     old = hosts.pop(owner, None)
     if old is not None:
         await old.kill()
-    env = with_defaults(env)
+    env = numbered_devices(with_defaults(env))
     made = RankProcess(owner, topic, {**env, RANK_ENV: ",".join(sorted(env))}, dask_worker)
     hosts[owner] = made
     await asyncio.wait_for(made.ready, 60)

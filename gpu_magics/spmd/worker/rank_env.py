@@ -1,0 +1,50 @@
+"""The environment a rank process starts with, beyond the world's (``RANK``, ``WORLD_SIZE`` ...): defaults that
+leave room on a GPU the rank shares with its Dask worker, and GPU numbers that every library can read. A value
+the user set (in the kernel, passed on, or in the worker's environment) always wins."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+GPU_DEFAULTS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # JAX would take 75% of a GPU its worker uses too
+DEFAULTED = "GPU_MAGICS_SPMD_DEFAULTED"  # the names set here, for the rank to say so once
+RANK_ENV = "GPU_MAGICS_SPMD_ENV"  # the names of the rank's environment, which its REPL puts back before each cell
+
+
+def with_defaults(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``GPU_DEFAULTS`` for a GPU rank, where neither the kernel (in ``env``) nor this worker's own
+    environment set them: a value the user set wins. (torch's flight recorder, which names a stalled rank's
+    collective, is on by default in the torch releases that have it: nothing is set for it.)"""
+    if env.get("GPU_MAGICS_SPMD_DEVICE") != "gpu":
+        return env
+    added = {name: value for name, value in GPU_DEFAULTS.items() if name not in env and name not in os.environ}
+    return {**env, **added, DEFAULTED: ",".join(added)} if added else env
+
+
+def numbered_devices(env: dict[str, str], index_of: Callable[[str], int | None] | None = None) -> dict[str, str]:
+    """A GPU rank's ``CUDA_VISIBLE_DEVICES`` as NVML's numbers where it names its GPUs by UUID (DeepSpeed, among
+    others, reads it as integers), with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that CUDA numbers them as NVML does;
+    unchanged where any GPU does not map, a MIG slice is named, or the user chose another order."""
+    entries = [entry for entry in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry]
+    if env.get("GPU_MAGICS_SPMD_DEVICE") != "gpu" or not entries or all(entry.isdigit() for entry in entries):
+        return env
+    order = env.get("CUDA_DEVICE_ORDER", os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))
+    if order != "PCI_BUS_ID" or not all(entry.startswith("GPU-") for entry in entries):
+        return env
+    indices = [(index_of or nvml_index)(entry) for entry in entries]
+    if any(index is None for index in indices):
+        return env
+    return {**env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, indices)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def nvml_index(uuid: str) -> int | None:
+    """NVML's number for the GPU with ``uuid`` (``None`` where NVML cannot say)."""
+    from gpu_magics.monitor.nvml import NvmlSource
+
+    source = NvmlSource(visible_devices=None)
+    try:
+        readings, _ = source.read(slow=False)
+    finally:
+        source.close()
+    return next((reading.nvml_index for reading in readings if reading.uuid == uuid), None)

@@ -258,6 +258,13 @@ def test_a_stalled_rank_names_the_collective_it_waits_in_and_the_ranks_that_neve
     assert describe(0, {0: after, 1: answer(11)}) == (
         "all_reduce #12 (NCCL) waits for rank 1, which never entered it (waiting for the GPU after the cell)"
     )
+    guessed = {"name": "collective", "seq": 12, "guess": True}  # no flight recorder: the last one it entered
+    assert describe(0, {0: answer(12, guessed, "waiting for the GPU after the cell"), 1: answer(11)}) == (
+        "collective #12 (NCCL) waits for rank 1, which never entered it (waiting for the GPU after the cell)"
+    )
+    assert describe(0, {0: answer(12, guessed, "waiting for the GPU after the cell"), 1: answer(12)}) == (
+        "waiting for the GPU after the cell"  # every rank entered as many: plain GPU work, no collective named
+    )
     no_group = {0: {"text": "cell line 3, in waiting_here", "collective": None}, 1: answer(0)}
     assert describe(0, no_group) == "cell line 3, in waiting_here"  # no collective: where it is, as before
 

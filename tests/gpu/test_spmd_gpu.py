@@ -150,6 +150,21 @@ def normalized(uuid: str) -> str:
     return uuid.strip().lower().removeprefix("gpu-")
 
 
+def listed_uuid(entry: str) -> str:
+    """A rank's ``CUDA_VISIBLE_DEVICES`` entry as a normalized UUID: a number is NVML's (PCI order), as the rank
+    host writes GPUs that the workers name by UUID."""
+    if not entry.isdigit():
+        return normalized(entry)
+    from gpu_magics.monitor.nvml import NvmlSource
+
+    source = NvmlSource(visible_devices=None)
+    try:
+        readings, _ = source.read(slow=False)
+    finally:
+        source.close()
+    return normalized(next(reading.uuid for reading in readings if reading.nvml_index == int(entry)))
+
+
 def worker_gpus() -> dict[int, str]:
     """Worker pid -> the normalized UUID of the GPU its CUDA_VISIBLE_DEVICES names first (dask-cuda's own GPU)."""
     by_id = {device.cuda_id: device.uuid for device in gpus.inventory().devices()}
@@ -181,7 +196,7 @@ def test_ddp_on_the_one_gpu_worker(shell: InteractiveShell) -> None:
         gpu_of = worker_gpus()
         assert value["worker_pid"] in gpu_of
         assert normalized(value["uuid"]) == gpu_of[value["worker_pid"]]
-        assert normalized(value["CUDA_VISIBLE_DEVICES"]) == gpu_of[value["worker_pid"]]
+        assert listed_uuid(value["CUDA_VISIBLE_DEVICES"]) == gpu_of[value["worker_pid"]]
         assert value["device"] == 0
         losses = value["losses"]
         assert losses[-1] < 0.5 * losses[0], losses
@@ -241,7 +256,7 @@ def test_two_gpu_ranks_each_on_its_own_gpu(shell: InteractiveShell, gpu_count: i
             check_torchrun_env(found, rank, 2)
             assert found["sum"] == [3.0] * 8
             # CUDA_VISIBLE_DEVICES lists the host's rank GPUs in local-rank order: LOCAL_RANK is the worker's GPU
-            listed = [normalized(item) for item in found["CUDA_VISIBLE_DEVICES"].split(",")]
+            listed = [listed_uuid(item) for item in found["CUDA_VISIBLE_DEVICES"].split(",")]
             assert listed == [gpu_of[other["worker_pid"]] for other in values]
             assert found["device"] == rank
             assert normalized(found["uuid"]) == gpu_of[found["worker_pid"]]

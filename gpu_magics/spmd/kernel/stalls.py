@@ -32,6 +32,8 @@ def describe(rank: int, answers: Mapping[int, Mapping[str, Any]]) -> str:
         if seq is not None:
             entered[other] = int(seq)
     behind = sorted(other for other, seq in entered.items() if seq < number)
+    if pending.get("guess") and not behind:  # no recorder: only a rank that is behind tells a collective waits
+        return text
     if behind:
         many = len(behind) > 1
         words = f"{head} waits for rank{'s' * many} {rank_list(behind)}, which never entered it"

@@ -31,8 +31,10 @@ def _distributed() -> Any:
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
-def state(frame: FrameType | None) -> dict[str, Any] | None:
-    """The group's state (``None`` where this rank has none), ``frame`` being the main thread's innermost."""
+def state(frame: FrameType | None, gpu_wait: bool = False) -> dict[str, Any] | None:
+    """The group's state (``None`` where this rank has none), ``frame`` being the main thread's innermost;
+    ``gpu_wait``: the cell's code ended and its GPU work has not (without the flight recorder, the last collective
+    this rank entered is then a guess at what it waits for, which the kernel names only where a rank is behind)."""
     dist = _distributed()
     if dist is None:
         return {"aborted": True} if aborted else None
@@ -44,6 +46,8 @@ def state(frame: FrameType | None) -> dict[str, Any] | None:
         return {"aborted": aborted} if aborted else None
     found["aborted"] = aborted
     pending = recorded_wait() or stack_wait(frame, found["seq"])
+    if pending is None and gpu_wait and found["seq"] > 0:
+        pending = {"name": "collective", "seq": found["seq"], "guess": True}
     if pending is not None:
         found["pending"] = pending
     return found
@@ -58,7 +62,7 @@ def recorded_wait() -> dict[str, Any] | None:
     if dump is None:
         return None
     try:
-        entries = pickle.loads(dump(True, False, True)).get("entries", [])
+        entries = pickle.loads(dump(True, False, False)).get("entries", [])  # all: a waiting one may not be "active"
     except (RuntimeError, pickle.UnpicklingError, AttributeError, TypeError):  # no recorder on: the stack says
         return None
     waiting = [

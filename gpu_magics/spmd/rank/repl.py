@@ -71,7 +71,7 @@ class Repl:
                 else:
                     reply["text"] = self.where()
                     frame = sys._current_frames().get(self._main or 0)
-                    reply["collective"] = collectives.state(frame)
+                    reply["collective"] = collectives.state(frame, self.waiting_for_gpu)
                 self.control.send(reply)
             except (EOFError, OSError):
                 os._exit(0)

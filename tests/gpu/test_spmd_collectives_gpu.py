@@ -83,8 +83,8 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
         finally:
             shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
         named = (
-            r"(all_reduce|collective) #\d+ \(NCCL\) waits for rank 1, which never entered it \(waiting for the GPU after the "
-            r"cell\)"
+            r"(all_reduce|collective) #\d+ \(NCCL\) waits for rank 1, which never entered it "
+            r"\(waiting for the GPU after the cell\)"
         )
         assert any(re.search(named, table) for table in tables), tables
         rank_0_rows = [line for table in tables for line in table.splitlines() if line.strip().startswith("rank 0 ")]

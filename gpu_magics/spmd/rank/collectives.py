@@ -114,9 +114,10 @@ def end_for_remake() -> None:
     if dist is not None:
         try:
             if str(dist.get_backend()) != "gloo" and not aborted:
-                dist.distributed_c10d._abort_process_group()
-            dist.destroy_process_group()
-        except (RuntimeError, ValueError):  # a group already torn down half-way: torch forgets it all the same
+                dist.distributed_c10d._abort_process_group()  # a collective still on the GPU ends with it
+            if dist.is_initialized():  # an abort may have let the group go already
+                dist.destroy_process_group()
+        except (RuntimeError, ValueError, AssertionError):  # a group torn down half-way: made again all the same
             pass
         gc.collect()
     aborted = False

@@ -21,6 +21,7 @@ from IPython.core.error import UsageError
 from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use, set_starting, starting
 from gpu_magics.cluster.background import idle, start_logs
+from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.opening import check_line, chosen_gpus, open_early, open_manager
@@ -82,7 +83,7 @@ WOUND_DOWN_WAIT_S = 30.0  # how long a new start waits for a stopped one to fini
 
 lock = threading.RLock()  # the verbs change the cluster in use one at a time
 _atexit_registered = False
-_winding_down: Starting | None = None  # a start that was stopped and still closes what it made
+_winding_down: Starting | Closing | None = None  # a stopped start or cluster whose processes still end
 
 
 def start(
@@ -241,6 +242,11 @@ def stop(close: bool = False, keep: bool = False) -> str:
     pending = starting()
     if keep and pending is not None and not pending.finished.is_set():
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
+    during = ""
+    if pending is not None and not pending.finished.is_set() and pending.verb != "starting":
+        pending.cancel(timeout=0)  # a restart or scale of the cluster in use: it ends as stopped; close the cluster
+        set_starting(None)
+        during, pending = f" while it was {pending.verb}", None
     if pending is not None and not pending.finished.is_set():
         ended = pending.cancel(timeout=STOP_WAIT_S)  # its job closes what it made
         _winding_down = None if ended else pending
@@ -264,12 +270,18 @@ def stop(close: bool = False, keep: bool = False) -> str:
         set_in_use(None)
         held = _kept_on_workers(current.client)
         _release(current)
-        assert current.manager is not None
-        try:
-            said = current.manager.finish(current.name, close, keep)
-        except Exception as error:  # the stop's line says any failure
-            dropped("closing the cluster", error)
-            said = f"{PROG}: closing {current.name!r} failed ({one_line(error)})"
+        manager = current.manager
+        assert manager is not None
+        closing = Closing(  # in a thread: with a change under way, workers still starting end only slowly
+            lambda: manager.finish(current.name, close, keep),
+            lambda error: f"{PROG}: closing {current.name!r} failed ({one_line(error)})",
+            here=not during,
+        )
+        said = closing.line(STOP_WAIT_S)
+        if said is None:
+            _winding_down, said = closing, f"{PROG}: stopped cluster {current.name!r}{during}; its processes end later"
+        elif during:
+            said += during
         if held:
             pieces = (
                 f"{held} piece of data kept on its workers (persisted chunks, futures) is"

@@ -34,17 +34,24 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
     current = lifecycle.require_owned("restart")
 
     def job(change: Starting) -> ClusterInfo:
+        # no lock across the network waits: a stop meanwhile closes the cluster at once, and this job then ends
+        # as stopped (the restart's failure against a closed cluster is no news)
         began = time.perf_counter()
-        with lifecycle.lock, start_logs.during_start(current.manager is not None and current.manager.background):
+        with start_logs.during_start(current.manager is not None and current.manager.background):
             try:
                 with factories.worker_start_config():
                     current.client.restart(timeout=current.options.start_timeout, wait_for_workers=True)
             except Exception as error:  # whatever distributed's restart raises is the user's one line
+                change.check()
                 dropped("restarting the workers", error)
                 raise UsageError(f"{PROG} restart: {one_line(error)}") from error
+            change.check()
             current.ready_s = time.perf_counter() - began
             change.update(joined=change.expected)
-            current.devices, current.warm_s = warmup.warm_workers(current.client, worker_kind(current))
+            devices, warm_s = warmup.warm_workers(current.client, worker_kind(current))
+        with lifecycle.lock:
+            change.check()
+            current.devices, current.warm_s = devices, warm_s
             return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
 
     return _change(current, "restarting", len(inspection.scheduler_workers(current.client)), job, background, listen)
@@ -64,8 +71,13 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
 
     def job(change: Starting) -> ClusterInfo:
+        try:
+            notice = steps.scale(current, count)  # no lock across its network waits: a stop answers meanwhile
+        except Exception:
+            change.check()  # stopped meanwhile: the scale's failure against a closed cluster is no news
+            raise
         with lifecycle.lock:
-            notice = steps.scale(current, count)
+            change.check()
             return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
 
     return _change(current, "scaling", count, job, background, listen)

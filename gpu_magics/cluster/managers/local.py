@@ -5,10 +5,12 @@ themselves when this process dies (each watches a pipe from its parent: ``distri
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import psutil
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.background.starting import Starting
@@ -182,11 +184,26 @@ class LocalManager(ClusterManager):
         return None
 
     def close(self) -> None:
+        processes = worker_processes(self.cluster)
         try:
             self.cluster.close(timeout=15)
         except Exception as error:  # a close that fails any way (its processes gone): the stop goes on
             dropped("closing the local cluster", error)
+        for process in processes:  # a worker still in its start when its nanny closed is left running: end it
+            with contextlib.suppress(psutil.Error):  # gone already (psutil checks it is still the same process)
+                process.kill()
 
     def finish(self, name: str, close: bool, keep: bool = False) -> str:
         self.close()
         return f"{PROG}: stopped cluster {name!r}"
+
+
+def worker_processes(cluster: Any) -> list[psutil.Process]:
+    """The worker processes of ``cluster``'s nannies now (a nanny's worker is a child of the fork server)."""
+    found = []
+    for nanny in list(getattr(cluster, "workers", {}).values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid is not None:
+            with contextlib.suppress(psutil.Error):
+                found.append(psutil.Process(pid))
+    return found

@@ -25,7 +25,7 @@ from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelMana
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpu_magics.cluster.background.reclaim import said
+from gpu_magics.cluster.background.verbs.reclaim import said
 from gpu_magics.monitor import fake_pools
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.metrics.holds import Hold
@@ -84,7 +84,8 @@ def test_the_line_says_what_was_given_back_and_what_was_kept() -> None:
         "running: it is running tasks"
     )
     assert said(60, 0, None, False, None) is None  # nothing done: nothing said
-    assert expression(72.5).startswith("__import__('gpu_magics.cluster.background.reclaim', fromlist=['run']).run(")
+    call = "__import__('gpu_magics.cluster.background.verbs.reclaim', fromlist=['run']).run("
+    assert expression(72.5).startswith(call)
 
 
 def test_the_setting_is_off_by_default_and_bad_values_are_refused_in_one_line() -> None:

@@ -1,4 +1,4 @@
-"""The rule by which the idle reclaim closes a cluster (``cluster.background.reclaim.why_kept``), on a real
+"""The rule by which the idle reclaim closes a cluster (``cluster.background.verbs.reclaim.why_kept``), on a real
 scheduler: nothing kept for any client, nothing running; a future, a persisted collection, a published dataset or
 another client's data keeps it."""
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from distributed import Client, LocalCluster, Variable
 
-from gpu_magics.cluster.background.reclaim import why_kept
+from gpu_magics.cluster.background.verbs.reclaim import why_kept
 
 pytestmark = pytest.mark.slow
 

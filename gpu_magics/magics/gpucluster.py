@@ -14,8 +14,9 @@ from traitlets import Bool, Float, TraitError, Unicode, validate
 
 from gpu_magics.argparsing import duration
 from gpu_magics.cluster import lifecycle
-from gpu_magics.cluster.background import ahead, changes, shutdown
+from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.background.starting import Starting, StartProgress
+from gpu_magics.cluster.background.verbs import changes, shutdown
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.queries import no_cluster_message
 from gpu_magics.cluster.records import kernel_report

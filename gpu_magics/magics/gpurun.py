@@ -290,7 +290,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         restarts the workers with ``restart_on_interrupt``); with ``free_pool_after_cell``, what the kernel's pool
         caches is given back once a cell ran on a GPU here."""
         if isinstance(error, KeyboardInterrupt) and plans and plans[-1].client is not None:
-            from gpu_magics.cluster.background import interrupts
+            from gpu_magics.cluster.background.verbs import interrupts
 
             print(interrupts.after_interrupt(plans[-1].client, restart=self.restart_on_interrupt))
         if self.free_pool_after_cell and any(plan.gpu_indices for plan in plans):

@@ -1,4 +1,5 @@
-"""In the kernel: what happens to the cluster while cells run: its start in the background (``starting``, the log
-file distributed writes to meanwhile: ``start_logs``, the imports ``%load_ext`` begins: ``ahead``), and what stops
-work or the cluster other than ``%gpucluster stop``: the idle timeout (``idle``), the kernel's shutdown
-(``shutdown``), and the tasks an interrupted cell leaves running (``interrupts``)."""
+"""In the kernel: what happens to the cluster while cells run, below ``lifecycle``: its start in the background
+(``starting``, the log file distributed writes to meanwhile: ``start_logs``, the imports ``%load_ext`` begins:
+``ahead``), a close in the background (``closing``) and the idle timeout (``idle``). The verbs above ``lifecycle``
+(restart and scale under way, the kernel's shutdown, an interrupted cell's tasks, the idle reclaim) are in
+``verbs/``."""

@@ -41,7 +41,7 @@ def after_interrupt(client: Client, *, restart: bool) -> str:
     """One line for the user after an interrupt; with ``restart``, restart the workers of a cluster started
     here first (tasks still running stop, their memory is freed)."""
     from gpu_magics.cluster import lifecycle
-    from gpu_magics.cluster.background import changes
+    from gpu_magics.cluster.background.verbs import changes
 
     count = running_tasks(client)
     current = lifecycle.active()

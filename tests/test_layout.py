@@ -269,6 +269,45 @@ def test_no_folder_holds_more_than_twelve_entries() -> None:
     assert crowded == {}
 
 
+def folders_spanning_floors(
+    lifecycle: str, package: str, modules: dict[str, Path] = MODULES
+) -> dict[str, dict[str, list[str]]]:
+    """The folders of ``package`` that hold both a module importing ``lifecycle`` (above it) and a module
+    ``lifecycle`` imports (below it), each with those modules."""
+    below = {m for m in imports(modules[lifecycle], modules=modules) if m in modules}
+    folders: dict[str, dict[str, list[str]]] = {}
+    for name, path in modules.items():
+        if path.name == "__init__.py" or name == lifecycle or not within(name, package):
+            continue
+        floor = "below" if name in below else "above" if lifecycle in set(imports(path, modules=modules)) else ""
+        if floor:
+            folders.setdefault(name.rsplit(".", 1)[0], {"above": [], "below": []})[floor].append(name)
+    return {folder: found for folder, found in folders.items() if found["above"] and found["below"]}
+
+
+def test_no_cluster_folder_holds_rooms_below_the_lifecycle_and_verbs_above_it() -> None:
+    """A room ``cluster.lifecycle`` imports and a verb that imports it (lazily too) never share a folder: the
+    background start and the idle watcher sit in ``background/``, restart and scale under way, the shutdown, the
+    interrupts and the idle reclaim in ``background/verbs/``."""
+    assert folders_spanning_floors("gpu_magics.cluster.lifecycle", "gpu_magics.cluster") == {}
+
+
+def test_the_floor_check_sees_a_folder_spanning_floors(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "rooms").mkdir(parents=True)
+    for init in (package / "__init__.py", package / "rooms" / "__init__.py"):
+        init.write_text("")
+    (package / "lifecycle.py").write_text("from pkg.rooms import low\n")
+    (package / "rooms" / "low.py").write_text("X = 1\n")
+    (package / "rooms" / "verb.py").write_text("def f():\n    from pkg import lifecycle\n\n    return lifecycle\n")
+    spanning = folders_spanning_floors("pkg.lifecycle", "pkg", package_modules(package))
+    assert spanning == {"pkg.rooms": {"above": ["pkg.rooms.verb"], "below": ["pkg.rooms.low"]}}
+    (package / "verbs").mkdir()
+    (package / "verbs" / "__init__.py").write_text("")
+    (package / "rooms" / "verb.py").rename(package / "verbs" / "verb.py")
+    assert folders_spanning_floors("pkg.lifecycle", "pkg", package_modules(package)) == {}
+
+
 def test_only_squeue_runs_slurms_commands_and_only_the_rank_host_starts_processes() -> None:
     """SLURM's commands run in ``managers.squeue`` only (every call with a timeout); the only other process this
     package starts itself is a rank process, from its worker's rank host."""

@@ -73,7 +73,7 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     def job(change: Starting) -> ClusterInfo:
         try:
             notice = steps.scale(current, count)  # no lock across its network waits: a stop answers meanwhile
-        except Exception:
+        except Exception:  # anything: re-raised below, unless a stop meanwhile explains it
             change.check()  # stopped meanwhile: the scale's failure against a closed cluster is no news
             raise
         with lifecycle.lock:

@@ -113,6 +113,7 @@ def test_only_the_inventory_and_the_monitor_source_enumerate_devices() -> None:
 
 PURE = ("gpu_magics.gpurun.options", "gpu_magics.cluster.options", "gpu_magics.cluster.info")
 PURE += ("gpu_magics.cluster.records.record", "gpu_magics.monitor.models", "gpu_magics.argparsing")
+PURE += ("gpu_magics.spmd.messages",)
 
 
 @pytest.mark.parametrize("name", PURE)
@@ -333,12 +334,15 @@ def test_the_cluster_engine_never_imports_the_displays() -> None:
 
 def test_the_spmd_rooms_keep_to_their_process() -> None:
     """The rank process imports nothing of dask, distributed, IPython or the kernel's side (except ``shards``,
-    which fetches a rank's chunks from its worker with distributed's own RPC, imported only when a cell calls it);
-    the worker's side nothing of the kernel's."""
+    which fetches a rank's chunks from its worker with distributed's own RPC, imported only when a cell calls it),
+    and of the rest of the package only the messages the three rooms share; the worker's side nothing of the
+    kernel's."""
     graph = import_graph(MODULES)
+    shared = {"gpu_magics.spmd.messages"}
     for name, found in graph.items():
         if within(name, "gpu_magics.spmd.rank"):
-            assert not {m for m in found if within(m, "gpu_magics") and not within(m, "gpu_magics.spmd.rank")}, name
+            outside = {m for m in found if within(m, "gpu_magics") and not within(m, "gpu_magics.spmd.rank")}
+            assert outside <= shared, name
             heavy = {m for m in imports(MODULES[name]) if m.split(".")[0] in ("dask", "distributed", "IPython")}
             if name == "gpu_magics.spmd.rank.shards":
                 heavy = {m for m in heavy if m.split(".")[0] != "distributed"}

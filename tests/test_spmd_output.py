@@ -4,13 +4,24 @@ rank's traceback with library frames folded; how a rank process ended, in words;
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from IPython.core.error import UsageError
 
 from gpu_magics.spmd.kernel.output import LineMerger, is_noise
-from gpu_magics.spmd.kernel.results import DONE, FAILED, RankOutcome, StatusView, clip, ended_line, exit_words
+from gpu_magics.spmd.kernel.results import (
+    RankOutcome,
+    RankState,
+    SpmdResult,
+    StatusView,
+    clip,
+    ended_line,
+    exit_words,
+)
 from gpu_magics.spmd.kernel.stalls import describe
 from gpu_magics.spmd.kernel.world import Member, World, check_ranks, order
+from gpu_magics.spmd.messages import ended_reply
 from gpu_magics.spmd.rank.repl import _describe, library, run_cell
 
 GLOO = "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
@@ -62,14 +73,16 @@ def test_gloos_connection_lines_are_left_out_and_kept_for_the_log() -> None:
     assert merger.noise == [(0, GLOO)]
 
 
-def outcome(rank: int, state: str, message: str = "") -> RankOutcome:
-    error = {"type": "RuntimeError", "message": message} if state == FAILED else None
+def outcome(rank: int, state: RankState, message: str = "") -> RankOutcome:
+    error = {"type": "RuntimeError", "message": message} if state == RankState.FAILED else None
     return RankOutcome(rank, "127.0.0.1 · CPU", state, error=error, seconds=0.5)
 
 
 def test_a_long_error_is_clipped_in_the_table_so_every_row_stays_one_line() -> None:
     long = "mat1 and mat2 shapes cannot be multiplied (2x5 and 4x3) " * 4 + "\nsecond line"
-    view = StatusView("2 ranks on 1 host (CPU)", [outcome(0, DONE), outcome(1, FAILED, long)], 1.0, True, False)
+    view = StatusView(
+        "2 ranks on 1 host (CPU)", [outcome(0, RankState.DONE), outcome(1, RankState.FAILED, long)], 1.0, True, False
+    )
     rows = repr(view).splitlines()
     assert len(rows) == 4 and all(len(row) < 120 for row in rows), rows
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in rows[3] and rows[3].count("…") == 1
@@ -80,11 +93,36 @@ def test_a_long_error_is_clipped_in_the_table_so_every_row_stays_one_line() -> N
 
 def test_the_group_made_for_a_cell_is_a_line_of_its_one_table() -> None:
     notes = ["torch.distributed: gloo group of 2 (made in 1.97 s)"]
-    view = StatusView("2 ranks on 1 host (CPU)", [outcome(0, DONE), outcome(1, DONE)], 2.7, True, False, notes)
+    view = StatusView(
+        "2 ranks on 1 host (CPU)", [outcome(0, RankState.DONE), outcome(1, RankState.DONE)], 2.7, True, False, notes
+    )
     lines = repr(view).splitlines()
     assert lines[0] == "spmd · 2 ranks on 1 host (CPU) · 2 done in 2.70 s"
     assert lines[1] == "  torch.distributed: gloo group of 2 (made in 1.97 s)"
     assert "gloo group of 2 (made in 1.97 s)" in view._repr_html_()
+
+
+def test_rank_states_are_strings_so_saved_results_and_their_rows_read_as_before() -> None:
+    assert [str(state) for state in RankState] == ["running", "done", "failed", "stopped", "ended"]
+    result = SpmdResult("1 rank on 1 host (CPU)", [RankOutcome(0, "a · CPU", RankState.DONE, value=3)], 1.0)
+    kept = pickle.loads(pickle.dumps(result))  # ``-o NAME`` kept, then saved and loaded
+    assert kept.outcomes[0].state == "done" and f"{kept.outcomes[0].state}" == "done"
+    assert repr(kept) == "SpmdResult: 1 rank on 1 host (CPU), 1.00 s\n  rank 0: 3"
+    for state in RankState:  # the enum's docstring draws every state's way in
+        assert state.name in (RankState.__doc__ or "")
+
+
+def test_a_rank_that_ended_before_its_command_ran_says_so_in_its_reply() -> None:
+    reply = ended_reply(-9, oom=True, before=True)
+    assert reply == {
+        "op": "done",
+        "ok": False,
+        "ended": True,
+        "exit_code": -9,
+        "oom": True,
+        "error": None,
+        "before": True,
+    }
 
 
 @pytest.mark.parametrize(
@@ -166,9 +204,9 @@ def test_the_kernels_choice_of_jax_memory_reaches_every_rank() -> None:
 
 
 def test_the_status_row_shows_the_ranks_own_gpu_memory_where_known() -> None:
-    mine = RankOutcome(0, "a · GPU 0", DONE, seconds=0.1, gpu_util=40.0, gpu_memory=3 * 2**30)
+    mine = RankOutcome(0, "a · GPU 0", RankState.DONE, seconds=0.1, gpu_util=40.0, gpu_memory=3 * 2**30)
     mine.gpu_memory_total, mine.rank_memory = 80 * 2**30, 2**30
-    other = RankOutcome(1, "a · GPU 1", DONE, seconds=0.1, gpu_util=40.0, gpu_memory=3 * 2**30)
+    other = RankOutcome(1, "a · GPU 1", RankState.DONE, seconds=0.1, gpu_util=40.0, gpu_memory=3 * 2**30)
     text = repr(StatusView("2 ranks on 1 host (2 GPUs)", [mine, other], 0.2, True, True))
     assert "40% · rank 1.0 GiB (GPU 3.0 GiB/80.0 GiB)" in text
     assert text.splitlines()[-1].count("GiB") == 1  # rank 1's own is not known: the GPU's only

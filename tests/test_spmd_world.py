@@ -187,9 +187,12 @@ def test_finished_ranks_are_not_waited_for_and_lines_are_taken_once() -> None:
 
 
 def test_the_status_rows_show_a_gpu_column_only_where_a_rank_has_a_gpu() -> None:
-    from gpu_magics.spmd.kernel.results import DONE, RankOutcome, StatusView
+    from gpu_magics.spmd.kernel.results import RankOutcome, RankState, StatusView
 
-    outcomes = [RankOutcome(0, "a · CPU", DONE, seconds=0.01), RankOutcome(1, "a · CPU", DONE, seconds=0.02)]
+    outcomes = [
+        RankOutcome(0, "a · CPU", RankState.DONE, seconds=0.01),
+        RankOutcome(1, "a · CPU", RankState.DONE, seconds=0.02),
+    ]
     cpu = StatusView("2 ranks on 1 host (CPU)", outcomes, 0.03, finished=True, gpus=False)
     assert "GPU util" not in repr(cpu) and "GPU util" not in cpu._repr_html_()
     assert "2 done in 30.0 ms" in repr(cpu)

@@ -21,7 +21,7 @@ import concurrent.futures
 import contextlib
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,13 +32,9 @@ from gpu_magics.spmd.kernel import stalls
 from gpu_magics.spmd.kernel.output import LineMerger, rank_list
 from gpu_magics.spmd.kernel.ranks import STOP_GRACE_S, Ranks, for_client
 from gpu_magics.spmd.kernel.results import (
-    DONE,
-    ENDED,
-    FAILED,
-    RUNNING,
-    STOPPED,
     FoldedLines,
     RankOutcome,
+    RankState,
     SpmdResult,
     StatusView,
     ended_line,
@@ -48,6 +44,7 @@ from gpu_magics.spmd.kernel.results import (
 )
 from gpu_magics.spmd.kernel.shown import Bars, Board, display, log_noise, missing_line, missing_module, print_lines
 from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group
+from gpu_magics.spmd.messages import InitCommand, Line, Reply, RunCommand, Where
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -145,10 +142,10 @@ def _run_world(
         check_group(world, kind, world.ranks)
         made.cells += 1
         init = _CellRun(shell, made, world, world.ranks, settings, board)
-        message: dict[str, Any] = {"op": "init", "kind": kind, "timeout": timeout_s}
+        message: InitCommand = {"op": "init", "kind": kind, "timeout": timeout_s, "cell": f"<rank init {made.cells}>"}
         if kind in made.remake:  # the same processes, a new port: the old group's may still be bound
-            message.update(remake=True, env=made.remake_port())
-        result = init.run(message, f"<rank init {made.cells}>")
+            message["remake"], message["env"] = True, made.remake_port()
+        result = init.run(message)
         if result is None:
             return None
         made.group_made(kind)
@@ -159,8 +156,8 @@ def _run_world(
         return None
     made.cells += 1
     name = f"<rank cell {made.cells}>"
-    message = {"op": "run", "code": code, "name": name, "gpu_wait_s": timeout_s}
-    result = _CellRun(shell, made, world, chosen, settings, board).run(message, name)
+    command: RunCommand = {"op": "run", "code": code, "name": name, "cell": name, "gpu_wait_s": timeout_s}
+    result = _CellRun(shell, made, world, chosen, settings, board).run(command)
     if result is None:
         return None
     if options.output:
@@ -197,12 +194,12 @@ class _CellRun:
         self.last_output: dict[int, float] = {}
         self.asked_where: dict[int, float] = {}
 
-    def run(self, message: dict[str, Any], cell: str) -> SpmdResult | None:
+    def run(self, message: RunCommand | InitCommand) -> SpmdResult | None:
         """Run ``message`` on the chosen ranks; the result, or ``None`` when the cell failed (shown already)."""
         self.began = time.perf_counter()
-        self.cell = cell
+        self.cell = message["cell"]
         self.made.listen(self._on_lines)
-        pending = self.made.ask_each(self.chosen, {**message, "cell": cell})
+        pending = self.made.ask_each(self.chosen, message)
         for index, future in pending.items():
             future.add_done_callback(self._on_done(index))
         self.board.show(self.view())
@@ -222,17 +219,17 @@ class _CellRun:
         log_noise(self.merger.noise)
         wall = time.perf_counter() - self.began
         self.board.show(self.view(finished=True))
-        ended = [index for index, outcome in self.outcomes.items() if outcome.state == ENDED]
+        ended = [index for index, outcome in self.outcomes.items() if outcome.state == RankState.ENDED]
         self.made.forget_ended(ended, self.died)
         result = SpmdResult(self.world.describe(), [self.outcomes[rank.rank] for rank in self.chosen], wall)
         if interrupted or self.first_failure is not None:
-            stopped = interrupted or any(outcome.state == STOPPED for outcome in self.outcomes.values())
+            stopped = interrupted or any(outcome.state == RankState.STOPPED for outcome in self.outcomes.values())
             kept = None if ended or self.died else self.made.check_groups(stopped)
             self._fail(interrupted, ended, kept)
             return None
         return result
 
-    def _on_lines(self, rank: int, cell: Any, lines: list[Any], progress: dict[str, str]) -> None:
+    def _on_lines(self, rank: int, cell: str | None, lines: list[Line], progress: dict[str, str]) -> None:
         """Live output from the workers' events: this cell's only (a late event of the cell before is dropped)."""
         if cell == self.cell:
             self.events.put(("lines", rank, lines))
@@ -267,7 +264,7 @@ class _CellRun:
                 self._finished(index, payload)
                 if self.lost_before is not None:
                     return interrupted
-                if self.outcomes[index].state == FAILED and not self.stopping:
+                if self.outcomes[index].state == RankState.FAILED and not self.stopping:
                     self.first_failure = index
                     self._stop_all(pending)
             elif kind == "where":
@@ -284,7 +281,7 @@ class _CellRun:
             if deadline is not None and now > deadline:
                 for index in list(pending):
                     pending.pop(index).cancel()
-                    self.outcomes[index].state = ENDED
+                    self.outcomes[index].state = RankState.ENDED
                     self.outcomes[index].note = "did not answer after the stop"
         return interrupted
 
@@ -292,12 +289,12 @@ class _CellRun:
         outcome = self.outcomes[index]
         outcome.seconds = time.perf_counter() - self.began
         try:
-            reply = next(iter(future.result().values()))
+            reply: Reply | BaseException = next(iter(future.result().values()))
         except Exception as error:  # the rank's failure, of any kind, is its outcome
             reply = error
         if isinstance(reply, BaseException):
             outcome.state, outcome.error = (
-                FAILED,
+                RankState.FAILED,
                 {
                     "type": type(reply).__name__,
                     "message": f"its worker did not answer ({reply})",
@@ -317,11 +314,11 @@ class _CellRun:
             if reply.get("before") and not self.stopping:
                 self.lost_before = (index, how)
                 return
-            outcome.state = ENDED
+            outcome.state = RankState.ENDED
             outcome.note = "its process was ended" if self.stopping else "its process ended"
             if not self.stopping:
                 self.died[index] = how
-                outcome.state = FAILED
+                outcome.state = RankState.FAILED
                 outcome.error = {
                     "type": "RankProcessEnded",
                     "message": f"the rank process ended ({how})",
@@ -330,12 +327,12 @@ class _CellRun:
             return
         said = reply.get("error")
         if said is None:
-            outcome.state = DONE
+            outcome.state = RankState.DONE
             outcome.value = load_value(index, reply.get("value"), reply.get("repr"))
         elif said.get("interrupted"):
-            outcome.state, outcome.error = STOPPED, said
+            outcome.state, outcome.error = RankState.STOPPED, said
         else:
-            outcome.state, outcome.error = FAILED, said
+            outcome.state, outcome.error = RankState.FAILED, said
 
     def _stop_all(self, pending: dict[int, concurrent.futures.Future[Any]]) -> None:
         self.stopping = True
@@ -349,7 +346,8 @@ class _CellRun:
         stalled = [
             index
             for index, outcome in self.outcomes.items()
-            if outcome.state == RUNNING and now - self.last_output.get(index, self.began) >= self.settings.stall_s
+            if outcome.state == RankState.RUNNING
+            and now - self.last_output.get(index, self.began) >= self.settings.stall_s
         ]
         if stalled and now - self.asked_where.get(-1, 0.0) >= self.settings.stall_s:
             self.asked_where[-1] = now
@@ -357,15 +355,18 @@ class _CellRun:
             future.add_done_callback(lambda done: self.events.put(("where", -1, done)))
 
     def _name_stalls(self, future: concurrent.futures.Future[Any], now: float) -> None:
+        found: dict[str, Where | BaseException]
         try:
             found = dict(future.result())
         except (OSError, RuntimeError, TimeoutError, ValueError) as error:  # the question failed: the rows say so
             found = {rank.member.address: {"text": f"no answer ({type(error).__name__})"} for rank in self.chosen}
         by_address = {rank.member.address: rank.rank for rank in self.world.ranks}
-        answers = {by_address[address]: answer for address, answer in found.items() if isinstance(answer, dict)}
+        answers = {
+            by_address[address]: answer for address, answer in found.items() if not isinstance(answer, BaseException)
+        }
         for index, outcome in self.outcomes.items():
             quiet = now - self.last_output.get(index, self.began)
-            if outcome.state == RUNNING and quiet >= self.settings.stall_s:
+            if outcome.state == RankState.RUNNING and quiet >= self.settings.stall_s:
                 outcome.note = f"no output for {quiet:.0f} s · {stalls.describe(index, answers) or 'no answer'}"
 
     def _on_done(self, index: int) -> Callable[[concurrent.futures.Future[Any]], None]:
@@ -409,8 +410,8 @@ class _CellRun:
         said: set[int] = set()  # ranks whose failure is said already
         if self.first_failure is not None and not interrupted:
             first = self.outcomes[self.first_failure]
-            error = first.error or {}
-            missing = missing_module(error)
+            failure: Mapping[str, Any] = first.error or {}
+            missing = missing_module(failure)
             if missing is not None:  # not a bug in the cell: a package the ranks lack, one line
                 said = {o.rank for o in self.outcomes.values() if o.error and missing_module(o.error) == missing}
                 where = f"rank{'s' * (len(said) > 1)} {rank_list(said)}"
@@ -419,8 +420,10 @@ class _CellRun:
             else:
                 said = {first.rank}
                 lines.append(f"rank {first.rank} ({first.label}) failed first:")
-                lines.append(str(error.get("traceback") or f"{error.get('type')}: {error.get('message')}").rstrip())
-                name, message = str(error.get("type", "RankFailure")), f"rank {first.rank}: {error.get('message')}"
+                lines.append(
+                    str(failure.get("traceback") or f"{failure.get('type')}: {failure.get('message')}").rstrip()
+                )
+                name, message = str(failure.get("type", "RankFailure")), f"rank {first.rank}: {failure.get('message')}"
         else:
             name, message = "KeyboardInterrupt", "every rank was stopped"
         for index, outcome in self.outcomes.items():

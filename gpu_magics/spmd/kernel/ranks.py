@@ -15,12 +15,13 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from IPython.core.error import UsageError
 
 from gpu_magics.spmd.kernel import results
 from gpu_magics.spmd.kernel.world import PROG, USER_SET, Member, Rank, World, check_gpus, order
+from gpu_magics.spmd.messages import Command, Event, ExitedEvent, Line, LinesEvent
 from gpu_magics.spmd.worker import host
 from gpu_magics.units import dropped
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0  # seconds a rank has to stop after an interrupt before its process is ended
-LineHandler = Callable[[int, Any, list[Any], dict[str, str]], None]  # rank, cell, lines, live progress
+LineHandler = Callable[[int, str | None, list[Line], dict[str, str]], None]  # rank, cell, lines, live progress
 
 
 class Ranks:
@@ -66,7 +67,7 @@ class Ranks:
             return self._run_direct(function, args, workers[0])
         return self.client._run(function, *args, workers=list(workers), on_error="return")
 
-    def ask_each(self, ranks: Sequence[Rank], message: dict[str, Any]) -> dict[int, concurrent.futures.Future[Any]]:
+    def ask_each(self, ranks: Sequence[Rank], message: Command) -> dict[int, concurrent.futures.Future[Any]]:
         """Hand ``message`` to every rank of ``ranks`` at once, each straight to its worker, with one hand-over to
         the client's event loop for all of them (a cell's cost grows little with the ranks); rank -> a future of
         address -> reply, as ``call`` gives."""
@@ -122,20 +123,20 @@ class Ranks:
         with self._lock:
             self._line_handler = handler
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: tuple[float, Event]) -> None:
         _, message = event
         if not isinstance(message, dict):
             return
         with self._lock:
             handler = self._line_handler
             if "exited" in message:  # a rank process ended by itself: the next cell starts a new world
-                if self.pids.get(int(message.get("rank", -1))) == message.get("pid"):  # this world's, not an old one's
-                    how = results.exit_words(message.get("exited"), bool(message.get("oom")))
-                    self._lost.setdefault(int(message["rank"]), how)
+                exited = cast(ExitedEvent, message)
+                if self.pids.get(exited["rank"]) == exited["pid"]:  # this world's, not an old one's
+                    self._lost.setdefault(exited["rank"], results.exit_words(exited["exited"], exited["oom"]))
                 return
+            lines = cast(LinesEvent, message)
         if handler is not None:
-            rank, progress = int(message.get("rank", -1)), dict(message.get("progress") or {})
-            handler(rank, message.get("cell"), list(message.get("lines", ())), progress)
+            handler(lines["rank"], lines["cell"], list(lines["lines"]), dict(lines.get("progress") or {}))
 
     # -- the world ----------------------------------------------------------------------------------------------
     def prepare_for_cell(self, *, cell: bool = True) -> tuple[World, list[str]]:

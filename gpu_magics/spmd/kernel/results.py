@@ -3,6 +3,7 @@ rows, shown live while the cell runs and kept as a static summary in a saved not
 
 from __future__ import annotations
 
+import enum
 import html
 import pickle
 import signal
@@ -10,9 +11,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.display.format import format_bytes, format_percent, format_seconds, html_table, text_table
+from gpu_magics.spmd.messages import RankError
 from gpu_magics.units import dropped
 
-RUNNING, DONE, FAILED, STOPPED, ENDED, NOT_RUN = "running", "done", "failed", "stopped", "ended", "not run"
+
+class RankState(enum.StrEnum):
+    """Where one rank stands in one cell. A string (``outcome.state == "done"`` holds; a status row shows it).
+
+    ::
+
+        RUNNING ──── its reply, no error ─────────────────────────────────────────────> DONE
+           │
+           ├──────── its reply with an error; its worker did not answer; ─────────────> FAILED
+           │         its process ended by itself during the cell
+           │
+           │   a failure elsewhere or Ctrl-C: every rank still RUNNING is stopped
+           ├──────── its reply with the interrupt ────────────────────────────────────> STOPPED
+           └──────── it did not stop in time: its process ended, or no answer ────────> ENDED
+
+    Only ``RUNNING`` changes; the others are final for the cell. After ``ENDED`` (or a process that ended by
+    itself) the next cell starts every rank anew.
+    """
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    ENDED = "ended"
 
 
 class RankValue:
@@ -45,9 +70,9 @@ class RankOutcome:
 
     rank: int
     label: str  # "127.0.0.2 · GPU 1"
-    state: str = RUNNING
+    state: RankState = RankState.RUNNING
     value: Any = None
-    error: dict[str, Any] | None = None  # type, message, traceback (the rank's own frames)
+    error: RankError | None = None  # type, message, traceback (the rank's own frames)
     seconds: float | None = None
     peak_memory: int | None = None  # bytes: torch's peak on the rank's GPU, where torch used it
     gpu_util: float | None = None
@@ -58,14 +83,14 @@ class RankOutcome:
 
     def summary(self) -> str:
         """``ValueError: boom`` or the state, in a few words."""
-        if self.error is not None and self.state == FAILED:
+        if self.error is not None and self.state == RankState.FAILED:
             return f"{self.error.get('type')}: {self.error.get('message')}"
         return self.state
 
     def cell_text(self) -> str:
         """The state as the status row shows it: one line of at most ``CELL_LIMIT`` characters (the full error
         shows below the table)."""
-        return clip(self.summary() if self.state == FAILED else self.state)
+        return clip(self.summary() if self.state == RankState.FAILED else self.state)
 
 
 CELL_LIMIT = 60  # characters of a status row's state or note: the table's columns stay on one line
@@ -107,7 +132,7 @@ class SpmdResult:
         return [outcome.value for outcome in self.outcomes]
 
     @property
-    def errors(self) -> dict[int, dict[str, Any]]:
+    def errors(self) -> dict[int, RankError]:
         return {outcome.rank: outcome.error for outcome in self.outcomes if outcome.error is not None}
 
     def __getitem__(self, rank: int) -> RankOutcome:
@@ -119,7 +144,7 @@ class SpmdResult:
     def __repr__(self) -> str:
         lines = [f"SpmdResult: {self.world}, {format_seconds(self.wall)}"]
         for outcome in self.outcomes:
-            shown = repr(outcome.value) if outcome.state == DONE else outcome.summary()
+            shown = repr(outcome.value) if outcome.state == RankState.DONE else outcome.summary()
             lines.append(f"  rank {outcome.rank}: {shown}")
         return "\n".join(lines)
 
@@ -170,7 +195,10 @@ class StatusView:
         return "\n".join([self._headline(), *("  " + note for note in self.notes), *("  " + line for line in table)])
 
     def _repr_html_(self) -> str:
-        colours = {FAILED: "var(--jp-error-color1, #d32f2f)", DONE: "var(--jp-success-color1, #388e3c)"}
+        colours = {
+            RankState.FAILED: "var(--jp-error-color1, #d32f2f)",
+            RankState.DONE: "var(--jp-success-color1, #388e3c)",
+        }
         rows = []
         for outcome, row in zip(self.outcomes, self._rows(), strict=True):
             colour = colours.get(outcome.state)
@@ -256,12 +284,12 @@ def ended_line(ended: list[int], died: dict[int, str], grace_s: float) -> str:
 
 
 def other_line(outcome: RankOutcome) -> str:
-    if outcome.state == FAILED:
+    if outcome.state == RankState.FAILED:
         return f"failed too: {outcome.summary()}"
-    if outcome.state == STOPPED:
+    if outcome.state == RankState.STOPPED:
         return "stopped" + (f" ({outcome.note})" if outcome.note else "")
-    if outcome.state == ENDED:
+    if outcome.state == RankState.ENDED:
         return outcome.note or "ended"
-    if outcome.state == DONE:
+    if outcome.state == RankState.DONE:
         return "done"
     return outcome.state

@@ -8,6 +8,7 @@ import contextlib
 import re
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from gpu_magics.spmd.kernel.output import Shown, progress_lines
@@ -96,7 +97,7 @@ def display(view: Any) -> Any:
     return show(view, display_id=True)
 
 
-def missing_module(error: dict[str, Any]) -> str | None:
+def missing_module(error: Mapping[str, Any]) -> str | None:
     """The module a rank's ``ModuleNotFoundError`` names (``None`` for any other error)."""
     if error.get("type") != "ModuleNotFoundError":
         return None

@@ -8,18 +8,18 @@ entered, the one it waits in). Pure functions, tested without ranks.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gpu_magics.spmd.kernel.output import rank_list
+from gpu_magics.spmd.messages import Collective, Where
 
 BACKENDS = {"nccl": "NCCL", "gloo": "gloo", "mpi": "MPI", "ucc": "UCC"}
 
 
-def describe(rank: int, answers: Mapping[int, Mapping[str, Any]]) -> str:
+def describe(rank: int, answers: Mapping[int, Where]) -> str:
     """Where ``rank`` waits, in words, given every rank's answer (rank -> ``{"text", "collective"}``)."""
-    own = answers.get(rank) or {}
-    text = str(own.get("text", ""))
-    group = own.get("collective") or {}
+    own = answers.get(rank)
+    text = "" if own is None else own["text"]
+    group: Collective = (None if own is None else own.get("collective")) or {}
     pending = group.get("pending")
     if not pending:
         return text

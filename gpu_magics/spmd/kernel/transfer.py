@@ -19,6 +19,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from gpu_magics.spmd.kernel.results import load_value
+from gpu_magics.spmd.messages import PullCommand, PushCommand, Reply
 
 TIMEOUT_S = 300.0
 
@@ -50,14 +51,14 @@ def _rank_list(ranks: Any) -> list[int] | None:
     return found
 
 
-def _gather(futures: dict[int, concurrent.futures.Future[Any]], what: str) -> dict[int, dict[str, Any]]:
-    replies: dict[int, dict[str, Any]] = {}
+def _gather(futures: dict[int, concurrent.futures.Future[Any]], what: str) -> dict[int, Reply]:
+    replies: dict[int, Reply] = {}
     for index, future in futures.items():
-        reply = next(iter(future.result(TIMEOUT_S).values()))
+        reply: Reply | BaseException = next(iter(future.result(TIMEOUT_S).values()))
         if isinstance(reply, BaseException):
             raise UsageError(f"spmd.{what}: rank {index}'s worker did not answer ({type(reply).__name__}: {reply})")
         if not reply.get("ok"):
-            error = reply.get("error") or {}
+            error = reply.get("error")
             detail = f"{error.get('type')}: {error.get('message')}" if error else "its process ended"
             raise UsageError(f"spmd.{what}: rank {index}: {detail}")
         replies[index] = reply
@@ -86,7 +87,8 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
         handle, line = dask_data.share(name, value, made.client, chosen)
         print(line)
         packed[name] = cloudpickle.dumps(handle, protocol=5)
-    _gather(made.ask_each(chosen, {"op": "push", "values": packed}), "push")
+    command: PushCommand = {"op": "push", "values": packed}
+    _gather(made.ask_each(chosen, command), "push")
 
 
 def pull(name: str, rank: int | None = None) -> Any:
@@ -96,6 +98,7 @@ def pull(name: str, rank: int | None = None) -> Any:
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
         raise UsageError(f"spmd.pull: rank={rank!r} is not a rank number; for example spmd.pull({name!r}, rank=0)")
     made, chosen = _ranks_ready(None if rank is None else [rank], f"spmd.pull({name!r}, rank={rank})")
-    replies = _gather(made.ask_each(chosen, {"op": "pull", "names": [name]}), "pull")
-    values = [load_value(index, *replies[index]["values"][name]) for index in sorted(replies)]
+    command: PullCommand = {"op": "pull", "names": [name]}
+    replies = _gather(made.ask_each(chosen, command), "pull")
+    values = [load_value(index, *replies[index].get("values", {})[name]) for index in sorted(replies)]
     return values[0] if rank is not None else values

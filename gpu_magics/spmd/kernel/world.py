@@ -12,11 +12,13 @@ first) would put rank 2 on another rank's GPU. A CPU rank sees no GPU.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from IPython.core.error import UsageError
+
+from gpu_magics.spmd.messages import Probe
 
 PROG = "%%gpurun spmd"
 USER_SET = (  # passed on where the kernel has them (``%env``): the user's choice wins over the ranks' defaults
@@ -41,7 +43,7 @@ class Member:
     has_jax: bool = False
 
     @classmethod
-    def from_probe(cls, address: str, probe: Mapping[str, Any], *, gpu: bool) -> Member:
+    def from_probe(cls, address: str, probe: Probe, *, gpu: bool) -> Member:
         found = probe.get("gpu") if gpu else None
         return cls(
             address=address,

@@ -19,7 +19,10 @@ import pickle
 import sys
 import traceback
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpu_magics.spmd.messages import Collective, Pending
 
 aborted = False  # the group was aborted here: the next cell makes it again
 
@@ -31,7 +34,7 @@ def _distributed() -> Any:
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
-def state(frame: FrameType | None, gpu_wait: bool = False) -> dict[str, Any] | None:
+def state(frame: FrameType | None, gpu_wait: bool = False) -> Collective | None:
     """The group's state (``None`` where this rank has none), ``frame`` being the main thread's innermost;
     ``gpu_wait``: the cell's code ended and its GPU work has not (without the flight recorder, the last collective
     this rank entered is then a guess at what it waits for, which the kernel names only where a rank is behind)."""
@@ -41,19 +44,19 @@ def state(frame: FrameType | None, gpu_wait: bool = False) -> dict[str, Any] | N
     try:
         group = dist.group.WORLD
         seq = int(group._get_sequence_number_for_group())
-        found: dict[str, Any] = {"backend": str(dist.get_backend(group)), "seq": seq}
+        found: Collective = {"backend": str(dist.get_backend(group)), "seq": seq}
     except (AttributeError, RuntimeError, ValueError):  # torch's private API moved, or no group: nothing to compare
         return {"aborted": aborted} if aborted else None
     found["aborted"] = aborted
-    pending = recorded_wait() or stack_wait(frame, found["seq"])
-    if pending is None and gpu_wait and found["seq"] > 0:
-        pending = {"name": "collective", "seq": found["seq"], "guess": True}
+    pending = recorded_wait() or stack_wait(frame, seq)
+    if pending is None and gpu_wait and seq > 0:
+        pending = {"name": "collective", "seq": seq, "guess": True}
     if pending is not None:
         found["pending"] = pending
     return found
 
 
-def recorded_wait() -> dict[str, Any] | None:
+def recorded_wait() -> Pending | None:
     """The first collective the flight recorder has that has not completed: its name and number."""
     import torch
 
@@ -77,7 +80,7 @@ def recorded_wait() -> dict[str, Any] | None:
     return {"name": name, "seq": int(first.get("collective_seq_id", 0))}
 
 
-def stack_wait(frame: FrameType | None, seq: int) -> dict[str, Any] | None:
+def stack_wait(frame: FrameType | None, seq: int) -> Pending | None:
     """The collective the main thread's stack is in (``all_reduce``, ``barrier``), numbered as the group's last."""
     if frame is None:
         return None

@@ -25,7 +25,10 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpu_magics.spmd.messages import Command, Question, RankError, Ready, Reply, Started
 
 MARK = "\x1egpu-magics-spmd-done "
 VALUE_LIMIT = 256 * 2**20  # bytes: a larger last value comes back as its repr only
@@ -64,15 +67,13 @@ class Repl:
 
         while True:
             try:
-                message = self.control.recv()
-                reply: dict[str, Any] = {"op": message.get("op"), "id": message.get("id")}
-                if message.get("op") == "abort":
-                    reply["aborted"] = collectives.abort(self.running)
+                question: Question = self.control.recv()
+                if question["op"] == "abort":
+                    self.control.send({"op": "abort", "id": question["id"], "aborted": collectives.abort(self.running)})
                 else:
-                    reply["text"] = self.where()
                     frame = sys._current_frames().get(self._main or 0)
-                    reply["collective"] = collectives.state(frame, self.waiting_for_gpu)
-                self.control.send(reply)
+                    state = collectives.state(frame, self.waiting_for_gpu)
+                    self.control.send({"op": "where", "id": question["id"], "text": self.where(), "collective": state})
             except (EOFError, OSError):
                 os._exit(0)
 
@@ -99,47 +100,48 @@ class Repl:
 
     # -- the main thread -------------------------------------------------------------------------------------------
     def serve(self) -> None:
-        self.commands.send({"op": "ready", "pid": os.getpid()})
+        ready: Ready = {"op": "ready", "pid": os.getpid()}
+        self.commands.send(ready)
         while True:
             try:
-                message = self.commands.recv()
-                self.commands.send({"op": "started", "id": message.get("id")})  # the host: this message ran
+                message: Command = self.commands.recv()
+                started: Started = {"op": "started", "id": message.get("id")}
+                self.commands.send(started)  # the host: this message ran
             except (EOFError, OSError):
                 os._exit(0)
             reply = self.handle(message)
             _mark(message.get("id"))
             self.commands.send(reply)
 
-    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
-        op, ident = message.get("op"), message.get("id")
+    def handle(self, message: Command) -> Reply:
         began = time.perf_counter()
-        reply: dict[str, Any] = {"op": "done", "id": ident, "ok": True, "value": None, "repr": None, "error": None}
+        reply: Reply = {"op": "done", "id": message.get("id"), "ok": True, "value": None, "repr": None, "error": None}
         try:
             self.running = True
-            if op in ("run", "init"):
-                self.environment.update(message.get("env") or {})  # a group made again gets a new port
+            if message["op"] == "run":
                 self.put_environment_back()
-            if op == "run":
                 value = run_cell(self.namespace, message["code"], message["name"])
                 self.wait_for_gpu(float(message.get("gpu_wait_s", 300.0)))
                 if value is not None:
                     self.namespace["_"] = value
                     reply["value"], reply["repr"] = _pack(value)
-            elif op == "push":
+            elif message["op"] == "push":
                 for name, data in message["values"].items():
                     self.namespace[name] = pickle.loads(data)
-            elif op == "pull":
+            elif message["op"] == "pull":
                 reply["values"] = {name: _pack(self.namespace[name]) for name in message["names"]}
-            elif op == "init":
+            elif message["op"] == "init":
                 from gpu_magics.spmd.rank import groups
 
+                self.environment.update(message.get("env") or {})  # a group made again gets a new port
+                self.put_environment_back()
                 remake = bool(message.get("remake"))
                 reply["repr"] = groups.initialize(message["kind"], float(message["timeout"]), remake)
             else:
-                raise ValueError(f"unknown message {op!r}")
+                raise ValueError(f"unknown message {message.get('op')!r}")
         except BaseException as error:  # the cell's own failure, KeyboardInterrupt included: reported, not fatal
             self.running = False
-            reply.update(ok=False, error=_describe(error))
+            reply["ok"], reply["error"] = False, _describe(error)
         finally:
             self.running = False
         reply["seconds"] = time.perf_counter() - began
@@ -201,7 +203,7 @@ def _pack(value: Any) -> tuple[bytes | None, str]:
     return data, text
 
 
-def _describe(error: BaseException) -> dict[str, Any]:
+def _describe(error: BaseException) -> RankError:
     """The error as the kernel shows it: its type, message and traceback, the user's frames in full and each run
     of library frames folded into one line (``... 8 frames in torch``); ``full`` keeps every frame but the REPL's."""
     full = traceback.TracebackException.from_exception(error)

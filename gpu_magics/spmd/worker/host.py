@@ -21,8 +21,23 @@ import subprocess
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
+from gpu_magics.spmd.messages import (
+    AbortAnswer,
+    Command,
+    ExitedEvent,
+    Line,
+    LinesEvent,
+    Probe,
+    ProbedGpu,
+    Question,
+    RankSays,
+    Reply,
+    Where,
+    WhereAnswer,
+    ended_reply,
+)
 from gpu_magics.spmd.rank.repl import MARK
 from gpu_magics.spmd.worker.rank_env import RANK_ENV, numbered_devices, with_defaults
 
@@ -53,18 +68,18 @@ class RankProcess:
         )
         for fd in child_fds:
             os.close(fd)
-        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._started: set[int] = set()  # ids of the messages its REPL took
-        self._asked: dict[int, asyncio.Future[dict[str, Any]]] = {}  # control questions waiting for an answer
-        self._lines: list[tuple[int, str, str, float]] = []  # (seq, stream, text, read at) of the cell running now
-        self._unsent: list[tuple[int, str, str, float]] = []
+        self._replies: dict[int, asyncio.Future[Reply]] = {}
+        self._started: set[int | None] = set()  # ids of the messages its REPL took
+        self._asked: dict[int, asyncio.Future[WhereAnswer | AbortAnswer]] = {}  # control questions not answered yet
+        self._lines: list[Line] = []  # the lines of the cell running now
+        self._unsent: list[Line] = []
         self._seq = 0
         self._marks: dict[str, asyncio.Event] = {"out": asyncio.Event(), "err": asyncio.Event()}
         self._partial: dict[str, str] = {"out": "", "err": ""}
         self._progress: dict[str, str] = {}  # stream -> the live state of a line redrawn with "\r"
         self._unsent_progress: dict[str, str] = {}
         self._blank: dict[str, bool] = {"out": False, "err": False}
-        self._cell: Any = None
+        self._cell: str | None = None
         self._ids = 0
         self._last_event = 0.0
         self._flush_due = False
@@ -73,7 +88,7 @@ class RankProcess:
         self.ending = False  # the host ends it (a reset, a stop): the kernel knows, no event
         self.exit_code: int | None = None
         self._oom_before = oom_kills()
-        self.ready: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self.ready: asyncio.Future[RankSays] = self.loop.create_future()
         self.loop.add_reader(self.commands.fileno(), self._read_commands)
         self.loop.add_reader(self.control.fileno(), self._read_control)
         for name, stream in (("out", self.process.stdout), ("err", self.process.stderr)):
@@ -97,8 +112,8 @@ class RankProcess:
     def _read_control(self) -> None:
         try:
             while self.control.poll(0):
-                message = self.control.recv()
-                future = self._asked.pop(message.get("id", -1), None)
+                message: WhereAnswer | AbortAnswer = self.control.recv()
+                future = self._asked.pop(message["id"], None)
                 if future is not None and not future.done():
                     future.set_result(message)
         except (EOFError, OSError):
@@ -149,7 +164,7 @@ class RankProcess:
             self._add_line(name, text)
 
     def _add_line(self, stream: str, text: str) -> None:
-        entry = (self._seq, stream, text, time.time())
+        entry: Line = (self._seq, stream, text, time.time())
         self._seq += 1
         if len(self._lines) < LINE_LIMIT:
             self._lines.append(entry)
@@ -168,21 +183,21 @@ class RankProcess:
         progress, self._unsent_progress = self._unsent_progress, {}
         if unsent or progress:
             self._last_event = time.monotonic()
-            message: dict[str, Any] = {"rank": self.rank, "cell": self._cell, "lines": unsent}
+            message: LinesEvent = {"rank": self.rank, "cell": self._cell, "lines": unsent}
             if progress:
                 message["progress"] = progress
             self.worker.log_event(self.topic, message)
 
-    def _on_message(self, message: dict[str, Any]) -> None:
-        if message.get("op") == "ready":
+    def _on_message(self, message: RankSays) -> None:
+        if message["op"] == "ready":
             if not self.ready.done():
                 self.ready.set_result(message)
             return
-        if message.get("op") == "started":
-            self._started.add(message.get("id", -1))
+        if message["op"] == "started":
+            self._started.add(message["id"])
             return
-        self._started.discard(message.get("id", -1))
-        future = self._replies.pop(message.get("id", -1), None)
+        self._started.discard(message.get("id"))
+        future = self._replies.pop(message.get("id") or -1, None)
         if future is not None and not future.done():
             future.set_result(message)
 
@@ -203,27 +218,29 @@ class RankProcess:
             self.ready.set_exception(RuntimeError(f"the rank process ended at start (exit code {code})"))
         for ident, future in self._replies.items():
             if not future.done():  # "before": it ended before its REPL took the message, which never ran
-                said = {"op": "done", "ok": False, "ended": True, "exit_code": code, "oom": oom, "error": None}
-                future.set_result({**said, "before": ident not in self._started})
+                future.set_result(ended_reply(code, oom=oom, before=ident not in self._started))
         self._replies.clear()
         if not self.ending:
             self._send_lines()
-            self.worker.log_event(self.topic, {"rank": self.rank, "exited": code, "oom": oom, "pid": self.process.pid})
+            exited: ExitedEvent = {"rank": self.rank, "exited": code, "oom": oom, "pid": self.process.pid}
+            self.worker.log_event(self.topic, exited)
 
-    async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def ask(self, message: Command) -> Reply:
         """Send one message and wait for its reply (a cell's: with every line it printed)."""
         await self.ready
         self._ids += 1
         ident = self._ids
-        future = self.loop.create_future()
+        future: asyncio.Future[Reply] = self.loop.create_future()
         self._replies[ident] = future
         self._lines, self._seq = [], 0
         self._progress, self._unsent_progress = {}, {}
         for event in self._marks.values():
             event.clear()
-        self._cell = message.get("cell")
+        self._cell = message["cell"] if message["op"] in ("run", "init") else None
         began = time.perf_counter()
-        self.commands.send({**message, "id": ident})
+        sent = message.copy()
+        sent["id"] = ident
+        self.commands.send(sent)
         reply = await future
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*(event.wait() for event in self._marks.values())), 2.0)
@@ -233,29 +250,30 @@ class RankProcess:
         self._cell = None
         return reply
 
-    async def question(self, op: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    async def question(self, op: Literal["where", "abort"], timeout: float = 2.0) -> WhereAnswer | AbortAnswer | None:
         """Ask the rank's control thread (``where``, ``abort``), which answers while a cell runs; ``None`` where
         it did not answer in time."""
         if not self.alive:
             return None
         self._ids += 1
         ident = self._ids
-        future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        future: asyncio.Future[WhereAnswer | AbortAnswer] = self.loop.create_future()
         self._asked[ident] = future
         try:
-            self.control.send({"op": op, "id": ident})
+            asked: Question = {"op": op, "id": ident}
+            self.control.send(asked)
             return await asyncio.wait_for(future, timeout)
         except (TimeoutError, OSError):
             return None
         finally:
             self._asked.pop(ident, None)
 
-    async def where(self) -> dict[str, Any]:
+    async def where(self) -> Where:
         """Where the rank's main thread is, in words (``text``), and its process group's state (``collective``)."""
         if not self.alive:
             return {"text": "ended"}
         answer = await self.question("where")
-        return {"text": "no answer"} if answer is None else answer
+        return answer if answer is not None and answer["op"] == "where" else {"text": "no answer"}
 
     async def stop(self, grace: float) -> bool:
         """Interrupt the cell; end the process if it has not stopped after ``grace`` seconds. Whether it ended."""
@@ -324,7 +342,7 @@ def _hosts(worker: Any) -> dict[str, RankProcess]:
 # -- what the kernel calls (Client.run) ----------------------------------------------------------------------------
 
 
-def probe(dask_worker: Any) -> dict[str, Any]:
+def probe(dask_worker: Any) -> Probe:
     """What this worker is: its host, its GPU (``CUDA_VISIBLE_DEVICES``' first entry, as dask-cuda gives each
     worker its own GPU first), and which frameworks it can import."""
     import importlib.util
@@ -335,7 +353,7 @@ def probe(dask_worker: Any) -> dict[str, Any]:
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     devices = gpus.inventory().devices()
-    gpu = None
+    gpu: ProbedGpu | None = None
     if devices and visible != "":
         first = devices[0]
         gpu = {"uuid": first.uuid, "cuda_id": first.cuda_id, "name": first.name}
@@ -380,17 +398,16 @@ async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -
     return made.process.pid
 
 
-async def ask(owner: str, message: dict[str, Any], dask_worker: Any) -> dict[str, Any]:
+async def ask(owner: str, message: Command, dask_worker: Any) -> Reply:
     """Hand the rank one message (a cell, values, an init) and return its reply."""
     made = _hosts(dask_worker).get(owner)
     if made is None or not made.alive:  # it ended before this message: the message did not run
-        code = None if made is None else made.process.poll()
-        said = {"op": "done", "ok": False, "ended": True, "exit_code": code, "error": None}
-        return {**said, "before": True, "lines": [], "line_count": 0}
+        said = ended_reply(None if made is None else made.process.poll(), oom=False, before=True)
+        return {**said, "lines": [], "line_count": 0}
     return await made.ask(message)
 
 
-async def where(owner: str, dask_worker: Any) -> dict[str, Any]:
+async def where(owner: str, dask_worker: Any) -> Where:
     made = _hosts(dask_worker).get(owner)
     return {"text": "no rank"} if made is None else await made.where()
 
@@ -401,7 +418,7 @@ async def abort(owner: str, dask_worker: Any) -> bool:
     if made is None:
         return False
     answer = await made.question("abort")
-    return bool(answer and answer.get("aborted"))
+    return answer is not None and answer["op"] == "abort" and answer["aborted"]
 
 
 async def stop(owner: str, grace: float, dask_worker: Any) -> bool:

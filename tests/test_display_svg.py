@@ -48,7 +48,7 @@ def test_chunk_grid_is_valid_bounded_svg(ndim: int) -> None:
     assert svg.COLOURS["cupy"][0] in drawing
 
 
-def test_chunk_grid_colours_by_kind() -> None:
+def test_chunk_grid_colours_by_chunk_library() -> None:
     assert svg.COLOURS["numpy"][0] in svg.chunk_grid(((5, 5),), "numpy")
     assert svg.COLOURS["other"][0] in svg.chunk_grid(((5, 5),), "sparse")
 

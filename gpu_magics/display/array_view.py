@@ -26,7 +26,7 @@ LARGE_CHUNK_FRACTION = 0.25  # an operation holds several chunks at once: warn a
 _HINT_BACKGROUND = f"background:color-mix(in srgb,{WARN} 12%,transparent)"  # a tint that suits both themes
 
 GpuMemoryProbe = Callable[[], "tuple[int, ...] | None"]
-# Where an array with chunks of a kind (numpy, cupy) is computed as the session stands: (where, fix or None).
+# Where an array whose chunks are of a library (numpy, cupy) is computed as the session stands: (where, fix or None).
 PlacementProbe = Callable[[str], "tuple[str, str | None] | None"]
 
 
@@ -48,11 +48,11 @@ def set_placement_probe(probe: PlacementProbe | None) -> None:
     _placement = probe
 
 
-def _computed_on(kind: str) -> tuple[str, str | None] | None:
+def _computed_on(chunk_library: str) -> tuple[str, str | None] | None:
     if _placement is None:
         return None
     try:
-        return _placement(kind)
+        return _placement(chunk_library)
     except Exception as error:  # never break the display over it
         dropped("asking where the array is computed", error)
         return None
@@ -76,7 +76,7 @@ def visible_gpu_memory() -> tuple[int, ...] | None:
     return _cache[0]
 
 
-def chunk_kind(meta: object) -> str:
+def chunk_library(meta: object) -> str:
     """``'numpy'``, ``'cupy'`` or ``'other'`` from a chunk's (meta) type."""
     root = type(meta).__module__.split(".")[0]
     return {"numpy": "numpy", "cupy": "cupy", "cupyx": "cupy"}.get(root, "other")
@@ -124,7 +124,7 @@ class ArrayInfo:
     chunks: tuple[tuple[float, ...], ...]
     chunksize: tuple[float, ...]  # the largest chunk along each axis (NaN when unknown)
     chunk_type: str  # e.g. "cupy.ndarray"
-    kind: str  # numpy, cupy or other
+    chunk_library: str  # numpy, cupy or other
     device: int | None
     tasks: int
     layers: int
@@ -152,9 +152,9 @@ class ArrayInfo:
 
     @property
     def where(self) -> str:
-        if self.kind == "cupy":
+        if self.chunk_library == "cupy":
             return "GPU" if self.device is None else f"GPU {self.device}"
-        return "CPU" if self.kind == "numpy" else "unknown"
+        return "CPU" if self.chunk_library == "numpy" else "unknown"
 
     def memory_lines(self) -> list[str]:
         """Whether one chunk and the whole array fit in the visible GPUs' memory."""
@@ -203,7 +203,7 @@ def _hints(
     shape: Sequence[float],
     chunksize: Sequence[float],
     dtype: Any,
-    kind: str,
+    chunk_library: str,
     chunk_nbytes: float,
     nchunks: int,
     gpus: tuple[int, ...] | None,
@@ -215,7 +215,7 @@ def _hints(
     work = chunk_nbytes / REFERENCE_CHUNK_BYTES * REFERENCE_CHUNK_S
     factor = chunk_advice.growth_factor(work, TASK_OVERHEAD_S)  # the rule %%gpurun's advice follows too
     grown = chunk_advice.grown_chunks([int(s) for s in shape], [int(c) for c in chunksize], factor)
-    if kind == "cupy" and nchunks > 1 and grown is not None:
+    if chunk_library == "cupy" and nchunks > 1 and grown is not None:
         hints.append(
             f"Chunks of {format_bytes(chunk_nbytes)} are small for a GPU: about {work * 1e3:.2g} ms of GPU work a "
             f"task against {TASK_OVERHEAD_S * 1e3:.0f} ms of scheduling; try {factor:.0f}x larger, "
@@ -232,7 +232,7 @@ def _hints(
 def array_info(array: Any, gpu_memory: tuple[int, ...] | bool | None = True) -> ArrayInfo:
     """Collect an :class:`ArrayInfo` from ``array``'s metadata (``gpu_memory=True``: ask the probe)."""
     meta = getattr(array, "_meta", None)
-    kind = chunk_kind(meta)
+    library = chunk_library(meta)
     gpus = visible_gpu_memory() if gpu_memory is True else (gpu_memory or None)
     chunks = tuple(tuple(c) for c in array.chunks)
     chunksize = tuple(_axis_max(c) for c in chunks)
@@ -241,8 +241,8 @@ def array_info(array: Any, gpu_memory: tuple[int, ...] | bool | None = True) -> 
     shape = tuple(array.shape)
     chunk_nbytes = math.prod(chunksize) * dtype.itemsize
     nchunks = math.prod(len(c) for c in chunks)
-    placed = _computed_on(kind)
-    hints = _hints(shape, chunksize, dtype, kind, chunk_nbytes, nchunks, gpus)
+    placed = _computed_on(library)
+    hints = _hints(shape, chunksize, dtype, library, chunk_nbytes, nchunks, gpus)
     if placed is not None and placed[1]:
         hints = (f"Computed on {placed[0]}: {placed[1]}.", *hints)
     if data_gone(array):
@@ -256,8 +256,8 @@ def array_info(array: Any, gpu_memory: tuple[int, ...] | bool | None = True) -> 
         chunks=chunks,
         chunksize=chunksize,
         chunk_type=f"{type(meta).__module__.split('.')[0]}.{type(meta).__name__}",
-        kind=kind,
-        device=_meta_device(meta) if kind == "cupy" else None,
+        chunk_library=library,
+        device=_meta_device(meta) if library == "cupy" else None,
         tasks=tasks,
         layers=layers,
         tasks_estimated=estimated,
@@ -360,7 +360,7 @@ class ArrayView:
             '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">'
             f'<table style="border-collapse:collapse"><thead><tr><th {cell}></th><th {cell}>Array</th>'
             f"<th {cell}>Chunk</th></tr></thead><tbody>{rows}</tbody></table>"
-            f"<div>{svg.chunk_grid(i.chunks, i.kind)}{extra}</div></div>{hints}</div>"
+            f"<div>{svg.chunk_grid(i.chunks, i.chunk_library)}{extra}</div></div>{hints}</div>"
         )
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:

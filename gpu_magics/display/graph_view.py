@@ -46,7 +46,7 @@ class Group:
     members: tuple[str, ...]
     tasks: int
     nbytes: float | None
-    kind: str
+    chunk_library: str
     dependencies: tuple[int, ...]
 
 
@@ -57,7 +57,7 @@ def op_name(name: str) -> str:
     return str(key_split(name))
 
 
-def _kind(chunk_type: str | None) -> str:
+def _chunk_library(chunk_type: str | None) -> str:
     root = (chunk_type or "").split(".")[0]
     return {"numpy": "numpy", "cupy": "cupy", "cupyx": "cupy"}.get(root, "other")
 
@@ -246,7 +246,7 @@ def _quotient(layers: Sequence[LayerInfo], keys: Sequence[Hashable], index: dict
     for g, mem in enumerate(members):
         ops = tuple(dict.fromkeys(la.op for la in mem))
         sizes = [la.nbytes for la in mem]
-        kinds = {_kind(la.chunk_type) for la in mem if la.chunk_type}
+        libraries = {_chunk_library(la.chunk_type) for la in mem if la.chunk_type}
         groups.append(
             Group(
                 label=_label(mem),
@@ -254,7 +254,7 @@ def _quotient(layers: Sequence[LayerInfo], keys: Sequence[Hashable], index: dict
                 members=tuple(la.name for la in mem),
                 tasks=sum(la.tasks for la in mem),
                 nbytes=None if any(s is None for s in sizes) else float(sum(s or 0.0 for s in sizes)),
-                kind=kinds.pop() if len(kinds) == 1 else "other",
+                chunk_library=libraries.pop() if len(libraries) == 1 else "other",
                 dependencies=tuple(sorted(deps[g])),
             )
         )
@@ -339,7 +339,7 @@ class GraphSummary:
                 label=g.label,
                 detail=f"{g.tasks:,} task{'s' if g.tasks != 1 else ''} · {format_bytes(g.nbytes)}",
                 title=_title(g),
-                kind=g.kind,
+                chunk_library=g.chunk_library,
                 weight=math.log1p(g.tasks) / math.log1p(top),
             )
             for g in groups

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# Fill and stroke per chunk kind: numpy (CPU), cupy (GPU), anything else.
+# Fill and stroke per chunk library: numpy (CPU), cupy (GPU), anything else.
 COLOURS: dict[str, tuple[str, str]] = {
     "numpy": ("#cfe2f3", "#2f6a9e"),
     "cupy": ("#d9efc2", "#4b7f1e"),
@@ -109,12 +109,12 @@ def _path(segments: Sequence[tuple[float, float, float, float]]) -> str:
     return "".join(f"M{a:.1f} {b:.1f}L{c:.1f} {d:.1f}" for a, b, c, d in segments)
 
 
-def chunk_grid(chunks: Sequence[Sequence[float]], kind: str = "numpy", size: float = 170) -> str:
-    """An SVG picture of an array's chunk grid, coloured by chunk ``kind`` (numpy, cupy, other).
+def chunk_grid(chunks: Sequence[Sequence[float]], chunk_library: str = "numpy", size: float = 170) -> str:
+    """An SVG picture of an array's chunk grid, coloured by ``chunk_library`` (numpy, cupy, other).
 
     Arrays of more than three dimensions draw their last three; a caption elsewhere names the rest.
     """
-    fill, stroke = COLOURS.get(kind, COLOURS["other"])
+    fill, stroke = COLOURS.get(chunk_library, COLOURS["other"])
     dims = list(chunks)[-3:]
     axes = [axis_lines(c) for c in dims]
     dash = "" if all(a.known for a in axes) else ' stroke-dasharray="3 2"'
@@ -195,12 +195,13 @@ def _svg(parts: Sequence[str], width: float, height: float, left: float = 0.0) -
 
 @dataclass(frozen=True)
 class DagNode:
-    """One box of a layered DAG: a label, a second line, a tooltip, a colour kind and a weight in [0, 1]."""
+    """One box of a layered DAG: a label, a second line, a tooltip, its chunks' library (the colour) and a weight
+    in [0, 1]."""
 
     label: str
     detail: str
     title: str
-    kind: str = "other"
+    chunk_library: str = "other"
     weight: float = 0.0
 
 
@@ -316,7 +317,7 @@ def layered_dag(nodes: Sequence[DagNode], edges: Sequence[tuple[int, int]]) -> s
         path += _curve(px, py, x[end], y[end])
         parts.append(f'<path d="{path}" fill="none" stroke="#888" stroke-width="1" marker-end="url(#a)"/>')
     for i, node in enumerate(nodes):
-        fill, stroke = COLOURS.get(node.kind, COLOURS["other"])
+        fill, stroke = COLOURS.get(node.chunk_library, COLOURS["other"])
         left, top = x[i] - BOX_W / 2, y[i]
         share = min(1.0, max(0.0, node.weight))
         label = shorten_name(node.label, 26)

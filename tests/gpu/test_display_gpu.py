@@ -27,7 +27,7 @@ def test_cupy_backed_dask_array() -> None:
     x = cupy_ones((4000, 4000), 1000)  # 8 MB chunks: small for a GPU
     view = ArrayView(x)
     info = view.info
-    assert info.kind == "cupy" and info.chunk_type == "cupy.ndarray"
+    assert info.chunk_library == "cupy" and info.chunk_type == "cupy.ndarray"
     assert info.device == cupy.cuda.Device().id
     assert info.gpu_memory is not None and len(info.gpu_memory) == cupy.cuda.runtime.getDeviceCount()
     text = view.text()

@@ -89,22 +89,22 @@ def plain_cells(plan: BackendPlan | None) -> Placement:
     return Placement("this kernel's CPU threads (NumPy chunks)")
 
 
-def for_array(plan: BackendPlan | None, kind: str) -> Placement | None:
-    """Where an array whose chunks are ``kind`` (``numpy``/``cupy``) is computed in the session as it stands,
-    with the fix when GPUs would sit idle; ``None`` for other chunk types."""
-    if kind not in ("numpy", "cupy"):
+def for_array(plan: BackendPlan | None, chunk_library: str) -> Placement | None:
+    """Where an array whose chunks are of ``chunk_library`` (``numpy``/``cupy``) is computed in the session as it
+    stands, with the fix when GPUs would sit idle; ``None`` for other chunk types."""
+    if chunk_library not in ("numpy", "cupy"):
         return None
     if plan is not None:
-        where = _plan_where(plan, kind)
-        if kind == "numpy" and plan.chunk_type == "cupy" and not plan.remote_chunks:
+        where = _plan_where(plan, chunk_library)
+        if chunk_library == "numpy" and plan.chunk_type == "cupy" and not plan.remote_chunks:
             return Placement(where, 'x = x.to_backend("cupy") computes it on the GPUs', gpus_idle=True)
         return Placement(where)
     from gpu_magics.cluster import queries
 
     if queries.active_client() is None:
-        return Placement("this kernel's GPU" if kind == "cupy" else "this kernel's CPU threads")
+        return Placement("this kernel's GPU" if chunk_library == "cupy" else "this kernel's CPU threads")
     with_gpu, _ = queries.split_workers_by_gpu()
-    if kind == "cupy":
+    if chunk_library == "cupy":
         return Placement("the cluster's GPUs")
     if with_gpu:
         return Placement(
@@ -113,16 +113,16 @@ def for_array(plan: BackendPlan | None, kind: str) -> Placement | None:
     return Placement("the cluster's CPU workers")
 
 
-def _plan_where(plan: BackendPlan, kind: str) -> str:
-    """``plan``'s hardware for chunks of ``kind``: NumPy chunks on a GPU backend run on the CPUs beside it."""
+def _plan_where(plan: BackendPlan, chunk_library: str) -> str:
+    """``plan``'s hardware for chunks of ``chunk_library``: NumPy chunks on a GPU backend run on the CPUs beside it."""
     if plan.client is not None:
         if plan.remote_chunks:
             return f"CuPy chunks made on the cluster's GPUs ({plan.hardware}), results as NumPy here"
-        if kind == "cupy":
+        if chunk_library == "cupy":
             return f"CuPy chunks on the cluster's GPUs ({plan.hardware})"
         on = "the cluster workers' CPUs" if plan.chunk_type == "cupy" else f"the cluster ({plan.hardware})"
         return f"NumPy chunks on {on}"
-    if kind == "cupy":
+    if chunk_library == "cupy":
         return f"CuPy chunks on {plan.hardware}" if plan.gpu_indices else "CuPy chunks on this kernel's GPU"
     if plan.chunk_type == "numpy":
         return f"NumPy chunks on this kernel's CPU threads ({plan.hardware})"

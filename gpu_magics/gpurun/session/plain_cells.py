@@ -244,9 +244,9 @@ def install(shell: InteractiveShell) -> None:
     from gpu_magics.display import array_view
     from gpu_magics.gpurun.session import placement
 
-    def computed_on(kind: str) -> tuple[str, str | None] | None:
+    def computed_on(chunk_library: str) -> tuple[str, str | None] | None:
         made = current(shell)
-        found = placement.for_array(None if made is None else made.plan, kind)
+        found = placement.for_array(None if made is None else made.plan, chunk_library)
         return None if found is None else (found.where, found.fix)
 
     array_view.set_placement_probe(computed_on)

@@ -124,7 +124,7 @@ def test_gpurun_on_cpu_reports_host_cpu(ip: InteractiveShell, fake_gpus: None) -
     ip.run_cell_magic("gpurun", "cpu-threads -q -o t_r", "sum(i * i for i in range(200_000))")
     result = ip.user_ns["t_r"]
     assert isinstance(result.monitor, MonitorFigures)
-    assert result.monitor.kind == "host" and result.monitor.samples >= 2
+    assert result.monitor.readings == "host" and result.monitor.samples >= 2
     assert "host CPU" in str(result)
     assert result.to_json()["monitor"]["kind"] == "host"
     assert sampler_threads() == []
@@ -142,7 +142,7 @@ def test_cell_monitor_summarizes_the_gpus_a_backend_used(ip: InteractiveShell) -
     monitor.start(plan)
     time.sleep(0.35)
     figures = monitor.stop()
-    assert figures.kind == "gpu"
+    assert figures.readings == "gpu"
     assert [g.index for g in figures.gpus] == [1]
     assert figures.samples >= 2
     times, values = figures.timelines[1]

@@ -114,7 +114,7 @@ def test_a_multi_gpu_cell_shows_the_cluster_gpus_and_no_local_one(ip: Interactiv
     result = ip.user_ns["t_remote"]
     assert not result.failed
     figures = result.monitor
-    assert figures.kind == "gpu"
+    assert figures.readings == "gpu"
     assert {gpu.label for gpu in figures.gpus} == LABELS
     assert all(gpu.samples >= 1 for gpu in figures.gpus)
     assert "on 2 hosts" in result.hardware

@@ -32,7 +32,7 @@ one uses the latest reports rather than asking every worker (a cell that shows i
 class MonitorFigures:
     """What the monitor saw during one backend's run: per GPU, or the host's CPU for CPU backends."""
 
-    kind: str  # "gpu" or "host"
+    readings: str  # "gpu" or "host": what the monitor read
     duration: float
     gpus: tuple[GpuSummary, ...] = ()
     timelines: dict[int, tuple[tuple[float, ...], tuple[float | None, ...]]] = field(default_factory=dict)
@@ -43,9 +43,9 @@ class MonitorFigures:
     status: str | None = None
 
     def __str__(self) -> str:
-        if self.kind == "host" or not self.gpus:
+        if self.readings == "host" or not self.gpus:
             text = f"host CPU: mean {format_percent(self.host_mean_cpu)}, peak {format_percent(self.host_peak_cpu)}"
-            return text + (f" ({self.status})" if self.status and self.kind == "gpu" else "")
+            return text + (f" ({self.status})" if self.status and self.readings == "gpu" else "")
         return "\n".join(
             f"{g.label or f'GPU {g.index}'}: mean util {format_percent(g.mean_gpu_util)}, "
             f"peak memory {format_bytes(g.peak_memory_used)}{links_text(g)}"
@@ -58,10 +58,10 @@ class MonitorFigures:
 
     def _repr_html_(self) -> str:
         footer = f"{self.samples} samples over {format_seconds(self.duration)}"
-        if self.kind == "host" or not self.gpus:
+        if self.readings == "host" or not self.gpus:
             times, values = self.host_timeline
             chart = timeline(times, values, "#6b8fb5") if times else ""
-            status = f" ({html.escape(self.status)})" if self.status and self.kind == "gpu" else ""
+            status = f" ({html.escape(self.status)})" if self.status and self.readings == "gpu" else ""
             return (
                 f"<div class='gpu-magics-cell-monitor' style='{STYLE}'>host CPU: mean "
                 f"<b>{format_percent(self.host_mean_cpu)}</b>, peak <b>{format_percent(self.host_peak_cpu)}</b>"
@@ -106,7 +106,7 @@ class MonitorFigures:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
+            "kind": self.readings,  # the results' JSON keeps its key
             "duration": self.duration,
             "samples": self.samples,
             "gpus": [g.to_json() for g in self.gpus],
@@ -140,7 +140,7 @@ def links_text(gpu: GpuSummary) -> str:
 
 
 def figures_from(
-    snapshots: list[Snapshot], kind: str, start: float, gpu_indices: tuple[int, ...] = ()
+    snapshots: list[Snapshot], readings: str, start: float, gpu_indices: tuple[int, ...] = ()
 ) -> MonitorFigures:
     """Summarize the snapshots of one run; ``gpu_indices`` limits the GPUs shown (empty: all)."""
     end = snapshots[-1].time if snapshots else start
@@ -149,7 +149,7 @@ def figures_from(
     host_times = tuple(s.time - start for s in snapshots)
     status = next((s.status for s in reversed(snapshots) if s.status), None)
     base = MonitorFigures(
-        kind=kind,
+        readings=readings,
         duration=max(0.0, end - start),
         host_mean_cpu=sum(present) / len(present) if present else None,
         host_peak_cpu=max(present) if present else None,
@@ -157,7 +157,7 @@ def figures_from(
         samples=len(snapshots),
         status=status,
     )
-    if kind != "gpu":
+    if readings != "gpu":
         return base
     summaries = summarize(snapshots)
     wanted = [summaries[i] for i in sorted(summaries) if not gpu_indices or i in gpu_indices]

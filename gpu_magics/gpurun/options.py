@@ -19,7 +19,7 @@ from gpu_magics.argparsing import (
 BACKENDS: tuple[str, ...] = ("cpu-single", "cpu-threads", "gpu", "multi-gpu")
 CHOICES: tuple[str, ...] = (*BACKENDS, "auto")
 SPMD = "spmd"  # not a dask backend: the cell runs once on every worker (gpu_magics.spmd)
-GROUP_KINDS: tuple[str, ...] = ("torch", "jax")
+GROUP_LIBRARIES: tuple[str, ...] = ("torch", "jax")
 DEFAULT_SPMD_TIMEOUT_MIN = 5.0
 COMPARE_ALL = "all"  # --compare all: every backend this machine can run, in the order of BACKENDS
 ALIASES: dict[str, str] = {
@@ -95,9 +95,9 @@ def _shown_ranks(text: str) -> tuple[int, ...]:
     return rank_spec(text)
 
 
-def _group_kind(text: str) -> str:
+def _group_library(text: str) -> str:
     key = text.strip().lower()
-    if key not in GROUP_KINDS:
+    if key not in GROUP_LIBRARIES:
         raise argparse.ArgumentTypeError(f"expected torch or jax, got {text!r}")
     return key
 
@@ -134,7 +134,7 @@ def _parser() -> MagicArgumentParser:
     parser.add_argument("--no-monitor", dest="monitor", action="store_false")
     parser.add_argument("--rtol", type=positive_float, default=1e-3)
     parser.add_argument("--ranks", type=rank_spec)
-    parser.add_argument("--init", type=_group_kind)
+    parser.add_argument("--init", type=_group_library)
     parser.add_argument("--timeout", type=positive_float)
     parser.add_argument("--reset", action="store_true")
     return parser

@@ -59,16 +59,16 @@ def parse_client_message(raw: str | bytes) -> dict[str, Any]:
         raise ValueError("message is not JSON") from None
     if not isinstance(message, dict):
         raise ValueError("message is not a JSON object")
-    kind = message.get("type")
-    if kind == "ping":
+    message_type = message.get("type")
+    if message_type == "ping":
         return {"type": "ping"}
-    if kind == "configure":
+    if message_type == "configure":
         interval = message.get("interval")
         if isinstance(interval, bool) or not isinstance(interval, int | float) or not math.isfinite(interval):
             raise ValueError("configure needs 'interval': a number of milliseconds")
         clamped = min(MAX_CLIENT_INTERVAL_MS, max(MIN_CLIENT_INTERVAL_MS, float(interval)))
         return {"type": "configure", "interval": clamped}
-    raise ValueError(f"unknown message type {kind!r}: expected 'configure' or 'ping'")
+    raise ValueError(f"unknown message type {message_type!r}: expected 'configure' or 'ping'")
 
 
 class SamplesWebSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):

@@ -108,7 +108,7 @@ def test_seed_runs_on_cupy_chunks_on_the_workers_gpus(ip: InteractiveShell, atta
     result = ip.user_ns["t_attached"]
     assert not any("numpy" in note.lower() or "cpu" in note.lower() for note in result.notes), result.notes
     figures = result.monitor
-    assert figures.kind == "gpu"
+    assert figures.readings == "gpu"
     assert {gpu.label for gpu in figures.gpus} == expected_labels()  # and no GPU the workers do not use
     telemetry = cluster.telemetry()
     assert telemetry is not None

@@ -44,7 +44,7 @@ def test_gpurun_summary_sees_the_gpu_busy(ip: InteractiveShell) -> None:
     finally:
         ip.run_line_magic("gpumonitor", "--stop")
     figures = ip.user_ns["t_r"].monitor
-    assert figures.kind == "gpu" and [g.index for g in figures.gpus] == [0]
+    assert figures.readings == "gpu" and [g.index for g in figures.gpus] == [0]
     gpu = figures.gpus[0]
     print(f"gpu cell: {figures} over {figures.duration:.2f} s, {figures.samples} samples")
     assert gpu.peak_gpu_util is not None and gpu.peak_gpu_util > 20

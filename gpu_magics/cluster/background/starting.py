@@ -48,7 +48,7 @@ class StartProgress:
     warm: int
     elapsed: float
     error: str | None = None
-    kind: str = "workers"  # "GPU workers" / "CPU workers": what the line calls them
+    workers_word: str = "workers"  # "GPU workers" / "CPU workers": what the line calls them
     verb: str = "starting"  # or "restarting", "scaling": what goes on
     detail: str | None = None  # what the workers still wait for (SLURM: jobs pending, and why)
 
@@ -65,13 +65,13 @@ class StartProgress:
         took = format_duration(self.elapsed)
         if self.phase == "ready":
             done = {"restarting": "restarted ", "scaling": "scaled "}.get(self.verb, "")
-            return f"{self.prog}: {done}{self.name!r}: {self.expected} {self.kind} ready in {took}"
+            return f"{self.prog}: {done}{self.name!r}: {self.expected} {self.workers_word} ready in {took}"
         if self.phase == "scheduler":
             return f"{self.prog}: {self.verb} {self.name!r}: the scheduler ..."
         waiting = f"; {self.detail}" if self.detail else ""
         up = max(self.joined, self.warm)  # a worker counts as up once it is warm, whichever was heard first
         return (
-            f"{self.prog}: {self.verb} {self.name!r}: {up} of {self.expected} {self.kind} up, "
+            f"{self.prog}: {self.verb} {self.name!r}: {up} of {self.expected} {self.workers_word} up, "
             f"{self.warm} warm{waiting} ..."
         )
 
@@ -82,8 +82,11 @@ Listener = Callable[[StartProgress], None]
 class Starting:
     """One start of a cluster; its job runs in a thread (``run_in_background``) or here (``run_here``)."""
 
-    def __init__(self, prog: str, name: str, expected: int, kind: str = "workers", verb: str = "starting") -> None:
-        self.prog, self.name, self.expected, self.kind, self.verb = prog, name, expected, kind, verb
+    def __init__(
+        self, prog: str, name: str, expected: int, workers_word: str = "workers", verb: str = "starting"
+    ) -> None:
+        self.prog, self.name, self.expected, self.verb = prog, name, expected, verb
+        self.workers_word = workers_word
         self.began = time.perf_counter()
         self.imports_done = threading.Event()  # what the job imports is imported: cells may import it too
         self.in_use = threading.Event()  # its client is the default one (or the start ended): plain cells use it
@@ -199,7 +202,7 @@ class Starting:
                 self._warm,
                 elapsed,
                 self.error,
-                self.kind,
+                self.workers_word,
                 self.verb,
                 self._detail,
             )

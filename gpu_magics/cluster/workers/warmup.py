@@ -262,17 +262,17 @@ def _without_event_keys(message: dict[str, Any]) -> dict[str, Any]:
 
 def warm_workers(
     client: Client,
-    kind: Kind,
+    hardware: Kind,
     workers: list[str] | None = None,
     before_cluster_round: Callable[[], None] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], float]:
     """Wait for each worker's warm-up (CUDA context and the seed workload's kernels, started with the worker by
     ``WarmUp``), call ``before_cluster_round``, then run the workload once across the cluster
     (moves a few small chunks between workers). Returns what each worker saw, by worker name, and the seconds
-    it took."""
+    it took. ``hardware``: ``gpu`` or ``cpu``, what the workers are."""
 
     began = time.perf_counter()
-    gpu = kind == "gpu"
+    gpu = hardware == "gpu"
     seen = client.run(collect, gpu, WARM_TIMEOUT, workers=workers)
     gpu = gpu and all(found.get("cupy", True) for found in seen.values())  # GPUs without CuPy: NumPy chunks
     if before_cluster_round is not None:

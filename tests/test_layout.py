@@ -311,8 +311,9 @@ def test_the_floor_check_sees_a_folder_spanning_floors(tmp_path: Path) -> None:
 
 def test_only_squeue_runs_slurms_commands_and_only_the_rank_host_starts_processes() -> None:
     """SLURM's commands run in ``managers.squeue`` only (every call with a timeout); the only other process this
-    package starts itself is a rank process, from its worker's rank host."""
-    assert importers_of("subprocess") == {"gpu_magics.cluster.managers.squeue", "gpu_magics.spmd.worker.host"}
+    package starts itself is a rank process, from its worker's rank host (``rank_process``)."""
+    starting = {"gpu_magics.cluster.managers.squeue", "gpu_magics.spmd.worker.rank_process"}
+    assert importers_of("subprocess") == starting
 
 
 def test_the_side_panels_sources_hold_at_most_twelve_entries_a_folder() -> None:

@@ -58,6 +58,20 @@ def rank_processes() -> dict[str, dict[str, int]]:
     return dict(cluster.require_client().run(host.rank_pids))
 
 
+def rank_keepers() -> dict[str, tuple[str, ...]]:
+    """Worker address -> the rank keepers among its plugins."""
+
+    def keepers(dask_worker: Any) -> tuple[str, ...]:
+        return tuple(sorted(name for name in dask_worker.plugins if name.startswith(host.PLUGIN_PREFIX)))
+
+    return dict(cluster.require_client().run(keepers))
+
+
+def scheduler_plugins() -> list[str]:
+    """The worker plugins the scheduler gives every worker that joins."""
+    return list(cluster.require_client().run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)))
+
+
 def test_every_rank_gets_torchruns_environment_and_rank_0s_value_is_the_result(shell: InteractiveShell) -> None:
     body = (
         "import os\n"
@@ -294,10 +308,14 @@ def test_reset_ends_the_ranks_and_the_next_cell_starts_new_ones(shell: Interacti
     spmd_cell(shell, "-q", "remember = 1")
     owner = rank_sets.current().owner  # type: ignore[union-attr]
     old = {pids[owner] for pids in rank_processes().values()}
+    mine = host.PLUGIN_PREFIX + owner
+    assert set(rank_keepers().values()) == {(mine,)}  # each worker keeps its rank with a plugin
+    assert not [name for name in scheduler_plugins() if name.startswith(host.PLUGIN_PREFIX)]  # never the scheduler
     with capture_output() as captured:
         shell.run_line_magic("gpurun", "spmd --reset")
     assert "the ranks were ended" in captured.stdout
     assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie" for pid in old)
+    assert set(rank_keepers().values()) == {()}  # the plugins went with the ranks
     value, _, _, _ = spmd_cell(shell, "-q", "'remember' in globals()")
     assert value is False
 

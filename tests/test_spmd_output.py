@@ -213,7 +213,7 @@ def test_the_status_row_shows_the_ranks_own_gpu_memory_where_known() -> None:
 
 
 def test_a_line_redrawn_with_carriage_returns_keeps_its_last_state() -> None:
-    from gpu_magics.spmd.worker.host import last_update
+    from gpu_magics.spmd.worker.rank_process import last_update
 
     assert last_update("\r  0%|          | 0/100\r 45%|####5     | 45/100") == " 45%|####5     | 45/100"
     assert last_update("done\r") == "done" and last_update("plain") == "plain" and last_update("\r\r") == ""

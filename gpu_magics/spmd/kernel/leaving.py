@@ -2,9 +2,11 @@
 workers that outlive it (an attached cluster, SLURM jobs).
 
 A scheduler plugin, registered once per kernel when its ranks start, watches for the kernel's client to leave
-(``SchedulerPlugin.remove_client``) and then tells every worker to end that kernel's ranks. Its class is made in
-a function so that it travels by value: the scheduler needs nothing of this package installed. A worker whose
-process dies takes its rank process with it anyway (the rank ends when its host's end of the socket closes).
+(``SchedulerPlugin.remove_client``) and then tells every worker to end that kernel's ranks (``host.end`` removes
+the worker plugin that keeps them). Its class is made in a function so that it travels by value: the scheduler
+needs nothing of this package installed. A worker that closes ends its ranks through that plugin's teardown, and
+one whose process dies takes its rank process with it anyway (the rank ends when its host's end of the socket
+closes).
 """
 
 from __future__ import annotations

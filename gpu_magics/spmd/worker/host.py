@@ -1,342 +1,61 @@
-"""The rank host, in a Dask worker: one rank process per kernel that owns ranks here, its cells and its output.
+"""The rank host, in a Dask worker: the rank process of each kernel that owns ranks here, kept by a worker plugin.
 
-The kernel calls the module-level functions below through ``Client.run`` (each takes ``dask_worker``). The rank
-process is a plain child process (``python -m gpu_magics.spmd.rank``), not a daemonic multiprocessing child, so a
-``DataLoader`` with worker processes works in it; it sees the environment the kernel chose for its rank
-(``RANK``, ``LOCAL_RANK``, ``CUDA_VISIBLE_DEVICES`` ...). Its stdout and stderr are read line by line here: each
-line goes to the kernel at once as an event on the owner's topic (``Worker.log_event``), and the whole of a
-cell's output comes back with the cell's reply too, so the kernel misses nothing whichever arrives first.
-Stopping a rank asks first (``SIGINT``), then ends the process (``SIGKILL``) when it does not stop in time, as a
-rank waiting in a collective that will never complete does not.
+The kernel calls the module-level functions below through ``Client.run`` (each takes ``dask_worker``). A kernel's
+rank process is kept by a ``RankKeeper``, a plugin added to the worker's own plugins when the rank starts
+(``Worker.plugin_add``) and removed when the kernel ends it; its ``teardown`` ends the process, so a worker that
+closes (``Worker.close`` removes every plugin) ends its ranks on the way, as distributed's ``ForwardLoggingPlugin``
+takes its log handler away. The plugin lives in the worker only, never on the scheduler: a worker that joins
+later gets no rank of this kernel until a new world starts one there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import socket
-import subprocess
-import sys
-import time
-from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any
 
-from gpu_magics.spmd.messages import (
-    AbortAnswer,
-    Command,
-    ExitedEvent,
-    Line,
-    LinesEvent,
-    Probe,
-    ProbedGpu,
-    Question,
-    RankSays,
-    Reply,
-    Where,
-    WhereAnswer,
-    ended_reply,
-)
-from gpu_magics.spmd.rank.repl import MARK
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from gpu_magics.spmd.messages import Command, Probe, ProbedGpu, Reply, Where, ended_reply
 from gpu_magics.spmd.worker.rank_env import RANK_ENV, numbered_devices, with_defaults
+from gpu_magics.spmd.worker.rank_process import RankProcess
 
-LINE_LIMIT = 20_000  # lines of one cell's output kept for its reply (the live events carry every line)
-EVENT_GAP = 0.05  # seconds between two output events of one rank (lines in between travel together)
-_ATTRIBUTE = "_gpu_magics_rank_hosts"
-
-
-class RankProcess:
-    """One rank process and the cell it runs now. Its sockets and pipes are read on the worker's event loop
-    (``add_reader``): no thread stands between a rank's reply and the kernel."""
-
-    def __init__(self, owner: str, topic: str, env: dict[str, str], worker: Any) -> None:
-        self.owner, self.topic, self.worker = owner, topic, worker
-        self.rank = int(env.get("RANK", "0"))
-        self.loop = asyncio.get_running_loop()
-        pairs = [socket.socketpair() for _ in range(2)]
-        self.commands, self.control = (Connection(mine.detach()) for mine, _ in pairs)
-        child_fds = [theirs.detach() for _, theirs in pairs]
-        self.process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "gpu_magics.spmd.rank", *map(str, child_fds)],
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=tuple(child_fds),
-            close_fds=True,
-        )
-        for fd in child_fds:
-            os.close(fd)
-        self._replies: dict[int, asyncio.Future[Reply]] = {}
-        self._started: set[int | None] = set()  # ids of the messages its REPL took
-        self._asked: dict[int, asyncio.Future[WhereAnswer | AbortAnswer]] = {}  # control questions not answered yet
-        self._lines: list[Line] = []  # the lines of the cell running now
-        self._unsent: list[Line] = []
-        self._seq = 0
-        self._marks: dict[str, asyncio.Event] = {"out": asyncio.Event(), "err": asyncio.Event()}
-        self._partial: dict[str, str] = {"out": "", "err": ""}
-        self._progress: dict[str, str] = {}  # stream -> the live state of a line redrawn with "\r"
-        self._unsent_progress: dict[str, str] = {}
-        self._blank: dict[str, bool] = {"out": False, "err": False}
-        self._cell: str | None = None
-        self._ids = 0
-        self._last_event = 0.0
-        self._flush_due = False
-        self._exit_task: asyncio.Task[None] | None = None
-        self.started = time.time()
-        self.ending = False  # the host ends it (a reset, a stop): the kernel knows, no event
-        self.exit_code: int | None = None
-        self._oom_before = oom_kills()
-        self.ready: asyncio.Future[RankSays] = self.loop.create_future()
-        self.loop.add_reader(self.commands.fileno(), self._read_commands)
-        self.loop.add_reader(self.control.fileno(), self._read_control)
-        for name, stream in (("out", self.process.stdout), ("err", self.process.stderr)):
-            assert stream is not None
-            os.set_blocking(stream.fileno(), False)
-            self.loop.add_reader(stream.fileno(), self._read_stream, name, stream.fileno())
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    # -- readers, on the worker's event loop ---------------------------------------------------------------------
-    def _read_commands(self) -> None:
-        try:
-            while self.commands.poll(0):
-                self._on_message(self.commands.recv())
-        except (EOFError, OSError):
-            self.loop.remove_reader(self.commands.fileno())
-            self._on_exit()
-
-    def _read_control(self) -> None:
-        try:
-            while self.control.poll(0):
-                message: WhereAnswer | AbortAnswer = self.control.recv()
-                future = self._asked.pop(message["id"], None)
-                if future is not None and not future.done():
-                    future.set_result(message)
-        except (EOFError, OSError):
-            self.loop.remove_reader(self.control.fileno())
-
-    def _read_stream(self, name: str, fd: int) -> None:
-        try:
-            data = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:  # the rank process closed it: it ended
-            self.loop.remove_reader(fd)
-            if self._partial[name]:
-                self._add_line(name, last_update(self._partial[name]))
-                self._partial[name] = ""
-            self._marks[name].set()
-            return
-        text = self._partial[name] + data.decode(errors="replace")
-        *complete, partial = text.split("\n")
-        for line in complete:
-            if self._progress.get(name):
-                self._set_progress(name, "")  # the bar's line ended: its last state is the line
-            self._take_line(name, last_update(line))
-        if "\r" in partial:  # a progress bar redraws its line: the latest state is live, the rest is gone
-            partial = "\r" + last_update(partial)
-            self._set_progress(name, partial[1:])
-        self._partial[name] = partial
-
-    def _set_progress(self, stream: str, text: str) -> None:
-        self._progress[stream] = text
-        self._unsent_progress[stream] = text
-        self._schedule_send()
-
-    def _take_line(self, name: str, text: str) -> None:
-        if MARK in text:
-            before = text.split(MARK, 1)[0]
-            if before:
-                self._add_line(name, before)
-            self._blank[name] = False
-            self._marks[name].set()
-            return
-        if self._blank[name]:  # a blank line is held back: the REPL writes one before its mark
-            self._add_line(name, "")
-        self._blank[name] = text == ""
-        if not self._blank[name]:
-            self._add_line(name, text)
-
-    def _add_line(self, stream: str, text: str) -> None:
-        entry: Line = (self._seq, stream, text, time.time())
-        self._seq += 1
-        if len(self._lines) < LINE_LIMIT:
-            self._lines.append(entry)
-        self._unsent.append(entry)
-        self._schedule_send()
-
-    def _schedule_send(self) -> None:
-        if not self._flush_due:
-            self._flush_due = True
-            delay = max(0.0, EVENT_GAP - (time.monotonic() - self._last_event))
-            self.loop.call_later(delay, self._send_lines)
-
-    def _send_lines(self) -> None:
-        self._flush_due = False
-        unsent, self._unsent = self._unsent, []
-        progress, self._unsent_progress = self._unsent_progress, {}
-        if unsent or progress:
-            self._last_event = time.monotonic()
-            message: LinesEvent = {"rank": self.rank, "cell": self._cell, "lines": unsent}
-            if progress:
-                message["progress"] = progress
-            self.worker.log_event(self.topic, message)
-
-    def _on_message(self, message: RankSays) -> None:
-        if message["op"] == "ready":
-            if not self.ready.done():
-                self.ready.set_result(message)
-            return
-        if message["op"] == "started":
-            self._started.add(message["id"])
-            return
-        self._started.discard(message.get("id"))
-        future = self._replies.pop(message.get("id") or -1, None)
-        if future is not None and not future.done():
-            future.set_result(message)
-
-    def _on_exit(self) -> None:
-        """The rank process closed its end: it ended (or is ending). Its pending replies say so with its exit
-        status, once the process is reaped; where it ended by itself, the kernel hears it as an event too."""
-        if self._exit_task is None:
-            self._exit_task = self.loop.create_task(self._ended())
-
-    async def _ended(self) -> None:
-        try:
-            code: int | None = await asyncio.to_thread(self.process.wait, 10)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.exit_code = code
-        oom = code == -signal.SIGKILL and oom_kills() > self._oom_before
-        if not self.ready.done():
-            self.ready.set_exception(RuntimeError(f"the rank process ended at start (exit code {code})"))
-        for ident, future in self._replies.items():
-            if not future.done():  # "before": it ended before its REPL took the message, which never ran
-                future.set_result(ended_reply(code, oom=oom, before=ident not in self._started))
-        self._replies.clear()
-        if not self.ending:
-            self._send_lines()
-            exited: ExitedEvent = {"rank": self.rank, "exited": code, "oom": oom, "pid": self.process.pid}
-            self.worker.log_event(self.topic, exited)
-
-    async def ask(self, message: Command) -> Reply:
-        """Send one message and wait for its reply (a cell's: with every line it printed)."""
-        await self.ready
-        self._ids += 1
-        ident = self._ids
-        future: asyncio.Future[Reply] = self.loop.create_future()
-        self._replies[ident] = future
-        self._lines, self._seq = [], 0
-        self._progress, self._unsent_progress = {}, {}
-        for event in self._marks.values():
-            event.clear()
-        self._cell = message["cell"] if message["op"] in ("run", "init") else None
-        began = time.perf_counter()
-        sent = message.copy()
-        sent["id"] = ident
-        self.commands.send(sent)
-        reply = await future
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(event.wait() for event in self._marks.values())), 2.0)
-        self._send_lines()
-        reply["lines"], reply["line_count"] = list(self._lines), self._seq
-        reply.setdefault("seconds", time.perf_counter() - began)
-        self._cell = None
-        return reply
-
-    async def question(self, op: Literal["where", "abort"], timeout: float = 2.0) -> WhereAnswer | AbortAnswer | None:
-        """Ask the rank's control thread (``where``, ``abort``), which answers while a cell runs; ``None`` where
-        it did not answer in time."""
-        if not self.alive:
-            return None
-        self._ids += 1
-        ident = self._ids
-        future: asyncio.Future[WhereAnswer | AbortAnswer] = self.loop.create_future()
-        self._asked[ident] = future
-        try:
-            asked: Question = {"op": op, "id": ident}
-            self.control.send(asked)
-            return await asyncio.wait_for(future, timeout)
-        except (TimeoutError, OSError):
-            return None
-        finally:
-            self._asked.pop(ident, None)
-
-    async def where(self) -> Where:
-        """Where the rank's main thread is, in words (``text``), and its process group's state (``collective``)."""
-        if not self.alive:
-            return {"text": "ended"}
-        answer = await self.question("where")
-        return answer if answer is not None and answer["op"] == "where" else {"text": "no answer"}
-
-    async def stop(self, grace: float) -> bool:
-        """Interrupt the cell; end the process if it has not stopped after ``grace`` seconds. Whether it ended."""
-        if not self.alive:
-            return True
-        pending = list(self._replies.values())
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.process.pid, signal.SIGINT)
-        if pending:
-            done, _ = await asyncio.wait(pending, timeout=grace)
-            if len(done) == len(pending):
-                return False
-        elif grace > 0:
-            return False
-        await self.kill()
-        return True
-
-    async def kill(self) -> None:
-        self.ending = True
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
-        await asyncio.to_thread(self.process.wait, 10)
-        for connection in (self.commands, self.control):
-            with contextlib.suppress(OSError, ValueError):
-                self.loop.remove_reader(connection.fileno())
-            with contextlib.suppress(OSError):
-                connection.close()
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    self.loop.remove_reader(stream.fileno())
-                    stream.close()
-        self._on_exit()
-        if self._exit_task is not None:
-            await self._exit_task
+PLUGIN_PREFIX = "gpu-magics-spmd-ranks-"
 
 
-def last_update(line: str) -> str:
-    """What a line redrawn with carriage returns shows last: its last part that is not empty (tqdm's, Keras's
-    bars; Windows line ends)."""
-    if "\r" not in line:
-        return line
-    return next((part for part in reversed(line.split("\r")) if part), "")
+class RankKeeper(WorkerPlugin):
+    """Keeps ``owner``'s rank process on one worker; its teardown (the plugin removed, the worker closing) ends
+    it."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.name = PLUGIN_PREFIX + owner
+        self.process: RankProcess | None = None
+
+    async def teardown(self, worker: Any) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            await process.kill()
 
 
-def oom_kills() -> int:
-    """How many processes the kernel's OOM killer ended in this worker's memory cgroup so far (0 where it cannot
-    be read): a rank killed by ``SIGKILL`` while it grew is named as the OOM killer's."""
-    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
-        with contextlib.suppress(OSError, ValueError), open(path) as file:
-            for line in file:
-                name, _, count = line.partition(" ")
-                if name == "oom_kill":
-                    return int(count)
-    return 0
+def _keeper(worker: Any, owner: str) -> RankKeeper | None:
+    found = worker.plugins.get(PLUGIN_PREFIX + owner)
+    return found if isinstance(found, RankKeeper) else None
 
 
-def _hosts(worker: Any) -> dict[str, RankProcess]:
-    found = getattr(worker, _ATTRIBUTE, None)
-    if found is None:
-        found = {}
-        setattr(worker, _ATTRIBUTE, found)
-    return found
+def _kept(worker: Any, owner: str) -> RankProcess | None:
+    keeper = _keeper(worker, owner)
+    return None if keeper is None else keeper.process
+
+
+async def _release(worker: Any, owner: str) -> bool:
+    """Remove ``owner``'s plugin (its teardown ends a rank process still running); whether it had one."""
+    keeper = _keeper(worker, owner)
+    if keeper is None:
+        return False
+    await worker.plugin_remove(keeper.name)
+    return True
 
 
 # -- what the kernel calls (Client.run) ----------------------------------------------------------------------------
@@ -386,21 +105,19 @@ def free_ports(count: int, dask_worker: Any) -> list[int]:
 
 
 async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -> int:
-    """Start this worker's rank process for ``owner`` (ending one it had); its pid once it is ready."""
-    hosts = _hosts(dask_worker)
-    old = hosts.pop(owner, None)
-    if old is not None:
-        await old.kill()
+    """Start this worker's rank process for ``owner`` (ending one it had: adding a plugin of the same name tears
+    the old one down first); its pid once it is ready."""
+    keeper = RankKeeper(owner)
+    await dask_worker.plugin_add(keeper, name=keeper.name, catch_errors=False)
     env = numbered_devices(with_defaults(env))
-    made = RankProcess(owner, topic, {**env, RANK_ENV: ",".join(sorted(env))}, dask_worker)
-    hosts[owner] = made
+    made = keeper.process = RankProcess(owner, topic, {**env, RANK_ENV: ",".join(sorted(env))}, dask_worker)
     await asyncio.wait_for(made.ready, 60)
     return made.process.pid
 
 
 async def ask(owner: str, message: Command, dask_worker: Any) -> Reply:
     """Hand the rank one message (a cell, values, an init) and return its reply."""
-    made = _hosts(dask_worker).get(owner)
+    made = _kept(dask_worker, owner)
     if made is None or not made.alive:  # it ended before this message: the message did not run
         said = ended_reply(None if made is None else made.process.poll(), oom=False, before=True)
         return {**said, "lines": [], "line_count": 0}
@@ -408,13 +125,13 @@ async def ask(owner: str, message: Command, dask_worker: Any) -> Reply:
 
 
 async def where(owner: str, dask_worker: Any) -> Where:
-    made = _hosts(dask_worker).get(owner)
+    made = _kept(dask_worker, owner)
     return {"text": "no rank"} if made is None else await made.where()
 
 
 async def abort(owner: str, dask_worker: Any) -> bool:
     """Abort the rank's process group, so that no rank stays in one of its collectives; whether it had one."""
-    made = _hosts(dask_worker).get(owner)
+    made = _kept(dask_worker, owner)
     if made is None:
         return False
     answer = await made.question("abort")
@@ -423,24 +140,23 @@ async def abort(owner: str, dask_worker: Any) -> bool:
 
 async def stop(owner: str, grace: float, dask_worker: Any) -> bool:
     """Interrupt the rank's cell; whether its process had to be ended."""
-    made = _hosts(dask_worker).get(owner)
+    made = _kept(dask_worker, owner)
     if made is None:
         return False
     ended = await made.stop(grace)
-    if ended:
-        _hosts(dask_worker).pop(owner, None)
+    keeper = _keeper(dask_worker, owner)
+    if ended and keeper is not None:
+        keeper.process = None  # ended already
+        await _release(dask_worker, owner)
     return ended
 
 
 async def end(owner: str, dask_worker: Any) -> bool:
-    """End ``owner``'s rank process here; whether there was one."""
-    made = _hosts(dask_worker).pop(owner, None)
-    if made is None:
-        return False
-    await made.kill()
-    return True
+    """End ``owner``'s rank process here (its plugin removed); whether there was one."""
+    return await _release(dask_worker, owner)
 
 
 def rank_pids(dask_worker: Any) -> dict[str, int]:
     """Owner -> pid of the live rank processes here (for tests and ``%gpucluster status``)."""
-    return {owner: made.process.pid for owner, made in _hosts(dask_worker).items() if made.alive}
+    kept = [plugin.process for plugin in dask_worker.plugins.values() if isinstance(plugin, RankKeeper)]
+    return {made.owner: made.process.pid for made in kept if made is not None and made.alive}

@@ -143,11 +143,13 @@ def test_the_status_shows_each_job_and_the_adapt_bounds() -> None:
     from gpu_magics.cluster.info import ClusterInfo, JobInfo
     from gpu_magics.cluster.managers.adopted import AdoptedManager
     from gpu_magics.cluster.managers.slurm import SlurmManager
+    from gpu_magics.cluster.options import parse_cluster_line
     from gpu_magics.display.cluster_view import ClusterView
 
+    slurm = SlurmManager(parse_cluster_line("--slurm")).facts("gpu")
     info = ClusterInfo(
         name="s", kind="slurm", scheduler_address="tcp://10.0.0.1:8786", dashboard_url=None, hardware="2x H100",
-        started_at=100.0, adaptive=(0, 4), manager="SLURM jobs", facts=SlurmManager(None, set(), []).facts("gpu"),
+        started_at=100.0, adaptive=(0, 4), manager="SLURM jobs", facts=slurm,
         jobs=(
             JobInfo(job_id="12", state="running", node="gpu-1", workers=("s-0",), gpus=("H100 (gpu-1 · GPU 0)",)),
             JobInfo(job_id="13", state="pending", reason="<Resources>"),

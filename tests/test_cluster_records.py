@@ -98,8 +98,9 @@ def test_kernel_id_outside_a_kernel_is_none() -> None:
 
 def test_the_managers_facts_travel_in_the_record_and_bad_ones_are_dropped() -> None:
     from gpu_magics.cluster.managers.gateway import GatewayManager
+    from gpu_magics.cluster.options import parse_cluster_line
 
-    connected = GatewayManager(None, None, "default.5b4e57c3", None).facts("gpu").to_json()
+    connected = GatewayManager(parse_cluster_line("--gateway --connect default.5b4e57c3")).facts("gpu").to_json()
     record = ClusterRecord("g", "tls://10.0.0.9:8786", None, "gateway", 1, facts=connected)
     back = ClusterRecord.from_json(json.loads(json.dumps(record.to_json())))
     assert back.facts == connected and back.facts is not None

@@ -49,14 +49,15 @@ def facts_of(kind: str) -> ClusterFacts:
     from gpu_magics.cluster.managers.attached import AttachedManager
     from gpu_magics.cluster.managers.gateway import GatewayManager
     from gpu_magics.cluster.managers.local import LocalManager
+    from gpu_magics.cluster.options import parse_cluster_line
 
     managers = {
-        "gpu": lambda: LocalManager("gpu", ()),
-        "cpu": lambda: LocalManager("cpu", ()),
+        "gpu": lambda: LocalManager(parse_cluster_line("")),
+        "cpu": lambda: LocalManager(parse_cluster_line("--cpu-workers 2")),
         "attached": lambda: AttachedManager("tcp://10.0.0.5:8786"),
         "adopted": lambda: AdoptedManager(None, "KubeCluster"),
-        "gateway": lambda: GatewayManager(None, {}, None, 2),  # made here
-        "gateway-connected": lambda: GatewayManager(None, None, "default.5b4e57c3", None),
+        "gateway": lambda: GatewayManager(parse_cluster_line("--gateway --workers 2")),  # made here
+        "gateway-connected": lambda: GatewayManager(parse_cluster_line("--gateway --connect default.5b4e57c3")),
     }
     return managers[kind]().facts("gpu")
 

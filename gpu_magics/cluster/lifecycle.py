@@ -24,7 +24,8 @@ from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.info import ClusterInfo
-from gpu_magics.cluster.managers.opening import check_line, chosen_gpus, open_early, open_manager
+from gpu_magics.cluster.managers.base import ClusterManager
+from gpu_magics.cluster.managers.opening import make_manager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
     active,
@@ -113,11 +114,15 @@ def begin(
     report their GPUs every ``telemetry_interval`` s (0: never); after ``idle_timeout`` s without a task (0:
     never) the cluster closes (attached, adopted: detached). ``namespace``: where ``--from NAME`` looks."""
     began = time.perf_counter()
-    check_line(options)  # before anything stops or starts, even where a running cluster would be reused
+    manager = make_manager(options, namespace or {})  # nothing happens yet: it only keeps the line's choices
     pending = starting()
+    opened = False
     if pending is not None and not pending.finished.is_set():
+        manager.open(reuse=not options.replace)  # before anything stops: a bad line leaves the start going
         if not options.replace:
+            manager.finish(options.cluster_name, keep=True)  # what it opened (a gateway's client) is let go
             return pending  # the start under way is the cluster this asks for
+        opened = True
         stop()  # outside the lock: the start's thread takes it to close what it made
     if _winding_down is not None:  # its release puts dask's settings back: before this start makes its own
         _winding_down.finished.wait(WOUND_DOWN_WAIT_S)
@@ -126,15 +131,11 @@ def begin(
         if current is not None and current.client.status not in ("running", "connecting"):
             stop()  # it died under us: clean up, then start afresh
             current = None
-        # check the GPU choice before anything stops: a bad --gpus must not stop the running cluster (a line that
-        # names no GPUs and reuses it, such as a new --idle-timeout, needs none)
-        reuse = current is not None and not options.replace and "gpus" not in options.given
-        gpu_ids = () if reuse else chosen_gpus(options)
-        early = open_early(options)  # a gateway checks the line's options even where the cluster is reused
-        if early is not None and reuse:
-            early.discard()
-            early = None
+        reuse = current is not None and not options.replace
+        if not opened:  # checked before anything stops, also where the running cluster is reused
+            manager.open(reuse=reuse)
         if current is not None and not options.replace:
+            manager.finish(current.name, keep=True)  # what it opened (a gateway's client) is let go
             notice = (
                 f"{PROG}: cluster {current.name!r} is already up; using it "
                 f"(add --replace to start a new one with these options)"
@@ -146,7 +147,6 @@ def begin(
             done.run_here(lambda _: status(notice=notice))
             return done
         stop()
-        manager = early or open_manager(options, namespace or {}, gpu_ids)
         words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
         handle = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
         set_starting(handle)
@@ -161,7 +161,7 @@ def begin(
 
 
 def _start_job(
-    manager: Any,
+    manager: ClusterManager,
     options: ClusterOptions,
     began: float,
     reports_every: float,
@@ -273,7 +273,7 @@ def stop(close: bool = False, keep: bool = False) -> str:
         manager = current.manager
         assert manager is not None
         closing = Closing(  # in a thread: with a change under way, workers still starting end only slowly
-            lambda: manager.finish(current.name, close, keep),
+            lambda: manager.finish(current.name, keep=True if keep else False if close else None),
             lambda error: f"{PROG}: closing {current.name!r} failed ({one_line(error)})",
             here=not during,
         )

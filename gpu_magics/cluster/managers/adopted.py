@@ -23,9 +23,41 @@ NEEDED = ("scheduler_address", "scale", "adapt", "close")
 
 
 class AdoptedManager(ClusterManager):
-    """The user's cluster manager; jobs are shown where it is a dask-jobqueue cluster."""
+    """The user's cluster manager; jobs are shown where it is a dask-jobqueue cluster. Made for a ``--from NAME``
+    line (``named``), ``open`` looks the variable up in ``namespace``."""
 
-    start_words = "could not use the cluster"  # it was running already: it did not fail to start
+    _start_words = "could not use the cluster"  # it was running already: it did not fail to start
+
+    def __init__(
+        self, cluster: Any, label: str | None, named: str | None = None, namespace: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(cluster, label)
+        self._named = named
+        self._namespace = namespace if namespace is not None else {}
+
+    @property
+    def source(self) -> str:
+        return f"adopted {self.label or 'cluster manager'}, not started here"
+
+    @property
+    def taken(self) -> str:
+        return "adopted at"
+
+    @property
+    def title(self) -> str:
+        return self.label or "cluster manager"
+
+    def open(self, reuse: bool = False) -> None:
+        """The variable the line names holds a cluster manager that runs (a line that reuses the running cluster
+        needs none)."""
+        if self._named is not None and not reuse:
+            self.cluster = find(self._named, self._namespace)
+            self.label = type(self.cluster).__name__
+
+    def start(self, options: ClusterOptions, starting: Starting) -> Client:
+        from gpu_magics.cluster.managers import attach
+
+        return attach.connect_manager(self.cluster, options.start_timeout)
 
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
         """Wait for the workers the manager was asked for: its plan, or where it keeps none (a ``GatewayCluster``)
@@ -34,7 +66,7 @@ class AdoptedManager(ClusterManager):
 
         expected = self.expected_workers() or asked_workers(client)
         starting.update(expected=expected)
-        return self.wait_for_workers(client, options.start_wait, expected, starting=starting)
+        return self._wait_for_workers(client, options.start_wait, expected, starting=starting)
 
     def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
         if submits_with(self.cluster, "sbatch"):
@@ -43,9 +75,24 @@ class AdoptedManager(ClusterManager):
             return slurm_jobs(self.cluster, workers)
         return _local_jobs(self.cluster, workers)
 
+    def finish(self, name: str, keep: bool | None = None) -> str:
+        """Close the user's manager only where told (``keep`` False: ``stop --close``); else detach."""
+        if not (keep is False or (keep is None and self.owned)):
+            return f"%gpucluster: detached from {name!r} ({self.label}); it keeps its workers (stop --close closes it)"
+        self.cluster.close()
+        return f"%gpucluster: stopped cluster {name!r} ({self.label}: closed)"
+
 
 def adopt(name: str, namespace: dict[str, Any]) -> AdoptedManager:
     """The manager the variable ``name`` holds; a one-line ``UsageError`` when there is none or it is not one."""
+    manager = AdoptedManager(None, None, name, namespace)
+    manager.open()
+    return manager
+
+
+def find(name: str, namespace: dict[str, Any]) -> Any:
+    """The cluster manager the variable ``name`` holds; a one-line ``UsageError`` when there is none or it is not
+    one, or it is closed."""
     what = f"{PROG} --from {name}"
     if name not in namespace:
         raise UsageError(
@@ -63,7 +110,7 @@ def adopt(name: str, namespace: dict[str, Any]) -> AdoptedManager:
     status = str(getattr(getattr(cluster, "status", None), "name", "")).lower()
     if status in ("closing", "closed", "failed"):
         raise UsageError(f"{what}: {name} is {status}; make a new one")
-    return AdoptedManager(cluster, type(cluster).__name__)
+    return cluster
 
 
 def _has(cluster: Any, attribute: str) -> bool:

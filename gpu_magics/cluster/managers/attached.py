@@ -20,7 +20,7 @@ class AttachedManager(ClusterManager):
     """The scheduler at ``address``."""
 
     scalable = False
-    start_words = "could not use the cluster"
+    _start_words = "could not use the cluster"
 
     def __init__(self, address: str) -> None:
         super().__init__(None, None)
@@ -38,7 +38,7 @@ class AttachedManager(ClusterManager):
     def title(self) -> str:
         return "attached"
 
-    def connect(self, options: ClusterOptions, starting: Starting) -> Client:
+    def start(self, options: ClusterOptions, starting: Starting) -> Client:
         return attach.connect(self.address, options.start_timeout)
 
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
@@ -50,16 +50,16 @@ class AttachedManager(ClusterManager):
         except Exception as error:  # a courtesy: the attach goes on without them
             dropped("learning the attached workers' GPUs", error)
 
-    def warms(self) -> bool:
-        return False  # not ours to load work onto at attach time
+    def _warm(
+        self, client: Client, options: ClusterOptions, devices: dict[str, dict[str, Any]], starting: Starting
+    ) -> None:
+        return None  # not ours to load work onto at attach time
 
     def expected_workers(self) -> int:
         return 0
 
-    def close(self) -> None:
+    def finish(self, name: str, keep: bool | None = None) -> str:
         """Nothing to close: the scheduler and its workers keep running."""
-
-    def finish(self, name: str, close: bool, keep: bool = False) -> str:
         return (
             f"{PROG}: disconnected from {self.address}; its scheduler and workers keep running (this kernel did not "
             "start them)"

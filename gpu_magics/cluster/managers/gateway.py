@@ -46,18 +46,38 @@ class GatewayManager(ClusterManager):
     keepable = True
     background = True  # the gateway starts a scheduler, then workers (pods): seconds to minutes; cells go on
 
-    def __init__(
-        self, gateway: Any, offered: Any | None, connect_to: str | None, workers: int | None, typed: str = ""
-    ) -> None:
+    def __init__(self, options: ClusterOptions) -> None:
         super().__init__(None, LABEL)
-        self.gateway = gateway
-        self.typed = typed  # the address as the line gave it ("": dask-gateway's config): hints repeat it
-        self.offered = offered  # the cluster options to make it with (None: connect to ``connect_to``)
-        self.name = connect_to  # the gateway's name for the cluster, once known
-        self.owned = connect_to is None
-        self.start_words = "the gateway cluster did not start" if self.owned else "could not use the gateway cluster"
+        self.options = options
+        self.gateway: Any = None  # dask-gateway's client, once ``open`` made it
+        self.typed = options.gateway or ""  # the address as the line gave it ("": dask-gateway's config): hints
+        self.offered: Any = None  # the cluster options to make it with, once ``open`` checked them
+        self.name = options.connect_name  # the gateway's name for the cluster, once known
+        self.owned = options.connect_name is None
+        self._start_words = "the gateway cluster did not start" if self.owned else "could not use the gateway cluster"
+        workers = options.workers
         self.requested = workers if workers is not None else (DEFAULT_WORKERS if self.owned else None)
         self._status_read = 0.0
+
+    def open(self, reuse: bool = False) -> None:
+        """The gateway client, and the line's options checked against what the gateway offers (or the cluster to
+        connect to found), also where the running cluster is reused; one-line ``UsageError``s, nothing started
+        (``finish`` closes the client)."""
+        gateway = make_gateway(self.options.gateway)
+        try:
+            if self.name is not None:
+                report = ask(gateway, gateway._cluster_report(self.name), f"find {self.name!r}")
+                if report.status.name in ENDED:
+                    raise UsageError(
+                        f"{WHAT} --connect: gateway cluster {self.name!r} is {report.status.name.lower()}; "
+                        f"{command(self.options.gateway, '--list')} shows the running ones"
+                    )
+            else:
+                self.offered = chosen_options(gateway, self.options.gateway_options)
+        except BaseException:  # re-raised: only the gateway client closes
+            close_gateway(gateway)
+            raise
+        self.gateway = gateway
 
     @property
     def source(self) -> str:
@@ -72,7 +92,7 @@ class GatewayManager(ClusterManager):
         return LABEL
 
     # -- the start ------------------------------------------------------------------------------------------------
-    def connect(self, options: ClusterOptions, starting: Starting) -> Client:
+    def start(self, options: ClusterOptions, starting: Starting) -> Client:
         """Have the gateway make the cluster (or find the one named), wait until its scheduler runs, and connect."""
         if self.name is None:
             self.name = str(ask(self.gateway, self.gateway._submit(cluster_options=self.offered), "make a cluster"))
@@ -117,10 +137,10 @@ class GatewayManager(ClusterManager):
         """Ask for ``--workers`` (a cluster connected to keeps its own count unless told) and wait ``--wait`` for
         them; none at all after that is the start's failure."""
         if self.requested is not None:
-            self.scale(self.requested)
+            self._ask(self.requested)
         expected = self.expected_workers() or asked_workers(client)
         starting.update(expected=expected)
-        notice = self.wait_for_workers(client, options.start_wait, expected, starting)
+        notice = self._wait_for_workers(client, options.start_wait, expected, starting)
         if notice is not None and not inspection.scheduler_workers(client) and self.owned:
             raise UsageError(
                 f"{WHAT}: no worker came within {format_duration(options.start_wait)} (the gateway may lack the "
@@ -134,7 +154,7 @@ class GatewayManager(ClusterManager):
             return self.adaptive[0]
         return self.requested or 0
 
-    def check_started(self, seen: set[str]) -> None:
+    def _check_started(self, seen: set[str]) -> None:
         """The gateway's view, read every second: a cluster it stopped or that failed gives no more workers."""
         if time.monotonic() - self._status_read < STATUS_EVERY_S:
             return
@@ -143,8 +163,8 @@ class GatewayManager(ClusterManager):
         if status in ENDED:
             raise UsageError(f"{WHAT}: gateway cluster {self.name!r} is {status.lower()}; {LOG_HINT}")
 
-    # -- scale, adapt, close --------------------------------------------------------------------------------------
-    def scale(self, count: int) -> None:
+    # -- scale, adapt, the end -----------------------------------------------------------------------------------
+    def _ask(self, count: int) -> None:
         assert self.name is not None
         ask(self.gateway, self.gateway._scale_cluster(self.name, count), f"scale {self.name!r}")
         self.requested = count
@@ -159,40 +179,22 @@ class GatewayManager(ClusterManager):
         )
         self.adaptive = (minimum, maximum)
 
-    def close(self) -> None:
-        """Shut the gateway cluster down (its scheduler and workers stop), then let go of it here."""
-        try:
-            if self.name is not None:
-                ask(self.gateway, self.gateway._stop_cluster(self.name), f"shut {self.name!r} down")
-        finally:
-            self.discard()
-
-    def abandon(self) -> None:
-        if self.owned:
-            with contextlib.suppress(Exception):  # a close that fails any way: the start's error is what is said
-                self.close()
-        else:
-            self.discard()
-
-    def discard(self) -> None:
-        """Close the ``GatewayCluster`` object and the gateway client here; the cluster on the gateway stays (also
-        for a manager that started nothing: its line was only checked)."""
-        if self.cluster is not None:
-            with contextlib.suppress(Exception):  # a close that fails any way: the cluster on the gateway stays
-                self.cluster.close(shutdown=False)
-            close_gateway(self.cluster.gateway)
-        close_gateway(self.gateway)
-
-    def finish(self, name: str, close: bool, keep: bool = False) -> str:
-        if keep or not (self.owned or close):
-            self.discard()
-            how = "" if self.owned or keep else "; stop --close shuts it down"
+    def finish(self, name: str, keep: bool | None = None) -> str:
+        """Shut the gateway cluster down (its scheduler and workers stop), or leave it running (``keep``; by
+        default a cluster connected to); either way the gateway client here closes."""
+        if keep or (keep is None and not self.owned):
+            self._let_go()
+            how = "; stop --close shuts it down" if keep is None else ""
             return (
                 f"{PROG}: detached from {name!r}; gateway cluster {self.name} keeps running{how} "
                 f"({command(self.typed, f'--connect {self.name}')} comes back to it)"
             )
         try:
-            self.close()
+            try:
+                if self.name is not None and self.gateway is not None:
+                    ask(self.gateway, self.gateway._stop_cluster(self.name), f"shut {self.name!r} down")
+            finally:
+                self._let_go()
         except UsageError:  # the gateway is gone or silent: what it runs may outlive this kernel
             return (
                 f"{PROG}: stopped using {name!r}; the gateway did not answer, so gateway cluster {self.name} may "
@@ -200,25 +202,14 @@ class GatewayManager(ClusterManager):
             )
         return f"{PROG}: stopped cluster {name!r} (gateway cluster {self.name} shut down)"
 
-
-def open_gateway(options: ClusterOptions) -> GatewayManager:
-    """The manager for a ``--gateway`` line: the gateway client, and the line's options checked against what the
-    gateway offers (or the cluster to connect to found); one-line ``UsageError``s, nothing started."""
-    gateway = make_gateway(options.gateway)
-    try:
-        if options.connect_name is not None:
-            report = ask(gateway, gateway._cluster_report(options.connect_name), f"find {options.connect_name!r}")
-            if report.status.name in ENDED:
-                raise UsageError(
-                    f"{WHAT} --connect: gateway cluster {options.connect_name!r} is {report.status.name.lower()}; "
-                    f"{command(options.gateway, '--list')} shows the running ones"
-                )
-            return GatewayManager(gateway, None, options.connect_name, options.workers, options.gateway or "")
-        offered = chosen_options(gateway, options.gateway_options)
-        return GatewayManager(gateway, offered, None, options.workers, options.gateway or "")
-    except BaseException:  # re-raised: only the gateway client closes
-        close_gateway(gateway)
-        raise
+    def _let_go(self) -> None:
+        """Close the ``GatewayCluster`` object and the gateway client here; the cluster on the gateway stays."""
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):  # a close that fails any way: the cluster on the gateway stays
+                self.cluster.close(shutdown=False)
+            close_gateway(self.cluster.gateway)
+        if self.gateway is not None:
+            close_gateway(self.gateway)
 
 
 def command(typed: str | None, rest: str) -> str:

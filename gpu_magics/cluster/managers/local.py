@@ -34,17 +34,34 @@ class LocalManager(ClusterManager):
     owned = True
     background = True
 
-    def __init__(self, kind: Kind, gpu_ids: tuple[str, ...]) -> None:
+    def __init__(self, options: ClusterOptions) -> None:
         super().__init__(None, None)
-        self.kind = kind
-        self.gpu_ids = gpu_ids  # CUDA devices given to the workers (GPU clusters)
-        if kind == "gpu":  # here, in the cell that asked: one line when this kernel already holds memory there
-            from gpu_magics.cluster.workers import kernel_context
-
-            kernel_context.report(gpu_ids, PROG)
+        self.options = options
+        self.kind: Kind = "gpu" if options.kind == "gpu" else "cpu"
+        self.gpu_ids: tuple[str, ...] = ()  # CUDA devices given to the workers (GPU clusters), chosen by ``open``
         self._made = threading.Event()
         self._helper: threading.Thread | None = None
         self._watch: Any = None  # warmup.WarmWatch, from the workers' start to their warm-up's end
+
+    def open(self, reuse: bool = False) -> None:
+        """The protocol, a count of CPU workers this host can start, and the GPUs (``--gpus``) with dask-cuda,
+        which GPU workers need: checked before a running cluster stops, so a bad line leaves it running (a line
+        that reuses the cluster and names no GPUs needs none). Where a GPU cluster will start, one line here, in
+        the cell that asked, when this kernel already holds memory on its GPUs."""
+        from gpu_magics.cluster.managers import needs
+
+        needs.comm_protocol(self.options.protocol, PROG)
+        if self.kind == "cpu" and self.options.cpu_workers is not None:
+            factories.check_cpu_workers(self.options.cpu_workers, f"{PROG} --cpu-workers")
+        if self.kind != "gpu" or (reuse and "gpus" not in self.options.given):
+            return
+        self.gpu_ids = factories.choose_gpus(self.options.gpus)
+        if not needs.has("dask_cuda"):  # said here, before the magic returns, not by the start in the background
+            raise UsageError(f"{PROG}: {factories.dask_cuda_missing()}")
+        if not reuse:
+            from gpu_magics.cluster.workers import kernel_context
+
+            kernel_context.report(self.gpu_ids, PROG)
 
     @property
     def source(self) -> str:
@@ -59,7 +76,7 @@ class LocalManager(ClusterManager):
         return "GPU cluster" if self.kind == "gpu" else "CPU cluster"
 
     @property
-    def local_cluster(self) -> LocalCluster | None:
+    def _local_cluster(self) -> LocalCluster | None:
         return self.cluster
 
     def settings(self) -> dict[str, Any]:
@@ -68,7 +85,7 @@ class LocalManager(ClusterManager):
         it too."""
         return dict(forkserver.config())
 
-    def connect(self, options: ClusterOptions, starting: Starting) -> Client:
+    def start(self, options: ClusterOptions, starting: Starting) -> Client:
         """The cluster with its scheduler only: its workers start in ``await_workers``."""
         forkserver.start_server()  # unless %load_ext did: its imports overlap this process's from here on
         from distributed import Client
@@ -113,7 +130,9 @@ class LocalManager(ClusterManager):
         self._made.set()
         return None
 
-    def warm(self, client: Client, kind: Kind, starting: Starting) -> dict[str, dict[str, Any]]:
+    def _warm(
+        self, client: Client, options: ClusterOptions, devices: dict[str, dict[str, Any]], starting: Starting
+    ) -> dict[str, dict[str, Any]]:
         """Each worker warmed itself as it started, and said so (``warmup.WarmWatch``): no round trip."""
         from gpu_magics.cluster.workers import warmup
 
@@ -123,35 +142,12 @@ class LocalManager(ClusterManager):
         finally:
             self._watch.close()
         starting.check()
-        self.before_cluster_round()
+        if self._helper is not None:  # this process's own preparation, before the round across the cluster
+            self._helper.join()
         return seen
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
         """Nothing to ask: the kind of cluster says what the workers have, and their warm-up what they saw."""
-
-    def worker_kind(self, devices: dict[str, dict[str, Any]]) -> Kind:
-        return self.kind
-
-    def before_cluster_round(self) -> None:
-        if self._helper is not None:
-            self._helper.join()
-
-    def start_failed(self, client: Client | None) -> None:
-        self._made.set()
-        if self._watch is not None:
-            self._watch.close()
-        if self._helper is not None and self._helper.is_alive():
-            self._helper.join()
-        if client is not None:
-            try:
-                client.close(timeout=5)
-            except Exception as error:  # a close that fails any way: the start's own error is what the user sees
-                dropped("closing the client of a failed start", error)
-        if self.cluster is not None:
-            try:
-                self.cluster.close(timeout=15)
-            except Exception as error:  # a close that fails any way: the start's own error is what the user sees
-                dropped("closing the cluster of a failed start", error)
 
     def expected_workers(self) -> int:
         return len(self.gpu_ids) if self.kind == "gpu" else 0
@@ -171,7 +167,7 @@ class LocalManager(ClusterManager):
             f"worker each; start it with --gpus all --replace for more"
         )
 
-    def resize(self, client: Client, count: int, options: ClusterOptions) -> str | None:
+    def scale(self, client: Client, count: int, options: ClusterOptions) -> str | None:
         if self.adaptive is not None:
             self.cluster.adapt(minimum=count, maximum=count)  # distributed's scale() leaves adapting on
             self.adaptive = None
@@ -183,18 +179,23 @@ class LocalManager(ClusterManager):
                 raise UsageError(f"{PROG} scale {count}: {error}") from None
         return None
 
-    def close(self) -> None:
-        processes = worker_processes(self.cluster)
-        try:
-            self.cluster.close(timeout=15)
-        except Exception as error:  # a close that fails any way (its processes gone): the stop goes on
-            dropped("closing the local cluster", error)
-        for process in processes:  # a worker still in its start when its nanny closed is left running: end it
-            with contextlib.suppress(psutil.Error):  # gone already (psutil checks it is still the same process)
-                process.kill()
-
-    def finish(self, name: str, close: bool, keep: bool = False) -> str:
-        self.close()
+    def finish(self, name: str, keep: bool | None = None) -> str:
+        """Close the cluster (``keep`` does not apply: it lives in this kernel's processes); also after a failed
+        start, and for a manager that only opened (nothing to close)."""
+        self._made.set()
+        if self._watch is not None:
+            self._watch.close()
+        if self._helper is not None and self._helper.is_alive():
+            self._helper.join()
+        if self.cluster is not None:
+            processes = worker_processes(self.cluster)
+            try:
+                self.cluster.close(timeout=15)
+            except Exception as error:  # a close that fails any way (its processes gone): the stop goes on
+                dropped("closing the local cluster", error)
+            for process in processes:  # a worker still in its start when its nanny closed is left running: end it
+                with contextlib.suppress(psutil.Error):  # gone already (psutil checks it is still the same process)
+                    process.kill()
         return f"{PROG}: stopped cluster {name!r}"
 
 

@@ -1,6 +1,7 @@
 """``%gpucluster --slurm``: workers from SLURM jobs through dask-jobqueue's ``SLURMCluster``. The job script,
 its submission and cancelling are dask-jobqueue's; here the line's options become its arguments (the site's
-``jobqueue.slurm.*`` config gives the rest), SLURM checks the job before anything is queued, and the queue's
+``jobqueue.slurm.*`` config gives the rest), SLURM checks the job before anything is queued (``open``, before a
+running cluster stops), the jobs are submitted by ``start`` (in the background in a notebook), and the queue's
 view of each job (state, node, why it waits, a start that failed) is read with ``squeue``."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import contextlib
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
@@ -19,6 +20,11 @@ from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.squeue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.units import dropped
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from gpu_magics.cluster.background.starting import Starting
 
 WHAT = f"{PROG} --slurm"
 INSTALL = "pip install 'gpu-magics[hpc]' (dask-jobqueue)"
@@ -78,15 +84,18 @@ def job_arguments(options: ClusterOptions, config: dict[str, Any]) -> dict[str, 
 
 
 class SlurmManager(ClusterManager):
-    """A ``SLURMCluster`` made here: its jobs are cancelled when it closes (stop, idle, kernel exit, a failed
-    start), and those SLURM still lists afterwards are cancelled again by id."""
+    """A ``SLURMCluster`` made here: ``open`` has SLURM check the job before anything is queued, ``start`` makes
+    the cluster (its scheduler starts here) and submits the jobs; they are cancelled when it closes (stop, idle,
+    kernel exit, a failed start), and those SLURM still lists afterwards are cancelled again by id."""
 
     owned = True
+    background = True  # the jobs wait in the queue, then start their workers: seconds to hours; cells go on
 
-    def __init__(self, cluster: Any, submitted: set[str], failures: list[str]) -> None:
-        super().__init__(cluster, "SLURM jobs")
-        self.submitted = submitted  # every job id sbatch gave, in order of submission
-        self.failures = failures  # what sbatch said when a submission failed
+    def __init__(self, options: ClusterOptions) -> None:
+        super().__init__(None, "SLURM jobs")
+        self.options = options
+        self.submitted: set[str] = set()  # every job id sbatch gave, in order of submission
+        self.failures: list[str] = []  # what sbatch said when a submission failed
 
     @property
     def source(self) -> str:
@@ -100,10 +109,40 @@ class SlurmManager(ClusterManager):
     def title(self) -> str:
         return "SLURM"
 
-    def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
-        return slurm_jobs(self.cluster, workers)
+    def open(self, reuse: bool = False) -> None:
+        """dask-jobqueue and the protocol; for a start also ``sbatch`` on PATH and the job script, which SLURM
+        checks without queueing it (``sbatch --test-only``). One-line ``UsageError``s; nothing is queued."""
+        needs.comm_protocol(self.options.protocol, PROG)
+        if not needs.has("dask_jobqueue"):
+            raise UsageError(f"{WHAT}: dask-jobqueue is not installed ({INSTALL})")
+        if reuse:
+            return
+        if squeue.sbatch_path() is None:
+            raise UsageError(
+                f"{WHAT}: no sbatch on PATH: run this where SLURM's commands work (a login node), or attach to a "
+                f"scheduler with {PROG} --address"
+            )
+        refused = squeue.test_submit(job_script(_arguments(self.options)))
+        if refused is not None:
+            raise UsageError(f"{WHAT}: SLURM refused the job: {refused}")
 
-    def check_started(self, seen: set[str]) -> None:
+    def start(self, options: ClusterOptions, starting: Starting) -> Client:
+        """Make the ``SLURMCluster`` (its scheduler starts here), submit ``--jobs`` jobs and connect."""
+        from gpu_magics.cluster.managers import attach
+
+        self.cluster = make_cluster(_arguments(options), self.submitted, self.failures)
+        self.cluster.scale(jobs=options.jobs or 1)
+        return attach.connect_manager(self.cluster, options.start_timeout)
+
+    def expected_workers(self) -> int:
+        if self.cluster is not None:
+            return super().expected_workers()
+        return (self.options.jobs or 1) * (self.options.gpus_per_job or self.options.cpu_workers or 1)
+
+    def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
+        return slurm_jobs(self.cluster, workers) if self.cluster is not None else ()
+
+    def _check_started(self, seen: set[str]) -> None:
         if self.failures:
             raise UsageError(f"{WHAT}: SLURM refused a job: {self.failures[0]}")
         waiting = [job_id for job_id, names in job_workers(self.cluster).items() if not names & seen]
@@ -117,44 +156,55 @@ class SlurmManager(ClusterManager):
                     + (f"; its log: {log}" if log else "")
                 )
 
-    def close(self) -> None:
+    def finish(self, name: str, keep: bool | None = None) -> str:
         """Close the cluster (dask-jobqueue cancels each job), cancel by id any job SLURM still lists, and wait
-        (bounded) until SLURM lists none of them."""
-        try:
-            self.cluster.close(timeout=30)
-        finally:
-            left = self._alive()
-            squeue.cancel(left)
-            deadline = time.monotonic() + GONE_TIMEOUT_S
-            while left and time.monotonic() < deadline:
-                time.sleep(0.2)
+        (bounded) until SLURM lists none of them (``keep`` does not apply: the jobs' scheduler runs here)."""
+        count = len(self.submitted)
+        if self.cluster is not None:
+            try:
+                self.cluster.close(timeout=30)
+            finally:
                 left = self._alive()
+                squeue.cancel(left)
+                deadline = time.monotonic() + GONE_TIMEOUT_S
+                while left and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    left = self._alive()
+        return f"{PROG}: stopped cluster {name!r}; cancelled its {count} SLURM job{'s' if count != 1 else ''}"
 
     def _alive(self) -> list[str]:
         return [job.job_id for job in squeue.states(self.submitted).values() if job.state in squeue.ALIVE]
 
-    def finish(self, name: str, close: bool, keep: bool = False) -> str:
-        count = len(self.submitted)
-        self.close()
-        return f"{PROG}: stopped cluster {name!r}; cancelled its {count} SLURM job{'s' if count != 1 else ''}"
 
-
-def start(options: ClusterOptions) -> SlurmManager:
-    """Make the ``SLURMCluster`` (its scheduler starts here) and submit ``--jobs`` jobs, after SLURM has said
-    it takes them; one-line ``UsageError``s for what stops it, with nothing left queued."""
-    if squeue.sbatch_path() is None:
-        raise UsageError(
-            f"{WHAT}: no sbatch on PATH: run this where SLURM's commands work (a login node), or attach to a "
-            f"scheduler with {PROG} --address"
-        )
+def _arguments(options: ClusterOptions) -> dict[str, Any]:
     import dask
 
+    return job_arguments(options, dict(dask.config.get("jobqueue.slurm", default={}) or {}))
+
+
+def job_script(arguments: dict[str, Any]) -> str:
+    """The batch script ``SLURMCluster(**arguments)`` would submit, made without a cluster (no scheduler starts):
+    dask-jobqueue's own job with its placeholder scheduler address, as its ``job_script()`` gives before the
+    scheduler runs. One-line ``UsageError`` for arguments it refuses."""
+    import dask
+    from dask_jobqueue.slurm import SLURMJob
+
+    job = {key: value for key, value in arguments.items() if key not in ("name", "scheduler_options", "silence_logs")}
+    job.setdefault("interface", dask.config.get("jobqueue.slurm.interface", default=None))
+    job.setdefault("protocol", None)
+    try:
+        made = SLURMJob("tcp://<insert-scheduler-address-here>:8786", name="dummy-name", config_name="slurm", **job)
+        return str(made.job_script())
+    except (ValueError, TypeError, OSError) as error:  # what dask-jobqueue says of an argument it refuses
+        raise UsageError(f"{WHAT}: {_one_line(error)}") from None
+
+
+def make_cluster(arguments: dict[str, Any], submitted: set[str], failures: list[str]) -> Any:
+    """dask-jobqueue's ``SLURMCluster`` (its scheduler starts here, no job yet), whose jobs add their ids to
+    ``submitted`` and what SLURM said of a refused submission to ``failures``."""
     needs.require("dask_jobqueue.slurm", WHAT, f"dask-jobqueue is not installed ({INSTALL})")
     from dask_jobqueue import SLURMCluster
     from dask_jobqueue.slurm import SLURMJob
-
-    submitted: set[str] = set()
-    failures: list[str] = []
 
     class RecordedJob(SLURMJob):
         """dask-jobqueue's job, remembering its id (and a refused submission) for the queue's view."""
@@ -171,21 +221,10 @@ def start(options: ClusterOptions) -> SlurmManager:
                 failures.append(_sbatch_message(str(error)))
                 raise
 
-    arguments = job_arguments(options, dict(dask.config.get("jobqueue.slurm", default={}) or {}))
     try:
-        cluster = SLURMCluster(job_cls=RecordedJob, **arguments)  # type: ignore[arg-type]
+        return SLURMCluster(job_cls=RecordedJob, **arguments)  # type: ignore[arg-type]
     except (ValueError, TypeError, OSError) as error:
         raise UsageError(f"{WHAT}: {_one_line(error)}") from None
-    manager = SlurmManager(cluster, submitted, failures)
-    try:
-        refused = squeue.test_submit(cluster.job_script())
-        if refused is not None:
-            raise UsageError(f"{WHAT}: SLURM refused the job: {refused}")
-        cluster.scale(jobs=options.jobs or 1)
-    except BaseException:  # re-raised: only the jobs made so far are cancelled
-        manager.abandon()
-        raise
-    return manager
 
 
 def slurm_jobs(cluster: Any, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:

@@ -40,7 +40,7 @@ def start(
     client: Client | None = None
     started: ActiveCluster | None = None
     try:
-        client = manager.connect(options, starting)
+        client = manager.start(options, starting)
         quiet_abandoned_gathers(getattr(client.loop, "asyncio_loop", None))
         starting.check()
         started = ActiveCluster(
@@ -48,7 +48,7 @@ def start(
             kind=options.kind,
             options=options,
             client=client,
-            cluster=manager.local_cluster,
+            cluster=manager._local_cluster,
             gpu_ids=getattr(manager, "gpu_ids", ()),
             manager=manager,
         )
@@ -60,20 +60,33 @@ def start(
         started.ready_s = time.perf_counter() - began
         workers = inspection.scheduler_workers(client)
         manager.learn(client, started.devices, set(workers))
-        if workers and manager.warms():
-            kind = "cpu" if options.cpu_workers is not None else manager.worker_kind(started.devices)  # asked: CPU
-            _merge(started.devices, manager.warm(client, kind, starting))
+        seen = manager._warm(client, options, started.devices, starting) if workers else None
+        if seen is not None:
+            _merge(started.devices, seen)
             started.warm_s = time.perf_counter() - began - started.ready_s
         starting.check()
     except BaseException as error:  # the clean-up runs for any failure; re-raised, as one line where it is not one
         dropped("the start", error)
         if started is not None:
             release(started)
-        manager.start_failed(client)
+        _end_failed(manager, client, options.cluster_name)
         if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit, StartCancelled)):
             raise
-        raise UsageError(f"{PROG}: {manager.start_words}: {one_line(error)}") from error
+        raise UsageError(f"{PROG}: {manager._start_words}: {one_line(error)}") from error
     return started, notice
+
+
+def _end_failed(manager: ClusterManager, client: Client | None, name: str) -> None:
+    """After a failed start: close its client, then end the manager (closing what it made where it is ours)."""
+    if client is not None:
+        try:
+            client.close(timeout=5)
+        except Exception as error:  # a close that fails any way: the start's own error is what the user sees
+            dropped("closing the client of a failed start", error)
+    try:
+        manager.finish(name)
+    except Exception as error:  # a close that fails any way: the start's own error is what the user sees
+        dropped("closing the manager of a failed start", error)
 
 
 def scale(current: ActiveCluster, count: int) -> str | None:
@@ -86,7 +99,7 @@ def scale(current: ActiveCluster, count: int) -> str | None:
     manager.check_scale(count, "scale")
     before = set(inspection.scheduler_workers(current.client))
     try:
-        notice = manager.resize(current.client, count, current.options)
+        notice = manager.scale(current.client, count, current.options)
     except UsageError:
         raise
     except Exception as error:  # whatever the library raises is the user's one line

@@ -108,6 +108,27 @@ def test_off_without_a_session_and_status_say_how_plain_cells_run(shell: Interac
     assert dask.config.config == before
 
 
+def test_plain_cells_run_in_one_place_at_a_time(shell: InteractiveShell) -> None:
+    """A backend, SPMD cells or here: choosing one ends the other, ``off`` ends either (no cluster: the SPMD line
+    only says where its cells would run)."""
+    before = copy.deepcopy(dask.config.config)
+    transformers = list(shell.input_transformers_cleanup)
+    line(shell, "cpu-single")
+    assert "plain cells now run as SPMD cells on every rank" in line(shell, "spmd --init torch")
+    made = session.current(shell)
+    assert made is not None and made.plan is None and made.spmd is not None
+    assert made.spmd.transform in shell.input_transformers_cleanup and dask.config.config == before
+    assert line(shell, "").strip() == "%gpurun: plain cells run as SPMD cells (%gpurun spmd --init torch)"
+    transform = made.spmd.transform
+    line(shell, "cpu-threads --workers 2")
+    assert made.spmd is None and transform not in shell.input_transformers_cleanup
+    assert made.plan is not None and made.plan.name == "cpu-threads"
+    line(shell, "spmd")
+    assert made.plan is None and dask.config.config == before
+    assert line(shell, "off").strip() == "%gpurun: plain cells run in this kernel again (not spmd)"
+    assert made.now is None and shell.input_transformers_cleanup == transformers
+
+
 def test_unload_ends_the_session(shell: InteractiveShell) -> None:
     before = copy.deepcopy(dask.config.config)
     line(shell, "cpu-single")

@@ -261,16 +261,20 @@ def test_syntax_errors_and_ranks_outside_the_world_are_one_line_and_run_nothing(
 
 
 def test_the_session_line_refuses_ranks_outside_the_world_and_says_which_ranks(shell: InteractiveShell) -> None:
-    from gpu_magics.spmd.kernel import session as spmd_session
+    from gpu_magics.gpurun.session import plain_cells
+
+    def spmd_on() -> bool:
+        made = plain_cells.current(shell)
+        return made is not None and made.spmd is not None
 
     spmd_cell(shell, "-q", "pass")  # the world is known
     with pytest.raises(UsageError) as caught:
         shell.run_line_magic("gpurun", "spmd --ranks 7")
     assert str(caught.value) == "%gpurun spmd --ranks: no rank 7; the world has ranks 0-2 (3 ranks on 1 host (CPU))"
-    assert spmd_session.current(shell) is None  # nothing changed
+    assert not spmd_on()  # nothing changed
     with pytest.raises(UsageError, match=r"^%gpurun spmd --output: no rank 9; the world has ranks 0-2 \(3 ranks"):
         shell.run_line_magic("gpurun", "spmd --output 9")
-    assert spmd_session.current(shell) is None
+    assert not spmd_on()
     with capture_output() as captured:
         shell.run_line_magic("gpurun", "spmd --ranks 1-2")
     try:

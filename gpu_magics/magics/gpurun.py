@@ -15,9 +15,8 @@ from gpu_magics.display.live import can_show_widgets
 from gpu_magics.gpurun import backends, execute, progress
 from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line, parse_session_line
 from gpu_magics.gpurun.results import RunResult
-from gpu_magics.gpurun.session import placement, plain_cells
+from gpu_magics.gpurun.session import placement, plain_cells, spmd_cells
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
-from gpu_magics.spmd.kernel import session
 from gpu_magics.units import format_seconds
 
 if TYPE_CHECKING:
@@ -195,8 +194,9 @@ class GpuMagics(Magics, FreeGpuSettings):
         try:
             value = cell.run(self._shell, options, source, settings)
         except UsageError as error:
-            if session.made_line(self._shell, line):  # a plain cell that the session made an SPMD cell
-                raise UsageError(f"{error}; {session.OFF_HINT}") from None
+            made = plain_cells.current(self._shell)
+            if made is not None and made.spmd is not None and made.spmd.made(line):  # a plain cell made an SPMD cell
+                raise UsageError(f"{error}; {spmd_cells.OFF_HINT}") from None
             raise
         return None if self._shell.displayhook.semicolon_at_end_of_expression(source) else value
 
@@ -208,18 +208,16 @@ class GpuMagics(Magics, FreeGpuSettings):
                 raise UsageError("%gpurun spmd: -o and --compare are for one %%gpurun cell")
         except UsageError as error:
             raise UsageError(_as_line_magic(str(error))) from None
-        if options.reset:
-            from gpu_magics.spmd.kernel import ranks
+        from gpu_magics.spmd.kernel import ranks
 
+        if options.reset:
             found = ranks.current()
             if found is not None:
                 found.end()
             print("%gpurun spmd: the ranks were ended; the next SPMD cell starts new ones")
             return
-        where = session.where(options.ranks, options.show_ranks)  # one line for ranks outside the world
-        plain_cells.for_shell(self._shell, self).end()
-        rest = line.strip()[len("spmd") :].strip()
-        session.start(self._shell, rest)
+        where = ranks.where_cells_run(options.ranks, options.show_ranks)  # one line for ranks outside the world
+        plain_cells.for_shell(self._shell, self).use_spmd(line.strip()[len("spmd") :])
         print(
             f"%gpurun: plain cells now run as SPMD cells on {where} (cells that begin with % or ! run here); "
             "%gpurun off ends it"
@@ -230,9 +228,8 @@ class GpuMagics(Magics, FreeGpuSettings):
         made = plain_cells.for_shell(self._shell, self)
         words = line.strip()
         if not words:
-            found = session.current(self._shell)
-            if found is not None:
-                print(f"%gpurun: plain cells run as SPMD cells (%gpurun {found.line.replace(' -q', '')})")
+            if made.spmd is not None:
+                print(f"%gpurun: plain cells run as SPMD cells (%gpurun {made.spmd.line.replace(' -q', '')})")
                 return
             print(placement.plain_cells(made.plan).line())
             return
@@ -240,11 +237,10 @@ class GpuMagics(Magics, FreeGpuSettings):
             self._spmd_line(line)
             return
         if words.lower() == "off":
-            if session.end(self._shell) is not None:
-                print("%gpurun: plain cells run in this kernel again (not spmd)")
-                made.end()
-                return
             ended = made.end()
+            if isinstance(ended, spmd_cells.SpmdCells):
+                print("%gpurun: plain cells run in this kernel again (not spmd)")
+                return
             print(placement.off_line(None if ended is None else ended.name))
             return
         try:
@@ -261,7 +257,6 @@ class GpuMagics(Magics, FreeGpuSettings):
         return self._use_session(self._plans(RunOptions(backend=backend), prog="%gpurun")[0][0])
 
     def _use_session(self, plan: backends.BackendPlan) -> str:
-        session.end(self._shell)
         plain_cells.for_shell(self._shell, self).use(plan)
         return placement.session_line(plan)
 
@@ -396,7 +391,9 @@ class GpuMagics(Magics, FreeGpuSettings):
         """Release what the magics hold (called on ``%unload_ext``)."""
         from gpu_magics.spmd.kernel import ranks
 
-        session.end(self._shell)
+        made = plain_cells.current(self._shell)
+        if made is not None and made.spmd is not None:
+            made.end()
         ranks.end_all()
         backends.shutdown_pools()
 

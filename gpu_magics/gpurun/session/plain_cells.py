@@ -7,6 +7,9 @@ backend, and put back exactly as they were on ``off``. Around each plain cell (I
 ``post_run_cell``): the note when an array made earlier has chunks of the other kind, the task annotations of a
 mixed cluster, after an interrupt on a cluster the line that says what still runs there, and, with
 ``GpuMagics.session_summary``, the one-line summary with the time split.
+
+Where plain cells run is one state of the session (``now``): here with dask's own settings (``None``), on a backend
+plan, or as SPMD cells (``%gpurun spmd``: ``spmd_cells``); choosing one ends the one before, ``off`` ends either.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from gpu_magics.gpurun import backends, execute, gpuless
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.results import RunResult
+from gpu_magics.gpurun.session.spmd_cells import SpmdCells
 from gpu_magics.gpurun.timing import task_count
 from gpu_magics.units import dropped
 
@@ -50,12 +54,12 @@ class _Cell:
 
 
 class Session:
-    """One shell's session backend (``None`` plan: plain cells run with dask's own settings)."""
+    """One shell's plain cells: where they run (``now``), and what happens around each."""
 
     def __init__(self, shell: InteractiveShell, settings: SessionSettings) -> None:
         self.shell = shell
         self.settings = settings
-        self.plan: BackendPlan | None = None
+        self.now: BackendPlan | SpmdCells | None = None  # None: here, with dask's own settings
         self._applied: contextlib.ExitStack | None = None
         self._cell: _Cell | None = None
         from gpu_magics.cluster import queries
@@ -74,22 +78,42 @@ class Session:
             f"this kernel. {PROG} {plan.name} after the next %gpucluster puts them back"
         )
 
-    # -- choosing the backend ------------------------------------------------------------------------------
+    @property
+    def plan(self) -> BackendPlan | None:
+        """The backend plain cells run on (``None``: dask's own settings, or SPMD cells)."""
+        return self.now if isinstance(self.now, BackendPlan) else None
+
+    @property
+    def spmd(self) -> SpmdCells | None:
+        """Plain cells as SPMD cells (``%gpurun spmd``), if they run so."""
+        return self.now if isinstance(self.now, SpmdCells) else None
+
+    # -- choosing where plain cells run ----------------------------------------------------------------------
     def use(self, plan: BackendPlan) -> None:
-        """Run plain cells on ``plan`` from now on (ending the backend they used before)."""
+        """Run plain cells on ``plan`` from now on (ending where they ran before)."""
         self.end()
-        self.plan = plan
+        self.now = plan
         self._apply()
         _mark_cluster(plan)
 
-    def end(self) -> BackendPlan | None:
-        """Put dask's settings back as they were before the session; returns the plan that ended."""
-        plan, self.plan = self.plan, None
+    def use_spmd(self, options: str) -> SpmdCells:
+        """Run plain cells as SPMD cells with ``options`` from now on (ending where they ran before)."""
+        self.end()
+        self.now = made = SpmdCells(options)
+        self.shell.input_transformers_cleanup.append(made.transform)
+        return made
+
+    def end(self) -> BackendPlan | SpmdCells | None:
+        """Plain cells run here again, dask's settings as they were before the session; what ended."""
+        ended, self.now = self.now, None
         self._unapply()
-        if plan is not None:
-            backends.forget_closed_client(plan.client)
+        if isinstance(ended, SpmdCells):
+            with contextlib.suppress(ValueError):  # the user took the transformer away
+                self.shell.input_transformers_cleanup.remove(ended.transform)
+        elif ended is not None:
+            backends.forget_closed_client(ended.client)
             _mark_cluster(None)
-        return plan
+        return ended
 
     def _apply(self) -> None:
         plan = self.plan

@@ -401,3 +401,21 @@ def world_now() -> tuple[int, str] | None:
     if not count:
         return None
     return count, f"{count} rank{'s' * (count != 1)}, one per worker of the cluster"
+
+
+def where_cells_run(ranks: Sequence[int] | None, shown: Sequence[int] | None = None) -> str:
+    """Where ``%gpurun spmd``'s cells run, in words (``every rank (2 ranks on 1 host (CPU))``, ``rank 1 of 2``); a
+    one-line ``UsageError`` for ``--ranks`` or ``--output`` (``shown``) outside the world, where the world is
+    known now."""
+    from gpu_magics.spmd.kernel.output import rank_list
+    from gpu_magics.spmd.kernel.world import check_ranks
+
+    found = world_now()
+    if found is not None and shown is not None:
+        check_ranks(shown, found[0], "%gpurun spmd --output", found[1])
+    if ranks is None:
+        return f"every rank ({found[1] if found else 'one per worker of the cluster'})"
+    if found is not None:
+        check_ranks(ranks, found[0], "%gpurun spmd --ranks", found[1])
+    named = f"rank{'s' * (len(ranks) != 1)} {rank_list(ranks)}"
+    return named + (f" of {found[0]}" if found else "")

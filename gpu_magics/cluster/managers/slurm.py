@@ -6,6 +6,7 @@ view of each job (state, node, why it waits, a start that failed) is read with `
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import time
@@ -132,7 +133,23 @@ class SlurmManager(ClusterManager):
 
         self.cluster = make_cluster(_arguments(options), self.submitted, self.failures)
         self.cluster.scale(jobs=options.jobs or 1)
+        self._submit(options.start_timeout)
         return attach.connect_manager(self.cluster, options.start_timeout)
+
+    def _submit(self, timeout: float) -> None:
+        """Wait until every job of the plan is submitted (``sbatch`` ran on the cluster's event loop): the jobs
+        are in the queue once the start has the cluster in use."""
+        cluster = self.cluster
+
+        async def correct() -> None:
+            await cluster._correct_state()
+
+        try:
+            asyncio.run_coroutine_threadsafe(correct(), cluster.loop.asyncio_loop).result(timeout)
+        except RuntimeError:  # a refused submission: SLURM's own words, as dask-jobqueue's job kept them
+            if self.failures:
+                raise UsageError(f"{WHAT}: SLURM refused a job: {self.failures[0]}") from None
+            raise
 
     def expected_workers(self) -> int:
         if self.cluster is not None:

@@ -147,8 +147,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
           --wait SECONDS            how long to wait for them (default 60)
           --list                    your running gateway clusters (they outlive kernels)
           --connect NAME            use one of them (stop detaches, stop --close shuts it down)
-        A gateway's start goes on in the background as a local one does. ``stop`` shuts down a gateway cluster
-        made here, as do the idle timeout and the kernel's end; ``stop --keep`` leaves it running for
+        A gateway's or SLURM's start goes on in the background as a local one does. ``stop`` shuts down a gateway
+        cluster made here, as do the idle timeout and the kernel's end; ``stop --keep`` leaves it running for
         ``--connect`` later.
 
         ``--from NAME`` adopts a dask-jobqueue cluster, ``KubeCluster``, ``GatewayCluster``, ``LocalCUDACluster``

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -389,12 +390,14 @@ class GpuMagics(Magics, FreeGpuSettings):
 
     def close(self) -> None:
         """Release what the magics hold (called on ``%unload_ext``)."""
-        from gpu_magics.spmd.kernel import ranks
-
         made = plain_cells.current(self._shell)
         if made is not None and made.spmd is not None:
             made.end()
-        ranks.end_all()
+        # ranks exist only where an SPMD cell imported this; importing it here would import distributed while
+        # the imports %load_ext began may still run in their thread (a half-made module for one of them)
+        ranks = sys.modules.get("gpu_magics.spmd.kernel.ranks")
+        if ranks is not None:
+            ranks.end_all()
         backends.shutdown_pools()
 
 

@@ -14,7 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics import spmd
 from gpu_magics.spmd.kernel import ranks as rank_sets
-from tests.gpu.test_spmd_gpu import normalized, run, started, worker_gpus
+from tests.gpu.test_spmd_gpu import listed_uuid, run, started, worker_gpus
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -100,7 +100,7 @@ def test_cupy_shards_are_on_each_ranks_own_gpu_after_the_array_is_balanced(
     for rank, found in enumerate(values):
         assert found["kinds"] == ["cupy"] and found["joined_kind"] == "cupy"
         assert found["local_rank"] == rank and found["devices"] == [rank] and found["joined_device"] == rank
-        own = normalized(found["visible"].split(",")[found["local_rank"]])
+        own = listed_uuid(found["visible"].split(",")[found["local_rank"]])
         assert own == gpu_of[found["worker_pid"]]  # the device they are on is the rank's worker's own GPU
         assert found["chunks"] == 4 and found["rows"] == 4 * CHUNK
     assert sum(found["abs_sum"] for found in values) == pytest.approx(float(abs(x).sum().compute()), rel=1e-9)

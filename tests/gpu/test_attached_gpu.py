@@ -49,8 +49,12 @@ WORKER_HOST = "127.0.0.1" if GPU_COUNT >= 3 else _other_loopback()
 
 @pytest.fixture(scope="module")
 def dask_cuda_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
-    devices = ",".join(str(index) for index in worker_gpus())
-    workers = {"cuda": (WORKER_HOST, {"CUDA_VISIBLE_DEVICES": devices, "GPU_MAGICS_SOURCE": "nvml"})}
+    # one ``dask cuda worker`` per GPU, each with its own name (one command given two GPUs names both workers alike,
+    # and the scheduler refuses the second: the test then saw one worker that used one of its two GPUs)
+    workers = {
+        f"cuda-{index}": (WORKER_HOST, {"CUDA_VISIBLE_DEVICES": str(index), "GPU_MAGICS_SOURCE": "nvml"})
+        for index in worker_gpus()
+    }
     with cli_cluster(
         workers,
         tmp_path_factory.mktemp("dask-cuda-cli"),

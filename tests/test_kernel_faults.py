@@ -39,7 +39,7 @@ class Kernel:
         self.manager.start_kernel(env=env, cwd=str(runtime_dir))
         self.client: BlockingKernelClient = self.manager.client()
         self.client.start_channels()
-        self.client.wait_for_ready(timeout=60)
+        self.client.wait_for_ready(timeout=120)  # a kernel's first start on a busy CI machine (pytest-xdist, a browser)
 
     def start(self, code: str) -> str:
         """Send a cell; returns its message id at once."""

@@ -43,6 +43,14 @@ def gpu_count() -> int:
     return int(cupy.cuda.runtime.getDeviceCount())
 
 
+def check_remade_in_place(shell: InteractiveShell) -> None:
+    """The next cell makes the group again in the same processes: the variables are there, NCCL all-reduces."""
+    value, shown = run(
+        shell, "%%gpurun spmd -q\nt = torch.ones(4, device='cuda')\ndist.all_reduce(t)\n(t.tolist(), t_kept)"
+    )
+    assert REMADE in shown and value == ([2.0] * 4, 7)
+
+
 def rank_pids() -> list[int]:
     found: list[int] = []
     for owners in lifecycle.require_client().run(host.rank_pids).values():
@@ -92,10 +100,7 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
         assert not result.success and isinstance(result.error_in_exec, KeyboardInterrupt)
         assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
         assert rank_pids() == before
-        value, shown = run(
-            shell, "%%gpurun spmd -q\nt = torch.ones(4, device='cuda')\ndist.all_reduce(t)\n(t.tolist(), t_kept)"
-        )
-        assert REMADE in shown and value == ([2.0] * 4, 7)
+        check_remade_in_place(shell)
         assert rank_pids() == before
 
 
@@ -121,7 +126,4 @@ def test_a_rank_that_raises_while_the_other_waits_in_an_nccl_all_reduce_keeps_bo
         assert not result.success and type(result.error_in_exec).__name__ == "ValueError", text
         assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
         assert rank_pids() == before  # rank 0 answered once its group was aborted: not ended
-        value, shown = run(
-            shell, "%%gpurun spmd -q\nt = torch.ones(4, device='cuda')\ndist.all_reduce(t)\n(t.tolist(), t_kept)"
-        )
-        assert REMADE in shown and value == ([2.0] * 4, 7)
+        check_remade_in_place(shell)

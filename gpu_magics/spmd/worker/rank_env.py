@@ -32,14 +32,15 @@ def numbered_devices(env: dict[str, str], index_of: Callable[[str], int | None] 
     order = env.get("CUDA_DEVICE_ORDER", os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))
     if order != "PCI_BUS_ID" or not all(entry.startswith("GPU-") for entry in entries):
         return env
-    indices = [(index_of or nvml_index)(entry) for entry in entries]
+    lookup = index_of or nvml_numbers().get  # one read of NVML for every GPU the rank lists
+    indices = [lookup(entry) for entry in entries]
     if any(index is None for index in indices):
         return env
     return {**env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, indices)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
-def nvml_index(uuid: str) -> int | None:
-    """NVML's number for the GPU with ``uuid`` (``None`` where NVML cannot say)."""
+def nvml_numbers() -> dict[str, int]:
+    """UUID -> NVML's number, for every GPU NVML sees (empty where it sees none)."""
     from gpu_magics.monitor.nvml import NvmlSource
 
     source = NvmlSource(visible_devices=None)
@@ -47,4 +48,4 @@ def nvml_index(uuid: str) -> int | None:
         readings, _ = source.read(slow=False)
     finally:
         source.close()
-    return next((reading.nvml_index for reading in readings if reading.uuid == uuid), None)
+    return {reading.uuid: reading.nvml_index for reading in readings if reading.nvml_index is not None}

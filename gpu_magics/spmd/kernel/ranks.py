@@ -270,9 +270,6 @@ class Ranks:
         """Interrupt ``ranks``' cells; their processes end where they do not stop within ``grace`` seconds."""
         return self.call(host.stop, self.owner, grace, workers=[rank.member.address for rank in ranks])
 
-    def where(self, rank: Rank) -> concurrent.futures.Future[Any]:
-        return self.call(host.where, self.owner, workers=[rank.member.address])
-
     def where_all(self) -> concurrent.futures.Future[Any]:
         """Every rank's answer to "where are you" (its process group's state with it): address -> answer."""
         assert self.world is not None

@@ -324,6 +324,25 @@ def test_reset_ends_the_ranks_and_the_next_cell_starts_new_ones(shell: Interacti
     assert value is False
 
 
+def test_cells_reach_the_ranks_on_the_cell_channel_and_a_broken_channel_falls_back(shell: InteractiveShell) -> None:
+    spmd_cell(shell, "-q", "import os\nkept = int(os.environ['RANK'])")
+    made = rank_sets.current()
+    assert made is not None and made.world is not None
+    callers = dict(made._callers)
+    assert set(callers) == made.world.addresses  # one channel per rank, on this plain-TCP cluster
+    asked = {address: caller._ids for address, caller in callers.items()}
+    spmd_cell(shell, "-q", "kept")
+    assert all(caller._ids == asked[address] + 1 for address, caller in callers.items())  # the cell went there
+    loop: Any = made.client.loop
+    for caller in callers.values():  # the channels break (as a connection cut between the hosts would)
+        loop.asyncio_loop.call_soon_threadsafe(caller.close)
+    time.sleep(0.5)
+    assert all(caller.broken is not None for caller in callers.values())
+    value, _, _, result = spmd_cell(shell, "", "kept")
+    assert result.success and value == 0  # through Client.run now; the same processes, variables kept
+    assert made.world is not None and set(made._callers) == made.world.addresses
+
+
 def test_a_dataloader_style_pool_of_worker_processes_works_inside_a_rank(shell: InteractiveShell) -> None:
     body = (
         "import multiprocessing as mp\n"

@@ -4,7 +4,8 @@ process per worker, with the environment that ``torch.distributed`` and JAX expe
 Three rooms, one per process: ``kernel/`` (the world of ranks, the cell's run, its output and results) runs in
 the notebook's kernel; ``worker/`` (the rank host: starts, feeds and stops the rank process) runs in each Dask
 worker; ``rank/`` (a small REPL that keeps the rank's variables) runs in the rank process, a child of the worker.
-The kernel reaches the workers only through the cluster's ``Client``.
+The kernel reaches the workers through the cluster's ``Client``, and a cell's commands on ``channel`` (one TCP
+connection per rank, opened by its worker with a token the kernel gets through the ``Client``).
 """
 
 from __future__ import annotations

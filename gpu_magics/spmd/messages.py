@@ -1,8 +1,8 @@
 """Every message between the three SPMD rooms, as typed dicts (plain dicts on the wire, pickled as before):
 
-- kernel -> host (``Client.run``): a ``Command`` for the rank (``run``, ``init``, ``push``, ``pull``); the host
-  answers with its ``Reply``, the cell's lines added. ``probe`` answers with a ``Probe``, ``where`` with a
-  ``Where``.
+- kernel -> host (the cell ``channel``, else ``Client.run``): a ``Command`` for the rank (``run``, ``init``,
+  ``push``, ``pull``); the host answers with its ``Reply``, the cell's lines added. ``start`` answers with a
+  ``RankStarted``, ``probe`` with a ``Probe``, ``where`` with a ``Where``.
 - host -> rank, on the command pipe: the same ``Command`` with the host's ``id``; the rank says ``Ready`` once,
   ``Started`` as it takes a command, then its ``Reply``. On the control pipe: a ``Question`` (``where``,
   ``abort``), answered by a ``WhereAnswer`` or an ``AbortAnswer`` while a cell runs.
@@ -107,6 +107,13 @@ class Started(TypedDict):
 
 
 RankSays = Ready | Started | Reply  # on the command pipe
+
+
+class RankStarted(TypedDict):
+    """The host's answer to a rank's start: its process, and where the kernel's cell channel listens."""
+
+    pid: int
+    channel: tuple[str, int, bytes] | None  # host, port, token; None where the worker's comm is not plain TCP
 
 
 def ended_reply(exit_code: int | None, *, oom: bool, before: bool) -> Reply:

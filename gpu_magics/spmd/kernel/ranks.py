@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from IPython.core.error import UsageError
 
+from gpu_magics.spmd.channel import Caller, connect_all
 from gpu_magics.spmd.kernel import results
 from gpu_magics.spmd.kernel.world import PROG, USER_SET, Member, Rank, World, check_gpus, order
 from gpu_magics.spmd.messages import Command, Event, ExitedEvent, Line, LinesEvent
@@ -53,6 +54,7 @@ class Ranks:
         client.subscribe_topic(self.topic, self._on_event)
         self._watched = False
         self._direct = True
+        self._callers: dict[str, Caller] = {}  # worker address -> the cell channel to its rank (this world's)
 
     # -- calls to the workers -----------------------------------------------------------------------------------
     def call(self, function: Callable[..., Any], *args: Any, workers: Sequence[str]) -> concurrent.futures.Future[Any]:
@@ -76,7 +78,7 @@ class Ranks:
         async def one(rank: Rank) -> None:
             future = futures[rank.rank]
             try:
-                result = await self._call(host.ask, (self.owner, message), [rank.member.address])
+                result = await self._ask(rank.member.address, message)
             except BaseException as error:  # the call's failure, of any kind, is that rank's answer
                 if future.set_running_or_notify_cancel():
                     future.set_exception(error)
@@ -90,6 +92,16 @@ class Ranks:
         loop: Any = self.client.loop
         asyncio.run_coroutine_threadsafe(fan_out(), loop.asyncio_loop)
         return futures
+
+    async def _ask(self, address: str, message: Command) -> dict[str, Any]:
+        """One rank's command, on its cell channel where it has one (else through ``Client.run``)."""
+        caller = self._callers.get(address)
+        if caller is None or caller.broken is not None:
+            return dict(await self._call(host.ask, (self.owner, message), [address]))
+        try:
+            return {address: await caller.ask(message)}
+        except ConnectionError as error:  # the worker went away mid-command: that rank's answer, as Client.run's
+            return {address: error}
 
     async def _run_direct(self, function: Callable[..., Any], args: tuple[Any, ...], address: str) -> dict[str, Any]:
         from distributed.comm.core import CommClosedError
@@ -236,6 +248,8 @@ class Ranks:
         }
         failed = []
         pids: dict[int, int] = {}
+        endpoints: dict[str, tuple[str, int, bytes]] = {}
+        addresses = {rank.rank: rank.member.address for rank in made.ranks}
         for index, future in futures.items():
             try:
                 result = next(iter(future.result(START_TIMEOUT_S).values()))
@@ -243,14 +257,28 @@ class Ranks:
                 result = error
             if isinstance(result, BaseException):
                 failed.append(f"rank {index}: {type(result).__name__}: {result}")
-            else:
-                pids[index] = int(result)
+                continue
+            pids[index] = int(result["pid"])
+            if result["channel"] is not None and self._direct:
+                endpoints[addresses[index]] = result["channel"]
         if failed:
             self.world = made
             self.end()
             raise UsageError(f"{PROG}: the rank processes did not start ({'; '.join(failed[:3])})")
         with self._lock:
             self.pids = pids
+        loop: Any = self.client.loop
+        try:
+            self._callers = asyncio.run_coroutine_threadsafe(connect_all(endpoints), loop.asyncio_loop).result(10)
+        except concurrent.futures.TimeoutError:  # the channels stay shut: the cells go through Client.run
+            self._callers = {}
+
+    def _close_callers(self) -> None:
+        callers, self._callers = self._callers, {}
+        loop: Any = self.client.loop
+        for caller in callers.values():
+            with contextlib.suppress(RuntimeError):  # the client's loop closed: its connections went with it
+                loop.asyncio_loop.call_soon_threadsafe(caller.close)
 
     def end(self) -> None:
         """End every rank process of this kernel (their variables and groups go with them)."""
@@ -259,6 +287,7 @@ class Ranks:
         self.regroup, self.remake, self._why_new = [], [], None
         with self._lock:
             self._lost, self.pids = {}, {}
+        self._close_callers()
         if made is None or self.client.status != "running":
             return
         try:

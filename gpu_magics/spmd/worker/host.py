@@ -17,7 +17,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from gpu_magics.spmd.messages import Command, Probe, ProbedGpu, Reply, Where, ended_reply
+from gpu_magics.spmd.channel import Listener
+from gpu_magics.spmd.messages import Command, Probe, ProbedGpu, RankStarted, Reply, Where, ended_reply
 from gpu_magics.spmd.worker.rank_env import RANK_ENV, numbered_devices, with_defaults
 from gpu_magics.spmd.worker.rank_process import RankProcess
 
@@ -32,9 +33,13 @@ class RankKeeper(WorkerPlugin):
         self.owner = owner
         self.name = PLUGIN_PREFIX + owner
         self.process: RankProcess | None = None
+        self.listener: Listener | None = None  # the kernel's cell channel to this rank
 
     async def teardown(self, worker: Any) -> None:
         process, self.process = self.process, None
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            await listener.close()
         if process is not None:
             await process.kill()
 
@@ -104,15 +109,23 @@ def free_ports(count: int, dask_worker: Any) -> list[int]:
             item.close()
 
 
-async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -> int:
+async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -> RankStarted:
     """Start this worker's rank process for ``owner`` (ending one it had: adding a plugin of the same name tears
-    the old one down first); its pid once it is ready."""
+    the old one down first), and its end of the kernel's cell channel on a plain TCP worker; once it is ready,
+    its pid and where the channel listens."""
+    from distributed.comm import get_address_host
+
     keeper = RankKeeper(owner)
     await dask_worker.plugin_add(keeper, name=keeper.name, catch_errors=False)
     env = numbered_devices(with_defaults(env))
     made = keeper.process = RankProcess(owner, topic, {**env, RANK_ENV: ",".join(sorted(env))}, dask_worker)
     await asyncio.wait_for(made.ready, 60)
-    return made.process.pid
+    started: RankStarted = {"pid": made.process.pid, "channel": None}
+    if str(dask_worker.address).startswith("tcp://"):  # TLS and other comms stay on distributed's
+        listener = keeper.listener = Listener(lambda command: ask(owner, command, dask_worker))
+        host = get_address_host(dask_worker.address)
+        started["channel"] = (host, await listener.open(host), listener.token)
+    return started
 
 
 async def ask(owner: str, message: Command, dask_worker: Any) -> Reply:

@@ -151,6 +151,10 @@ SEED = (
     "t_x = da.random.RandomState(3).normal(10, 1, size=(1200, 1200), chunks={chunk})\n"
     "(t_x + 1)[::2, ::2].mean().compute()\n"
 )
+# The seed's shape without a reduction: each chunk goes back to the kernel, so its tasks are not grouped.
+SEED_CHUNKS = (
+    "t_x = da.random.RandomState(3).normal(10, 1, size=(1200, 1200), chunks={chunk})\n(t_x + 1)[::2, ::2].compute()\n"
+)
 
 
 @pytest.mark.slow  # a cluster with worker processes
@@ -159,14 +163,14 @@ def test_a_cluster_cell_reports_its_split_and_advice_on_cpu_workers(ip: Interact
 
     execute._ran_on.clear()  # as in a fresh kernel: the first cell on this cluster pays its start-up costs
     with capture_output():
-        ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED.format(chunk=60))
+        ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED_CHUNKS.format(chunk=60))
     assert ip.user_ns["t_small"].advice is None  # no chunk advice from a cold first run
     with capture_output():
-        ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED.format(chunk=60))
+        ip.run_cell_magic("gpurun", "multi-gpu -o t_small --no-monitor", SEED_CHUNKS.format(chunk=60))
     result = ip.user_ns["t_small"]
     assert result.split is not None and result.split.workers == 2
     assert sum(result.split.share(part) for part in PARTS) == pytest.approx(1.0)
-    assert result.tasks == result.split.tasks > 400  # 400 chunks: a task each, then the reduction
+    assert result.tasks == result.split.tasks > 400  # 400 chunks: a task each, then their concatenation
     assert "\n  time: busy " in str(result)  # CPU workers: "busy", not "GPU busy"
     assert result.advice is not None and "make t_x with chunks=" in result.advice, result.advice
     assert "(now 60, " in result.advice and len(result.advice) <= 160
@@ -180,8 +184,28 @@ def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_big --no-monitor", SEED.format(chunk=600))
     result = ip.user_ns["t_big"]
     assert result.split is not None and not any(p == "mean_chunk" for p in result.split.prefixes)
-    assert result.tasks == 4 + 1 + 1  # a task per chunk, the aggregate, the finalize
+    assert result.tasks == 2 + 1 + 1  # the 4 chunks in a run per worker thread, the aggregate, the finalize
     assert result.advice is None
+
+
+@pytest.mark.slow  # a cluster with worker processes
+def test_a_reductions_many_chunks_run_in_two_tasks_per_worker_thread_with_the_same_result(
+    ip: InteractiveShell, cpu_cluster: None
+) -> None:
+    with capture_output():
+        ip.run_cell_magic(
+            "gpurun", "multi-gpu -q -o t_runs --no-monitor", SEED.format(chunk=60).replace("(t_x", "t_mean = (t_x")
+        )
+    result = ip.user_ns["t_runs"]
+    assert result.split is not None and result.split.workers == 2
+    runs = {prefix: count for prefix, count in result.split.prefixes.items() if prefix.endswith("-runs")}
+    assert list(runs.values()) == [4]  # 400 chunks: 2 runs on each of the 2 worker threads
+    assert result.tasks < 40  # the runs, the reduction's 25 + 4 + 1 combining steps, the finalize
+    assert result.advice is None  # each task has work enough: no advice to grow the chunks
+    # every chunk its own task, dask's own optimization, in this process; the same tree (the cell's split_every)
+    with dask.config.set(scheduler="sync", split_every=tuning.REDUCTION_SPLIT_EVERY):
+        expected = float(ip.ev("(t_x + 1)[::2, ::2].mean().compute()"))
+    assert float(ip.user_ns["t_mean"]) == expected  # the same draws, the same reduction tree: the same bits
 
 
 def test_cupys_random_state_is_drawn_by_a_reseeded_generator() -> None:

@@ -193,6 +193,20 @@ def worker_count() -> int | None:
         return None
 
 
+def worker_threads(addresses: set[str]) -> int:
+    """The threads of the workers at ``addresses`` (every worker's where it is empty); 0 without a cluster or an
+    answer."""
+    current = in_use()
+    if current is None or current.client.status != "running":
+        return 0
+    try:
+        workers = inspection.scheduler_workers(current.client)
+    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
+        return 0
+    chosen = [info for address, info in workers.items() if not addresses or address in addresses]
+    return sum(int(info.get("nthreads", 1)) for info in chosen)
+
+
 def adapting() -> tuple[int, int] | None:
     """The bounds the cluster in use adapts between (``adapt MIN MAX``), or ``None`` when it does not adapt."""
     current = in_use()

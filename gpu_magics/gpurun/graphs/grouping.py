@@ -1,0 +1,94 @@
+"""A reduction's leaves in a few tasks per worker thread: the same chunks, the same reduction tree, fewer tasks.
+
+Each task on a distributed cluster costs one to two milliseconds between the kernel, the scheduler and the
+workers whatever it computes, so a reduction over many chunks (the seed: 100 chunk tasks, each 5-6 ms of GPU
+work) pays a third of its time in tasks. Where a reduction's leaves (tasks that read nothing from the graph and
+feed only the reduction's ``-partial`` or ``-aggregate`` steps, whose inputs are small by design) are many, they
+run in ``LEAVES_PER_THREAD`` tasks per worker thread, each computing a contiguous run of leaves in turn and
+returning their results together; each reduction step reads its inputs from those runs. The reduction combines
+the same values in the same order, so its result is the same to the last bit, and each chunk is drawn with the
+same generator and seed as before. Leaves that feed anything else (a rechunk, an overlap, a result the kernel
+asks for) keep a task each, as a consumer on another worker would otherwise fetch a whole run for one chunk.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+LEAVES_PER_THREAD = 2  # runs per worker thread: two lets a faster GPU take a slower one's second run
+MIN_LEAVES_PER_RUN = 2  # fewer leaves than this per run: the graph stays as it is
+REDUCTION_STEPS = ("-partial", "-aggregate")  # dask.array's reduction steps name their layers so
+
+
+def together(*values: Any) -> tuple[Any, ...]:
+    """A run's task: its leaves' results, computed one after the other (their arguments), as one tuple."""
+    return values
+
+
+def runs_for(leaves: int, threads: int) -> int:
+    """How many runs ``leaves`` leaves make on ``threads`` worker threads (0: leave the graph as it is)."""
+    if threads < 2:
+        return 0
+    runs = min(LEAVES_PER_THREAD * threads, leaves // MIN_LEAVES_PER_RUN)
+    return runs if runs >= threads else 0
+
+
+def group_reduction_leaves(graph: Any, keys: Any, threads: int) -> Any:
+    """``graph`` with its reduction leaves run ``runs_for`` at a time (see above); unchanged where there are
+    too few of them for ``threads`` worker threads."""
+    from dask._task_spec import GraphNode, Task, TaskRef
+    from dask.core import flatten
+
+    if not isinstance(graph, Mapping) or not all(isinstance(node, GraphNode) for node in graph.values()):
+        return graph  # a graph dask did not optimize into tasks (its fusion off): as it is
+
+    wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
+    readers: dict[Any, list[Any]] = defaultdict(list)
+    for key, node in graph.items():
+        for name in node.dependencies:
+            readers[name].append(key)
+    leaves = [
+        key
+        for key, node in graph.items()
+        if isinstance(node, Task)
+        and not node.dependencies
+        and key not in wanted
+        and readers[key]
+        and all(_reduction_step(reader) for reader in readers[key])
+    ]
+    runs = runs_for(len(leaves), threads)
+    if not runs:
+        return graph
+    leaves.sort(key=lambda key: (sorted(map(str, readers[key])), str(key)))  # a step's leaves side by side
+    name = f"{_name(leaves[0])}-runs"
+    grouped: dict[Any, Any] = {}
+    where: dict[Any, Any] = {}
+    for index in range(runs):
+        members = leaves[index * len(leaves) // runs : (index + 1) * len(leaves) // runs]
+        run_key = (name, index)
+        grouped[run_key] = Task(run_key, together, *(_inline(graph[key]) for key in members))
+        for position, key in enumerate(members):
+            where[key] = Task(None, operator.getitem, TaskRef(run_key), position)
+    for key, node in graph.items():
+        if key in where:
+            continue
+        reads = node.dependencies & where.keys()
+        grouped[key] = node.substitute({name: where[name] for name in reads}) if reads else node
+    return grouped
+
+
+def _reduction_step(key: Any) -> bool:
+    return any(step in _name(key) for step in REDUCTION_STEPS)
+
+
+def _name(key: Any) -> str:
+    return str(key[0] if isinstance(key, tuple) else key)
+
+
+def _inline(node: Any) -> Any:
+    from dask._task_spec import Task
+
+    return Task(None, node.func, *node.args, **node.kwargs)

@@ -1,0 +1,100 @@
+"""A reduction's leaves in a few tasks per worker thread (``grouping``): which graphs change, the tasks they get,
+and results that stay the same to the last bit (dask's own sync scheduler runs both graphs here)."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask.base import collections_to_expr
+from dask.core import flatten
+from dask.local import get_sync
+
+from gpu_magics.gpurun.graphs import grouping, tuning
+
+
+def optimized(collection: Any) -> tuple[dict[Any, Any], list[Any]]:
+    """The graph dask sends for ``collection`` in a ``multi-gpu`` cell (before grouping), and its keys."""
+    with dask.config.set(tuning.cluster_graph_defaults()):
+        expr = collections_to_expr([collection], optimize_graph=True).optimize()
+        return dict(expr.__dask_graph__()), expr.__dask_keys__()
+
+
+def layers(graph: dict[Any, Any]) -> dict[str, int]:
+    return dict(collections.Counter(key[0] if isinstance(key, tuple) else key for key in graph))
+
+
+def seed(chunks: int = 100, split_every: int = tuning.REDUCTION_SPLIT_EVERY) -> Any:
+    with dask.config.set(split_every=split_every):
+        x = da.random.RandomState(42).normal(10, 1, size=(1000, 1000), chunks=chunks)
+        return (x + 1)[::2, ::2].mean()
+
+
+def test_runs_are_two_per_worker_thread_where_leaves_are_many_enough() -> None:
+    assert grouping.runs_for(100, 4) == 8
+    assert grouping.runs_for(100, 2) == 4
+    assert grouping.runs_for(10, 4) == 5  # fewer than 2 a run otherwise; still one run per thread at least
+    assert grouping.runs_for(6, 4) == 0  # fewer leaves than runs worth making: as it is
+    assert grouping.runs_for(100, 1) == 0  # one thread: no task to save that it would not run anyway
+    assert grouping.runs_for(0, 4) == 0
+
+
+def test_the_seeds_hundred_chunk_tasks_become_eight_runs_on_four_threads_with_the_same_bits() -> None:
+    graph, keys = optimized(seed())
+    assert len(graph) == 100 + 9 + 1  # a task per chunk, 9 combining steps, the aggregate
+    grouped = grouping.group_reduction_leaves(graph, keys, 4)
+    counts = layers(grouped)
+    runs = {name: count for name, count in counts.items() if name.endswith("-runs")}
+    assert list(runs.values()) == [8] and len(grouped) == 8 + 9 + 1
+    sizes = [len(node.args) for key, node in grouped.items() if key[0] in runs]
+    assert sorted(sizes) == [12, 12, 12, 12, 13, 13, 13, 13]  # every chunk once, split evenly
+    names = list(flatten(keys))
+    assert get_sync(grouped, names) == get_sync(graph, names)  # the same draws and the same tree: the same value
+
+
+def test_every_leaf_is_computed_once_and_each_step_reads_its_own_leaves() -> None:
+    graph, keys = optimized(seed(chunks=(100, 250), split_every=4))
+    grouped = grouping.group_reduction_leaves(graph, keys, 3)
+    run_keys = [key for key in grouped if str(key[0]).endswith("-runs")]
+    assert len(run_keys) == 6 and sum(len(grouped[key].args) for key in run_keys) == 40
+    for key, node in grouped.items():
+        if key not in run_keys:
+            assert node.dependencies <= set(grouped)  # nothing reads a leaf that is gone
+    names = list(flatten(keys))
+    assert get_sync(grouped, names) == get_sync(graph, names)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x + 1,  # each chunk is a result the kernel asks for
+        lambda x: x.rechunk((50, 1000)).sum(),  # the chunks feed a rechunk before the reduction
+        lambda x: x.map_overlap(lambda block: block, depth=1, boundary="none").sum(),  # neighbours read them
+    ],
+)
+def test_leaves_that_feed_anything_but_a_reduction_step_keep_a_task_each(make: Any) -> None:
+    x = da.random.RandomState(0).random((1000, 1000), chunks=100)
+    graph, keys = optimized(make(x))
+    grouped = grouping.group_reduction_leaves(graph, keys, 4)
+    assert not [name for name in layers(grouped) if name.endswith("-runs")]
+    assert grouped.keys() == graph.keys()
+
+
+def test_an_axis_reduction_is_grouped_too_and_its_value_unchanged() -> None:
+    x = da.random.RandomState(7).random((800, 600), chunks=(100, 60))
+    graph, keys = optimized(x.std(axis=0))
+    grouped = grouping.group_reduction_leaves(graph, keys, 2)
+    assert [count for name, count in layers(grouped).items() if name.endswith("-runs")] == [4]
+    names = list(flatten(keys))
+    np.testing.assert_array_equal(get_sync(grouped, names)[0], get_sync(graph, names)[0])
+
+
+def test_one_thread_or_a_high_level_graph_is_left_as_it_is() -> None:
+    graph, keys = optimized(seed())
+    assert grouping.group_reduction_leaves(graph, keys, 1) is graph
+    high_level = seed().__dask_graph__()
+    assert grouping.group_reduction_leaves(high_level, keys, 4) is high_level

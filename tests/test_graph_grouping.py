@@ -34,19 +34,22 @@ def seed(chunks: int = 100, split_every: int = tuning.REDUCTION_SPLIT_EVERY) -> 
         return (x + 1)[::2, ::2].mean()
 
 
-def test_runs_are_two_per_worker_thread_where_leaves_are_many_enough() -> None:
-    assert grouping.runs_for(100, 4) == 8
-    assert grouping.runs_for(100, 2) == 4
-    assert grouping.runs_for(10, 4) == 5  # fewer than 2 a run otherwise; still one run per thread at least
+def test_runs_are_one_per_gpu_where_leaves_are_many_enough() -> None:
+    assert grouping.runs_for(100, 4) == 4
+    assert grouping.runs_for(100, 4, per_slot=2) == 8
+    assert grouping.runs_for(100, 1) == 1  # one GPU: one task queues every chunk's kernels back to back
+    assert grouping.runs_for(10, 4, per_slot=3) == 5  # at least 2 leaves a run; still a run per GPU at least
     assert grouping.runs_for(6, 4) == 0  # fewer leaves than runs worth making: as it is
-    assert grouping.runs_for(100, 1) == 0  # one thread: no task to save that it would not run anyway
+    assert grouping.runs_for(100, 4, per_slot=0) == 0  # gpu-magics.runs-per-slot: 0 turns it off
     assert grouping.runs_for(0, 4) == 0
 
 
-def test_the_seeds_hundred_chunk_tasks_become_eight_runs_on_four_threads_with_the_same_bits() -> None:
+def test_the_seeds_hundred_chunk_tasks_become_a_run_per_gpu_with_the_same_bits() -> None:
     graph, keys = optimized(seed())
     assert len(graph) == 100 + 9 + 1  # a task per chunk, 9 combining steps, the aggregate
-    grouped = grouping.group_reduction_leaves(graph, keys, 4)
+    by_gpu = grouping.group_reduction_leaves(graph, keys, 4)
+    assert sorted(len(node.args) for key, node in by_gpu.items() if str(key[0]).endswith("-runs")) == [25] * 4
+    grouped = grouping.group_reduction_leaves(graph, keys, 4, per_slot=2)
     counts = layers(grouped)
     runs = {name: count for name, count in counts.items() if name.endswith("-runs")}
     assert list(runs.values()) == [8] and len(grouped) == 8 + 9 + 1
@@ -58,7 +61,7 @@ def test_the_seeds_hundred_chunk_tasks_become_eight_runs_on_four_threads_with_th
 
 def test_every_leaf_is_computed_once_and_each_step_reads_its_own_leaves() -> None:
     graph, keys = optimized(seed(chunks=(100, 250), split_every=4))
-    grouped = grouping.group_reduction_leaves(graph, keys, 3)
+    grouped = grouping.group_reduction_leaves(graph, keys, 3, per_slot=2)
     run_keys = [key for key in grouped if str(key[0]).endswith("-runs")]
     assert len(run_keys) == 6 and sum(len(grouped[key].args) for key in run_keys) == 40
     for key, node in grouped.items():
@@ -87,14 +90,15 @@ def test_leaves_that_feed_anything_but_a_reduction_step_keep_a_task_each(make: A
 def test_an_axis_reduction_is_grouped_too_and_its_value_unchanged() -> None:
     x = da.random.RandomState(7).random((800, 600), chunks=(100, 60))
     graph, keys = optimized(x.std(axis=0))
-    grouped = grouping.group_reduction_leaves(graph, keys, 2)
+    grouped = grouping.group_reduction_leaves(graph, keys, 2, per_slot=2)
     assert [count for name, count in layers(grouped).items() if name.endswith("-runs")] == [4]
     names = list(flatten(keys))
     np.testing.assert_array_equal(get_sync(grouped, names)[0], get_sync(graph, names)[0])
 
 
-def test_one_thread_or_a_high_level_graph_is_left_as_it_is() -> None:
+def test_grouping_turned_off_or_a_high_level_graph_leaves_the_graph_as_it_is() -> None:
     graph, keys = optimized(seed())
-    assert grouping.group_reduction_leaves(graph, keys, 1) is graph
+    assert grouping.group_reduction_leaves(graph, keys, 4, per_slot=0) is graph
+    assert grouping.group_reduction_leaves(graph, keys, 0) is graph
     high_level = seed().__dask_graph__()
     assert grouping.group_reduction_leaves(high_level, keys, 4) is high_level

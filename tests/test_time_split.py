@@ -185,11 +185,14 @@ def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu
     result = ip.user_ns["t_big"]
     assert result.split is not None and not any(p == "mean_chunk" for p in result.split.prefixes)
     assert result.tasks == 2 + 1 + 1  # the 4 chunks in a run per worker thread, the aggregate, the finalize
+    with dask.config.set({"gpu-magics.runs-per-slot": 0}), capture_output():  # grouping off: a task per chunk
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_big --no-monitor", SEED.format(chunk=600))
+    assert ip.user_ns["t_big"].tasks == 4 + 1 + 1
     assert result.advice is None
 
 
 @pytest.mark.slow  # a cluster with worker processes
-def test_a_reductions_many_chunks_run_in_two_tasks_per_worker_thread_with_the_same_result(
+def test_a_reductions_many_chunks_run_in_one_task_per_worker_thread_with_the_same_result(
     ip: InteractiveShell, cpu_cluster: None
 ) -> None:
     with capture_output():
@@ -199,7 +202,7 @@ def test_a_reductions_many_chunks_run_in_two_tasks_per_worker_thread_with_the_sa
     result = ip.user_ns["t_runs"]
     assert result.split is not None and result.split.workers == 2
     runs = {prefix: count for prefix, count in result.split.prefixes.items() if prefix.endswith("-runs")}
-    assert list(runs.values()) == [4]  # 400 chunks: 2 runs on each of the 2 worker threads
+    assert list(runs.values()) == [2]  # 400 chunks: a run on each of the 2 worker threads
     assert result.tasks < 40  # the runs, the reduction's 25 + 4 + 1 combining steps, the finalize
     assert result.advice is None  # each task has work enough: no advice to grow the chunks
     # every chunk its own task, dask's own optimization, in this process; the same tree (the cell's split_every)

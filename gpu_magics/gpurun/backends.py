@@ -343,7 +343,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
             "scheduler": "dask.distributed",
             "array.backend": "cupy" if on_gpus else "numpy",
             **(cupy_cluster_defaults() if on_gpus else {}),
-            **(tuning.cluster_graph_defaults(queries.worker_threads(with_gpu)) if installed else {}),
+            **(tuning.cluster_graph_defaults(len(with_gpu) or queries.worker_threads(set())) if installed else {}),
         }
     return BackendPlan(
         name="multi-gpu",

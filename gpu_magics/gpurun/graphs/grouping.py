@@ -4,8 +4,9 @@ Each task on a distributed cluster costs one to two milliseconds between the ker
 workers whatever it computes, so a reduction over many chunks (the seed: 100 chunk tasks, each 5-6 ms of GPU
 work) pays a third of its time in tasks. Where a reduction's leaves (tasks that read nothing from the graph and
 feed only the reduction's ``-partial`` or ``-aggregate`` steps, whose inputs are small by design) are many, they
-run in ``LEAVES_PER_THREAD`` tasks per worker thread, each computing a contiguous run of leaves in turn and
-returning their results together; each reduction step reads its inputs from those runs. The reduction combines
+run in ``RUNS_PER_SLOT`` task per GPU (per thread on CPU workers), each computing a contiguous run of leaves in
+turn and returning their results together (on a GPU its kernels queue back to back, with no wait between
+chunks); each reduction step reads its inputs from those runs. The reduction combines
 the same values in the same order, so its result is the same to the last bit, and each chunk is drawn with the
 same generator and seed as before. Leaves that feed anything else (a rechunk, an overlap, a result the kernel
 asks for) keep a task each, as a consumer on another worker would otherwise fetch a whole run for one chunk.
@@ -18,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-LEAVES_PER_THREAD = 2  # runs per worker thread: two lets a faster GPU take a slower one's second run
+RUNS_PER_SLOT = 1  # runs per GPU (per worker thread on CPU workers); dask config ``gpu-magics.runs-per-slot``
 MIN_LEAVES_PER_RUN = 2  # fewer leaves than this per run: the graph stays as it is
 REDUCTION_STEPS = ("-partial", "-aggregate")  # dask.array's reduction steps name their layers so
 
@@ -28,17 +29,18 @@ def together(*values: Any) -> tuple[Any, ...]:
     return values
 
 
-def runs_for(leaves: int, threads: int) -> int:
-    """How many runs ``leaves`` leaves make on ``threads`` worker threads (0: leave the graph as it is)."""
-    if threads < 2:
+def runs_for(leaves: int, slots: int, per_slot: int = RUNS_PER_SLOT) -> int:
+    """How many runs ``leaves`` leaves make on ``slots`` GPUs (or CPU worker threads), ``per_slot`` each at most
+    (0: leave the graph as it is)."""
+    if slots < 1 or per_slot < 1:
         return 0
-    runs = min(LEAVES_PER_THREAD * threads, leaves // MIN_LEAVES_PER_RUN)
-    return runs if runs >= threads else 0
+    runs = min(per_slot * slots, leaves // MIN_LEAVES_PER_RUN)
+    return runs if runs >= slots else 0
 
 
-def group_reduction_leaves(graph: Any, keys: Any, threads: int) -> Any:
+def group_reduction_leaves(graph: Any, keys: Any, slots: int, per_slot: int = RUNS_PER_SLOT) -> Any:
     """``graph`` with its reduction leaves run ``runs_for`` at a time (see above); unchanged where there are
-    too few of them for ``threads`` worker threads."""
+    too few of them for ``slots`` GPUs (or CPU worker threads)."""
     from dask._task_spec import GraphNode, Task, TaskRef
     from dask.core import flatten
 
@@ -59,7 +61,7 @@ def group_reduction_leaves(graph: Any, keys: Any, threads: int) -> Any:
         and readers[key]
         and all(_reduction_step(reader) for reader in readers[key])
     ]
-    runs = runs_for(len(leaves), threads)
+    runs = runs_for(len(leaves), slots, per_slot)
     if not runs:
         return graph
     leaves.sort(key=lambda key: (sorted(map(str, readers[key])), str(key)))  # a step's leaves side by side

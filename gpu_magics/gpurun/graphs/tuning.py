@@ -30,16 +30,16 @@ import dask
 REDUCTION_SPLIT_EVERY = 16  # partial results combined at once (4 x 4 for a 2-D reduction)
 
 
-def optimize_without_aliases(dsk: Any, keys: Any, *, threads: int = 0, **kwargs: Any) -> Any:
+def optimize_without_aliases(dsk: Any, keys: Any, *, slots: int = 0, per_slot: int = 0, **kwargs: Any) -> Any:
     """dask's array optimization of the graph with reseeded generators (``reseed_generators``), then without
-    the alias tasks its linear fusion leaves behind; on a cluster of ``threads`` worker threads, a reduction's
-    leaves a run at a time (``grouping``)."""
+    the alias tasks its linear fusion leaves behind; on a cluster of ``slots`` GPUs (or CPU worker threads), a
+    reduction's leaves ``per_slot`` runs to each (``grouping``)."""
     from dask.array.optimization import optimize
 
     from gpu_magics.gpurun.graphs.grouping import group_reduction_leaves
 
     optimized = strip_aliases(optimize(reseed_generators(dsk), keys, **kwargs), keys)
-    return group_reduction_leaves(optimized, keys, threads) if threads > 1 else optimized
+    return group_reduction_leaves(optimized, keys, slots, per_slot) if slots and per_slot else optimized
 
 
 def reseed_generators(dsk: Any) -> Any:
@@ -118,12 +118,16 @@ def gpu_graph_defaults() -> dict[str, Any]:
     return {}
 
 
-def cluster_graph_defaults(threads: int = 0) -> dict[str, Any]:
-    """The settings above for a cluster of ``threads`` worker threads, each only where the user's dask config has
-    not set it."""
+def cluster_graph_defaults(slots: int = 0) -> dict[str, Any]:
+    """The settings above for a cluster of ``slots`` GPUs (or CPU worker threads), each only where the user's dask
+    config has not set it; ``gpu-magics.runs-per-slot`` (default 1; 0: off) sets how many runs of a reduction's
+    leaves each slot gets."""
+    from gpu_magics.gpurun.graphs.grouping import RUNS_PER_SLOT
+
     settings: dict[str, Any] = {}
     if dask.config.get("array_optimize", default=None) is None:
-        settings["array_optimize"] = functools.partial(optimize_without_aliases, threads=threads)
+        per_slot = int(dask.config.get("gpu-magics.runs-per-slot", default=RUNS_PER_SLOT))
+        settings["array_optimize"] = functools.partial(optimize_without_aliases, slots=slots, per_slot=per_slot)
     if dask.config.get("split_every", default=None) is None:
         settings["split_every"] = REDUCTION_SPLIT_EVERY
     return settings

@@ -58,6 +58,8 @@ def shared(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
 
 
 def kernel_records(runtime: Path) -> list[dict[str, object]]:
+    """The kernel records written so far, once this kernel's refresh after its last cell is done."""
+    assert kernel_report.settle()
     return [json.loads(path.read_text()) for path in sorted(runtime.glob("gpu-magics-kernel-*.json"))]
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster.info import ClusterFacts, JobInfo
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import dropped, format_duration
+from gpu_magics.units import format_duration
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -163,10 +163,7 @@ class ClusterManager(abc.ABC):
         """Ask the manager for ``count`` workers (it stops adapting)."""
         adaptive = getattr(self.cluster, "_adaptive", None)  # as distributed's own widget does on Scale
         if adaptive is not None:
-            try:
-                adaptive.stop()
-            except Exception as error:  # a stop that fails any way: the scale below still sets the count
-                dropped("stopping the adaptive before a scale", error)
+            adaptive.stop()  # distributed's Adaptive only stops its periodic callback
         self.cluster.scale(count)
         self.adaptive = None
 

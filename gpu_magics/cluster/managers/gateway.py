@@ -19,7 +19,7 @@ from gpu_magics.cluster.managers import attach, needs
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, gateway_short_name
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import format_duration, one_line
+from gpu_magics.units import dropped, format_duration, one_line
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -64,7 +64,8 @@ class GatewayManager(ClusterManager):
         connect to found), also where the running cluster is reused; one-line ``UsageError``s, nothing started
         (``finish`` closes the client)."""
         gateway = make_gateway(self.options.gateway)
-        try:
+        with contextlib.ExitStack() as on_failure:
+            on_failure.callback(close_gateway, gateway)  # whatever ends the check early closes the gateway client
             if self.name is not None:
                 report = ask(gateway, gateway._cluster_report(self.name), f"find {self.name!r}")
                 if report.status.name in ENDED:
@@ -74,9 +75,7 @@ class GatewayManager(ClusterManager):
                     )
             else:
                 self.offered = chosen_options(gateway, self.options.gateway_options)
-        except BaseException:  # re-raised: only the gateway client closes
-            close_gateway(gateway)
-            raise
+            on_failure.pop_all()  # checked: the client stays open for the start
         self.gateway = gateway
 
     @property
@@ -94,6 +93,9 @@ class GatewayManager(ClusterManager):
     # -- the start ------------------------------------------------------------------------------------------------
     def start(self, options: ClusterOptions, starting: Starting) -> Client:
         """Have the gateway make the cluster (or find the one named), wait until its scheduler runs, and connect."""
+        import aiohttp
+        from dask_gateway.client import GatewayClusterError, GatewayServerError
+
         if self.name is None:
             self.name = str(ask(self.gateway, self.gateway._submit(cluster_options=self.offered), "make a cluster"))
         short = gateway_short_name(self.name)
@@ -101,7 +103,8 @@ class GatewayManager(ClusterManager):
         self._wait_running(options.start_timeout, starting)
         try:
             self.cluster = self.gateway.connect(self.name, shutdown_on_close=False)
-        except Exception as error:  # whatever the library raises is the user's one line
+        except (OSError, ValueError, aiohttp.ClientError, GatewayClusterError, GatewayServerError) as error:
+            # the gateway's requests and the scheduler's TLS set-up; anything else is the start's own one line
             raise UsageError(
                 f"{WHAT}: could not connect to gateway cluster {self.name!r} ({one_line(error)})"
             ) from None
@@ -278,11 +281,11 @@ def ask(gateway: Any, request: Coroutine[Any, Any, T], what: str) -> T:
 def is_gateway(gateway: Any) -> bool:
     """Whether ``gateway.address`` answers as a Dask Gateway does (its ``/api/version``, which needs no login)."""
 
+    import aiohttp
+
     async def version() -> Any:
         session = gateway._session
         if session is None:
-            import aiohttp
-
             session = gateway._session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
         async with session.get(f"{gateway.address}/api/version", **gateway._request_kwargs) as response:
             return await response.json() if response.status == 200 else None
@@ -292,7 +295,8 @@ def is_gateway(gateway: Any) -> bool:
 
     try:
         answer = gateway.sync(bounded)
-    except Exception:  # a failure of any kind means no gateway answered
+    except (OSError, ValueError, RuntimeError, aiohttp.ClientError) as error:  # no answer, not JSON, its loop gone
+        dropped("asking whether a Dask Gateway answers", error)
         return False
     return isinstance(answer, dict) and "version" in answer
 

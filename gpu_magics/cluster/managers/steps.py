@@ -5,6 +5,7 @@ started here uses distributed's ``Adaptive``)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -78,15 +79,15 @@ def start(
 
 def _end_failed(manager: ClusterManager, client: Client | None, name: str) -> None:
     """After a failed start: close its client, then end the manager (closing what it made where it is ours)."""
+    closes: list[tuple[str, Callable[[], object]]] = []
     if client is not None:
+        closes.append(("the client", functools.partial(client.close, timeout=5)))
+    closes.append(("the manager", functools.partial(manager.finish, name)))
+    for what, close in closes:
         try:
-            client.close(timeout=5)
+            close()
         except Exception as error:  # a close that fails any way: the start's own error is what the user sees
-            dropped("closing the client of a failed start", error)
-    try:
-        manager.finish(name)
-    except Exception as error:  # a close that fails any way: the start's own error is what the user sees
-        dropped("closing the manager of a failed start", error)
+            dropped(f"closing {what} of a failed start", error)
 
 
 def scale(current: ActiveCluster, count: int) -> str | None:
@@ -102,8 +103,8 @@ def scale(current: ActiveCluster, count: int) -> str | None:
         notice = manager.scale(current.client, count, current.options)
     except UsageError:
         raise
-    except Exception as error:  # whatever the library raises is the user's one line
-        dropped("scaling the cluster", error)
+    except (OSError, RuntimeError, ValueError) as error:  # the scheduler silent, its loop gone, a count refused
+        dropped("scaling the cluster", error)  # (anything else is the change's own one line: ``Starting``)
         raise UsageError(f"{PROG} scale {count}: {one_line(error)}") from None
     workers = inspection.scheduler_workers(current.client)
     names = {str(info.get("name", address)) for address, info in workers.items()}

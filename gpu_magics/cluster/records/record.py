@@ -186,10 +186,9 @@ def write_record(record: ClusterRecord | KernelRecord, *, durable: bool = True) 
             if durable:
                 os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:  # re-raised: only the temporary file goes
+    finally:  # replaced, it is gone already; after a failure (re-raised) only the temporary file goes
         with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
+            temporary.unlink(missing_ok=True)
     return path
 
 

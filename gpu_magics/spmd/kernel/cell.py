@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
-import contextlib
 import queue
 import time
 from collections.abc import Callable, Mapping
@@ -388,19 +387,19 @@ class _CellRun:
         found = queries.telemetry()
         if found is None or self.world.kind == "cpu":
             return
-        with contextlib.suppress(Exception):  # the GPU figures are a courtesy: any failure leaves them out
-            reported = {gpu.gpu.uuid: gpu.gpu for member in found.members() for gpu in member.gpus}
-            for rank in self.chosen:
-                gpu = reported.get(rank.member.gpu_uuid or "")
-                if gpu is None:
-                    continue
-                outcome = self.outcomes[rank.rank]
-                outcome.gpu_util, outcome.gpu_memory = gpu.gpu_util, gpu.memory_used
-                outcome.gpu_memory_total = gpu.memory_total
-                pid = self.made.pids.get(rank.rank)  # NVML's figure for the rank's own process, where it sees it
-                held = [used for found_pid, used in gpu.gpu_processes or () if found_pid == pid and used is not None]
-                if held:
-                    outcome.rank_memory = held[0]
+        # the workers' latest reports, as this kernel keeps them: read here, no round trip
+        reported = {gpu.gpu.uuid: gpu.gpu for member in found.members() for gpu in member.gpus}
+        for rank in self.chosen:
+            gpu = reported.get(rank.member.gpu_uuid or "")
+            if gpu is None:
+                continue
+            outcome = self.outcomes[rank.rank]
+            outcome.gpu_util, outcome.gpu_memory = gpu.gpu_util, gpu.memory_used
+            outcome.gpu_memory_total = gpu.memory_total
+            pid = self.made.pids.get(rank.rank)  # NVML's figure for the rank's own process, where it sees it
+            held = [used for found_pid, used in gpu.gpu_processes or () if found_pid == pid and used is not None]
+            if held:
+                outcome.rank_memory = held[0]
 
     def _fail(self, interrupted: bool, ended: list[int], kept: str | None) -> None:
         """The cell fails: the first failing rank's traceback (or the interrupt) and one line per other rank."""

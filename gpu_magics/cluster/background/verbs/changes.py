@@ -73,9 +73,8 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     def job(change: Starting) -> ClusterInfo:
         try:
             notice = steps.scale(current, count)  # no lock across its network waits: a stop answers meanwhile
-        except Exception:  # anything: re-raised below, unless a stop meanwhile explains it
-            change.check()  # stopped meanwhile: the scale's failure against a closed cluster is no news
-            raise
+        finally:  # stopped meanwhile: the scale's failure (any, else re-raised) against a closed cluster is no news
+            change.check()
         with lifecycle.lock:
             change.check()
             return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")

@@ -343,8 +343,8 @@ def free_workers() -> tuple[int, int, list[str]]:
     client = require_active("free").client
     try:
         return free_on_workers(client)
-    except Exception as error:  # whatever the library raises is the user's one line
-        dropped("freeing the workers' memory", error)
+    except (OSError, RuntimeError, AttributeError) as error:  # the scheduler silent or gone, the loop or client closed
+        dropped("freeing the workers' memory", error)  # (a worker's own failure comes back as its answer)
         raise UsageError(f"{PROG} free: the workers did not answer ({one_line(error)})") from None
 
 

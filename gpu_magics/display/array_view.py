@@ -194,7 +194,8 @@ def _suggest(info_shape: Sequence[float], chunksize: Sequence[float], dtype: Any
             previous_chunks=tuple(int(c) for c in chunksize),
         )
         return f"x.rechunk({svg.format_shape(tuple(max(c) for c in new))})"
-    except Exception as error:  # a hint is a courtesy: any failure shows the generic one
+    except (ValueError, TypeError, NotImplementedError, ArithmeticError) as error:  # a dtype or shape "auto" cannot
+        # size (object dtype, zero itemsize, an empty axis): the generic hint instead
         dropped("working out a rechunk hint", error)
         return 'x.rechunk({...: "auto"})'
 

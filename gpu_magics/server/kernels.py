@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_core.utils import ensure_async
+from tornado.web import HTTPError
 
 from gpu_magics.units import dropped
 
@@ -19,7 +20,7 @@ def kernel_pids(kernel_manager: Any) -> dict[int, str]:
             pid = _pid(kernel_manager.get_kernel(kernel_id))
             if pid is not None:
                 pids[pid] = kernel_id
-        except Exception as error:  # a kernel going away while we look
+        except (KeyError, HTTPError) as error:  # a kernel gone while we look (jupyter_client's, jupyter_server's)
             dropped("reading a kernel's process id", error)
     return pids
 

@@ -128,7 +128,7 @@ def connect_manager(cluster: Any, timeout: float) -> Client:
 
     try:
         return Client(cluster, timeout=timeout, set_as_default=True)
-    except Exception as error:  # whatever the library raises is the user's one line
+    except (OSError, ValueError) as error:  # no answer in time, a refused address; else the start's one line
         dropped("connecting to a cluster manager's scheduler", error)
         raise UsageError(
             f"{PROG}: the scheduler of {type(cluster).__name__} did not answer within {timeout:g} s ({one_line(error)})"

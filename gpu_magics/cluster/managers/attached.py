@@ -47,7 +47,8 @@ class AttachedManager(ClusterManager):
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
         try:
             attach.learn_gpus(client, devices, addresses)
-        except Exception as error:  # a courtesy: the attach goes on without them
+        except (OSError, RuntimeError) as error:  # the scheduler silent (comm failed, timed out), its loop gone: the
+            # attach goes on without them (a worker's own failure comes back as its answer, and is skipped)
             dropped("learning the attached workers' GPUs", error)
 
     def _warm(

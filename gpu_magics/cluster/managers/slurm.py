@@ -271,7 +271,7 @@ def log_path(cluster: Any, job_id: str) -> str | None:
         match = _ERROR_LOG.search(cluster.job_script())
         if match:
             return match.group(1).replace("%J", job_id).replace("%j", job_id)
-    except Exception as error:  # a script dask-jobqueue cannot write any way: no log path
+    except (ValueError, TypeError, OSError) as error:  # as job_script(); its scheduler closed (ValueError): no path
         dropped("reading the job script", error)
     return None
 

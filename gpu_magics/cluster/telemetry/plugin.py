@@ -106,7 +106,7 @@ class GpuTelemetry(WorkerPlugin):
             return
         try:
             worker.log_event(TOPIC, report.to_message())
-        except Exception:  # never let telemetry disturb the worker
+        except (OSError, TypeError):  # its stream closed (CommClosedError), a message msgpack refuses: dropped
             _log.debug("sending GPU telemetry failed", exc_info=True)
 
 

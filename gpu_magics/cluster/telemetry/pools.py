@@ -59,7 +59,8 @@ def pool_on(ordinal: int, uuid: str, role: Role) -> PoolFigures | None:
         found = _rmm_pool(ordinal)
         if found is not None:
             return found
-    except Exception as error:  # RMM's API differs between versions: CuPy's pool is read instead
+    except (AttributeError, TypeError, KeyError, RuntimeError) as error:  # CuPy's pool is read instead: RMM's API
+        # differs between versions (a name, an argument, a count it lacks), or RMM failed (its errors are RuntimeErrors)
         dropped("reading RMM's pool", error)
     cupy = sys.modules.get("cupy")
     if cupy is None:

@@ -30,9 +30,13 @@ def _running_here(dask_worker: Any) -> int:
 def running_tasks(client: Client) -> int | None:
     """How many tasks the workers are running now, or ``None`` when they do not answer."""
     try:
-        counts = client.run(_running_here, wait=True)
-    except Exception as error:  # a worker's answer may fail any way: the line then says it is not known
+        counts = client.run(_running_here, wait=True, on_error="return")  # a worker's failure comes back as its answer
+    except (OSError, RuntimeError, AttributeError) as error:  # the scheduler silent or gone, the loop or client closed
         dropped("asking the workers what still runs", error)
+        return None
+    failed = [count for count in counts.values() if isinstance(count, BaseException)]
+    if failed:  # the line then says it is not known
+        dropped("asking the workers what still runs", failed[0])
         return None
     return sum(int(count) for count in counts.values())
 

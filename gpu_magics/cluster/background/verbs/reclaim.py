@@ -41,7 +41,8 @@ def run(idle_s: float) -> dict[str, Any]:
         if current.owned and kept is None:
             try:
                 lifecycle.stop()
-            except Exception as error:  # whatever closing raised: said in the line, the kernel goes on
+            except (OSError, RuntimeError) as error:  # said in the line, the kernel goes on: the record's file, a
+                # loop gone (stop says a failure of the close itself in its own line)
                 dropped("closing the idle cluster", error)
                 kept = f"closing it failed ({one_line(error)})"
             stopped = kept is None and in_use() is None
@@ -67,7 +68,8 @@ def why_kept(current: Any) -> str | None:
         current.client.sync(asyncio.sleep, 0)  # the releases of futures already dropped go first
         wanted, busy = current.client.run_on_scheduler(held_on_scheduler)
         wanted = max(int(wanted), len(current.client.futures))
-    except Exception as error:  # a scheduler that does not answer: nothing can be told, so nothing is closed
+    except (OSError, RuntimeError, AttributeError) as error:  # nothing can be told, so nothing is closed:
+        # the scheduler silent or gone (CommClosedError, TimeoutError), the client's loop or the client closed
         dropped("asking the scheduler what it keeps", error)
         return "its scheduler did not answer"
     if wanted:
@@ -133,7 +135,7 @@ def _free_kernel() -> int:
     freed = 0
     try:
         freed = sum(item.released for item in kernel_report.free().values())
-    except Exception as error:  # a pool that cannot be freed: the rest still is
+    except RuntimeError as error:  # CuPy's CUDA errors: a pool that cannot be freed, the rest still is
         dropped("freeing the kernel's pools", error)
     return freed + torch_release()
 
@@ -146,7 +148,8 @@ def _free_workers(client: Any) -> int:
         released = free_workers(client)[0]
         return released + sum(int(n or 0) for n in client.run(torch_release, on_error="return").values()
                               if isinstance(n, int))  # fmt: skip
-    except Exception as error:  # workers that do not answer keep their cache
+    except (OSError, RuntimeError, AttributeError) as error:  # workers that do not answer keep their cache:
+        # their errors come back as answers; the scheduler silent or gone, the client's loop or the client closed
         dropped("freeing the workers' pools", error)
         return 0
 
@@ -162,6 +165,6 @@ def torch_release(dask_worker: Any = None) -> int:
         before = sum(int(torch.cuda.memory_reserved(device)) for device in devices)
         torch.cuda.empty_cache()
         return max(0, before - sum(int(torch.cuda.memory_reserved(device)) for device in devices))
-    except Exception as error:  # PyTorch's CUDA errors: its cache stays
+    except RuntimeError as error:  # PyTorch's CUDA errors are RuntimeErrors: its cache stays
         dropped("emptying PyTorch's cache", error)
         return 0

@@ -400,8 +400,8 @@ def test_the_rules_see_a_violation(tmp_path: Path) -> None:
 
 
 BROAD = {"Exception", "BaseException"}
-CATCH_BUDGET = 5.5  # broad catches per 1,000 lines of the package (distributed has 1.1 to 4.2); the goal is 4:
-# lower this as catches are narrowed, never raise it
+CATCH_BUDGET = 4.0  # broad catches per 1,000 lines of the package (distributed has 1.1 to 4.2), the goal reached:
+# those left are listeners, threads' loops, shutdown steps, NVML polls, user code and one-line errors; never raise it
 
 
 def broad_catches(path: Path) -> list[int]:

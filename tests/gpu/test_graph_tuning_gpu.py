@@ -28,3 +28,38 @@ def test_reseeded_draws_equal_dask_own(ip: InteractiveShell) -> None:
         expected_block = x.blocks[1, 2].compute().get()
     assert ip.user_ns["t_sum"] == pytest.approx(expected_sum, rel=1e-12)
     assert (ip.user_ns["t_blocks"] == expected_block).all()
+
+
+def test_a_reduction_on_the_cluster_runs_one_task_per_gpu_with_dask_owns_value(ip: InteractiveShell) -> None:
+    """``%%gpurun multi-gpu`` on every GPU: the seed's chunk tasks run as one task per GPU (``grouping``), and the
+    mean is the one dask's own threaded path gives with the same tree (``split_every``)."""
+    import cupy
+    import dask
+    import dask.array as da
+    from dask.array.optimization import optimize
+
+    from gpu_magics.gpurun.graphs.tuning import REDUCTION_SPLIT_EVERY
+
+    count = cupy.cuda.runtime.getDeviceCount()
+    cell = (
+        "import dask.array as da\n"
+        "t_y = da.random.RandomState(11).normal(10, 1, size=(16000, 16000), chunks=2000)\n"
+        "t_mean = float((t_y + 1)[::2, ::2].mean().compute())\n"
+    )
+    gpus = ",".join(map(str, range(count)))
+    try:
+        with capture_output():
+            ip.run_line_magic("gpucluster", f"--gpus {gpus} --replace --name grouping")
+            ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor -o t_grouped", cell)
+    finally:
+        with capture_output():
+            ip.run_line_magic("gpucluster", "stop")
+    result = ip.user_ns["t_grouped"]
+    assert result.split is not None
+    runs = [count for prefix, count in result.split.prefixes.items() if prefix.endswith("-runs")]
+    assert runs == [count]  # 64 chunks: one run on each GPU
+    settings = {"array.backend": "cupy", "scheduler": "threads", "array_optimize": optimize}
+    with dask.config.set({**settings, "split_every": REDUCTION_SPLIT_EVERY}):
+        y = da.random.RandomState(11).normal(10, 1, size=(16000, 16000), chunks=2000)
+        expected = float((y + 1)[::2, ::2].mean().compute())
+    assert ip.user_ns["t_mean"] == pytest.approx(expected, rel=1e-12)

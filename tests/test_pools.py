@@ -118,6 +118,7 @@ def test_the_kernel_reports_its_memory_three_ways_after_a_cell(ip: InteractiveSh
 
 def test_gpucluster_free_gives_the_kernel_s_cache_back(ip: InteractiveShell, shared: Path) -> None:
     ip.run_cell("t_x = 1")
+    assert kernel_report.settle()  # the refresh after the cell has read (and so made) the stand-in's pool
     before = FakeSource(spec=SHARED, tick_seconds=None).read(slow=False)[0][1].memory_used
     with capture_output() as captured:
         ip.run_line_magic("gpucluster", "free")

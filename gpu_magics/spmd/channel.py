@@ -92,6 +92,8 @@ class Listener:
         server, self._server = self._server, None
         if server is not None:
             server.close()  # no new connections; those made are closed here (the server leaves them open)
+            if self._tasks:  # answers under way (a rank ended says so to its pending commands) go out first
+                await asyncio.wait(list(self._tasks), timeout=2.0)
             for writer in list(self._writers):
                 writer.close()
             for task in list(self._tasks):

@@ -38,10 +38,10 @@ class RankKeeper(WorkerPlugin):
     async def teardown(self, worker: Any) -> None:
         process, self.process = self.process, None
         listener, self.listener = self.listener, None
+        if process is not None:  # first: its pending commands get their "ended" replies, which the channel sends
+            await process.kill()
         if listener is not None:
             await listener.close()
-        if process is not None:
-            await process.kill()
 
 
 def _keeper(worker: Any, owner: str) -> RankKeeper | None:

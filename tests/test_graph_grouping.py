@@ -13,6 +13,7 @@ import pytest
 from dask.base import collections_to_expr
 from dask.core import flatten
 from dask.local import get_sync
+from IPython.core.error import UsageError
 
 from gpu_magics.gpurun.graphs import grouping, tuning
 
@@ -102,3 +103,19 @@ def test_grouping_turned_off_or_a_high_level_graph_leaves_the_graph_as_it_is() -
     assert grouping.group_reduction_leaves(graph, keys, 0) is graph
     high_level = seed().__dask_graph__()
     assert grouping.group_reduction_leaves(high_level, keys, 4) is high_level
+
+
+@pytest.mark.parametrize("said", ["two", -1, 1.5, True])
+def test_a_runs_per_slot_setting_that_is_not_a_whole_number_is_one_line(said: object) -> None:
+    with dask.config.set({"gpu-magics.runs-per-slot": said}), pytest.raises(UsageError) as raised:
+        grouping.runs_per_slot()
+    message = str(raised.value)
+    assert message.startswith(f"dask config gpu-magics.runs-per-slot is {said!r}: set a whole number")
+    assert "\n" not in message
+
+
+def test_runs_per_slot_reads_the_dask_config() -> None:
+    assert grouping.runs_per_slot() == grouping.RUNS_PER_SLOT
+    for said in (0, 2):
+        with dask.config.set({"gpu-magics.runs-per-slot": said}):
+            assert grouping.runs_per_slot() == said

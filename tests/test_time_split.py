@@ -9,6 +9,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
@@ -189,6 +190,15 @@ def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_big --no-monitor", SEED.format(chunk=600))
     assert ip.user_ns["t_big"].tasks == 4 + 1 + 1
     assert result.advice is None
+
+
+@pytest.mark.slow  # a cluster with worker processes
+def test_a_bad_runs_per_slot_setting_is_one_line_and_the_cluster_stays(ip: InteractiveShell, cpu_cluster: None) -> None:
+    with dask.config.set({"gpu-magics.runs-per-slot": "two"}), pytest.raises(UsageError, match=r"^dask config gpu"):
+        ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", SEED.format(chunk=600))
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
+    assert ip.user_ns["t_after"].tasks == 2 + 1 + 1  # the same cluster runs the next cell
 
 
 @pytest.mark.slow  # a cluster with worker processes

@@ -7,9 +7,11 @@ and keeps its process. Skipped without two GPUs or torch."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import importlib.util
 import re
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -58,6 +60,16 @@ def rank_pids() -> list[int]:
     return sorted(found)
 
 
+@contextlib.contextmanager
+def two_warm_ranks(shell: InteractiveShell, gpu_count: int) -> Iterator[list[int]]:
+    """Two NCCL ranks on GPUs 0 and 1, their group made and connected (``WARM``); their process ids."""
+    if gpu_count < 2:
+        pytest.skip("needs 2 GPUs")
+    with started(shell, "--gpus 0,1"):
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
+        yield rank_pids()
+
+
 def interrupted_cell(shell: InteractiveShell, code: str, after_s: float) -> tuple[Any, list[str], str]:
     """Run a cell and press Ctrl-C after ``after_s`` seconds; the result, the status tables shown, the text."""
     timer = threading.Timer(after_s, _thread.interrupt_main)
@@ -74,11 +86,7 @@ def interrupted_cell(shell: InteractiveShell, code: str, after_s: float) -> tupl
 def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_again_in_place(
     shell: InteractiveShell, gpu_count: int
 ) -> None:
-    if gpu_count < 2:
-        pytest.skip("needs 2 GPUs")
-    with started(shell, "--gpus 0,1"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
-        before = rank_pids()
+    with two_warm_ranks(shell, gpu_count) as before:
         body = (
             "import torch, torch.distributed as dist\n"
             "t = torch.ones(4, device='cuda')\n"
@@ -107,11 +115,7 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
 def test_a_rank_that_raises_while_the_other_waits_in_an_nccl_all_reduce_keeps_both_processes(
     shell: InteractiveShell, gpu_count: int
 ) -> None:
-    if gpu_count < 2:
-        pytest.skip("needs 2 GPUs")
-    with started(shell, "--gpus 0,1"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
-        before = rank_pids()
+    with two_warm_ranks(shell, gpu_count) as before:
         body = (
             "import torch, torch.distributed as dist\n"
             "if dist.get_rank() == 1:\n"

@@ -57,6 +57,7 @@ class KernelGpu:
 
 
 _lock = threading.Lock()
+_refreshing = threading.Lock()  # the record's writer: one refresh at a time
 _last: tuple[float, list[KernelGpu]] | None = None
 _written: tuple[Path, list[dict[str, Any]]] | None = None
 _started_at: float | None = None
@@ -132,7 +133,13 @@ def free() -> dict[int, Freed]:
 
 
 def refresh(*, fresh: bool = False) -> None:
-    """Write this kernel's record when its figures changed (remove it when it holds nothing); never raises."""
+    """Write this kernel's record when its figures changed (remove it when it holds nothing); never raises. One
+    refresh at a time: the thread after cells and ``%gpucluster free`` may ask at once."""
+    with _refreshing:
+        _refresh(fresh)
+
+
+def _refresh(fresh: bool) -> None:
     global _written, _started_at, _atexit
     try:
         found = [gpu.to_json() for gpu in kernel_memory(fresh=fresh)]
@@ -155,7 +162,8 @@ def remove() -> None:
     """Remove this kernel's record, if it wrote one (a refresh asked after the last cell is waited for first, so it
     cannot write the record again after this)."""
     settle(2.0)
-    _remove_written()
+    with _refreshing:
+        _remove_written()
 
 
 def _remove_written() -> None:
@@ -206,7 +214,7 @@ _after_cells = _AfterCells()
 
 
 def settle(timeout: float = 10.0) -> bool:
-    """Wait until the record says what the kernel held after the last cell (for ``%gpucluster status`` and tests)."""
+    """Wait until the record says what the kernel held after the last cell (before it is removed, and in tests)."""
     return _after_cells.settle(timeout)
 
 

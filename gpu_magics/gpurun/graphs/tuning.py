@@ -9,8 +9,8 @@ Two sources of tasks that compute nothing are cut, and one wait on the GPU is av
   ``optimize_without_aliases`` runs dask's own array optimization, then points the readers at the fused task.
 - reductions combine partial results ``split_every`` at a time (dask's default 4: a tree of many small tasks);
   ``REDUCTION_SPLIT_EVERY`` makes the tree shallower (the seed's 36 combine tasks become 9).
-- a reduction over many chunks runs its leaves a run at a time, a few runs per worker thread
-  (``grouping.group_reduction_leaves``: the seed's 100 chunk tasks become 8 on 4 GPUs; the same reduction tree);
+- a reduction over many chunks runs its leaves in one task per GPU (``grouping.group_reduction_leaves``: the
+  seed's 100 chunk tasks become 4 on 4 GPUs; the same reduction tree);
 - dask draws each random chunk from a new ``cupy.random.RandomState``, whose cuRAND state is freed when the chunk
   is done, waiting for the whole GPU; ``reseed_generators`` draws the same numbers from a generator each worker
   thread keeps and reseeds (``device.draw_reseeding``).
@@ -122,11 +122,11 @@ def cluster_graph_defaults(slots: int = 0) -> dict[str, Any]:
     """The settings above for a cluster of ``slots`` GPUs (or CPU worker threads), each only where the user's dask
     config has not set it; ``gpu-magics.runs-per-slot`` (default 1; 0: off) sets how many runs of a reduction's
     leaves each slot gets."""
-    from gpu_magics.gpurun.graphs.grouping import RUNS_PER_SLOT
+    from gpu_magics.gpurun.graphs.grouping import runs_per_slot
 
     settings: dict[str, Any] = {}
     if dask.config.get("array_optimize", default=None) is None:
-        per_slot = int(dask.config.get("gpu-magics.runs-per-slot", default=RUNS_PER_SLOT))
+        per_slot = runs_per_slot()
         settings["array_optimize"] = functools.partial(optimize_without_aliases, slots=slots, per_slot=per_slot)
     if dask.config.get("split_every", default=None) is None:
         settings["split_every"] = REDUCTION_SPLIT_EVERY

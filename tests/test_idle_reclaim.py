@@ -13,14 +13,12 @@ import math
 import re
 import subprocess
 import time
-import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from traitlets import TraitError
 from traitlets.config import Config
@@ -31,7 +29,7 @@ from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.metrics.holds import Hold
 from gpu_magics.server.reclaim.kernel_call import KernelCallError, evaluate
 from gpu_magics.server.reclaim.reclaimer import ACTIONS, due, expression
-from tests.prometheus.harness import JupyterServer, require_prometheus
+from tests.prometheus.harness import JupyterServer, ServerKernel, require_prometheus
 
 GIB = 2**30
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "idle-reclaim"  # the README quotes them
@@ -152,51 +150,14 @@ def test_the_kernel_answers_between_cells_out_of_its_history_and_the_culler_s_cl
 # -- a real server, real kernels -------------------------------------------------------------------------------
 
 
-class Kernel:
-    """A kernel the server started, and a client on its connection file."""
-
-    def __init__(self, server: JupyterServer) -> None:
-        self.server = server
-        self.id = str(server.api("POST", "api/kernels", {"name": "python3"})["id"])
-        self.client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{self.id}.json"))
-        self.client.load_connection_file()
-        self.client.start_channels(hb=False)
-        self.client.wait_for_ready(timeout=90)
-
-    def run(self, code: str, timeout: float = 120) -> str:
-        """Run a cell; returns what it printed or showed (a failure fails the test)."""
-        msg_id = self.client.execute(code)
-        text: list[str] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            if message["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = message["msg_type"], message["content"]
-            if kind == "stream":
-                text.append(content["text"])
-            elif kind in ("execute_result", "display_data"):
-                text.append(content["data"].get("text/plain", ""))
-            elif kind == "error":
-                raise AssertionError("\n".join(content["traceback"]))
-            elif kind == "status" and content["execution_state"] == "idle":
-                return "".join(text)
+class Kernel(ServerKernel):
+    """A kernel the server started, with the extension and a cluster when the test asks."""
 
     def start_cluster(self, line: str) -> list[int]:
         """Load the extension, start a cluster with ``line`` (and more code, in the same cell): its workers' pids."""
         text = self.run(f"{SETUP}%gpucluster {line}{PIDS}")
         (found,) = re.findall(r"worker pids: (\[.*\])", text)
         return [int(pid) for pid in json.loads(found)]
-
-    def running(self) -> bool:
-        return any(k["id"] == self.id for k in self.server.api("GET", "api/kernels"))
-
-    def stop(self) -> None:
-        self.client.stop_channels()
-        try:
-            self.server.api("DELETE", f"api/kernels/{self.id}")
-        except urllib.error.HTTPError as error:
-            assert error.code == 404
 
 
 def serve(directory: Path, *options: str) -> JupyterServer:

@@ -210,3 +210,47 @@ class JupyterServer:
             text = response.read()
             kind = response.headers.get("Content-Type", "")
         return json.loads(text) if text and kind.startswith("application/json") else text.decode()
+
+
+class ServerKernel:
+    """A kernel the server started, and a client on its connection file."""
+
+    def __init__(self, server: JupyterServer) -> None:
+        from jupyter_client.blocking.client import BlockingKernelClient
+
+        self.server = server
+        self.id = str(server.api("POST", "api/kernels", {"name": "python3"})["id"])
+        self.client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{self.id}.json"))
+        self.client.load_connection_file()
+        self.client.start_channels(hb=False)  # a heartbeat not yet beaten would count as a dead kernel
+        self.client.wait_for_ready(timeout=90)
+
+    def run(self, code: str, timeout: float = 120) -> str:
+        """Run a cell; returns what it printed or showed (a failure fails the test)."""
+        msg_id = self.client.execute(code)
+        text: list[str] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = message["msg_type"], message["content"]
+            if kind == "stream":
+                text.append(content["text"])
+            elif kind in ("execute_result", "display_data"):
+                text.append(content["data"].get("text/plain", ""))
+            elif kind == "error":
+                raise AssertionError("\n".join(content["traceback"]))
+            elif kind == "status" and content["execution_state"] == "idle":
+                return "".join(text)
+
+    def running(self) -> bool:
+        return any(k["id"] == self.id for k in self.server.api("GET", "api/kernels"))
+
+    def stop(self) -> None:
+        """End the client and the kernel (one the test stopped already is fine)."""
+        self.client.stop_channels()
+        try:
+            self.server.api("DELETE", f"api/kernels/{self.id}")
+        except urllib.error.HTTPError as error:  # already stopped by the test
+            assert error.code == 404

@@ -11,17 +11,15 @@ import json
 import re
 import subprocess
 import time
-import urllib.error
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.blocking.client import BlockingKernelClient
 
 from gpu_magics.monitor import fake_pools
-from tests.prometheus.harness import DcgmStandin, JupyterServer, Prometheus, require_prometheus
+from tests.prometheus.harness import DcgmStandin, JupyterServer, Prometheus, ServerKernel, require_prometheus
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -76,42 +74,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         dcgm.stop()
 
 
-class Kernel:
-    """A kernel the server started, and a client on its connection file."""
-
-    def __init__(self, server: JupyterServer) -> None:
-        self.server = server
-        self.id = str(server.api("POST", "api/kernels", {"name": "python3"})["id"])
-        self.client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{self.id}.json"))
-        self.client.load_connection_file()
-        self.client.start_channels(hb=False)  # a heartbeat not yet beaten would count as a dead kernel
-        self.client.wait_for_ready(timeout=90)
-
-    def run(self, code: str, timeout: float = 120) -> str:
-        """Run a cell; returns what it printed or showed (a failure fails the test)."""
-        msg_id = self.client.execute(code)
-        text: list[str] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            if message["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = message["msg_type"], message["content"]
-            if kind == "stream":
-                text.append(content["text"])
-            elif kind in ("execute_result", "display_data"):
-                text.append(content["data"].get("text/plain", ""))
-            elif kind == "error":
-                raise AssertionError("\n".join(content["traceback"]))
-            elif kind == "status" and content["execution_state"] == "idle":
-                return "".join(text)
-
-    def stop(self) -> None:
-        self.client.stop_channels()
-        try:
-            self.server.api("DELETE", f"api/kernels/{self.id}")
-        except urllib.error.HTTPError as error:  # already stopped by the test
-            assert error.code == 404
+Kernel = ServerKernel
 
 
 @pytest.fixture(scope="module")

@@ -108,6 +108,9 @@ def test_a_connection_without_the_token_is_closed_before_anything_it_sends_is_re
             await writer.drain()
             assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
             writer.close()
+        reader, writer = await asyncio.open_connection(where, port)  # a connection that says nothing is closed too
+        assert await asyncio.wait_for(reader.read(), channel.TOKEN_WAIT_S + 10) == b""
+        writer.close()
         reply = await host.ask("kernel-a", run_command("'hacked' in globals()", "c2"), worker)
         assert reply["repr"] == "False"
         await host.end("kernel-a", worker)

@@ -29,6 +29,7 @@ from typing import Any
 HEADER = struct.Struct("!Q")
 TOKEN_BYTES = 32
 CONNECT_TIMEOUT_S = 2.0
+TOKEN_WAIT_S = 10.0  # a connection that sends no token in this time is closed
 
 
 def frame(payload: bytes) -> bytes:
@@ -61,8 +62,7 @@ class Listener:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
-            (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-            if size != TOKEN_BYTES or not hmac.compare_digest(await reader.readexactly(size), self.token):
+            if not await self._admitted(reader):
                 return  # not the kernel that started the rank: nothing is read further
             while True:
                 ident, command = pickle.loads(await read_frame(reader))
@@ -74,6 +74,15 @@ class Listener:
         finally:
             self._writers.discard(writer)
             writer.close()
+
+    async def _admitted(self, reader: asyncio.StreamReader) -> bool:
+        """Whether the connection's first frame, within ``TOKEN_WAIT_S``, is the token."""
+        try:
+            async with asyncio.timeout(TOKEN_WAIT_S):
+                (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+                return size == TOKEN_BYTES and hmac.compare_digest(await reader.readexactly(size), self.token)
+        except TimeoutError:
+            return False
 
     async def _answer(self, ident: int, command: Any, writer: asyncio.StreamWriter) -> None:
         try:

@@ -129,6 +129,17 @@ def ended_reply(exit_code: int | None, *, oom: bool, before: bool) -> Reply:
     }
 
 
+def stopped_reply() -> Reply:
+    """The reply for a cell stopped before its message reached the rank: it never ran."""
+    error: RankError = {
+        "type": "KeyboardInterrupt",
+        "message": "stopped before it began",
+        "traceback": "",
+        "interrupted": True,
+    }
+    return {"op": "done", "ok": False, "error": error, "value": None, "repr": None, "seconds": 0.0}
+
+
 # -- the control pipe: questions while a cell runs ---------------------------------------------------------------
 class Question(TypedDict):
     op: Literal["where", "abort"]

@@ -337,7 +337,7 @@ class _CellRun:
         self.stopping = True
         self.stopped_at = time.perf_counter()
         if pending:
-            self.made.stop([self.by_rank[index] for index in pending])
+            self.made.stop([self.by_rank[index] for index in pending], self.cell)
 
     def _check_stalls(self, now: float) -> None:
         """Every ``stall_s`` while a rank prints nothing, ask every rank where it is: the stalled rank's row then

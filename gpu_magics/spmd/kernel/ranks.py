@@ -295,9 +295,10 @@ class Ranks:
         except Exception as error:  # an end that fails any way: the ranks also end with their workers
             dropped("ending the rank processes", error)
 
-    def stop(self, ranks: Sequence[Rank], grace: float = STOP_GRACE_S) -> concurrent.futures.Future[Any]:
-        """Interrupt ``ranks``' cells; their processes end where they do not stop within ``grace`` seconds."""
-        return self.call(host.stop, self.owner, grace, workers=[rank.member.address for rank in ranks])
+    def stop(self, ranks: Sequence[Rank], cell: str, grace: float = STOP_GRACE_S) -> concurrent.futures.Future[Any]:
+        """Interrupt ``ranks``' ``cell`` (never run where its message comes after the stop); their processes end
+        where they do not stop within ``grace`` seconds."""
+        return self.call(host.stop, self.owner, grace, cell, workers=[rank.member.address for rank in ranks])
 
     def where_all(self) -> concurrent.futures.Future[Any]:
         """Every rank's answer to "where are you" (its process group's state with it): address -> answer."""

@@ -46,11 +46,15 @@ class Repl:
         self.environment = {name: os.environ[name] for name in names if name in os.environ}
         self._main = threading.main_thread().ident
         self.running = False  # an interrupt stops a cell only: between cells (replying, waiting) it is ignored
+        self.taken = False  # a message is taken and not yet answered: an interrupt before it runs stops it
+        self.interrupt_due = False
         self.waiting_for_gpu = False  # the cell's code ended; its GPU work (a collective among it) has not
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         if self.running:
             raise KeyboardInterrupt
+        if self.taken:  # the host stopped the message between "started" and its code: it stops as it begins
+            self.interrupt_due = True
 
     def put_environment_back(self) -> None:
         """The rank's environment as its host set it (``RANK``, ``WORLD_SIZE``, ``MASTER_PORT`` ...): a library
@@ -105,11 +109,13 @@ class Repl:
         while True:
             try:
                 message: Command = self.commands.recv()
+                self.taken = True
                 started: Started = {"op": "started", "id": message.get("id")}
-                self.commands.send(started)  # the host: this message ran
+                self.commands.send(started)  # the host: this message ran (it interrupts only from here on)
             except (EOFError, OSError):
                 os._exit(0)
             reply = self.handle(message)
+            self.taken = self.interrupt_due = False
             _mark(message.get("id"))
             self.commands.send(reply)
 
@@ -118,6 +124,8 @@ class Repl:
         reply: Reply = {"op": "done", "id": message.get("id"), "ok": True, "value": None, "repr": None, "error": None}
         try:
             self.running = True
+            if self.interrupt_due:
+                raise KeyboardInterrupt
             if message["op"] == "run":
                 self.put_environment_back()
                 value = run_cell(self.namespace, message["code"], message["name"])

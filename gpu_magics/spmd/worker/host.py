@@ -151,12 +151,13 @@ async def abort(owner: str, dask_worker: Any) -> bool:
     return answer is not None and answer["op"] == "abort" and answer["aborted"]
 
 
-async def stop(owner: str, grace: float, dask_worker: Any) -> bool:
-    """Interrupt the rank's cell; whether its process had to be ended."""
+async def stop(owner: str, grace: float, cell: str, dask_worker: Any) -> bool:
+    """Interrupt the rank's ``cell`` (which never runs where its message comes later); whether its process had to
+    be ended."""
     made = _kept(dask_worker, owner)
     if made is None:
         return False
-    ended = await made.stop(grace)
+    ended = await made.stop(grace, cell)
     keeper = _keeper(dask_worker, owner)
     if ended and keeper is not None:
         keeper.process = None  # ended already

@@ -34,6 +34,7 @@ from gpu_magics.spmd.messages import (
     Where,
     WhereAnswer,
     ended_reply,
+    stopped_reply,
 )
 from gpu_magics.spmd.rank.repl import MARK
 
@@ -75,6 +76,7 @@ class RankProcess:
         self._unsent_progress: dict[str, str] = {}
         self._blank: dict[str, bool] = {"out": False, "err": False}
         self._cell: str | None = None
+        self._stopped_cell: str | None = None  # a cell stopped before its message came: it does not run
         self._ids = 0
         self._last_event = 0.0
         self._flush_due = False
@@ -223,6 +225,8 @@ class RankProcess:
     async def ask(self, message: Command) -> Reply:
         """Send one message and wait for its reply (a cell's: with every line it printed)."""
         await self.ready
+        if self._stopped_cell is not None and message.get("cell") == self._stopped_cell:
+            return stopped_reply()
         self._ids += 1
         ident = self._ids
         future: asyncio.Future[Reply] = self.loop.create_future()
@@ -270,15 +274,20 @@ class RankProcess:
         answer = await self.question("where")
         return answer if answer is not None and answer["op"] == "where" else {"text": "no answer"}
 
-    async def stop(self, grace: float) -> bool:
-        """Interrupt the cell; end the process if it has not stopped after ``grace`` seconds. Whether it ended."""
+    async def stop(self, grace: float, cell: str | None = None) -> bool:
+        """Interrupt the cell (``cell``'s message, where it has not come yet, never runs); end the process if it
+        has not stopped after ``grace`` seconds. Whether it ended."""
         if not self.alive:
             return True
-        pending = list(self._replies.values())
+        self._stopped_cell = cell
+        pending = dict(self._replies)
+        deadline = time.monotonic() + grace
+        while any(i not in self._started and not f.done() for i, f in pending.items()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # the REPL honours an interrupt once it has taken the message
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.process.pid, signal.SIGINT)
         if pending:
-            done, _ = await asyncio.wait(pending, timeout=grace)
+            done, _ = await asyncio.wait(pending.values(), timeout=max(0.0, deadline - time.monotonic()))
             if len(done) == len(pending):
                 return False
         elif grace > 0:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpu_magics.cluster.background import owner
 from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.records.record import ClusterRecord
@@ -69,12 +70,14 @@ _starting: Starting | None = None
 
 
 def starting() -> Starting | None:
-    """The start under way (or failed and not yet said), or ``None``; only ``lifecycle`` sets it."""
+    """The start under way (or failed and not yet said), or ``None``; only the lifecycle's verbs set it, on the
+    owner thread (``owner.change``)."""
     return _starting
 
 
 def set_starting(start: Starting | None) -> None:
     global _starting
+    owner.require_owner("setting the start under way")
     _starting = start
 
 
@@ -84,16 +87,22 @@ def in_use() -> ActiveCluster | None:
 
 
 def set_in_use(cluster: ActiveCluster | None) -> ActiveCluster | None:
-    """Make ``cluster`` the one in use (``None``: none); returns the one it replaces."""
+    """Make ``cluster`` the one in use (``None``: none), on the owner thread; returns the one it replaces. The
+    listeners hear of it on the verb's thread, once its change is made."""
     global _in_use
+    owner.require_owner("setting the cluster in use")
     previous, _in_use = _in_use, cluster
     if previous is not cluster:
-        for listener in list(_listeners):
-            try:
-                listener(cluster)
-            except Exception as error:  # a listener never stops the lifecycle
-                dropped("telling a listener of the cluster in use", error)
+        owner.afterwards(lambda: _tell_listeners(cluster))  # on the verb's thread: they may talk to the workers
     return previous
+
+
+def _tell_listeners(cluster: ActiveCluster | None) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(cluster)
+        except Exception as error:  # a listener never stops the lifecycle
+            dropped("telling a listener of the cluster in use", error)
 
 
 Listener = Callable[[ActiveCluster | None], None]

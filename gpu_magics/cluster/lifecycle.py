@@ -8,10 +8,8 @@ one call on the manager in use, with no branch on the kind of cluster.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import functools
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -20,7 +18,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use, set_starting, starting
-from gpu_magics.cluster.background import idle, start_logs
+from gpu_magics.cluster.background import idle, owner, release, start_logs
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.info import ClusterInfo
@@ -43,7 +41,7 @@ from gpu_magics.cluster.queries import (
 )
 from gpu_magics.cluster.reading import cluster_state
 from gpu_magics.cluster.reading.answers import dashboard_url, require_active, require_owned, status
-from gpu_magics.cluster.records import kernel_report, record, writer
+from gpu_magics.cluster.records import kernel_report, writer
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
@@ -82,7 +80,6 @@ STOP_WAIT_S = 1.5  # how long stop waits for a start under way to close what it 
 
 WOUND_DOWN_WAIT_S = 30.0  # how long a new start waits for a stopped one to finish closing what it made
 
-lock = threading.RLock()  # the verbs change the cluster in use one at a time
 _atexit_registered = False
 _winding_down: Starting | Closing | None = None  # a stopped start or cluster whose processes still end
 
@@ -126,30 +123,29 @@ def begin(
         stop()  # outside the lock: the start's thread takes it to close what it made
     if _winding_down is not None:  # its release puts dask's settings back: before this start makes its own
         _winding_down.finished.wait(WOUND_DOWN_WAIT_S)
-    with lock:
-        current = in_use()
-        if current is not None and current.client.status not in ("running", "connecting"):
-            stop()  # it died under us: clean up, then start afresh
-            current = None
-        reuse = current is not None and not options.replace
-        if not opened:  # checked before anything stops, also where the running cluster is reused
-            manager.open(reuse=reuse)
-        if current is not None and not options.replace:
-            manager.finish(current.name, keep=True)  # what it opened (a gateway's client) is let go
-            notice = (
-                f"{PROG}: cluster {current.name!r} is already up; using it "
-                f"(add --replace to start a new one with these options)"
-            )
-            if "idle_timeout" in options.given:
-                _watch_idle(current, idle_timeout)
-                notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
-            done = Starting(PROG, current.name, 0)
-            done.run_here(lambda _: status(notice=notice))
-            return done
-        stop()
-        words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
-        handle = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
-        set_starting(handle)
+    current = in_use()
+    if current is not None and current.client.status not in ("running", "connecting"):
+        stop()  # it died under us: clean up, then start afresh
+        current = None
+    reuse = current is not None and not options.replace
+    if not opened:  # checked before anything stops, also where the running cluster is reused
+        manager.open(reuse=reuse)
+    if current is not None and not options.replace:
+        manager.finish(current.name, keep=True)  # what it opened (a gateway's client) is let go
+        notice = (
+            f"{PROG}: cluster {current.name!r} is already up; using it "
+            f"(add --replace to start a new one with these options)"
+        )
+        if "idle_timeout" in options.given:
+            _watch_idle(current, idle_timeout)
+            notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
+        done = Starting(PROG, current.name, 0)
+        done.run_here(lambda _: status(notice=notice))
+        return done
+    stop()
+    words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
+    handle = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
+    owner.change(lambda: set_starting(handle))
     if listen is not None:
         listen(handle)
     job = functools.partial(_start_job, manager, options, began, telemetry_interval, idle_timeout)
@@ -173,37 +169,43 @@ def _start_job(
     from gpu_magics.cluster.managers import steps
 
     def take_into_use(started: ActiveCluster) -> None:
-        with lock:
+        cpu = started.workers_kind == "cpu"
+        reports = start_collecting(started.client, reports_every, cpu) if reports_every > 0 else None
+        watcher = _idle_watcher(started, idle_timeout)
+
+        def take() -> None:  # on the owner: a stop asked meanwhile comes after it, and lets all of it go
             started.saved_config = dask_settings.apply(manager.settings())
             set_in_use(started)
-            if reports_every > 0:
-                started.telemetry = start_collecting(started.client, reports_every, started.workers_kind == "cpu")
-            _watch_idle(started, idle_timeout, write=False)
-            writer.write_record(started)
-            if started.telemetry is not None:
-                reports = started.telemetry
+            started.telemetry, started.idle = reports, watcher
+            if reports is not None:
                 reports.kernel_held = kernel_report.held_by_uuid
                 started.refresher = RecordRefresher(
                     lambda: writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
                 )
             _register_atexit()
 
+        owner.change(take)
+        writer.write_record(started)
+
     with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
-        started, waiting = steps.start(manager, options, began, handle, take_into_use, _release)
-    with lock:
-        if worker_kind(started) == "gpu":
+        started, waiting = steps.start(manager, options, began, handle, take_into_use, release.release)
+    state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
+    if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
+        started.telemetry.wait_first_reports(len(state.workers))
+    writer.write_record(started, state=state)
+
+    def ready() -> None:
+        if worker_kind(started) == "gpu" and in_use() is started:
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 
             assert started.saved_config is not None
             started.saved_config.update(dask_settings.apply(cupy_cluster_defaults()))
-        state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
-        if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
-            started.telemetry.wait_first_reports(len(state.workers))
-        writer.write_record(started, state=state)
         handle.ready_at(time.perf_counter() - began)
         if starting() is handle:
             set_starting(None)
-        return cluster_state.describe(started, state, notice=waiting)
+
+    owner.change(ready)
+    return cluster_state.describe(started, state, notice=waiting)
 
 
 def prestart_worker_server() -> None:
@@ -234,10 +236,10 @@ def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
     return cluster_state.describe(current, state, notice=notice)
 
 
-def stop(close: bool = False, keep: bool = False) -> str:
+def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None = None) -> str:
     """Close the cluster started here (or only disconnect from one attached to; an adopted one is closed only
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
-    it made is closed). Says what it did."""
+    it made is closed). ``only``: stop only if that cluster is still in use. Says what it did."""
     global _winding_down
     pending = starting()
     if keep and pending is not None and not pending.finished.is_set():
@@ -245,94 +247,47 @@ def stop(close: bool = False, keep: bool = False) -> str:
     during = ""
     if pending is not None and not pending.finished.is_set() and pending.verb != "starting":
         pending.cancel(timeout=0)  # a restart or scale of the cluster in use: it ends as stopped; close the cluster
-        set_starting(None)
+        owner.change(lambda: set_starting(None) if starting() is pending else None)
         during, pending = f" while it was {pending.verb}", None
     if pending is not None and not pending.finished.is_set():
         ended = pending.cancel(timeout=STOP_WAIT_S)  # its job closes what it made
         _winding_down = None if ended else pending
-        with lock:
-            set_starting(None)
-            current = in_use()
-            if current is not None and current.name == pending.name:  # not used here any more, whatever the job does
-                set_in_use(None)
+        owner.change(functools.partial(release.forget_start, pending))
         slow = "" if ended else "; its processes end in the background"
         return f"{PROG}: stopped {pending.name!r} while it was {pending.verb}{slow}"
-    with lock:
-        if pending is not None:
-            set_starting(None)  # a failed start: stop is the answer to it
-        current = in_use()
-        if current is None:
-            return f"{PROG}: no cluster is running"
-        if keep and not (current.manager is not None and current.manager.keepable):
-            raise UsageError(
-                f"{PROG} stop --keep: only a gateway cluster outlives its kernel; {PROG} stop closes {current.name!r}"
-            )
-        set_in_use(None)
-        held = _kept_on_workers(current.client)
-        _release(current)
-        manager = current.manager
-        assert manager is not None
-        closing = Closing(  # in a thread: with a change under way, workers still starting end only slowly
-            lambda: manager.finish(current.name, keep=True if keep else False if close else None),
-            lambda error: f"{PROG}: closing {current.name!r} failed ({one_line(error)})",
-            here=not during,
+    current = owner.change(functools.partial(release.take_out, pending, keep, only))
+    if current is None:
+        return f"{PROG}: no cluster is running"
+    held = release.kept_on_workers(current.client)
+    release.release(current)
+    manager = current.manager
+    assert manager is not None
+    closing = Closing(  # in a thread: with a change under way, workers still starting end only slowly
+        lambda: manager.finish(current.name, keep=True if keep else False if close else None),
+        lambda error: f"{PROG}: closing {current.name!r} failed ({one_line(error)})",
+        here=not during,
+    )
+    said = closing.line(STOP_WAIT_S)
+    if said is None:
+        _winding_down, said = closing, f"{PROG}: stopped cluster {current.name!r}{during}; its processes end later"
+    elif during:
+        said += during
+    if held:
+        pieces = (
+            f"{held} piece of data kept on its workers (persisted chunks, futures) is"
+            if held == 1
+            else (f"{held} pieces of data kept on its workers (persisted chunks, futures) are")
         )
-        said = closing.line(STOP_WAIT_S)
-        if said is None:
-            _winding_down, said = closing, f"{PROG}: stopped cluster {current.name!r}{during}; its processes end later"
-        elif during:
-            said += during
-        if held:
-            pieces = (
-                f"{held} piece of data kept on its workers (persisted chunks, futures) is"
-                if held == 1
-                else (f"{held} pieces of data kept on its workers (persisted chunks, futures) are")
-            )
-            said += f"; the {pieces} gone"
-        return said
-
-
-def _kept_on_workers(client: Any) -> int:
-    """How many results the notebook keeps on the workers (persisted chunks, futures): the client's futures once
-    the releases of those already dropped (queued on its event loop) have run."""
-    try:
-        client.sync(asyncio.sleep, 0)
-        return len(client.futures)
-    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
-        return 0
-
-
-def _release(current: ActiveCluster) -> None:
-    """Stop using ``current``: undo what taking it into use did (idle watch, record, telemetry, dask settings)
-    and close its client; its manager is left to the caller."""
-    with lock:
-        if in_use() is current:
-            set_in_use(None)
-    if current.idle is not None:
-        current.idle.stop()
-    if current.refresher is not None:
-        current.refresher.stop()
-    record.remove_record(current.record_path)
-    if current.telemetry is not None:
-        # an attached cluster may serve other kernels too, which the plugin also reports to: it stays
-        current.telemetry.close(unregister=False)
-    if current.saved_config is not None:
-        import dask
-
-        dask.config.set(current.saved_config)
-    try:
-        current.client.close(timeout=5)
-    except Exception as error:  # a close that fails any way: the cluster is let go all the same
-        dropped("closing the client", error)
+        said += f"; the {pieces} gone"
+    return said
 
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
-    with lock:
-        current = require_owned("adapt", scalable=True)
-        from gpu_magics.cluster.managers import steps
+    current = require_owned("adapt", scalable=True)
+    from gpu_magics.cluster.managers import steps
 
-        return written_status(current, steps.adapt(current, minimum, maximum))
+    return written_status(current, steps.adapt(current, minimum, maximum))
 
 
 def free_workers() -> tuple[int, int, list[str]]:
@@ -348,30 +303,40 @@ def free_workers() -> tuple[int, int, list[str]]:
         raise UsageError(f"{PROG} free: the workers did not answer ({one_line(error)})") from None
 
 
-def _watch_idle(current: ActiveCluster, timeout: float, *, write: bool = True) -> None:
+def _watch_idle(current: ActiveCluster, timeout: float) -> None:
     """Close ``current`` (attached: detach) after ``timeout`` seconds without a task; 0 stops watching."""
-    if current.idle is not None:
-        current.idle.stop()
-        current.idle = None
-    if timeout > 0:
-
-        def changed() -> None:  # idle or busy again: the record shows the time left
-            if current.record is not None:
-                writer.write_record(current, refresh=True)
-
-        current.idle = idle.IdleWatcher(current.client, timeout, lambda: _close_idle(current), changed)
-    if write and current.record is not None:
+    old, watcher = current.idle, _idle_watcher(current, timeout)
+    if old is not None:
+        old.stop()
+    owner.change(lambda: setattr(current, "idle", watcher))
+    if current.record is not None:
         writer.write_record(current, refresh=True)
 
 
+def _idle_watcher(current: ActiveCluster, timeout: float) -> idle.IdleWatcher | None:
+    """A watcher that closes ``current`` after ``timeout`` seconds without a task (0: none)."""
+    if timeout <= 0:
+        return None
+
+    def changed() -> None:  # idle or busy again: the record shows the time left
+        if current.record is not None:
+            writer.write_record(current, refresh=True)
+
+    return idle.IdleWatcher(current.client, timeout, lambda: _close_idle(current), changed)
+
+
 def _close_idle(watched: ActiveCluster) -> None:
-    """The idle watcher's end: close the cluster it watched (if still in use) and say so in one line."""
-    with lock:
+    """The idle watcher's end (on its thread): close the cluster it watched (if still in use) and say so."""
+
+    def claim() -> float | None:  # on the owner: stop() must not wait for the thread that calls this
         if in_use() is not watched or watched.idle is None:
-            return
-        waited = watched.idle.timeout
-        watched.idle = None  # stop() must not wait for the thread that calls this
-        stop()
+            return None
+        waited, watched.idle = watched.idle.timeout, None
+        return waited
+
+    waited = owner.change(claim)
+    if waited is None or stop(only=watched) == f"{PROG}: no cluster is running":
+        return
     print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, waited))
 
 

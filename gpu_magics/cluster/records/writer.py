@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import sys
@@ -10,6 +11,7 @@ import time
 from typing import Any
 
 from gpu_magics.cluster.active import ActiveCluster, in_use
+from gpu_magics.cluster.background import owner
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import cluster_state, inspection
 from gpu_magics.cluster.records import kernel_report, record
@@ -25,8 +27,8 @@ def write_record(
     current: ActiveCluster, *, refresh: bool = False, state: cluster_state.ClusterState | None = None
 ) -> None:
     """Write ``current``'s record (``refresh``: again, as its workers report, without waiting for the disk;
-    ``state``: the verb's one read, else read here); a failure is said once per kernel: the cluster works
-    without its record."""
+    ``state``: the verb's one read, else read here): made on this thread, written on the owner's; a failure is
+    said once per kernel: the cluster works without its record."""
     try:
         if refresh and current.record is not None:  # only the members change: no round trip to the scheduler
             members = tuple(_members(current))
@@ -39,8 +41,7 @@ def write_record(
                 **_idle(current),
                 **_jobs(current, None),
             )
-            current.record_path = record.write_record(new_record, durable=False)
-            current.record = new_record
+            owner.change(functools.partial(_store, current, new_record, durable=False))
             return
         if state is None:
             state = cluster_state.read(current)
@@ -63,10 +64,7 @@ def write_record(
             **_idle(current),
             **_jobs(current, state),
         )
-        if current.record_path is not None and current.record_path.name != new_record.filename:
-            record.remove_record(current.record_path)
-        current.record_path = record.write_record(new_record, durable=not refresh)
-        current.record = new_record
+        owner.change(functools.partial(_store, current, new_record, durable=not refresh))
     except Exception as error:  # the cluster works without its record; say so once per kernel
         dropped("writing the cluster's record", error)
         global _warned
@@ -79,12 +77,23 @@ def write_record(
             )
 
 
+def _store(current: ActiveCluster, new_record: record.ClusterRecord, *, durable: bool) -> None:
+    """On the owner: write ``new_record`` (read and made on the writer's thread) where ``current`` is still in
+    use; a cluster let go meanwhile keeps no record."""
+    if in_use() is not current:
+        return
+    if current.record_path is not None and current.record_path.name != new_record.filename:
+        record.remove_record(current.record_path)
+    current.record_path = record.write_record(new_record, durable=durable)
+    current.record = new_record
+
+
 def set_plain_cells(backend: str | None) -> None:
     """Say in the record of the cluster in use which session backend plain cells run on (``None``: none)."""
     current = in_use()
     if current is None or current.plain_cells == backend:
         return
-    current.plain_cells = backend
+    owner.change(lambda: setattr(current, "plain_cells", backend))
     if current.record is not None:
         write_record(current, refresh=True)
 

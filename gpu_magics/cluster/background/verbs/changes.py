@@ -12,7 +12,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.cluster import lifecycle
 from gpu_magics.cluster.active import ActiveCluster, set_starting, starting
-from gpu_magics.cluster.background import start_logs
+from gpu_magics.cluster.background import owner, start_logs
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers import factories
@@ -49,10 +49,13 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
             current.ready_s = time.perf_counter() - began
             change.update(joined=change.expected)
             devices, warm_s = warmup.warm_workers(current.client, worker_kind(current))
-        with lifecycle.lock:
+
+        def restarted() -> None:  # on the owner: a stop asked meanwhile came first, and this ends as stopped
             change.check()
             current.devices, current.warm_s = devices, warm_s
-            return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
+
+        owner.change(restarted)
+        return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
 
     return _change(current, "restarting", len(inspection.scheduler_workers(current.client)), job, background, listen)
 
@@ -75,9 +78,8 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
             notice = steps.scale(current, count)  # no lock across its network waits: a stop answers meanwhile
         finally:  # stopped meanwhile: the scale's failure (any, else re-raised) against a closed cluster is no news
             change.check()
-        with lifecycle.lock:
-            change.check()
-            return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
+        owner.change(change.check)  # a stop asked meanwhile came first: this ends as stopped
+        return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
 
     return _change(current, "scaling", count, job, background, listen)
 
@@ -97,14 +99,13 @@ def _change(
     scheduler = inspection.local_scheduler(current.client)
     if scheduler is not None:
         changing.counting(lambda: len(scheduler.workers))
-    set_starting(changing)
+    owner.change(lambda: set_starting(changing))
     if listen is not None:
         listen(changing)
 
     def run(change: Starting) -> ClusterInfo:
         info = job(change)
-        if starting() is change:
-            set_starting(None)
+        owner.change(lambda: set_starting(None) if starting() is change else None)
         return info
 
     owned_here = current.manager is not None and current.manager.background

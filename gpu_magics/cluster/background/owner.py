@@ -1,0 +1,103 @@
+"""The one thread that changes the cluster in use: which cluster and which start are in use, what is taken into use
+or let go with them, and every write of the cluster's record.
+
+The verbs (start, restart, scale, adapt, stop, the idle watcher's stop) and the record's writers run on their own
+threads (the kernel's, a start's, the idle watcher's, the record refresher's) and do their network waits there; they
+hand each change of state to ``change``, which runs it on the owner thread, one after another, and returns its
+result (its error raised in the caller). A change never waits on the network or on another thread, so a ``stop``
+answers while a restart waits for its workers. What a change asks to run ``afterwards`` (telling listeners of a new
+cluster in use: they may talk to the old one's workers) runs on the caller's thread once the change is made.
+
+The thread starts with the first change, not at import.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+THREAD_NAME = "gpu-magics-cluster-owner"
+
+_lock = threading.Lock()  # guards the thread's start only
+_thread: threading.Thread | None = None
+_queue: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any], list[Callable[[], None]]]]
+_queue = queue.SimpleQueue()
+_local = threading.local()  # on the owner: the callbacks the change under way asked to run afterwards
+
+
+def on_owner() -> bool:
+    """Whether this is the owner thread (a change under way)."""
+    return threading.current_thread() is _thread
+
+
+def require_owner(what: str) -> None:
+    """Raise where ``what`` (a change of the cluster's state) runs on another thread than the owner."""
+    if not on_owner():
+        here = threading.current_thread().name
+        raise RuntimeError(f"{what} runs on the cluster's owner thread only (owner.change), not on {here}")
+
+
+def change(action: Callable[[], T]) -> T:
+    """Run ``action`` on the owner thread after the changes asked before it, and return what it returns (what it
+    raises, raised here); on the owner thread itself it runs at once. Then what it asked to run ``afterwards``."""
+    if on_owner():
+        return action()
+    try:
+        _ensure_thread()
+    except RuntimeError:  # the interpreter is ending (no new thread at exit): nothing else changes the cluster now
+        return action()
+    later: list[Callable[[], None]] = []
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+    _queue.put((action, done, later))
+    try:
+        concurrent.futures.wait([done])
+    except BaseException:  # interrupted while it waits: the owner runs them, once the change is made
+        _queue.put((functools.partial(_run_all, later), concurrent.futures.Future(), []))
+        raise
+    _run_all(later)
+    return done.result()
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        callback()
+
+
+def afterwards(callback: Callable[[], None]) -> None:
+    """Run ``callback`` on the thread that asked for the change under way, once it is made (at once where no change
+    is under way on this thread)."""
+    later: list[Callable[[], None]] | None = getattr(_local, "later", None)
+    if later is None or not on_owner():
+        callback()
+    else:
+        later.append(callback)
+
+
+def _ensure_thread() -> None:
+    global _thread
+    with _lock:
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_serve, name=THREAD_NAME, daemon=True)
+            _thread.start()
+
+
+def _serve() -> None:
+    while True:
+        _run_one(*_queue.get())  # in a call of its own: nothing of the last change stays referenced while it waits
+
+
+def _run_one(action: Callable[[], Any], done: concurrent.futures.Future[Any], later: list[Callable[[], None]]) -> None:
+    if not done.set_running_or_notify_cancel():
+        return
+    _local.later = later
+    try:
+        done.set_result(action())
+    except BaseException as error:  # the change's own failure: raised in the thread that asked for it
+        done.set_exception(error)
+    finally:
+        _local.later = None

@@ -1,0 +1,123 @@
+"""The cluster's one owner thread: changes run there one after another, their results and errors come back to the
+thread that asked, what they ask to run afterwards runs on the asking thread, and the cluster's state cannot be set
+from anywhere else. The last test starts and stops a real cluster (LocalCluster processes) from two threads and
+checks every change of the state was made on the owner."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gpu_magics.cluster import active, lifecycle
+from gpu_magics.cluster.background import owner
+from gpu_magics.cluster.options import parse_cluster_line
+
+
+def test_a_change_runs_on_the_owner_and_its_result_comes_back() -> None:
+    seen: list[str] = []
+
+    def action() -> int:
+        seen.append(threading.current_thread().name)
+        return 42
+
+    assert owner.change(action) == 42
+    assert seen == [owner.THREAD_NAME]
+    assert not owner.on_owner()
+
+
+def test_a_change_that_fails_raises_in_the_thread_that_asked_and_the_owner_goes_on() -> None:
+    def failing() -> None:
+        raise ValueError("no such worker")
+
+    with pytest.raises(ValueError, match="no such worker"):
+        owner.change(failing)
+    assert owner.change(lambda: "still serving") == "still serving"
+
+
+def test_a_change_asked_on_the_owner_runs_at_once_instead_of_waiting_for_itself() -> None:
+    def outer() -> tuple[bool, str]:
+        return owner.on_owner(), owner.change(lambda: threading.current_thread().name)
+
+    assert owner.change(outer) == (True, owner.THREAD_NAME)
+
+
+def test_what_a_change_asks_afterwards_runs_on_the_asking_thread_once_the_change_is_made() -> None:
+    order: list[tuple[str, str]] = []
+
+    def action() -> None:
+        owner.afterwards(lambda: order.append(("afterwards", threading.current_thread().name)))
+        order.append(("change", threading.current_thread().name))
+
+    owner.change(action)
+    assert order == [("change", owner.THREAD_NAME), ("afterwards", threading.current_thread().name)]
+
+
+def test_changes_from_many_threads_run_one_at_a_time() -> None:
+    inside = 0
+    most = 0
+
+    def action() -> None:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        time.sleep(0.002)
+        inside -= 1
+
+    threads = [threading.Thread(target=lambda: [owner.change(action) for _ in range(5)]) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert most == 1
+
+
+def test_the_cluster_in_use_cannot_be_set_off_the_owner() -> None:
+    with pytest.raises(RuntimeError, match="owner thread only"):
+        active.set_in_use(None)
+    with pytest.raises(RuntimeError, match="owner thread only"):
+        active.set_starting(None)
+    assert owner.change(lambda: active.set_in_use(active.in_use())) is active.in_use()
+
+
+@pytest.fixture
+def owner_changes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The threads every change of the cluster in use or the start under way ran on."""
+    threads: list[str] = []
+    set_in_use, set_starting = active.set_in_use, active.set_starting
+
+    def recording_in_use(cluster: active.ActiveCluster | None) -> active.ActiveCluster | None:
+        threads.append(threading.current_thread().name)
+        return set_in_use(cluster)
+
+    def recording_starting(start: object) -> None:
+        threads.append(threading.current_thread().name)
+        set_starting(start)  # type: ignore[arg-type]
+
+    from gpu_magics.cluster.background import release
+    from gpu_magics.cluster.background.verbs import changes
+
+    for module in (lifecycle, release, changes):
+        monkeypatch.setattr(module, "set_starting", recording_starting)
+    for module in (lifecycle, release):
+        monkeypatch.setattr(module, "set_in_use", recording_in_use)
+    yield threads
+    lifecycle.stop()
+
+
+def test_a_real_start_and_a_stop_from_another_thread_change_the_state_on_the_owner_only(
+    owner_changes: list[str],
+) -> None:
+    options = parse_cluster_line("--cpu-workers 1 --name owned")
+    info = lifecycle.start(options, telemetry_interval=0)
+    assert info.name == "owned" and active.in_use() is not None
+    said: list[str] = []
+    stopper = threading.Thread(target=lambda: said.append(lifecycle.stop()), name="a-stopping-thread")
+    stopper.start()
+    stopper.join(60)
+    assert said == ["%gpucluster: stopped cluster 'owned'"]
+    assert active.in_use() is None and active.starting() is None
+    assert len(owner_changes) >= 3  # the start under way, the cluster in use, then none
+    assert set(owner_changes) == {owner.THREAD_NAME}

@@ -10,7 +10,10 @@ alternately with the default in the same cells. Plain ``LocalCUDACluster`` rows 
 ``seed_workload.py --multi-gpu`` (fresh processes).
 
     python benchmarks/four_gpus.py [--counts 1,2,4] [--n 100000] [--chunk 10000] [--repeat 7] [--json FILE]
-        [--config distributed.scheduler.worker-saturation=1.1]
+        [--config distributed.scheduler.worker-saturation=1.1] [--timeline]
+
+``--timeline`` prints, for one warm cell at each count, when the graph reached the scheduler and was made into
+tasks there, and each worker's tasks (start and end, ms from the cell's start, in one clock: one host).
 """
 
 from __future__ import annotations
@@ -45,6 +48,57 @@ def run(ip: Any, line: str, cell: str) -> tuple[float, Any]:
     return took, ip.user_ns["t_result"]
 
 
+class GraphArrival:
+    """A scheduler plugin that notes when each graph has been made into tasks there (``update_graph`` runs after
+    the scheduler materialized and optimized it)."""
+
+    name = "four-gpus-graph-arrival"
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
+        self.times.append(time.time())
+
+
+def timeline(ip: Any, cell: str) -> str:
+    """One warm cell's timeline: graph on the scheduler, each worker's tasks, the result (ms from the start)."""
+    from dask.utils import key_split
+    from distributed import get_task_stream
+
+    from gpu_magics.cluster import queries
+
+    client = queries.active_client()
+    assert client is not None
+    cluster: Any = getattr(client, "cluster", None)
+    scheduler = None if cluster is None else cluster.scheduler
+    arrival = GraphArrival()
+    if scheduler is not None:
+        scheduler.add_plugin(arrival, name=arrival.name)
+    began = time.time()
+    with get_task_stream(client) as stream:
+        took, _ = run(ip, "multi-gpu", cell)
+    if scheduler is not None:
+        scheduler.remove_plugin(name=arrival.name)
+    per_worker: dict[str, list[tuple[float, float, str]]] = {}
+    for task in stream.data:
+        for span in task.get("startstops", ()):
+            if span.get("action") == "compute":
+                per_worker.setdefault(task["worker"], []).append(
+                    ((span["start"] - began) * 1e3, (span["stop"] - began) * 1e3, key_split(task["key"]))
+                )
+    lines = [
+        f"wall {took * 1e3:.1f} ms; graph on the scheduler at "
+        + ", ".join(f"{(t - began) * 1e3:.1f}" for t in arrival.times)
+    ]
+    for worker, spans in sorted(per_worker.items()):
+        spans.sort()
+        busy = sum(stop - start for start, stop, _ in spans)
+        shown = " ".join(f"{name}[{start:.0f}-{stop:.0f}]" for start, stop, name in spans)
+        lines.append(f"  {worker}: {len(spans)} tasks, busy {busy:.0f} ms: {shown}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--counts", default="1,2,4")
@@ -53,6 +107,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--json")
     parser.add_argument("--config", action="append", default=[], help="a lever: dask config KEY=VALUE, A/B")
+    parser.add_argument("--timeline", action="store_true", help="one warm cell's timeline at each count")
     args = parser.parse_args()
     import dask
     from IPython.core.interactiveshell import InteractiveShell
@@ -81,6 +136,7 @@ def main() -> None:
         times: dict[str, list[float]] = {mode: [] for mode in modes}
         tasks: dict[str, int] = {}
         split: dict[str, dict[str, float]] = {}
+        worker_compute: dict[str, list[float]] = {}
         agrees = True
         for mode in modes:  # cold runs
             with use(mode):
@@ -93,6 +149,7 @@ def main() -> None:
                 tasks[mode] = int(result.tasks or 0)
                 if result.split is not None:
                     split[mode] = {part: round(result.split.share(part), 3) for part in PARTS}
+                    worker_compute[mode] = [round(s * 1e3, 1) for s in sorted(result.split.worker_compute.values())]
                 agrees &= abs(float(ip.user_ns["t_mean"]) - reference) <= 1e-6 * abs(reference)
         for mode in modes:
             median = statistics.median(times[mode])
@@ -108,9 +165,14 @@ def main() -> None:
             rows.append(row)
             print(
                 f"{count} GPU(s), {mode}: {median:.3f} s, {row['speedup_over_gpu']}x over gpu, {row['tasks']} tasks, "
-                f"split {row['split']}; mean agrees with gpu: {agrees}",
+                f"split {row['split']}; mean agrees with gpu: {agrees}; compute per worker "
+                f"{worker_compute.get(mode)}",
                 flush=True,
             )
+        if args.timeline:
+            for mode in modes:
+                with use(mode):
+                    print(f"{count} GPU(s), {mode}: " + timeline(ip, cell), flush=True)
         with capture_output():
             ip.run_line_magic("gpucluster", "stop")
     if args.json:

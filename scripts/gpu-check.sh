@@ -13,7 +13,8 @@
 #     empty: the median of 50 empty cells (plain, in a session, %%gpurun -q) on multi-gpu, gpu and cpu-threads
 #     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     four: the seed on 1, 2, 4... GPUs against %%gpurun gpu in one process, with the split of each cell
-#           (benchmarks/four_gpus.py; --config KEY=VALUE measures a lever against the default)
+#           (benchmarks/four_gpus.py; FOUR_ARGS="--config KEY=VALUE" measures a lever against the default,
+#           FOUR_ARGS=--timeline prints one cell's tasks per worker)
 #     cluster: the seed workload's multi-GPU rows (%gpucluster against plain LocalCUDACluster) on 1, 2, 4... GPUs
 #     levers: where a multi-gpu cell's time goes and each lever against it, dask-cuda's array operations, py-spy
 #     large: the seed at 400000^2 (1.28 TB) on every GPU: gpu, %gpucluster, plain LocalCUDACluster
@@ -91,7 +92,7 @@ for stage in "${stages[@]}"; do
       fi ;;
     session) run session python3 benchmarks/session_backend.py --json "$OUT/session.json" ;;
     empty) run empty-cells python3 benchmarks/session_backend.py --empty-only --count 50 --json "$OUT/empty.json" ;;
-    four) run four-gpus python3 benchmarks/four_gpus.py --counts "$counts" --json "$OUT/four-gpus.json" ;;
+    four) run four-gpus python3 benchmarks/four_gpus.py --counts "$counts" --json "$OUT/four-gpus.json" ${FOUR_ARGS:-} ;;
     cluster) run multi-gpu python3 benchmarks/seed_workload.py --multi-gpu "$counts" --only-multi-gpu --json "$OUT/multi-gpu.json" ;;
     levers) run levers python3 benchmarks/multi_gpu_levers.py --operations --profile "$OUT/prof" --json "$OUT/levers.json" ;;
     large) run large python3 benchmarks/multi_gpu_levers.py --n 400000 --chunk 20000 --repeat 2 --only-seed \

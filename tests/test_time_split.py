@@ -205,19 +205,24 @@ def test_a_bad_runs_per_slot_setting_is_one_line_and_the_cluster_stays(ip: Inter
 def test_a_reductions_many_chunks_run_in_one_task_per_worker_thread_with_the_same_result(
     ip: InteractiveShell, cpu_cluster: None
 ) -> None:
+    cell = SEED.format(chunk=60).replace("(t_x", "t_mean = (t_x")
     with capture_output():
-        ip.run_cell_magic(
-            "gpurun", "multi-gpu -q -o t_runs --no-monitor", SEED.format(chunk=60).replace("(t_x", "t_mean = (t_x")
-        )
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_runs --no-monitor", cell)
     result = ip.user_ns["t_runs"]
     assert result.split is not None and result.split.workers == 2
     runs = {prefix: count for prefix, count in result.split.prefixes.items() if prefix.endswith("-runs")}
     assert list(runs.values()) == [2]  # 400 chunks: a run on each of the 2 worker threads
-    assert result.tasks < 40  # the runs, the reduction's 25 + 4 + 1 combining steps, the finalize
+    assert not [prefix for prefix in result.split.prefixes if "partial" in prefix]  # no combining step is left
+    assert result.tasks <= 2 + 2  # each run combines its own chunks (folded); the aggregate and the finalize
     assert result.advice is None  # each task has work enough: no advice to grow the chunks
+    folded_mean = float(ip.user_ns["t_mean"])
     # every chunk its own task, dask's own optimization, in this process; the same tree (the cell's split_every)
     with dask.config.set(scheduler="sync", split_every=tuning.REDUCTION_SPLIT_EVERY):
         expected = float(ip.ev("(t_x + 1)[::2, ::2].mean().compute()"))
+    assert folded_mean == pytest.approx(expected, rel=1e-12)  # the same draws, summed in another order
+    with dask.config.set({"gpu-magics.fold-reductions": False}), capture_output():  # dask's tree, in runs
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_runs --no-monitor", cell)
+    assert ip.user_ns["t_runs"].tasks > 2 + 25  # the runs and dask's combining steps, as before
     assert float(ip.user_ns["t_mean"]) == expected  # the same draws, the same reduction tree: the same bits
 
 

@@ -53,9 +53,27 @@ def runs_for(leaves: int, slots: int, per_slot: int = RUNS_PER_SLOT) -> int:
     return runs if runs >= slots else 0
 
 
-def group_reduction_leaves(graph: Any, keys: Any, slots: int, per_slot: int = RUNS_PER_SLOT) -> Any:
+def fold_reductions() -> bool:
+    """``gpu-magics.fold-reductions`` from the dask config (default ``True``: a whole-array reduction's runs
+    combine their own chunks, ``folding``)."""
+    import dask
+    from IPython.core.error import UsageError
+
+    said = dask.config.get("gpu-magics.fold-reductions", default=True)
+    if not isinstance(said, bool):
+        raise UsageError(
+            f"dask config gpu-magics.fold-reductions is {said!r}: set True (a whole-array reduction's runs combine "
+            "their own chunks, the default) or False (dask's reduction tree)"
+        )
+    return said
+
+
+def group_reduction_leaves(
+    graph: Any, keys: Any, slots: int, per_slot: int = RUNS_PER_SLOT, *, fold: bool = False
+) -> Any:
     """``graph`` with its reduction leaves run ``runs_for`` at a time (see above); unchanged where there are
-    too few of them for ``slots`` GPUs (or CPU worker threads)."""
+    too few of them for ``slots`` GPUs (or CPU worker threads). With ``fold``, a whole-array reduction's runs
+    combine their own chunks and its aggregate reads the runs (``folding``)."""
     from dask._task_spec import GraphNode, Task, TaskRef
     from dask.core import flatten
 
@@ -81,6 +99,12 @@ def group_reduction_leaves(graph: Any, keys: Any, slots: int, per_slot: int = RU
         return graph
     leaves.sort(key=lambda key: (sorted(map(str, readers[key])), str(key)))  # a step's leaves side by side
     name = f"{_name(leaves[0])}-runs"
+    if fold:
+        from gpu_magics.gpurun.graphs.folding import fold as fold_runs
+
+        folded = fold_runs(graph, leaves, readers, runs, name)
+        if folded is not None:
+            return folded
     grouped: dict[Any, Any] = {}
     where: dict[Any, Any] = {}
     for index in range(runs):

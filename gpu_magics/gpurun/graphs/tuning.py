@@ -10,7 +10,8 @@ Two sources of tasks that compute nothing are cut, and one wait on the GPU is av
 - reductions combine partial results ``split_every`` at a time (dask's default 4: a tree of many small tasks);
   ``REDUCTION_SPLIT_EVERY`` makes the tree shallower (the seed's 36 combine tasks become 9).
 - a reduction over many chunks runs its leaves in one task per GPU (``grouping.group_reduction_leaves``: the
-  seed's 100 chunk tasks become 4 on 4 GPUs; the same reduction tree);
+  seed's 100 chunk tasks become 4 on 4 GPUs; the same reduction tree), and a whole-array reduction's runs combine
+  their own chunks, its aggregate reading one partial result per run (``folding``: 15 tasks become 5);
 - dask draws each random chunk from a new ``cupy.random.RandomState``, whose cuRAND state is freed when the chunk
   is done, waiting for the whole GPU; ``reseed_generators`` draws the same numbers from a generator each worker
   thread keeps and reseeds (``device.draw_reseeding``).
@@ -30,16 +31,18 @@ import dask
 REDUCTION_SPLIT_EVERY = 16  # partial results combined at once (4 x 4 for a 2-D reduction)
 
 
-def optimize_without_aliases(dsk: Any, keys: Any, *, slots: int = 0, per_slot: int = 0, **kwargs: Any) -> Any:
+def optimize_without_aliases(
+    dsk: Any, keys: Any, *, slots: int = 0, per_slot: int = 0, fold: bool = False, **kwargs: Any
+) -> Any:
     """dask's array optimization of the graph with reseeded generators (``reseed_generators``), then without
     the alias tasks its linear fusion leaves behind; on a cluster of ``slots`` GPUs (or CPU worker threads), a
-    reduction's leaves ``per_slot`` runs to each (``grouping``)."""
+    reduction's leaves ``per_slot`` runs to each (``grouping``), folded into them with ``fold`` (``folding``)."""
     from dask.array.optimization import optimize
 
     from gpu_magics.gpurun.graphs.grouping import group_reduction_leaves
 
     optimized = strip_aliases(optimize(reseed_generators(dsk), keys, **kwargs), keys)
-    return group_reduction_leaves(optimized, keys, slots, per_slot) if slots and per_slot else optimized
+    return group_reduction_leaves(optimized, keys, slots, per_slot, fold=fold) if slots and per_slot else optimized
 
 
 def reseed_generators(dsk: Any) -> Any:
@@ -121,13 +124,16 @@ def gpu_graph_defaults() -> dict[str, Any]:
 def cluster_graph_defaults(slots: int = 0) -> dict[str, Any]:
     """The settings above for a cluster of ``slots`` GPUs (or CPU worker threads), each only where the user's dask
     config has not set it; ``gpu-magics.runs-per-slot`` (default 1; 0: off) sets how many runs of a reduction's
-    leaves each slot gets."""
-    from gpu_magics.gpurun.graphs.grouping import runs_per_slot
+    leaves each slot gets, ``gpu-magics.fold-reductions`` (default True) whether a whole-array reduction's runs
+    combine their own chunks."""
+    from gpu_magics.gpurun.graphs.grouping import fold_reductions, runs_per_slot
 
     settings: dict[str, Any] = {}
     if dask.config.get("array_optimize", default=None) is None:
-        per_slot = runs_per_slot()
-        settings["array_optimize"] = functools.partial(optimize_without_aliases, slots=slots, per_slot=per_slot)
+        per_slot, fold = runs_per_slot(), fold_reductions()
+        settings["array_optimize"] = functools.partial(
+            optimize_without_aliases, slots=slots, per_slot=per_slot, fold=fold
+        )
     if dask.config.get("split_every", default=None) is None:
         settings["split_every"] = REDUCTION_SPLIT_EVERY
     return settings

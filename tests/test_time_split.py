@@ -3,6 +3,7 @@ the rules on constructed timelines, then the whole path on real CPU workers thro
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 import dask
@@ -245,6 +246,15 @@ def test_cupys_random_state_is_drawn_by_a_reseeded_generator() -> None:
     draws = [node for layer in rewritten.layers.values() for node in getattr(layer, "mapping", {}).values()]
     assert sum(getattr(node, "func", None) is device.draw_reseeding for node in draws) == 4
     assert not any(getattr(node, "func", None) is _apply_random for node in draws)
+    originals = [
+        node for layer in x.__dask_graph__().layers.values() for node in getattr(layer, "mapping", {}).values()
+    ]
+    states = [node.args[2] for node in originals if getattr(node, "func", None) is _apply_random]
+    seeds = [node.args[1] for node in draws if getattr(node, "func", None) is device.draw_reseeding]
+    assert len(states) == 4 and all(state.shape == (624,) for state in states)  # what each message carried
+    # the seed CuPy's RandomState.seed derives from an array, worked out once: 8 bytes a chunk in the messages
+    assert sorted(seeds) == sorted(np.uint64(int(hashlib.md5(state).hexdigest()[:16], 16)) for state in states)
+    assert all(type(seed) is np.uint64 for seed in seeds)
     numpy_graph = da.random.RandomState(1).normal(size=(40, 40), chunks=20).__dask_graph__()
     assert tuning.reseed_generators(numpy_graph) is numpy_graph  # NumPy's generator is left alone
 

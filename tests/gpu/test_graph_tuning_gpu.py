@@ -31,8 +31,9 @@ def test_reseeded_draws_equal_dask_own(ip: InteractiveShell) -> None:
 
 
 def test_a_reduction_on_the_cluster_runs_one_task_per_gpu_with_dask_owns_value(ip: InteractiveShell) -> None:
-    """``%%gpurun multi-gpu`` on every GPU: the seed's chunk tasks run as one task per GPU (``grouping``), and the
-    mean is the one dask's own threaded path gives with the same tree (``split_every``)."""
+    """``%%gpurun multi-gpu`` on every GPU: the seed's chunk tasks run as one task per GPU (``grouping``), each
+    combining its own chunks (``folding``), drawn from the seeds worked out on the scheduler (``cupy_seed``); the
+    mean is the one dask's own threaded path gives from the same draws (to 1e-12: summed in another order)."""
     import cupy
     import dask
     import dask.array as da
@@ -58,6 +59,7 @@ def test_a_reduction_on_the_cluster_runs_one_task_per_gpu_with_dask_owns_value(i
     assert result.split is not None
     runs = [count for prefix, count in result.split.prefixes.items() if prefix.endswith("-runs")]
     assert runs == [count]  # 64 chunks: one run on each GPU
+    assert not [prefix for prefix in result.split.prefixes if "partial" in prefix]  # folded: each run combines its own
     settings = {"array.backend": "cupy", "scheduler": "threads", "array_optimize": optimize}
     with dask.config.set({**settings, "split_every": REDUCTION_SPLIT_EVERY}):
         y = da.random.RandomState(11).normal(10, 1, size=(16000, 16000), chunks=2000)

@@ -14,7 +14,8 @@ Two sources of tasks that compute nothing are cut, and one wait on the GPU is av
   their own chunks, its aggregate reading one partial result per run (``folding``: 15 tasks become 5);
 - dask draws each random chunk from a new ``cupy.random.RandomState``, whose cuRAND state is freed when the chunk
   is done, waiting for the whole GPU; ``reseed_generators`` draws the same numbers from a generator each worker
-  thread keeps and reseeds (``device.draw_reseeding``).
+  thread keeps and reseeds (``device.draw_reseeding``), with the seed CuPy would derive from the chunk's state
+  worked out once here (``cupy_seed``), so the task messages carry 8 bytes a chunk instead of 2.5 KB.
 
 The optimization runs where dask materializes the graph (on the scheduler), so it is used only where the
 scheduler can import this package (``task_count.scheduler_mark`` found the plugin there).
@@ -69,10 +70,25 @@ def reseed_generators(dsk: Any) -> Any:
 
         rewritten = dict(mapping)
         for key, node in draws.items():
-            rewritten[key] = Task(key, device.draw_reseeding, *node.args[1:], **node.kwargs)
+            funcname, state_data, *rest = node.args[1:]
+            seed = cupy_seed(state_data)
+            rewritten[key] = Task(key, device.draw_reseeding, funcname, seed, *rest, **node.kwargs)
         layers[name] = MaterializedLayer(rewritten, annotations=layer.annotations)
         changed = True
     return HighLevelGraph(layers, dsk.dependencies) if changed else dsk
+
+
+def cupy_seed(state_data: Any) -> Any:
+    """The seed ``cupy.random.RandomState(state_data)`` derives from dask's per-chunk state (624 words: 2.5 KB a
+    chunk in every task message, 62 KB in a run of 25), as CuPy's ``RandomState.seed`` derives it: the first 16 hex
+    digits of the words' MD5, as a ``uint64`` (which ``seed`` takes as it is). Anything else stays as it is."""
+    import hashlib
+
+    import numpy as np
+
+    if not isinstance(state_data, np.ndarray):
+        return state_data
+    return np.uint64(int(hashlib.md5(state_data.data).hexdigest()[:16], 16))
 
 
 def _cupy_random_state_task(node: Any, apply_random: Any) -> bool:

@@ -61,6 +61,55 @@ class GraphArrival:
         self.times.append(time.time())
 
 
+ARRIVALS = "four-gpus-arrivals"
+
+
+def arrivals_plugin() -> Any:
+    """A worker plugin that notes when each task of the cell reached the worker and when it became ready."""
+    from distributed import WorkerPlugin
+
+    class Arrivals(WorkerPlugin):
+        name = ARRIVALS
+
+        def setup(self, worker: Any) -> None:
+            self.seen: list[tuple[float, str, str]] = []
+
+        def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+            if finish in ("waiting", "ready") and start in ("released", "waiting"):
+                self.seen.append((time.time(), str(key), finish))
+
+    return Arrivals()
+
+
+def _arrivals(dask_worker: Any) -> list[tuple[float, str, str]]:
+    plugin = dask_worker.plugins[ARRIVALS]
+    seen, plugin.seen = plugin.seen, []
+    return seen
+
+
+def _traced_writes() -> tuple[list[tuple[float, float, int, str]], Any]:
+    """Note every message this process (the kernel, and the scheduler it runs) writes: when, for how long, bytes,
+    to whom; returns the notes and a function that stops noting."""
+    import distributed.comm.tcp as tcp
+
+    notes: list[tuple[float, float, int, str]] = []
+    original = tcp.TCP.write
+
+    async def write(self: Any, msg: Any, serializers: Any = None, on_error: str = "message") -> int:
+        began = time.time()
+        sent = await original(self, msg, serializers, on_error)
+        ops = [part.get("op") for part in msg] if isinstance(msg, list) else [getattr(msg, "get", lambda _: None)("op")]
+        notes.append((began, time.time() - began, sent, f"{','.join(map(str, ops))[:24]}->{self.peer_address[-5:]}"))
+        return sent
+
+    tcp.TCP.write = write  # type: ignore[method-assign]
+
+    def stop() -> None:
+        tcp.TCP.write = original  # type: ignore[method-assign]
+
+    return notes, stop
+
+
 def timeline(ip: Any, cell: str) -> str:
     """One warm cell's timeline: graph on the scheduler, each worker's tasks, the result (ms from the start)."""
     from dask.utils import key_split
@@ -75,11 +124,19 @@ def timeline(ip: Any, cell: str) -> str:
     arrival = GraphArrival()
     if scheduler is not None:
         scheduler.add_plugin(arrival, name=arrival.name)
+    client.register_plugin(arrivals_plugin(), name=ARRIVALS)
+    client.run(_arrivals)
+    writes, stop_tracing = _traced_writes()
     began = time.time()
-    with get_task_stream(client) as stream:
-        took, _ = run(ip, "multi-gpu", cell)
+    try:
+        with get_task_stream(client) as stream:
+            took, _ = run(ip, "multi-gpu", cell)
+    finally:
+        stop_tracing()
     if scheduler is not None:
         scheduler.remove_plugin(name=arrival.name)
+    arrived = client.run(_arrivals)
+    client.unregister_worker_plugin(ARRIVALS)
     per_worker: dict[str, list[tuple[float, float, str]]] = {}
     for task in stream.data:
         for span in task.get("startstops", ()):
@@ -96,6 +153,14 @@ def timeline(ip: Any, cell: str) -> str:
         busy = sum(stop - start for start, stop, _ in spans)
         shown = " ".join(f"{name}[{start:.0f}-{stop:.0f}]" for start, stop, name in spans)
         lines.append(f"  {worker}: {len(spans)} tasks, busy {busy:.0f} ms: {shown}")
+        came = " ".join(
+            f"{key_split(key)}:{finish}@{(at - began) * 1e3:.1f}" for at, key, finish in arrived.get(worker, [])
+        )
+        lines.append(f"    arrived: {came[:600]}")
+    shown_writes = " ".join(
+        f"{what}@{(at - began) * 1e3:.1f}+{spent * 1e3:.1f}ms/{size}B" for at, spent, size, what in writes
+    )
+    lines.append(f"  written here: {shown_writes[:1500]}")
     return "\n".join(lines)
 
 

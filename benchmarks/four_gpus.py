@@ -133,8 +133,17 @@ def timeline(ip: Any, cell: str) -> str:
             took, _ = run(ip, "multi-gpu", cell)
     finally:
         stop_tracing()
+    graph_metrics = ""
     if scheduler is not None:
         scheduler.remove_plugin(name=arrival.name)
+        updates = [msg for _, msg in scheduler.get_events("scheduler") if msg.get("action") == "update-graph"]
+        if updates and "metrics" in updates[-1]:
+            said = updates[-1]["metrics"]
+            graph_metrics = (
+                f" (update_graph began at {(said['start_timestamp_seconds'] - began) * 1e3:.1f}: materialized in "
+                f"{said['materialization_duration_seconds'] * 1e3:.1f} ms, tasks made by "
+                f"{said['duration_seconds'] * 1e3:.1f} ms)"
+            )
     arrived = client.run(_arrivals)
     client.unregister_worker_plugin(ARRIVALS)
     per_worker: dict[str, list[tuple[float, float, str]]] = {}
@@ -147,6 +156,7 @@ def timeline(ip: Any, cell: str) -> str:
     lines = [
         f"wall {took * 1e3:.1f} ms; graph on the scheduler at "
         + ", ".join(f"{(t - began) * 1e3:.1f}" for t in arrival.times)
+        + graph_metrics
     ]
     for worker, spans in sorted(per_worker.items()):
         spans.sort()

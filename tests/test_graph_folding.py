@@ -13,7 +13,7 @@ from dask.core import flatten
 from dask.local import get_sync
 from IPython.core.error import UsageError
 
-from gpu_magics.gpurun.graphs import folding, grouping
+from gpu_magics.gpurun.graphs import folding, grouping, tuning
 from tests.test_graph_grouping import layers, optimized, seed
 
 
@@ -116,3 +116,19 @@ def test_a_fold_run_combines_its_values_nested_one_level_per_axis() -> None:
     assert seen == [[["a", "b", "c"]]]
     folding.fold_run(combine, 1, "a")
     assert seen[-1] == ["a"]
+
+
+def test_the_results_name_is_given_to_the_task_it_aliases_one_task_fewer() -> None:
+    from dask._expr import FinalizeCompute
+    from dask._task_spec import Alias
+    from dask.base import collections_to_expr
+
+    x = da.random.RandomState(5).random((1000, 1000), chunks=100)
+    with dask.config.set(tuning.cluster_graph_defaults(4)):
+        expr = FinalizeCompute(collections_to_expr([x.sum()], optimize_graph=True)).optimize()
+        graph, keys = dict(expr.__dask_graph__()), expr.__dask_keys__()
+    (name,) = flatten(keys)
+    assert not isinstance(graph[name], Alias) and graph[name].key == name  # the result's task has its name
+    assert len(graph) == 4 + 1  # the runs, the aggregate fused with the finalize: no alias left
+    with dask.config.set(scheduler="sync"):
+        assert get_sync(graph, [name])[0] == pytest.approx(float(x.sum().compute()), rel=1e-12)

@@ -75,7 +75,7 @@ def _aggregate_within(node: Any, key: Any) -> tuple[Any, Any]:
     dask fused into it (what follows the aggregate: the result's finalize, ``std``'s square root)."""
     from dask._task_spec import _execute_subgraph
 
-    if node.func is _execute_subgraph and node.args and isinstance(node.args[0], dict):
+    if getattr(node, "func", None) is _execute_subgraph and node.args and isinstance(node.args[0], dict):
         inside = [inner for inner in node.args[0] if AGGREGATE in _name(inner)]
         return (inside[0], node.args[0][inside[0]]) if len(inside) == 1 else (key, node)
     return key, node
@@ -97,7 +97,7 @@ def _foldable(
     from dask._task_spec import Task
 
     steps = [key for key in graph if PARTIAL in _name(key)]
-    aggregates = [key for key in graph if AGGREGATE in _name(key)]
+    aggregates = [key for key, node in graph.items() if AGGREGATE in _name(_aggregate_within(node, key)[0])]
     if not steps or len(aggregates) != 1 or not all(isinstance(graph[key], Task) for key in (*steps, *aggregates)):
         return None
     ndim = len(leaves[0]) - 1 if isinstance(leaves[0], tuple) else 0

@@ -92,7 +92,7 @@ def group_reduction_leaves(
         and not node.dependencies
         and key not in wanted
         and readers[key]
-        and all(_reduction_step(reader) for reader in readers[key])
+        and all(_reduction_step(reader, graph[reader]) for reader in readers[key])
     ]
     runs = runs_for(len(leaves), slots, per_slot)
     if not runs:
@@ -121,8 +121,14 @@ def group_reduction_leaves(
     return grouped
 
 
-def _reduction_step(key: Any) -> bool:
-    return any(step in _name(key) for step in REDUCTION_STEPS)
+def _reduction_step(key: Any, node: Any) -> bool:
+    """Whether the task ``key`` is a reduction step, or dask fused one into it (the last step with the result's
+    finalize, which then has the result's name)."""
+    from dask._task_spec import _execute_subgraph
+
+    inside = node.args[0] if getattr(node, "func", None) is _execute_subgraph and node.args else {}
+    names = [key, *inside] if isinstance(inside, dict) else [key]
+    return any(step in _name(name) for name in names for step in REDUCTION_STEPS)
 
 
 def _name(key: Any) -> str:

@@ -103,7 +103,9 @@ def _cupy_random_state_task(node: Any, apply_random: Any) -> bool:
 
 
 def strip_aliases(graph: Any, keys: Any) -> Any:
-    """``graph`` with every ``Alias`` task that is not a requested key removed, its readers reading its target."""
+    """``graph`` with every ``Alias`` task that is not a requested key removed, its readers reading its target; a
+    requested key that is an alias of a task only it reads (the result's finalize, fused with the step before it
+    under another name) becomes that task, one task and one round through the scheduler fewer."""
     if not isinstance(graph, Mapping):
         return graph  # fusion was off: dask kept the high-level graph, which has no such aliases
     from dask._task_spec import Alias
@@ -111,7 +113,20 @@ def strip_aliases(graph: Any, keys: Any) -> Any:
 
     wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
     targets = {key: node.target for key, node in graph.items() if isinstance(node, Alias) and key not in wanted}
-    if not targets:
+    readers: dict[Any, int] = {}
+    for node in graph.values():
+        for name in node.dependencies:
+            readers[name] = readers.get(name, 0) + 1
+    renamed = {  # target -> the requested key that takes its task
+        node.target: key
+        for key in wanted
+        if isinstance(node := graph.get(key), Alias)
+        and node.target in graph
+        and node.target not in wanted
+        and readers.get(node.target) == 1
+        and not isinstance(graph[node.target], Alias)
+    }
+    if not targets and not renamed:
         return graph
 
     def resolve(key: Any) -> Any:
@@ -122,10 +137,13 @@ def strip_aliases(graph: Any, keys: Any) -> Any:
 
     stripped = {}
     for key, node in graph.items():
-        if key in targets:
+        if key in targets or key in renamed:
             continue
+        if key in wanted and isinstance(node, Alias) and node.target in renamed:
+            node = graph[node.target]
         aliased = node.dependencies & targets.keys()
-        stripped[key] = node.substitute({name: resolve(name) for name in aliased}) if aliased else node
+        substituted = node.substitute({name: resolve(name) for name in aliased}) if aliased else node
+        stripped[key] = substituted if substituted.key == key else substituted.substitute({}, key=key)
     return stripped
 
 

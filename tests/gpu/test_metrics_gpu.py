@@ -63,8 +63,10 @@ def wait(probe: Any, timeout: float, what: str) -> Any:
 def server(tmp_path: Path) -> Iterator[JupyterServer]:
     env = {"GPU_MAGICS_SOURCE": "nvml", "GPU_MAGICS_RUNTIME_DIR": str(tmp_path / "gpu-magics-runtime"),
            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}  # fmt: skip
+    # a killed kernel stays dead: jupyter's automatic restart would end its process group, the child included,
+    # while the test lists and counts it (seen: the end request found it gone)
     started = JupyterServer(tmp_path, env, "--GpuMagicsServer.metrics_interval=0.5",
-                            "--GpuMagicsServer.slow_interval=0.5")  # fmt: skip
+                            "--GpuMagicsServer.slow_interval=0.5", "--KernelRestarter.restart_limit=0")  # fmt: skip
     try:
         started.start()
         yield started

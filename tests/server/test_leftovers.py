@@ -179,6 +179,9 @@ def jp_server_config(runtime_dir: Path, simulated: Path) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"gpu_magics": True}},
         "GpuMagicsServer": {"source": "fake", "interval": 0.1, "slow_interval": 0.1, "metrics_interval": 0.1},
+        # a killed kernel stays dead: jupyter's automatic restart ends the old kernel's process group, the
+        # processes it started included, which then race the listing (the restarted kernel is a new one anyway)
+        "KernelRestarter": {"restart_limit": 0},
     }
 
 

@@ -203,6 +203,19 @@ def test_a_bad_runs_per_slot_setting_is_one_line_and_the_cluster_stays(ip: Inter
 
 
 @pytest.mark.slow  # a cluster with worker processes
+def test_a_bad_fold_reductions_setting_is_one_line_and_the_cluster_stays(
+    ip: InteractiveShell, cpu_cluster: None
+) -> None:
+    with dask.config.set({"gpu-magics.fold-reductions": "yes"}), pytest.raises(UsageError) as raised:
+        ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", SEED.format(chunk=600))
+    assert str(raised.value).startswith("dask config gpu-magics.fold-reductions is 'yes': set True")
+    assert "\n" not in str(raised.value)
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
+    assert ip.user_ns["t_after"].tasks == 2 + 1  # the same cluster runs the next cell
+
+
+@pytest.mark.slow  # a cluster with worker processes
 def test_a_reductions_many_chunks_run_in_one_task_per_worker_thread_with_the_same_result(
     ip: InteractiveShell, cpu_cluster: None
 ) -> None:

@@ -78,6 +78,7 @@ DEFAULT_TELEMETRY_INTERVAL = 1.0  # seconds between the GPU reports of each work
 RECORD_REFRESH_S = 2.0  # how often the discovery record takes in new telemetry (the side panel's view)
 STOP_WAIT_S = 1.5  # how long stop waits for a start under way to close what it made; then it goes on closing alone
 
+NO_CLUSTER = f"{PROG}: no cluster is running"  # what stop says when it found nothing to stop
 WOUND_DOWN_WAIT_S = 30.0  # how long a new start waits for a stopped one to finish closing what it made
 
 _atexit_registered = False
@@ -257,7 +258,7 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
         return f"{PROG}: stopped {pending.name!r} while it was {pending.verb}{slow}"
     current = owner.change(functools.partial(release.take_out, pending, keep, only))
     if current is None:
-        return f"{PROG}: no cluster is running"
+        return NO_CLUSTER
     held = release.kept_on_workers(current.client)
     release.release(current)
     manager = current.manager
@@ -335,7 +336,7 @@ def _close_idle(watched: ActiveCluster) -> None:
         return waited
 
     waited = owner.change(claim)
-    if waited is None or stop(only=watched) == f"{PROG}: no cluster is running":
+    if waited is None or stop(only=watched) == NO_CLUSTER:
         return
     print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, waited))
 

@@ -25,6 +25,7 @@ FOLDABLE = frozenset(
     {"sum", "prod", "min", "max", "any", "all", "nansum", "nanprod", "chunk_min", "chunk_max"}
     | {"nanmin", "nanmax", "mean_combine", "moment_combine"}
 )
+AGGREGATING = FOLDABLE | {"mean_agg", "moment_agg"}  # and the aggregates of those that combine otherwise
 PARTIAL, AGGREGATE = "-partial", "-aggregate"
 
 
@@ -47,7 +48,7 @@ def fold(
     shape = _foldable(graph, leaves, readers)
     if shape is None:
         return None
-    combine, depth, aggregate = shape
+    combine, depth, aggregate, steps = shape
     folded: dict[Any, Any] = {}
     refs = []
     for index in range(runs):
@@ -61,7 +62,7 @@ def fold(
         nested = [nested]
     inner_key, inner = _aggregate_within(graph[aggregate], aggregate)
     reading_runs = Task(inner_key, inner.func, parse_input(nested), **inner.kwargs)
-    gone = set(leaves) | {key for key in graph if PARTIAL in _name(key)}
+    gone = set(leaves) | set(steps)
     for key, other in graph.items():
         if key == aggregate:
             folded[key] = reading_runs if inner_key == key else _fused_again(other, reading_runs)
@@ -73,27 +74,24 @@ def fold(
 def _aggregate_within(node: Any, key: Any) -> tuple[Any, Any]:
     """The aggregate step itself (key and task) in the task ``key``: the task, or the one aggregate among the tasks
     dask fused into it (what follows the aggregate: the result's finalize, ``std``'s square root)."""
-    from dask._task_spec import _execute_subgraph
-
-    if getattr(node, "func", None) is _execute_subgraph and node.args and isinstance(node.args[0], dict):
-        inside = [inner for inner in node.args[0] if AGGREGATE in _name(inner)]
-        return (inside[0], node.args[0][inside[0]]) if len(inside) == 1 else (key, node)
-    return key, node
+    fused = fused_tasks(node)
+    inside = [inner for inner in fused if AGGREGATE in _name(inner)]
+    return (inside[0], fused[inside[0]]) if len(inside) == 1 else (key, node)
 
 
 def _fused_again(node: Any, aggregate: Any) -> Any:
     """The fused task ``node`` made again with ``aggregate`` in place of its own aggregate step."""
     from dask._task_spec import GraphNode
 
-    tasks = [aggregate if inner == aggregate.key else task for inner, task in node.args[0].items()]
+    tasks = [aggregate if inner == aggregate.key else task for inner, task in fused_tasks(node).items()]
     return GraphNode.fuse(*tasks, key=node.key)
 
 
 def _foldable(
     graph: Mapping[Any, Any], leaves: Sequence[Any], readers: Mapping[Any, Sequence[Any]]
-) -> tuple[Any, int, Any] | None:
-    """(the combining function, how many axes it reduces, the aggregate's key) where the reduction over
-    ``leaves`` can be folded, else ``None``."""
+) -> tuple[Any, int, Any, list[Any]] | None:
+    """(the combining function, how many axes it reduces, the aggregate's key, the combining steps) where the
+    reduction over ``leaves`` can be folded, else ``None``."""
     from dask._task_spec import Task
 
     steps = [key for key in graph if PARTIAL in _name(key)]
@@ -116,17 +114,23 @@ def _foldable(
         return None
     if not all(PARTIAL in _name(reader) for key in leaves for reader in readers[key]):
         return None  # a chunk the aggregate reads itself: dask made no combining step for it
-    return combine, ndim, aggregates[0]
+    return combine, ndim, aggregates[0], steps
+
+
+def fused_tasks(node: Any) -> dict[Any, Any]:
+    """The tasks dask's linear fusion put into ``node`` (key -> task), or ``{}`` where it is not a fused task."""
+    from dask._task_spec import _execute_subgraph
+
+    if getattr(node, "func", None) is _execute_subgraph and node.args and isinstance(node.args[0], dict):
+        return node.args[0]
+    return {}
 
 
 def _step_functions(node: Any) -> list[Any]:
     """The functions a combining step applies: its own, or those of the steps dask fused into it (a step with
     one input is fused with the step it reads)."""
-    from dask._task_spec import _execute_subgraph
-
-    if node.func is _execute_subgraph and node.args and isinstance(node.args[0], dict):
-        return [getattr(inner, "func", None) for inner in node.args[0].values()]
-    return [node.func]
+    inside = fused_tasks(node)
+    return [getattr(inner, "func", None) for inner in inside.values()] if inside else [node.func]
 
 
 def _reduced(func: Any) -> tuple[tuple[int, ...] | None, bool]:
@@ -134,10 +138,7 @@ def _reduced(func: Any) -> tuple[tuple[int, ...] | None, bool]:
     one of the foldable functions."""
     if isinstance(func, toolz.functoolz.Compose):
         func = func.funcs[-1] if func.funcs else func.first  # the last applied: the reduction after the concatenation
-    if not isinstance(func, functools.partial) or getattr(func.func, "__name__", None) not in FOLDABLE | {
-        "mean_agg",
-        "moment_agg",
-    }:
+    if not isinstance(func, functools.partial) or getattr(func.func, "__name__", None) not in AGGREGATING:
         return None, False
     axis = func.keywords.get("axis")
     return (tuple(axis) if isinstance(axis, tuple | list) else None), bool(func.keywords.get("keepdims"))

@@ -124,11 +124,9 @@ def group_reduction_leaves(
 def _reduction_step(key: Any, node: Any) -> bool:
     """Whether the task ``key`` is a reduction step, or dask fused one into it (the last step with the result's
     finalize, which then has the result's name)."""
-    from dask._task_spec import _execute_subgraph
+    from gpu_magics.gpurun.graphs.folding import fused_tasks
 
-    inside = node.args[0] if getattr(node, "func", None) is _execute_subgraph and node.args else {}
-    names = [key, *inside] if isinstance(inside, dict) else [key]
-    return any(step in _name(name) for name in names for step in REDUCTION_STEPS)
+    return any(step in _name(name) for name in (key, *fused_tasks(node)) for step in REDUCTION_STEPS)
 
 
 def _name(key: Any) -> str:

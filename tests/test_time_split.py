@@ -186,7 +186,7 @@ def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_big --no-monitor", SEED.format(chunk=600))
     result = ip.user_ns["t_big"]
     assert result.split is not None and not any(p == "mean_chunk" for p in result.split.prefixes)
-    assert result.tasks == 2 + 1  # the 4 chunks in a run per worker thread, the aggregate with the finalize
+    assert result.tasks == 2  # the 4 chunks in a run per worker thread; the aggregate (with the finalize) here
     with dask.config.set({"gpu-magics.runs-per-slot": 0}), capture_output():  # grouping off: a task per chunk
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_big --no-monitor", SEED.format(chunk=600))
     assert ip.user_ns["t_big"].tasks == 4 + 1
@@ -199,7 +199,7 @@ def test_a_bad_runs_per_slot_setting_is_one_line_and_the_cluster_stays(ip: Inter
         ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", SEED.format(chunk=600))
     with capture_output():
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
-    assert ip.user_ns["t_after"].tasks == 2 + 1  # the same cluster runs the next cell
+    assert ip.user_ns["t_after"].tasks == 2  # the same cluster runs the next cell
 
 
 @pytest.mark.slow  # a cluster with worker processes
@@ -212,7 +212,7 @@ def test_a_bad_fold_reductions_setting_is_one_line_and_the_cluster_stays(
     assert "\n" not in str(raised.value)
     with capture_output():
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
-    assert ip.user_ns["t_after"].tasks == 2 + 1  # the same cluster runs the next cell
+    assert ip.user_ns["t_after"].tasks == 2  # the same cluster runs the next cell
 
 
 @pytest.mark.slow  # a cluster with worker processes
@@ -227,9 +227,13 @@ def test_a_reductions_many_chunks_run_in_one_task_per_worker_thread_with_the_sam
     runs = {prefix: count for prefix, count in result.split.prefixes.items() if prefix.endswith("-runs")}
     assert list(runs.values()) == [2]  # 400 chunks: a run on each of the 2 worker threads
     assert not [prefix for prefix in result.split.prefixes if "partial" in prefix]  # no combining step is left
-    assert result.tasks == 2 + 1  # each run combines its own chunks (folded); the aggregate with the finalize
+    assert result.tasks == 2  # each run combines its own chunks (folded); the aggregate runs in the kernel
     assert result.advice is None  # each task has work enough: no advice to grow the chunks
     folded_mean = float(ip.user_ns["t_mean"])
+    with dask.config.set({"gpu-magics.aggregate-in-kernel": False}), capture_output():  # the aggregate on a worker
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_runs --no-monitor", cell)
+    assert ip.user_ns["t_runs"].tasks == 2 + 1
+    assert float(ip.user_ns["t_mean"]) == folded_mean  # the same function on the same partial results
     # every chunk its own task, dask's own optimization, in this process; the same tree (the cell's split_every)
     with dask.config.set(scheduler="sync", split_every=tuning.REDUCTION_SPLIT_EVERY):
         expected = float(ip.ev("(t_x + 1)[::2, ::2].mean().compute()"))

@@ -25,7 +25,7 @@ from IPython.core.error import UsageError
 from gpu_magics import gpus, hints
 from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 from gpu_magics.gpurun import gpuless
-from gpu_magics.gpurun.graphs import tuning
+from gpu_magics.gpurun.graphs import kernel_tail, tuning
 from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
 from gpu_magics.units import dropped
@@ -53,6 +53,7 @@ class BackendPlan:
     notes: tuple[str, ...] = ()
     annotations: dict[str, Any] = field(default_factory=dict)  # dask.annotate(...) for the cell's tasks
     remote_chunks: bool = False  # a kernel without a GPU: NumPy metadata here, CuPy chunks made on the workers
+    aggregates_here: bool = False  # a folded reduction's aggregate runs in the kernel (``kernel_tail``)
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[None]:
@@ -64,11 +65,23 @@ class BackendPlan:
                 if self.client is None:
                     yield
                 else:
-                    results = gpuless.host_results(self.client) if self.remote_chunks else contextlib.nullcontext()
-                    with self.client.as_current(), quiet_serialization_log(), results:
+                    with self.client.as_current(), self.client_calls():
                         yield
         finally:
             forget_closed_client(self.client)
+
+    @contextlib.contextmanager
+    def client_calls(self) -> Iterator[None]:
+        """How the cell's calls on the plan's client behave: pickling errors in one line, results copied to host
+        memory for a kernel without a GPU (``gpuless``), a folded reduction's aggregate here (``kernel_tail``)."""
+        with contextlib.ExitStack() as uses:
+            if self.client is not None:
+                uses.enter_context(quiet_serialization_log())
+                if self.remote_chunks:
+                    uses.enter_context(gpuless.host_results(self.client))
+                if self.aggregates_here:
+                    uses.enter_context(kernel_tail.aggregates_here(self.client))
+            yield
 
     def synchronize(self) -> None:
         """Wait for the GPU work this backend queued; called before the clock stops."""
@@ -354,6 +367,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
         notes=notes,
         annotations=annotations,
         remote_chunks=remote,
+        aggregates_here=tuning.folds(config) and kernel_tail.enabled(),
     )
 
 

@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.gpurun import cluster_loss
 from gpu_magics.gpurun.backends import BackendPlan
+from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.gpurun.timing.time_split import TimeSplit
@@ -250,8 +251,14 @@ def run_on_backend(
                     plan.client, split=plan.splits_time, gpu=plan.chunk_type == "cupy", workers=plan.worker_count
                 ) as recorded:
                     start = time.perf_counter()
+                    gathered = kernel_tail.gathered()
                     outcome = run_once(shell, cell, plan.client, plan.explain_error)
-                    if not outcome.failed and recorded.ran_tasks():  # no task: no GPU work queued to wait for
+                    # no task, or every task's result gathered here: no GPU work queued to wait for
+                    if (
+                        not outcome.failed
+                        and recorded.ran_tasks()
+                        and not kernel_tail.results_gathered(recorded.settled(), gathered)
+                    ):
                         try:
                             plan.synchronize()
                         except KeyboardInterrupt as error:

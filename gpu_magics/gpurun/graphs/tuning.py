@@ -171,3 +171,16 @@ def cluster_graph_defaults(slots: int = 0) -> dict[str, Any]:
     if dask.config.get("split_every", default=None) is None:
         settings["split_every"] = REDUCTION_SPLIT_EVERY
     return settings
+
+
+def folds(config: Mapping[str, Any]) -> bool:
+    """Whether the plan ``config`` optimizes graphs with this package's folding of whole-array reductions (set by
+    ``cluster_graph_defaults`` with ``gpu-magics.fold-reductions`` on)."""
+    optimize = config.get("array_optimize")
+    return (
+        isinstance(optimize, functools.partial)
+        and optimize.func is optimize_without_aliases
+        and bool(optimize.keywords.get("fold"))
+        and bool(optimize.keywords.get("slots"))
+        and bool(optimize.keywords.get("per_slot"))
+    )

@@ -23,8 +23,9 @@ from typing import Any, Protocol
 import dask
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.gpurun import backends, execute, gpuless
+from gpu_magics.gpurun import backends, execute
 from gpu_magics.gpurun.backends import BackendPlan
+from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session.spmd_cells import SpmdCells
 from gpu_magics.gpurun.timing import task_count
@@ -51,6 +52,7 @@ class _Cell:
     names: frozenset[str]
     recorded: task_count.Recorded | None = None
     began: float = 0.0
+    gathered: int = 0  # ``kernel_tail.gathered()`` as the cell began
 
 
 class Session:
@@ -120,10 +122,7 @@ class Session:
         assert plan is not None
         stack = contextlib.ExitStack()
         stack.enter_context(dask.config.set(plan.config))
-        if plan.client is not None:
-            stack.enter_context(backends.quiet_serialization_log())
-            if plan.remote_chunks:
-                stack.enter_context(gpuless.host_results(plan.client))
+        stack.enter_context(plan.client_calls())
         self._applied = stack
 
     def _unapply(self) -> None:
@@ -167,6 +166,7 @@ class Session:
                 )
             )
             cell.began = time.perf_counter()
+            cell.gathered = kernel_tail.gathered()
         self._cell = cell
 
     def after_cell(self, result: Any) -> None:
@@ -178,7 +178,11 @@ class Session:
             return
         wall = 0.0
         if cell.recorded is not None:
-            if plan is not None and error is None:
+            if (
+                plan is not None
+                and error is None
+                and not kernel_tail.results_gathered(cell.recorded.settled(), cell.gathered)
+            ):
                 try:
                     plan.synchronize()
                 except RuntimeError as failure:  # CuPy's CUDA errors (a cluster's are let go by the plan): timed anyway

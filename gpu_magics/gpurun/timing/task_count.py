@@ -180,6 +180,16 @@ def read_progress(dask_scheduler: Any) -> tuple[int, int] | None:
     return None if plugin is None else (int(plugin.count), int(getattr(plugin, "submitted", 0)))
 
 
+def _settled_since(scheduler: Any, progress: tuple[int, int]) -> int | None:
+    """The tasks finished since ``progress`` (``read_progress`` then) where every task submitted since has
+    finished, else ``None``."""
+    now = read_progress(dask_scheduler=scheduler)
+    if now is None:
+        return None
+    finished, submitted = now[0] - progress[0], now[1] - progress[1]
+    return finished if finished == submitted else None
+
+
 def scheduler_progress(client: Client) -> tuple[int, int] | None:
     """The scheduler's running (finished, submitted) task counts, or ``None`` where the plugin cannot be
     installed."""
@@ -196,6 +206,7 @@ class Recorded:
     tasks: int | None = None
     split: TimeSplit | None = None
     ran_tasks: Callable[[], bool] = lambda: True  # whether the block has run a task so far (True where unknown)
+    settled: Callable[[], int | None] = lambda: None  # tasks finished so far where none still waits or runs
 
 
 @contextlib.contextmanager
@@ -216,8 +227,12 @@ def recording(
             box.split = time_split.split(began, ended, counter.timings, workers=1, arrivals=counter.arrivals, gpu=gpu)
         return
     mark = scheduler_mark(client)
-    if mark is not None and queries.local_scheduler(client) is not None:  # read in place: free to ask
+    local = queries.local_scheduler(client)
+    if mark is not None and local is not None:  # read in place: free to ask
         box.ran_tasks = lambda: (_on_scheduler(client, read_mark) or mark)[0] != mark[0]
+        progress = read_progress(dask_scheduler=local)
+        if progress is not None:
+            box.settled = lambda: _settled_since(local, progress)
     began = time.time()
     yield box
     ended = time.time()

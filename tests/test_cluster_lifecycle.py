@@ -487,13 +487,21 @@ def test_an_unwritable_runtime_dir_is_said_once(
     assert "gpu_magics" not in err and "\n" not in err.strip()
 
 
+@pytest.mark.parametrize(
+    "compute",
+    [
+        "dask.delayed(lambda: t_lock.locked())().compute()",
+        # a reduction: its chunk tasks run in one task per worker, materialized in the kernel (kernel_tail)
+        "da.ones((400, 400), chunks=40).map_blocks(lambda b: b * t_lock.locked()).sum().compute()",
+    ],
+)
 def test_a_cell_holding_an_unpicklable_object_names_it_in_one_line(
-    shared: Client, _session_shell: InteractiveShell, capfd: pytest.CaptureFixture[str]
+    shared: Client, _session_shell: InteractiveShell, capfd: pytest.CaptureFixture[str], compute: str
 ) -> None:
     ip = _session_shell
     ip.run_line_magic("load_ext", "gpu_magics")
     try:
-        cell = "import threading, dask\nt_lock = threading.Lock()\ndask.delayed(lambda: t_lock.locked())().compute()"
+        cell = f"import threading, dask, dask.array as da\nt_lock = threading.Lock()\n{compute}"
         outcome = ip.run_cell(f"%%gpurun multi-gpu --no-monitor -q\n{cell}")
         err = capfd.readouterr().err
     finally:

@@ -328,8 +328,8 @@ def advice_for(
         elif plan.gpu_indices:
             costs = advice.local_draw_seconds(plan.gpu_indices[0], elements)
     shares: dict[str, str] = {}
-    if plan.client is not None and split.gpu and split.workers > 1:
-        shares = _kernel_shares()
+    if plan.client is not None and split.gpu and advice.lopsided(split) is not None:
+        shares = _kernel_shares()  # NVML's process lists: read only where one GPU did most of the work
     try:
         return advice.advise(split, arrays, costs, cold=cold, kernel_shares=shares)
     except Exception as error:  # advice is a courtesy: never fail a cell over it

@@ -184,8 +184,8 @@ def _balance(split: TimeSplit, arrays: list[ArrayChunks], kernel_shares: Mapping
             f"{what}: make {biggest.name} with chunks={chunk_advice.format_chunks(better)} ({each} a GPU; now "
             f"{chunk_advice.format_chunks(biggest.chunksize)})"
         )
-    busiest = split.busiest()
-    if busiest is None or busiest[1] < BUSIEST / gpus:
+    busiest = lopsided(split)
+    if busiest is None:
         return None
     worker, share = busiest
     shared = kernel_shares.get(worker)
@@ -198,6 +198,15 @@ def _balance(split: TimeSplit, arrays: list[ArrayChunks], kernel_shares: Mapping
         f"one GPU did {share:.0%} of the work of {gpus} GPUs: another process may use it too "
         "(%gpucluster status shows who)"
     )
+
+
+def lopsided(split: TimeSplit) -> tuple[str, float] | None:
+    """(the worker, its share of the work) where one GPU of several did most of the work (``BUSIEST`` times its
+    even share or more), else ``None``."""
+    busiest = split.busiest()
+    if split.workers < 2 or busiest is None or busiest[1] < BUSIEST / split.workers:
+        return None
+    return busiest
 
 
 def kernel_on_workers(
@@ -249,12 +258,17 @@ def local_draw_seconds(device: int, elements: int) -> tuple[float, float] | None
 
 
 _cluster_costs: dict[tuple[int, str, int], tuple[float, float] | None] = {}
+_asked: dict[tuple[int, tuple[str, ...], int], tuple[int, str, int]] = {}  # (client, workers, size) -> the above
 
 
 def cluster_draw_seconds(
     client: Client, elements: int, workers: Iterable[str] | None = None
 ) -> tuple[float, float] | None:
-    """``draw_seconds`` on one GPU worker of the cluster, measured once per worker and chunk size."""
+    """``draw_seconds`` on one GPU worker of the cluster, measured once per worker and chunk size (the cluster's
+    workers are asked for once per client, workers and chunk size: not at every cell)."""
+    asked = (id(client), tuple(sorted(workers or ())), elements)
+    if asked in _asked:
+        return _cluster_costs.get(_asked[asked])
     try:
         candidates = sorted(workers) if workers else sorted(client.scheduler_info(n_workers=-1)["workers"])
     except (OSError, RuntimeError, KeyError):  # the scheduler's comm failed or timed out; the client's loop is gone
@@ -262,6 +276,7 @@ def cluster_draw_seconds(
     if not candidates:
         return None
     key = (id(client), candidates[0], elements)
+    _asked[asked] = key
     if key not in _cluster_costs:
         try:
             answer = client.run(draw_seconds, elements, workers=[candidates[0]])

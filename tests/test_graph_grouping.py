@@ -15,7 +15,7 @@ from dask.core import flatten
 from dask.local import get_sync
 from IPython.core.error import UsageError
 
-from gpu_magics.gpurun.graphs import grouping, packing, tuning
+from gpu_magics.gpurun.graphs import grouping, tuning
 
 
 def optimized(collection: Any) -> tuple[dict[Any, Any], list[Any]]:
@@ -49,13 +49,12 @@ def test_the_seeds_hundred_chunk_tasks_become_a_run_per_gpu_with_the_same_bits()
     graph, keys = optimized(seed())
     assert len(graph) == 100 + 9 + 1  # a task per chunk, 9 combining steps, the aggregate
     by_gpu = grouping.group_reduction_leaves(graph, keys, 4)
-    runs = [node for key, node in by_gpu.items() if str(key[0]).endswith("-runs")]
-    assert sorted(len(packing.leaves_of(node)) for node in runs) == [25] * 4
+    assert sorted(len(node.args) for key, node in by_gpu.items() if str(key[0]).endswith("-runs")) == [25] * 4
     grouped = grouping.group_reduction_leaves(graph, keys, 4, per_slot=2)
     counts = layers(grouped)
     runs = {name: count for name, count in counts.items() if name.endswith("-runs")}
     assert list(runs.values()) == [8] and len(grouped) == 8 + 9 + 1
-    sizes = [len(packing.leaves_of(node)) for key, node in grouped.items() if key[0] in runs]
+    sizes = [len(node.args) for key, node in grouped.items() if key[0] in runs]
     assert sorted(sizes) == [12, 12, 12, 12, 13, 13, 13, 13]  # every chunk once, split evenly
     names = list(flatten(keys))
     assert get_sync(grouped, names) == get_sync(graph, names)  # the same draws and the same tree: the same value
@@ -65,7 +64,7 @@ def test_every_leaf_is_computed_once_and_each_step_reads_its_own_leaves() -> Non
     graph, keys = optimized(seed(chunks=(100, 250), split_every=4))
     grouped = grouping.group_reduction_leaves(graph, keys, 3, per_slot=2)
     run_keys = [key for key in grouped if str(key[0]).endswith("-runs")]
-    assert len(run_keys) == 6 and sum(len(packing.leaves_of(grouped[key])) for key in run_keys) == 40
+    assert len(run_keys) == 6 and sum(len(grouped[key].args) for key in run_keys) == 40
     for key, node in grouped.items():
         if key not in run_keys:
             assert node.dependencies <= set(grouped)  # nothing reads a leaf that is gone
@@ -120,37 +119,3 @@ def test_runs_per_slot_reads_the_dask_config() -> None:
     for said in (0, 2):
         with dask.config.set({"gpu-magics.runs-per-slot": said}):
             assert grouping.runs_per_slot() == said
-
-
-def test_a_runs_leaves_travel_as_one_bytes_and_compute_the_same() -> None:
-    from dask._task_spec import Task
-
-    graph, keys = optimized(seed())
-    grouped = grouping.group_reduction_leaves(graph, keys, 4)
-    runs = [node for key, node in grouped.items() if str(key[0]).endswith("-runs")]
-    assert all(node.func is packing.together_packed and not node.dependencies for node in runs)
-    leaves = packing.leaves_of(runs[0])
-    assert packing.together_packed(runs[0].args[0]) == tuple(task({}) for task in leaves)
-    import threading
-
-    held = threading.Lock()
-    assert packing.pack([Task(None, id, held)]) is None  # stays tasks: dask's own error names the lock
-
-
-def test_pack_runs_reads_the_dask_config_and_off_keeps_the_tasks() -> None:
-    graph, keys = optimized(seed())
-    assert grouping.pack_runs() is True
-    with dask.config.set({"gpu-magics.pack-runs": False}):
-        assert grouping.pack_runs() is False
-    unpacked = grouping.group_reduction_leaves(graph, keys, 4, pack=False)
-    runs = [node for key, node in unpacked.items() if str(key[0]).endswith("-runs")]
-    assert all(node.func is grouping.together for node in runs)
-    assert sorted(len(packing.leaves_of(node)) for node in runs) == [25] * 4
-    names = list(flatten(keys))
-    assert get_sync(unpacked, names) == get_sync(grouping.group_reduction_leaves(graph, keys, 4), names)
-    with dask.config.set({"gpu-magics.pack-runs": "no"}), pytest.raises(UsageError) as raised:
-        grouping.pack_runs()
-    assert str(raised.value) == (
-        "dask config gpu-magics.pack-runs is 'no': set True (a run's chunk tasks travel as one bytes, the default) "
-        "or False (as tasks)"
-    )

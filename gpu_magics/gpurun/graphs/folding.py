@@ -38,31 +38,12 @@ def fold_run(combine: Callable[[Any], Any], depth: int, *values: Any) -> Any:
     return combine(nested)
 
 
-def fold_packed_run(combine: Callable[[Any], Any], depth: int, leaves: bytes) -> Any:
-    """``fold_run`` of the chunk tasks packed into ``leaves`` (``packing``), computed in order."""
-    from gpu_magics.gpurun.graphs.packing import computed
-
-    return fold_run(combine, depth, *computed(leaves))
-
-
-RUNS = (fold_run, fold_packed_run)  # the functions of a folded run's task
-
-
 def fold(
-    graph: Mapping[Any, Any],
-    leaves: Sequence[Any],
-    readers: Mapping[Any, Sequence[Any]],
-    runs: int,
-    name: str,
-    *,
-    pack: bool = True,
+    graph: Mapping[Any, Any], leaves: Sequence[Any], readers: Mapping[Any, Sequence[Any]], runs: int, name: str
 ) -> dict[Any, Any] | None:
-    """``graph`` with ``leaves`` (in order) in ``runs`` folded runs named ``name``, each combining its own chunks
-    (packed into one ``bytes`` with ``pack``), and the aggregate reading the runs; ``None`` where the reduction
-    cannot be folded (see above)."""
+    """``graph`` with ``leaves`` (in order) in ``runs`` folded runs named ``name``, each combining its own chunks,
+    and the aggregate reading the runs; ``None`` where the reduction cannot be folded (see above)."""
     from dask._task_spec import Alias, Task, parse_input
-
-    from gpu_magics.gpurun.graphs.packing import pack as pack_tasks
 
     shape = _foldable(graph, leaves, readers)
     if shape is None:
@@ -73,13 +54,8 @@ def fold(
     for index in range(runs):
         members = leaves[index * len(leaves) // runs : (index + 1) * len(leaves) // runs]
         run_key = (name, index)
-        inlined = [Task(None, graph[key].func, *graph[key].args, **graph[key].kwargs) for key in members]
-        packed = pack_tasks(inlined) if pack else None
-        folded[run_key] = (
-            Task(run_key, fold_run, combine, depth, *inlined)
-            if packed is None
-            else Task(run_key, fold_packed_run, combine, depth, packed)
-        )
+        inlined = (Task(None, graph[key].func, *graph[key].args, **graph[key].kwargs) for key in members)
+        folded[run_key] = Task(run_key, fold_run, combine, depth, *inlined)
         refs.append(Alias(run_key))  # a reference inside a list (a TaskRef there is not read as one)
     nested: Any = refs
     for _ in range(depth - 1):

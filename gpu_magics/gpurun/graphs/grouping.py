@@ -20,8 +20,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_magics.gpurun.graphs import packing
-
 RUNS_PER_SLOT = 1  # runs per GPU (per worker thread on CPU workers); dask config ``gpu-magics.runs-per-slot``
 MIN_LEAVES_PER_RUN = 2  # fewer leaves than this per run: the graph stays as it is
 REDUCTION_STEPS = ("-partial", "-aggregate")  # dask.array's reduction steps name their layers so
@@ -55,34 +53,23 @@ def runs_for(leaves: int, slots: int, per_slot: int = RUNS_PER_SLOT) -> int:
     return runs if runs >= slots else 0
 
 
-def pack_runs() -> bool:
-    """``gpu-magics.pack-runs`` from the dask config (default ``True``: a run's chunk tasks travel as one
-    ``bytes``, ``packing``)."""
-    return config_switch("gpu-magics.pack-runs", "a run's chunk tasks travel as one bytes, the default", "as tasks")
-
-
-def config_switch(name: str, on: str, off: str) -> bool:
-    """A true-or-false dask config setting (default ``True``); anything else is one line that says what to set."""
-    import dask
-    from IPython.core.error import UsageError
-
-    said = dask.config.get(name, default=True)
-    if not isinstance(said, bool):
-        raise UsageError(f"dask config {name} is {said!r}: set True ({on}) or False ({off})")
-    return said
-
-
 def fold_reductions() -> bool:
     """``gpu-magics.fold-reductions`` from the dask config (default ``True``: a whole-array reduction's runs
     combine their own chunks, ``folding``)."""
-    return config_switch(
-        "gpu-magics.fold-reductions", "a whole-array reduction's runs combine their own chunks, the default",
-        "dask's reduction tree",
-    )  # fmt: skip
+    import dask
+    from IPython.core.error import UsageError
+
+    said = dask.config.get("gpu-magics.fold-reductions", default=True)
+    if not isinstance(said, bool):
+        raise UsageError(
+            f"dask config gpu-magics.fold-reductions is {said!r}: set True (a whole-array reduction's runs combine "
+            "their own chunks, the default) or False (dask's reduction tree)"
+        )
+    return said
 
 
 def group_reduction_leaves(
-    graph: Any, keys: Any, slots: int, per_slot: int = RUNS_PER_SLOT, *, fold: bool = False, pack: bool = True
+    graph: Any, keys: Any, slots: int, per_slot: int = RUNS_PER_SLOT, *, fold: bool = False
 ) -> Any:
     """``graph`` with its reduction leaves run ``runs_for`` at a time (see above); unchanged where there are
     too few of them for ``slots`` GPUs (or CPU worker threads). With ``fold``, a whole-array reduction's runs
@@ -115,7 +102,7 @@ def group_reduction_leaves(
     if fold:
         from gpu_magics.gpurun.graphs.folding import fold as fold_runs
 
-        folded = fold_runs(graph, leaves, readers, runs, name, pack=pack)
+        folded = fold_runs(graph, leaves, readers, runs, name)
         if folded is not None:
             return folded
     grouped: dict[Any, Any] = {}
@@ -123,11 +110,7 @@ def group_reduction_leaves(
     for index in range(runs):
         members = leaves[index * len(leaves) // runs : (index + 1) * len(leaves) // runs]
         run_key = (name, index)
-        inlined = [_inline(graph[key]) for key in members]
-        packed = packing.pack(inlined) if pack else None
-        grouped[run_key] = (
-            Task(run_key, together, *inlined) if packed is None else Task(run_key, packing.together_packed, packed)
-        )
+        grouped[run_key] = Task(run_key, together, *(_inline(graph[key]) for key in members))
         for position, key in enumerate(members):
             where[key] = Task(None, operator.getitem, TaskRef(run_key), position)
     for key, node in graph.items():

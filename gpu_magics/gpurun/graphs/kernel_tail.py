@@ -35,13 +35,16 @@ AGGREGATE = "-aggregate"  # dask.array's reductions name their last step's layer
 
 def enabled() -> bool:
     """``gpu-magics.aggregate-in-kernel`` from the dask config (default ``True``)."""
-    from gpu_magics.gpurun.graphs.grouping import config_switch
+    import dask
+    from IPython.core.error import UsageError
 
-    return config_switch(
-        "gpu-magics.aggregate-in-kernel",
-        "a reduction's aggregate runs in the kernel, the default",
-        "on a worker",
-    )
+    said = dask.config.get("gpu-magics.aggregate-in-kernel", default=True)
+    if not isinstance(said, bool):
+        raise UsageError(
+            f"dask config gpu-magics.aggregate-in-kernel is {said!r}: set True (a reduction's aggregate runs in the "
+            "kernel, the default) or False (on a worker)"
+        )
+    return said
 
 
 def gathered() -> int:
@@ -61,11 +64,10 @@ def split_tail(graph: Mapping[Any, Any], keys: list[Any]) -> tuple[dict[Any, Any
     """(the graph without ``keys``' tasks, the runs those tasks read) where every requested key is a task that
     reads only runs of a reduction's leaves (``folding.fold_run``, or ``grouping.together`` where the reduction's
     aggregate reads its chunks' partial results itself) and nothing else reads; ``None`` otherwise."""
-    from gpu_magics.gpurun.graphs.folding import RUNS
+    from gpu_magics.gpurun.graphs.folding import fold_run
     from gpu_magics.gpurun.graphs.grouping import together
-    from gpu_magics.gpurun.graphs.packing import together_packed
 
-    run_functions = (*RUNS, together, together_packed)
+    run_functions = (fold_run, together)
 
     wanted = set(keys)
     if not wanted or not wanted <= graph.keys():

@@ -19,7 +19,7 @@ Two sources of tasks that compute nothing are cut, and one wait on the GPU is av
 
 The optimization runs where dask materializes the graph (on the scheduler, or in the kernel for a small reduction
 whose aggregate ``kernel_tail`` computes there), so it is used only where the scheduler can import this package
-(``task_count.scheduler_mark`` found the plugin there). A run's chunk tasks travel as one ``bytes`` (``packing``).
+(``task_count.scheduler_mark`` found the plugin there).
 """
 
 from __future__ import annotations
@@ -34,20 +34,17 @@ REDUCTION_SPLIT_EVERY = 16  # partial results combined at once (4 x 4 for a 2-D 
 
 
 def optimize_without_aliases(
-    dsk: Any, keys: Any, *, slots: int = 0, per_slot: int = 0, fold: bool = False, pack: bool = True, **kwargs: Any
+    dsk: Any, keys: Any, *, slots: int = 0, per_slot: int = 0, fold: bool = False, **kwargs: Any
 ) -> Any:
     """dask's array optimization of the graph with reseeded generators (``reseed_generators``), then without
     the alias tasks its linear fusion leaves behind; on a cluster of ``slots`` GPUs (or CPU worker threads), a
-    reduction's leaves ``per_slot`` runs to each (``grouping``), folded into them with ``fold`` (``folding``), each
-    run's chunk tasks in one ``bytes`` with ``pack`` (``packing``)."""
+    reduction's leaves ``per_slot`` runs to each (``grouping``), folded into them with ``fold`` (``folding``)."""
     from dask.array.optimization import optimize
 
     from gpu_magics.gpurun.graphs.grouping import group_reduction_leaves
 
     optimized = strip_aliases(optimize(reseed_generators(dsk), keys, **kwargs), keys)
-    if not slots or not per_slot:
-        return optimized
-    return group_reduction_leaves(optimized, keys, slots, per_slot, fold=fold, pack=pack)
+    return group_reduction_leaves(optimized, keys, slots, per_slot, fold=fold) if slots and per_slot else optimized
 
 
 def reseed_generators(dsk: Any) -> Any:
@@ -162,16 +159,15 @@ def gpu_graph_defaults() -> dict[str, Any]:
 def cluster_graph_defaults(slots: int = 0) -> dict[str, Any]:
     """The settings above for a cluster of ``slots`` GPUs (or CPU worker threads), each only where the user's dask
     config has not set it; ``gpu-magics.runs-per-slot`` (default 1; 0: off) sets how many runs of a reduction's
-    leaves each slot gets, ``gpu-magics.pack-runs`` (default True) whether a run's chunk tasks travel as one
-    ``bytes``, ``gpu-magics.fold-reductions`` (default True) whether a whole-array reduction's runs
+    leaves each slot gets, ``gpu-magics.fold-reductions`` (default True) whether a whole-array reduction's runs
     combine their own chunks."""
-    from gpu_magics.gpurun.graphs.grouping import fold_reductions, pack_runs, runs_per_slot
+    from gpu_magics.gpurun.graphs.grouping import fold_reductions, runs_per_slot
 
     settings: dict[str, Any] = {}
     if dask.config.get("array_optimize", default=None) is None:
         per_slot, fold = runs_per_slot(), fold_reductions()
         settings["array_optimize"] = functools.partial(
-            optimize_without_aliases, slots=slots, per_slot=per_slot, fold=fold, pack=pack_runs()
+            optimize_without_aliases, slots=slots, per_slot=per_slot, fold=fold
         )
     if dask.config.get("split_every", default=None) is None:
         settings["split_every"] = REDUCTION_SPLIT_EVERY

@@ -35,16 +35,13 @@ AGGREGATE = "-aggregate"  # dask.array's reductions name their last step's layer
 
 def enabled() -> bool:
     """``gpu-magics.aggregate-in-kernel`` from the dask config (default ``True``)."""
-    import dask
-    from IPython.core.error import UsageError
+    from gpu_magics.gpurun.graphs.grouping import config_switch
 
-    said = dask.config.get("gpu-magics.aggregate-in-kernel", default=True)
-    if not isinstance(said, bool):
-        raise UsageError(
-            f"dask config gpu-magics.aggregate-in-kernel is {said!r}: set True (a reduction's aggregate runs in the "
-            "kernel, the default) or False (on a worker)"
-        )
-    return said
+    return config_switch(
+        "gpu-magics.aggregate-in-kernel",
+        on="a reduction's aggregate runs in the kernel, the default",
+        off="on a worker",
+    )
 
 
 def gathered() -> int:

@@ -210,6 +210,19 @@ def test_a_failing_cell_fails_like_a_plain_cell(kernel: Kernel) -> None:
     assert text.count("Traceback (most recent call last)") == 1 and "gpu_magics" not in text
 
 
+def test_a_failing_reduction_on_the_cluster_fails_like_a_plain_cell(kernel: Kernel) -> None:
+    """A reduction whose aggregate the kernel computes (``kernel_tail``): a chunk's error is the cell's error."""
+    cell = (
+        "%%gpurun multi-gpu -q --no-monitor\nimport dask.array as da, numpy as np\n"
+        "def bad(block):\n    raise ZeroDivisionError('a chunk failed')\n"
+        "da.ones((40, 40), chunks=10).map_blocks(bad, dtype=float, meta=np.empty((0, 0))).sum().compute()"
+    )
+    reply, text = kernel.run(cell, timeout=120)
+    assert reply["status"] == "error" and reply["ename"] == "ZeroDivisionError", text
+    assert reply["evalue"] == "a chunk failed"
+    assert "1600" in kernel.ok(SMALL_CELL.replace("da.ones(10, chunks=5)", "da.ones((40, 40), chunks=10)"))
+
+
 def test_a_task_that_kills_its_worker_raises_and_the_worker_comes_back(kernel: Kernel) -> None:
     cell = (
         "%%gpurun multi-gpu --no-monitor\n"

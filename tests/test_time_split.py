@@ -216,6 +216,19 @@ def test_a_bad_fold_reductions_setting_is_one_line_and_the_cluster_stays(
 
 
 @pytest.mark.slow  # a cluster with worker processes
+def test_a_bad_aggregate_in_kernel_setting_is_one_line_and_the_cluster_stays(
+    ip: InteractiveShell, cpu_cluster: None
+) -> None:
+    with dask.config.set({"gpu-magics.aggregate-in-kernel": "yes"}), pytest.raises(UsageError) as raised:
+        ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", SEED.format(chunk=600))
+    assert str(raised.value).startswith("dask config gpu-magics.aggregate-in-kernel is 'yes': set True")
+    assert "\n" not in str(raised.value)
+    with capture_output():
+        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
+    assert ip.user_ns["t_after"].tasks == 2  # the same cluster runs the next cell, the aggregate here
+
+
+@pytest.mark.slow  # a cluster with worker processes
 def test_a_reductions_many_chunks_run_in_one_task_per_worker_thread_with_the_same_result(
     ip: InteractiveShell, cpu_cluster: None
 ) -> None:

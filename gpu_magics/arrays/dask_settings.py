@@ -25,3 +25,14 @@ def apply(settings: dict[str, Any]) -> dict[str, Any]:
     saved = {key: dask.config.get(key, default=None) for key in settings}
     dask.config.set(settings)
     return saved
+
+
+def config_switch(name: str, *, on: str, off: str) -> bool:
+    """A true-or-false dask config setting of this package (default ``True``); any other value is one line that
+    says what each choice does (``on``, ``off``)."""
+    from IPython.core.error import UsageError
+
+    said = dask.config.get(name, default=True)
+    if not isinstance(said, bool):
+        raise UsageError(f"dask config {name} is {said!r}: set True ({on}) or False ({off})")
+    return said

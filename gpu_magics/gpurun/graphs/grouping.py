@@ -56,23 +56,13 @@ def runs_for(leaves: int, slots: int, per_slot: int = RUNS_PER_SLOT) -> int:
 def fold_reductions() -> bool:
     """``gpu-magics.fold-reductions`` from the dask config (default ``True``: a whole-array reduction's runs
     combine their own chunks, ``folding``)."""
+    from gpu_magics.arrays.dask_settings import config_switch
+
     return config_switch(
         "gpu-magics.fold-reductions",
         on="a whole-array reduction's runs combine their own chunks, the default",
         off="dask's reduction tree",
     )
-
-
-def config_switch(name: str, *, on: str, off: str) -> bool:
-    """A true-or-false dask config setting of this package (default ``True``); any other value is one line that
-    says what each choice does (``on``, ``off``)."""
-    import dask
-    from IPython.core.error import UsageError
-
-    said = dask.config.get(name, default=True)
-    if not isinstance(said, bool):
-        raise UsageError(f"dask config {name} is {said!r}: set True ({on}) or False ({off})")
-    return said
 
 
 def group_reduction_leaves(

@@ -35,7 +35,7 @@ AGGREGATE = "-aggregate"  # dask.array's reductions name their last step's layer
 
 def enabled() -> bool:
     """``gpu-magics.aggregate-in-kernel`` from the dask config (default ``True``)."""
-    from gpu_magics.gpurun.graphs.grouping import config_switch
+    from gpu_magics.arrays.dask_settings import config_switch
 
     return config_switch(
         "gpu-magics.aggregate-in-kernel",
@@ -89,16 +89,13 @@ def worth_materializing(expr: Any) -> bool:
     members = expr.operands if isinstance(expr, _HLGExprSequence) else [expr]
     if not members or not all(isinstance(member, HLGExpr) for member in members):
         return False
-    layers = [layer for member in members for layer in member.hlg.layers.values()]
-    names = [name for member in members for name in member.hlg.layers]
-    if not any(AGGREGATE in str(name) for name in names) or any(layer.annotations for layer in layers):
-        return False
-    tasks = 0
-    for layer in layers:
+    reduction, tasks = False, 0
+    for name, layer in (item for member in members for item in member.hlg.layers.items()):
         tasks += len(layer)
-        if tasks > MAX_TASKS:
+        if layer.annotations or tasks > MAX_TASKS:
             return False
-    return True
+        reduction = reduction or AGGREGATE in str(name)
+    return reduction
 
 
 @contextlib.contextmanager

@@ -194,38 +194,24 @@ def test_the_cluster_runs_the_seed_without_alias_tasks(ip: InteractiveShell, cpu
 
 
 @pytest.mark.slow  # a cluster with worker processes
-def test_a_bad_runs_per_slot_setting_is_one_line_and_the_cluster_stays(ip: InteractiveShell, cpu_cluster: None) -> None:
-    with dask.config.set({"gpu-magics.runs-per-slot": "two"}), pytest.raises(UsageError, match=r"^dask config gpu"):
-        ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", SEED.format(chunk=600))
-    with capture_output():
-        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
-    assert ip.user_ns["t_after"].tasks == 2  # the same cluster runs the next cell
-
-
-@pytest.mark.slow  # a cluster with worker processes
-def test_a_bad_fold_reductions_setting_is_one_line_and_the_cluster_stays(
-    ip: InteractiveShell, cpu_cluster: None
+@pytest.mark.parametrize(
+    ("setting", "value", "choices"),
+    [
+        ("gpu-magics.runs-per-slot", "two", "set a whole number of runs per GPU"),
+        ("gpu-magics.fold-reductions", "yes", "set True"),
+        ("gpu-magics.aggregate-in-kernel", "yes", "set True"),
+    ],
+)
+def test_a_bad_tuning_setting_is_one_line_and_the_cluster_stays(
+    ip: InteractiveShell, cpu_cluster: None, setting: str, value: str, choices: str
 ) -> None:
-    with dask.config.set({"gpu-magics.fold-reductions": "yes"}), pytest.raises(UsageError) as raised:
+    with dask.config.set({setting: value}), pytest.raises(UsageError) as raised:
         ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", SEED.format(chunk=600))
-    assert str(raised.value).startswith("dask config gpu-magics.fold-reductions is 'yes': set True")
+    assert str(raised.value).startswith(f"dask config {setting} is {value!r}: {choices}")
     assert "\n" not in str(raised.value)
     with capture_output():
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
-    assert ip.user_ns["t_after"].tasks == 2  # the same cluster runs the next cell
-
-
-@pytest.mark.slow  # a cluster with worker processes
-def test_a_bad_aggregate_in_kernel_setting_is_one_line_and_the_cluster_stays(
-    ip: InteractiveShell, cpu_cluster: None
-) -> None:
-    with dask.config.set({"gpu-magics.aggregate-in-kernel": "yes"}), pytest.raises(UsageError) as raised:
-        ip.run_cell_magic("gpurun", "multi-gpu -q --no-monitor", SEED.format(chunk=600))
-    assert str(raised.value).startswith("dask config gpu-magics.aggregate-in-kernel is 'yes': set True")
-    assert "\n" not in str(raised.value)
-    with capture_output():
-        ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after --no-monitor", SEED.format(chunk=600))
-    assert ip.user_ns["t_after"].tasks == 2  # the same cluster runs the next cell, the aggregate here
+    assert ip.user_ns["t_after"].tasks == 2  # the same cluster runs the next cell (the aggregate in the kernel)
 
 
 @pytest.mark.slow  # a cluster with worker processes

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from gpu_magics import gpus
+from gpu_magics.cluster.telemetry import process_memory
 from gpu_magics.cluster.workers import kernel_context
 from gpu_magics.cluster.workers.kernel_context import HeldGpu, find_held, held_message
 
@@ -109,3 +110,35 @@ def test_this_process_without_a_driver_holds_nothing(capsys: pytest.CaptureFixtu
     if kernel_context.cuda_loaded():
         pytest.skip("the CUDA driver is loaded in this process")
     assert find_held(["0"], DEVICES) == []
+
+
+class Driver:
+    """The CUDA driver's answers that ``primary_contexts`` reads (a CI machine has no libcuda): started or not,
+    and which ordinals have an active primary context. ``cuInit`` must never be called."""
+
+    def __init__(self, started: bool, active: set[int]) -> None:
+        self.started = started
+        self.active = active
+
+    def cuInit(self, flags: int) -> int:
+        raise AssertionError("asking must not start the driver")
+
+    def cuDeviceGetCount(self, count: object) -> int:
+        return 0 if self.started else process_memory.CUDA_ERROR_NOT_INITIALIZED
+
+    def cuDeviceGet(self, device: object, ordinal: int) -> int:
+        device._obj.value = ordinal  # type: ignore[attr-defined]
+        return 0
+
+    def cuDevicePrimaryCtxGetState(self, device: object, flags: object, active: object) -> int:
+        active._obj.value = int(device.value in self.active)  # type: ignore[attr-defined]
+        return 0
+
+
+def test_a_driver_never_started_has_no_context_and_stays_unstarted() -> None:
+    # starting it (cuInit) took 1.2 s on a 4-GPU host, in %gpucluster before any worker started
+    assert process_memory.primary_contexts([0, 1], Driver(started=False, active=set())) == set()
+
+
+def test_a_started_driver_says_which_devices_have_a_context() -> None:
+    assert process_memory.primary_contexts([0, 1, 2], Driver(started=True, active={1})) == {1}

@@ -139,6 +139,9 @@ def test_a_kernel_without_a_context_is_told_nothing_and_gets_none(tmp_path: Path
         assert kernel.ok(check).strip().splitlines()[-1] == "set()"
         assert HELD_LINE not in kernel.ok("kernel_context.report(['0'])")
         assert kernel.ok(check).strip().splitlines()[-1] == "set()"  # checking created no context
+        # nor started the driver (cuInit: 1.2 s on a 4-GPU host, before any worker started): still not initialized
+        started = "import ctypes\nprint(ctypes.CDLL('libcuda.so.1').cuDeviceGetCount(ctypes.byref(ctypes.c_int())))"
+        assert kernel.ok(started).strip().splitlines()[-1] == "3"
         text = kernel.ok("%gpucluster --gpus 0 --name clean", timeout=180)
         assert HELD_LINE not in text  # (the start then makes the kernel's own context, for results)
         kernel.ok("%gpucluster stop", timeout=60)

@@ -1,0 +1,102 @@
+"""What a GPU worker's own start costs, phase by phase, when several start at once.
+
+    python benchmarks/gpu_context_start.py --processes 1,4            # needs GPUs; every phase, both visibilities
+
+Each process stands for one dask-cuda worker: it imports what a worker imports (before the clock), then all start
+together and time, one after the other, NVML's start (``nvmlInit``), dask-cuda's check for an existing CUDA context
+(NVML's process lists), the CUDA context itself (``cuda.core``'s ``Device().set_current()``, what dask-cuda's
+preload calls), CuPy's first kernel and the seed workload's first random chunk. ``rotated`` gives each process
+every GPU, its own first (dask-cuda's ``CUDA_VISIBLE_DEVICES``); ``alone`` gives it only its own GPU. Prints one
+line per setup: the slowest process's seconds per phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+PHASES = ("nvml_init", "context_check", "cuda_context", "first_kernel", "first_random")
+
+
+def child(start_at: float) -> dict[str, float]:
+    """One process: the imports, then (at ``start_at``) each phase, timed."""
+    import cupy
+    import pynvml
+    from cuda.core import Device
+    from distributed.diagnostics import nvml as dask_nvml
+
+    while time.time() < start_at:
+        time.sleep(0.001)
+    took: dict[str, float] = {}
+    mark = time.perf_counter()
+
+    def done(phase: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        took[phase] = round(now - mark, 4)
+        mark = now
+
+    pynvml.nvmlInit()
+    done("nvml_init")
+    dask_nvml.has_cuda_context()
+    done("context_check")
+    Device().set_current()
+    done("cuda_context")
+    cupy.zeros(1).sum()
+    cupy.cuda.runtime.deviceSynchronize()
+    done("first_kernel")
+    cupy.random.RandomState(1).normal(10, 1, size=(256, 256)).mean()
+    cupy.cuda.runtime.deviceSynchronize()
+    done("first_random")
+    took["total"] = round(sum(took[p] for p in PHASES), 4)
+    return took
+
+
+def visible(index: int, count: int, how: str) -> str:
+    if how == "alone":
+        return str(index)
+    return ",".join(str((index + k) % count) for k in range(count))
+
+
+def run(processes: int, gpus: int, how: str) -> dict[str, Any]:
+    start_at = time.time() + 4.0  # after every process has imported
+    children = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--child", str(start_at)],
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": visible(i % gpus, gpus, how)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(processes)
+    ]
+    found = [json.loads(c.communicate(timeout=120)[0].strip().splitlines()[-1]) for c in children]
+    slowest = {key: max(f[key] for f in found) for key in (*PHASES, "total")}
+    return {"processes": processes, "visibility": how, "slowest": slowest, "each_total": [f["total"] for f in found]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--processes", default="1,4", help="process counts, comma-separated")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(json.dumps(child(args.child)))
+        return
+    import pynvml
+
+    pynvml.nvmlInit()
+    gpus = pynvml.nvmlDeviceGetCount()
+    for count in (int(c) for c in args.processes.split(",") if c):
+        for how in ("rotated", "alone"):
+            for _ in range(args.rounds):
+                print(json.dumps(run(min(count, gpus), gpus, how)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

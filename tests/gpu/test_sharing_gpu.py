@@ -70,6 +70,43 @@ def test_reporting_creates_no_cuda_context(tmp_path: Path) -> None:
     assert list(tmp_path.glob("gpu-magics-kernel-*.json")) == []
 
 
+def test_the_kernels_context_starts_without_holding_the_gil() -> None:
+    """The kernel's own CUDA context, made while its workers start, lets other threads run meanwhile (its event
+    loop runs the scheduler and the nannies), and is the context CuPy then uses; a second call does nothing."""
+    script = textwrap.dedent("""
+        import threading, time
+        from gpu_magics.cluster.telemetry.process_memory import primary_contexts
+        from gpu_magics.cluster.workers.warmup import start_cuda_without_the_gil
+        ticks, done = [], threading.Event()
+        def tick():
+            while not done.is_set():
+                ticks.append(time.perf_counter())
+                time.sleep(0.001)
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        time.sleep(0.05)
+        began = time.perf_counter()
+        start_cuda_without_the_gil()
+        ended = time.perf_counter()
+        done.set()
+        ticker.join()
+        during = sum(began < t < ended for t in ticks)
+        print(primary_contexts([0]))
+        start_cuda_without_the_gil()
+        import cupy
+        cupy.zeros(1).sum()
+        print(cupy.cuda.runtime.getDevice(), primary_contexts([0]))
+        print(round(ended - began, 3), during)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    made, used, timing = done.stdout.strip().splitlines()[-3:]
+    took, during = timing.split()
+    assert made == "{0}" and used == "0 {0}"
+    if float(took) > 0.05:  # the driver's start takes 0.3-1.2 s on these hosts: the other thread ran meanwhile
+        assert int(during) >= 10, (took, during)
+
+
 def test_free_cached_after_a_gpu_cell_brings_memory_back(ip: InteractiveShell, runtime: Path) -> None:
     ip.run_cell("import dask.array as da")
     before = used_on(0)

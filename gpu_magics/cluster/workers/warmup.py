@@ -187,12 +187,33 @@ def prepare_here(gpu: bool, made: threading.Event) -> None:
         if gpu:
             import cupy
 
+            start_cuda_without_the_gil()
             cupy.zeros(1).sum()
             cupy.cuda.runtime.deviceSynchronize()
     except Exception as error:  # a warm-up that fails any way only leaves the first cell slower
         dropped("warming CuPy in the scheduler's process", error)
     made.wait(timeout=WARM_TIMEOUT)
     gc.collect()
+
+
+def start_cuda_without_the_gil() -> None:
+    """Where this process has not started the CUDA driver yet: start it and make device 0's primary context (the
+    one CuPy uses first) through ``ctypes``, which lets go of the GIL during each call. Through CuPy, the driver's
+    start held the GIL: on a 4-GPU host its 1.2 s stopped this process's event loop, where the scheduler and the
+    workers' nannies run, and the workers forked that much later. Anything that fails is left to CuPy."""
+    import ctypes
+
+    from gpu_magics.cluster.telemetry.process_memory import CUDA_ERROR_NOT_INITIALIZED
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    count, device, context = ctypes.c_int(), ctypes.c_int(), ctypes.c_void_p()
+    if driver.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED:
+        return  # started already (by CuPy, or any library the notebook used): its device choice stands
+    if driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(device), 0) == 0:
+        driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)  # held for the process's life, as CuPy's
 
 
 class WarmWatch:

@@ -57,6 +57,16 @@ def child(start_at: float) -> dict[str, float]:
     return took
 
 
+def hold(seconds: float) -> None:
+    """A process that only starts the CUDA driver (no context, no device memory) and stays ``seconds``."""
+    import ctypes
+
+    began = time.perf_counter()
+    ctypes.CDLL("libcuda.so.1").cuInit(0)
+    print(json.dumps({"holder_cuinit_s": round(time.perf_counter() - began, 4)}), flush=True)
+    time.sleep(seconds)
+
+
 def visible(index: int, count: int, how: str) -> str:
     if how == "alone":
         return str(index)
@@ -83,19 +93,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--processes", default="1,4", help="process counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--holder", action="store_true", help="also with a process that only started the driver")
     parser.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--hold", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(child(args.child)))
+        return
+    if args.hold is not None:
+        hold(args.hold)
         return
     import pynvml
 
     pynvml.nvmlInit()
     gpus = pynvml.nvmlDeviceGetCount()
-    for count in (int(c) for c in args.processes.split(",") if c):
-        for how in ("rotated", "alone"):
-            for _ in range(args.rounds):
-                print(json.dumps(run(min(count, gpus), gpus, how)), flush=True)
+    for holder in (False, True) if args.holder else (False,):
+        held = None
+        if holder:  # the driver started by another process first, which stays while the others start
+            held = subprocess.Popen([sys.executable, __file__, "--hold", "600"], stdout=subprocess.PIPE, text=True)
+            assert held.stdout is not None
+            print(held.stdout.readline().strip(), flush=True)
+        for count in (int(c) for c in args.processes.split(",") if c):
+            for how in ("rotated", "alone"):
+                for _ in range(args.rounds):
+                    print(json.dumps({"holder": holder, **run(min(count, gpus), gpus, how)}), flush=True)
+        if held is not None:
+            held.kill()
+            held.wait()
 
 
 if __name__ == "__main__":

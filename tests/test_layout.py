@@ -310,9 +310,14 @@ def test_the_floor_check_sees_a_folder_spanning_floors(tmp_path: Path) -> None:
 
 
 def test_only_squeue_runs_slurms_commands_and_only_the_rank_host_starts_processes() -> None:
-    """SLURM's commands run in ``managers.squeue`` only (every call with a timeout); the only other process this
-    package starts itself is a rank process, from its worker's rank host (``rank_process``)."""
-    starting = {"gpu_magics.cluster.managers.squeue", "gpu_magics.spmd.worker.rank_process"}
+    """SLURM's commands run in ``managers.squeue`` only (every call with a timeout); the only other processes this
+    package starts itself are a rank process, from its worker's rank host (``rank_process``), and the one that
+    starts the CUDA driver ahead, from the kernel (``driver_start``)."""
+    starting = {
+        "gpu_magics.cluster.managers.squeue",
+        "gpu_magics.spmd.worker.rank_process",
+        "gpu_magics.cluster.workers.driver_start",
+    }
     assert importers_of("subprocess") == starting
 
 

@@ -210,12 +210,16 @@ def _start_job(
 
 
 def prestart_worker_server() -> None:
-    """Launch the server that worker processes fork from (``workers.forkserver``) ahead of a first start; a
-    failure here only makes that start slower."""
-    try:
-        forkserver.start_server()
-    except Exception as error:  # a failure of any kind only makes the first start slower
-        dropped("starting the worker server ahead", error)
+    """Launch the server that worker processes fork from (``workers.forkserver``) and, on a host with GPUs, the
+    process that starts the CUDA driver (``workers.driver_start``) ahead of a first start; a failure here only
+    makes that start slower."""
+    from gpu_magics.cluster.workers import driver_start
+
+    for launch, what in ((forkserver.start_server, "the worker server"), (driver_start.start, "the CUDA driver")):
+        try:
+            launch()
+        except Exception as error:  # a failure of any kind only makes the first start slower
+            dropped(f"starting {what} ahead", error)
 
 
 def unreported_start_failure() -> str | None:

@@ -35,8 +35,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
         True,
         help=(
             "At %load_ext, launch the process that %gpucluster's workers fork from, so that its imports "
-            "(dask, distributed, dask-cuda, CuPy) are done before the first %gpucluster. It is idle, holds no "
-            "GPU memory and exits with the kernel."
+            "(dask, distributed, dask-cuda, CuPy) are done before the first %gpucluster, and on a host with GPUs "
+            "one that starts the CUDA driver there, so that the workers' CUDA start is shorter. Both are idle, "
+            "hold no GPU memory and exit with the kernel."
         ),
     ).tag(config=True)
 
@@ -161,8 +162,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
         In a notebook a cluster started here starts in the background: the prompt comes back at once, a line
         updates in place until the workers are warm, and cells that need the cluster wait for it; a failure is
         one line (distributed's own log goes to the file it names). ``%config ClusterMagics.wait_for_workers =
-        True`` waits here instead. Workers fork from a process that ``%load_ext`` launched with their imports done
-        (``%config ClusterMagics.prestart_workers = False`` turns it off) and warm their GPU while they register.
+        True`` waits here instead. Workers fork from a process that ``%load_ext`` launched with their imports done,
+        find the CUDA driver started by another (``%config ClusterMagics.prestart_workers = False`` turns both
+        off) and warm their GPU while they register.
         The client is also ``gpu_magics.client()``; ``%%gpurun multi-gpu`` uses it. The cluster closes on
         ``%gpucluster stop``, ``%unload_ext gpu_magics`` and when the kernel exits; a cluster attached to with
         ``--address`` is never stopped from here.

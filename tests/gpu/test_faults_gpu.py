@@ -8,9 +8,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.test_kernel_faults import SLOW_CELL, SMALL_CELL, Kernel
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -142,8 +144,13 @@ def test_a_kernel_without_a_context_is_told_nothing_and_gets_none(tmp_path: Path
         # nor started the driver (cuInit: 1.2 s on a 4-GPU host, before any worker started): still not initialized
         started = "import ctypes\nprint(ctypes.CDLL('libcuda.so.1').cuDeviceGetCount(ctypes.byref(ctypes.c_int())))"
         assert kernel.ok(started).strip().splitlines()[-1] == "3"
+        # another process of the kernel's keeps it started for the workers (no context there: NVML lists nothing)
+        keeper = "from gpu_magics.cluster.workers import driver_start\nprint(driver_start._process.pid)"
+        keeper_pid = int(kernel.ok(keeper).strip().splitlines()[-1])
+        assert psutil.pid_exists(keeper_pid)
         text = kernel.ok("%gpucluster --gpus 0 --name clean", timeout=180)
         assert HELD_LINE not in text  # (the start then makes the kernel's own context, for results)
         kernel.ok("%gpucluster stop", timeout=60)
     finally:
         kernel.close()
+    assert wait_for(lambda: not psutil.pid_exists(keeper_pid), timeout=30)  # it ended with the kernel

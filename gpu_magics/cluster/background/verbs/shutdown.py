@@ -4,8 +4,8 @@ On a shutdown (or restart) request ipykernel first calls ``do_shutdown``, then t
 left in its process group, escalating from SIGTERM to SIGKILL over about 15 seconds. Multiprocessing's
 resource tracker ignores SIGTERM, so without this the kernel would wait for it until the notebook server
 killed the kernel, and no ``atexit`` handler (ours or the user's) would run. Here the cluster closes (its
-discovery record goes with it), then the worker server and the resource tracker stop, all inside
-``do_shutdown``: the kernel then exits by itself, at once, with status 0.
+discovery record goes with it), then the worker server, the resource tracker and the process that keeps the CUDA
+driver started stop, all inside ``do_shutdown``: the kernel then exits by itself, at once, with status 0.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ _WRAPPED = "_gpu_magics_original_do_shutdown"
 
 def close_everything(shell: Any = None) -> None:
     """Freeze ``%gpumonitor`` panels (a saved notebook keeps their last view, marked stopped), stop the cluster
-    (or disconnect from an attached one), then the worker server and resource tracker."""
+    (or disconnect from an attached one), then the worker server, resource tracker and driver's process."""
     from gpu_magics.cluster import lifecycle
     from gpu_magics.cluster.background import start_logs
-    from gpu_magics.cluster.workers import forkserver
+    from gpu_magics.cluster.workers import driver_start, forkserver
 
     monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
     steps = [monitor.close] if monitor is not None else []
-    for step in (*steps, lifecycle.stop, forkserver.stop_server):
+    for step in (*steps, lifecycle.stop, forkserver.stop_server, driver_start.stop):
         try:
             step()
         except Exception as error:  # the kernel is going: a step that fails any way never stops the next one

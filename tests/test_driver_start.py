@@ -1,0 +1,67 @@
+"""The process that starts the CUDA driver ahead of a first ``%gpucluster``: launched only where the host has real
+NVIDIA GPUs, a real Python process that ends at once where the driver cannot start, and ended with the kernel.
+(Starting the driver itself needs a GPU: ``tests/gpu/test_faults_gpu.py``.)"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.workers import driver_start
+
+
+@pytest.fixture(autouse=True)
+def no_process_left() -> Iterator[None]:
+    yield
+    driver_start.stop()
+    assert not driver_start.running()
+
+
+@pytest.fixture
+def device_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A host that looks as if the NVIDIA driver were loaded (its control device file exists)."""
+    path = tmp_path / "nvidiactl"
+    path.touch()
+    monkeypatch.setattr(driver_start, "DEVICE_FILE", str(path))
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "nvml")
+    return path
+
+
+def test_only_a_host_with_real_nvidia_gpus_wants_it(
+    device_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert driver_start.wanted()
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:4")  # simulated GPUs: nothing to start
+    assert not driver_start.wanted()
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "nvml")
+    monkeypatch.setattr(driver_start, "DEVICE_FILE", str(tmp_path / "missing"))  # no NVIDIA driver loaded
+    assert not driver_start.wanted()
+
+
+def test_a_host_without_gpus_launches_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver_start, "DEVICE_FILE", str(tmp_path / "missing"))
+    monkeypatch.setattr(lifecycle.forkserver, "start_server", lambda: None)  # (the worker server is not tested here)
+    lifecycle.prestart_worker_server()  # what %load_ext calls
+    assert not driver_start.running()
+    driver_start.stop()  # nothing to stop: nothing happens
+
+
+def test_where_the_driver_cannot_start_the_process_ends_by_itself(device_file: Path) -> None:
+    driver_start.start()  # a real Python process; this machine has no CUDA driver library
+    process = driver_start._process
+    assert process is not None
+    assert process.wait(timeout=60) == 1
+    assert not driver_start.running()
+
+
+def test_keep_started_returns_at_once_without_a_driver_and_never_reads() -> None:
+    unread = io.BytesIO(b"still open")
+    began = time.monotonic()
+    assert driver_start.keep_started("libcuda-that-is-not-here.so.1", until_closed=unread) == 1
+    assert driver_start.keep_started("libc.so.6", until_closed=unread) == 1  # a library, but not the driver
+    assert time.monotonic() - began < 5 and unread.tell() == 0

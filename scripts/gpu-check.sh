@@ -7,6 +7,8 @@
 #     startup: %gpucluster start-up (returns, every worker warm, Run All) in a fresh and a used kernel against plain
 #              LocalCUDACluster (1 GPU, medians of 3 fresh processes each), and a py-spy
 #              profile of a fresh start (kernel, worker server and workers) where py-spy is carried
+#     cuda-start: a worker's CUDA start phase by phase, 1 and N at once, with and without the driver kept started
+#                 by another process (benchmarks/gpu_context_start.py --holder)
 #     spmd: %%gpurun spmd with torch on the GPUs: tests/gpu/test_spmd_gpu.py (NCCL ranks on their workers' GPUs, DDP,
 #           gloo CPU ranks, a DataLoader in a rank; the tests stage leaves that file to this stage when both run) and
 #           benchmarks/spmd.py (an empty SPMD cell, fresh ranks to the first all_reduce and a DDP step, against torchrun)
@@ -90,6 +92,7 @@ for stage in "${stages[@]}"; do
         run startup-profile /tmp/site/bin/py-spy record -r 200 --subprocesses --idle -f speedscope -o "$OUT/startup.speedscope.json" \
           -- python3 benchmarks/cluster_start.py --child gpu-magics --gpu-count 1 --n 20000 --chunk 5000 --repeat 1
       fi ;;
+    cuda-start) run cuda-start python3 benchmarks/gpu_context_start.py --processes "1,$gpus" --holder ;;
     session) run session python3 benchmarks/session_backend.py --json "$OUT/session.json" ;;
     empty) run empty-cells python3 benchmarks/session_backend.py --empty-only --count 50 --json "$OUT/empty.json" ;;
     four) run four-gpus python3 benchmarks/four_gpus.py --counts "$counts" --json "$OUT/four-gpus.json" ${FOUR_ARGS:-} ;;

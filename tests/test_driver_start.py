@@ -46,7 +46,7 @@ def test_only_a_host_with_real_nvidia_gpus_wants_it(
 def test_a_host_without_gpus_launches_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(driver_start, "DEVICE_FILE", str(tmp_path / "missing"))
     monkeypatch.setattr(lifecycle.forkserver, "start_server", lambda: None)  # (the worker server is not tested here)
-    lifecycle.prestart_worker_server()  # what %load_ext calls
+    lifecycle.prestart_processes()  # what %load_ext calls
     assert not driver_start.running()
     driver_start.stop()  # nothing to stop: nothing happens
 

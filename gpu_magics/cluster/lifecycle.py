@@ -59,7 +59,7 @@ __all__ = [
     "free_workers",
     "gpu_worker_devices",
     "has_gpu_workers",
-    "prestart_worker_server",
+    "prestart_processes",
     "require_active",
     "require_client",
     "require_owned",
@@ -209,7 +209,7 @@ def _start_job(
     return cluster_state.describe(started, state, notice=waiting)
 
 
-def prestart_worker_server() -> None:
+def prestart_processes() -> None:
     """Launch the server that worker processes fork from (``workers.forkserver``) and, on a host with GPUs, the
     process that starts the CUDA driver (``workers.driver_start``) ahead of a first start; a failure here only
     makes that start slower."""

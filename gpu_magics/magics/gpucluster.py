@@ -89,7 +89,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         self._client_names: set[str] = set()
         shutdown.install(shell)
         if self.prestart_workers:
-            lifecycle.prestart_worker_server()
+            lifecycle.prestart_processes()
             if shell is not None:
                 ahead.import_after_this_cell(shell)
 

@@ -65,3 +65,28 @@ def test_keep_started_returns_at_once_without_a_driver_and_never_reads() -> None
     assert driver_start.keep_started("libcuda-that-is-not-here.so.1", until_closed=unread) == 1
     assert driver_start.keep_started("libc.so.6", until_closed=unread) == 1  # a library, but not the driver
     assert time.monotonic() - began < 5 and unread.tell() == 0
+
+
+def test_a_child_forked_from_the_kernel_lets_go_of_the_pipe() -> None:
+    """A child forked without exec (multiprocessing's ``fork``) that outlives the kernel must not keep the driver's
+    process: it closes its copy of the pipe, so the process ends when the kernel closes its own."""
+    import os
+    import subprocess
+    import sys
+
+    # a stand-in with the real process's behaviour: it ends once its standard input closes
+    stand_in = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read()"], stdin=subprocess.PIPE)
+    driver_start._process = stand_in
+    driver_start.let_go_in_children()
+    child = os.fork()
+    if child == 0:  # the child outlives the kernel's close below
+        time.sleep(20)
+        os._exit(0)
+    try:
+        assert driver_start._process is stand_in  # the kernel keeps its own end
+        began = time.monotonic()
+        driver_start.stop(timeout=10)
+        assert stand_in.returncode == 0 and time.monotonic() - began < 10  # it ended by itself, not killed
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)

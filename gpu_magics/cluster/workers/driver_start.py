@@ -8,7 +8,8 @@ on 4 H100s, 1.7 s with the driver started ahead.
 
 ``start`` (called by ``%load_ext``, beside the worker server) launches a small Python process that starts the
 driver (``cuInit``: no context, no GPU memory, nothing NVML lists), then only waits for its standard input to
-close: it ends with the kernel, or at ``stop``. The kernel itself does not start the driver ahead: a process that
+close: it ends with the kernel, or at ``stop`` (children the kernel forks close their copy of the pipe, so none
+keeps it). The kernel itself does not start the driver ahead: a process that
 did could no longer fork children that use CUDA. Only on a host with NVIDIA's device files and real GPUs (not
 simulated ones); a failure of any kind only leaves the first start as slow as before.
 """
@@ -27,6 +28,7 @@ DRIVER_LIBRARY = "libcuda.so.1"
 STOP_WAIT_S = 5.0
 
 _process: subprocess.Popen[bytes] | None = None
+_hooked = False  # whether children this process forks let go of the pipe (``let_go_in_children``)
 
 
 def wanted() -> bool:
@@ -48,6 +50,24 @@ def start() -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # an interrupt of the notebook's cell (SIGINT to the kernel's group) leaves it
     )
+    let_go_in_children()
+
+
+def let_go_in_children() -> None:
+    """Have every child this process forks without exec (``multiprocessing``'s ``fork``) close its copy of the
+    pipe at once: else such a child outliving the kernel would keep the driver's process too."""
+    global _hooked
+    if not _hooked:
+        os.register_at_fork(after_in_child=_let_go)
+        _hooked = True
+
+
+def _let_go() -> None:
+    global _process
+    process, _process = _process, None
+    if process is not None and process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()  # only this child's copy: the kernel's end stays open
 
 
 def running() -> bool:

@@ -73,6 +73,14 @@ def test_a_local_cluster_is_adopted_scaled_through_itself_and_only_detached(
             result = ip.run_cell(SEED)
         assert result.success and abs(float(result.result) - 11.0) < 5e-2
 
+        current = cluster.active()
+        assert current is not None and current.manager is not None
+        said = current.manager._wait_for_retired(current.client, 0.0, 1)  # nobody asked the second one to leave
+        assert said is not None and "1 of 2 workers still retiring after" in said
+        assert "scaled 't_lc' to 1 worker" in gpucluster(magics, "scale 1")
+        assert workers(made) == 1  # the magic waited for the retired worker to leave
+        gpucluster(magics, "scale 2")
+
         text = gpucluster(magics, "adapt 1 3")
         assert "adapts between 1 and 3 workers" in text
         assert made._adaptive is not None and made._adaptive.maximum == 3

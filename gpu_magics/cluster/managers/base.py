@@ -85,9 +85,24 @@ class ClusterManager(abc.ABC):
         del count, verb  # by default any count: the manager's own scale says what fails
 
     def scale(self, client: Client, count: int, options: ClusterOptions) -> str | None:
-        """Ask for ``count`` workers (adapting stops) and wait for them; what still waits (``None``: they came)."""
+        """Ask for ``count`` workers (adapting stops) and wait for them, or, where there were more, for the rest to
+        leave; what still waits (``None``: the cluster has ``count`` workers)."""
         self._ask(count)
-        return self._wait_for_workers(client, options.start_wait, count)
+        notice = self._wait_for_workers(client, options.start_wait, count)
+        return notice if notice is not None else self._wait_for_retired(client, options.start_wait, count)
+
+    def _wait_for_retired(self, client: Client, wait: float, count: int) -> str | None:
+        """Wait up to ``wait`` seconds until at most ``count`` workers are left (the manager retires the rest after
+        it answered the scale); ``None`` when they left, else one line saying how many are still retiring."""
+        deadline = time.monotonic() + wait
+        while (left := len(inspection.scheduler_workers(client))) > count:
+            if time.monotonic() >= deadline:
+                return (
+                    f"%gpucluster: {left - count} of {left} workers still retiring after {format_duration(wait)}; "
+                    "the cluster shrinks as they close (%gpucluster status shows them)"
+                )
+            time.sleep(POLL_S)
+        return None
 
     def adapt(self, minimum: int, maximum: int) -> None:
         """Let the manager add workers when tasks wait and give them back when idle, within the bounds."""

@@ -138,7 +138,22 @@ def _cupy_here() -> bool:
     return importlib.util.find_spec("cupy") is not None
 
 
+_forked_at = 0.0  # when this process was forked (the workers fork from the worker server), by its own clock
+
+
+def _note_fork() -> None:
+    global _forked_at
+    _forked_at = time.time()
+
+
+os.register_at_fork(after_in_child=_note_fork)
+
+
 def _started_at() -> float:
+    """When this process began: the moment it was forked, where it was (exact), else the start time the system
+    keeps (its base, the boot time, counts whole seconds)."""
+    if _forked_at:
+        return _forked_at
     try:
         import psutil
 

@@ -330,3 +330,23 @@ def test_simulated_gpus_read_the_same_in_every_process(monkeypatch: pytest.Monke
     kernel.nvml._start -= 37.0  # type: ignore[attr-defined]  # began 37 s before the other
     read = [[(g.memory_used, g.gpu_util) for g in source.read(slow=False)[0]] for source in (server, kernel)]
     assert read[0] == read[1]
+
+
+def test_process_lists_read_apart_agree_with_a_full_read() -> None:
+    """A source without ``read_processes`` (a custom one) gives the same process lists through its full read."""
+    from gpu_magics.monitor.models import process_lists
+
+    class OnlyRead:  # the GpuSource protocol alone
+        def __init__(self, source: FakeSource) -> None:
+            self.source = source
+
+        def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
+            return self.source.read(slow=slow)
+
+        def close(self) -> None:
+            self.source.close()
+
+    spec = demo_spec(4)
+    apart, full = process_lists(FakeSource(spec)), process_lists(OnlyRead(FakeSource(spec)))
+    assert apart == full
+    assert any(processes for processes in apart.values())  # the demo lists processes: the comparison says something

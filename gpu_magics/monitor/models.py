@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-__all__ = ["GpuProcess", "GpuReading", "GpuSource", "HostReading", "Snapshot"]
+__all__ = ["GpuProcess", "GpuReading", "GpuSource", "HostReading", "Snapshot", "process_lists"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,15 @@ class GpuSource(Protocol):
     def close(self) -> None:
         """Release the library; a later read starts again."""
         ...
+
+
+def process_lists(source: GpuSource) -> dict[str, tuple[GpuProcess, ...] | None]:
+    """Device UUID -> the processes on it and the memory each holds (``None`` where the source cannot say): through
+    the source's own ``read_processes`` where it has one (NVML's lists alone), else from a full slow read (which
+    also waits on each GPU's PCIe counters, about 20 ms a GPU)."""
+    reader = getattr(source, "read_processes", None)
+    if reader is not None:
+        found: dict[str, tuple[GpuProcess, ...] | None] = reader()
+        return found
+    readings, _ = source.read(slow=True)
+    return {reading.uuid: reading.processes for reading in readings}

@@ -104,14 +104,10 @@ def _has_context(count: int) -> bool:
 
 
 def _nvml_processes() -> dict[str, tuple[GpuProcess, ...] | None]:
+    from gpu_magics.monitor.models import process_lists
     from gpu_magics.monitor.sampler import get_sampler
 
-    source = get_sampler().source
-    reader = getattr(source, "read_processes", None)
-    if reader is None:
-        return {}
-    found: dict[str, tuple[GpuProcess, ...] | None] = reader()  # NVML's never raises: a GPU it cannot read is None
-    return found
+    return process_lists(get_sampler().source)  # NVML's never raises: a GPU it cannot read is None
 
 
 def held_by_uuid() -> dict[str, tuple[int | None, bool]]:

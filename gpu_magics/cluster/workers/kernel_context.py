@@ -85,16 +85,12 @@ def report(gpu_ids: Collection[str], prog: str = "%gpucluster") -> None:
 def process_memory(pid: int) -> dict[str, int | None]:
     """GPU UUID -> bytes that process ``pid`` holds there, for each GPU where NVML lists it: NVML's process lists
     alone where the source reads them apart (a full read also waits on each GPU's PCIe counters, 20 ms each)."""
+    from gpu_magics.monitor.models import process_lists
     from gpu_magics.monitor.sources import default_source
 
     source = default_source()
     try:
-        reader = getattr(source, "read_processes", None)
-        if reader is not None:
-            by_uuid = reader()
-        else:
-            readings, _ = source.read(slow=True)
-            by_uuid = {reading.uuid: reading.processes for reading in readings}
+        by_uuid = process_lists(source)
     finally:
         source.close()
     found: dict[str, int | None] = {}

@@ -127,3 +127,45 @@ def test_worker_start_config_forks_workers() -> None:
         assert dask.config.get(forkserver.METHOD_KEY) == "forkserver"
         assert dask.config.get("distributed.scheduler.worker-saturation") == math.inf
     assert dask.config.get(forkserver.METHOD_KEY) == "spawn"
+
+
+def test_the_worker_servers_children_are_the_processes_forked_from_it() -> None:
+    report = run_python(
+        """
+        import json, multiprocessing, time
+        from gpu_magics.cluster.workers import forkserver
+        before_server = forkserver.children()
+        forkserver.start_server()
+        context = multiprocessing.get_context("forkserver")
+        child = context.Process(target=time.sleep, args=(30,))
+        child.start()
+        running = forkserver.children()
+        child.kill()
+        child.join()
+        print(json.dumps({"before": sorted(before_server), "pid": child.pid, "running": sorted(running),
+                          "after": sorted(forkserver.children())}))
+        """
+    )
+    assert report["before"] == []  # no server yet: no children, and no error
+    assert report["running"] == [report["pid"]]
+    assert report["after"] == []
+
+
+def test_the_kernels_full_collection_waits_for_the_forks_not_for_the_whole_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+    import threading
+
+    collected: list[bool] = []
+    made = threading.Event()
+    monkeypatch.setattr(gc, "collect", lambda *args: collected.append(made.is_set()) or 0)
+    answers = iter([False, False, True])
+    worker_warmup.prepare_here(False, made, lambda: next(answers))  # the third look finds every process forked
+    assert collected == [False]  # collected while the cluster was still being made
+
+    collected.clear()
+    threading.Timer(0.2, made.set).start()
+    began = time.monotonic()
+    worker_warmup.prepare_here(False, made)  # CPU workers: no look at the forks, the collection waits for the cluster
+    assert collected == [True] and time.monotonic() - began >= 0.15

@@ -80,12 +80,17 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
     assert current is not None and current.ready_s is not None and current.warm_s is not None
     forks = [info.get("process_started_at", 0.0) - began_epoch for info in current.devices.values()]
     setups = [info.get("setup_at", 0.0) - began_epoch for info in current.devices.values()]
+    warmed = [info.get("warmed_at", 0.0) - began_epoch for info in current.devices.values()]
     breakdown = {
         "all_warm_s": round(ready, 3),
         "ready_s": round(current.ready_s, 3),
         "warm_s": round(current.warm_s, 3),
         "workers_forked_s": round(max(forks), 3) if forks else None,
         "workers_set_up_s": round(max(setups), 3) if setups else None,
+        "workers_warmed_s": round(max(warmed), 3) if warmed else None,
+        "workers_s": [  # each worker: forked, set up (its CUDA context made), warmed (kernels loaded)
+            [round(f, 3), round(s, 3), round(w, 3)] for f, s, w in sorted(zip(forks, setups, warmed, strict=True))
+        ],
     }
     return cluster.describe_hardware(), breakdown, took
 

@@ -22,8 +22,6 @@ from gpu_magics.cluster.workers import forkserver
 from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from distributed import Client, LocalCluster
 
 
@@ -108,16 +106,12 @@ class LocalManager(ClusterManager):
         expected = self.expected_workers() or int(options.cpu_workers or 1)
         scheduler = self.cluster.scheduler
         self._watch = warmup.WarmWatch(client, self.kind == "gpu", lambda count: starting.update(warm=count))
-        forked = self._all_forked(expected)  # before the first fork
         started = self.cluster.begin_workers(expected)
         starting.counting(lambda: len(scheduler.workers))
         warmup.import_here(self.kind == "gpu")
         starting.imports_done.set()
         self._helper = threading.Thread(
-            target=warmup.prepare_here,
-            args=(self.kind == "gpu", self._made, forked),
-            name="gpu-magics-prepare",
-            daemon=True,
+            target=warmup.prepare_here, args=(self.kind == "gpu", self._made), name="gpu-magics-prepare", daemon=True
         )
         self._helper.start()
         deadline = time.monotonic() + options.start_timeout
@@ -135,14 +129,6 @@ class LocalManager(ClusterManager):
         starting.update(joined=len(scheduler.workers))
         self._made.set()
         return None
-
-    def _all_forked(self, expected: int) -> Callable[[], bool] | None:
-        """Whether ``expected`` new worker processes have been forked since this was asked (``None`` for CPU
-        workers: they start in a tenth of a second, and the collection waits for the cluster to be made)."""
-        if self.kind != "gpu":
-            return None
-        before = forkserver.children()
-        return lambda: len(forkserver.children() - before) >= expected
 
     def _warm(
         self, client: Client, options: ClusterOptions, devices: dict[str, dict[str, Any]], starting: Starting

@@ -75,21 +75,6 @@ def stop_server(timeout: float = 5.0) -> None:
     tracker._pid = None
 
 
-def children() -> set[int]:
-    """The process ids of the server's children now (the worker processes forked from it); empty where it does
-    not run."""
-    import psutil
-
-    server: Any = multiprocessing.forkserver._forkserver
-    pid = getattr(server, "_forkserver_pid", None)
-    if pid is None:
-        return set()
-    try:
-        return {child.pid for child in psutil.Process(pid).children()}
-    except psutil.Error:  # the server has gone
-        return set()
-
-
 def config() -> dict[str, Any]:
     """The dask config under which Nanny processes fork from the server started by ``start_server``."""
     return {METHOD_KEY: "forkserver"}

@@ -174,7 +174,6 @@ async def collect(gpu: bool, timeout: float, dask_worker: Any) -> dict[str, Any]
 # -- in the kernel: wait for the workers' warm-up, then one round across the cluster ----------------------
 
 WARM_TIMEOUT = 120.0  # seconds; a worker that dies while warming must not hang the magic
-FORK_POLL_S = 0.01  # how often ``prepare_here`` looks whether every worker process exists
 
 
 def import_here(gpu: bool) -> None:
@@ -191,16 +190,13 @@ def import_here(gpu: bool) -> None:
         dropped("importing what the first result needs", error)
 
 
-def prepare_here(gpu: bool, made: threading.Event, forked: Callable[[], bool] | None = None) -> None:
+def prepare_here(gpu: bool, made: threading.Event) -> None:
     """While the worker processes start, make this process's CUDA context for GPU workers (their results come
-    back as CuPy arrays; after ``import_here``). Then collect garbage fully, once every worker process exists
-    (``forked``; else once the cluster is made): starting a cluster leaves this process (which also hosts the
-    scheduler) with many new long-lived objects, which would otherwise set off a full collection, 0.1-0.2 s on a
-    GPU host, during the first cells that use the cluster. A forked GPU worker spends its first second or so
-    making its own CUDA context and loading its kernels, in its own process: the collection, which holds this
-    process's GIL (and so the scheduler's event loop), runs meanwhile rather than after the workers came. Off the
-    critical path: a cell may use CuPy here at the same time (CUDA's context is shared by the process's
-    threads)."""
+    back as CuPy arrays; after ``import_here``). Once the cluster is made, collect garbage fully: starting a
+    cluster leaves this process (which also hosts the scheduler) with many new long-lived objects, which would
+    otherwise set off a full collection, 0.1-0.2 s on a GPU host, during the first cells that use the cluster.
+    Off the critical path: this process mostly waits for its workers (their CUDA contexts, then their warm-up)
+    meanwhile; a cell may use CuPy here at the same time (CUDA's context is shared by the process's threads)."""
     import_here(gpu)
     try:
         if gpu:
@@ -211,11 +207,7 @@ def prepare_here(gpu: bool, made: threading.Event, forked: Callable[[], bool] | 
             cupy.cuda.runtime.deviceSynchronize()
     except Exception as error:  # a warm-up that fails any way only leaves the first cell slower
         dropped("warming CuPy in the scheduler's process", error)
-    deadline = time.monotonic() + WARM_TIMEOUT
-    while not made.is_set() and time.monotonic() < deadline:
-        if forked is not None and forked():
-            break
-        made.wait(FORK_POLL_S)
+    made.wait(timeout=WARM_TIMEOUT)
     gc.collect()
 
 

@@ -92,16 +92,17 @@ class ClusterManager(abc.ABC):
         return notice if notice is not None else self._wait_for_retired(client, options.start_wait, count)
 
     def _wait_for_retired(self, client: Client, wait: float, count: int) -> str | None:
-        """Wait up to ``wait`` seconds until at most ``count`` workers are left (the manager retires the rest after
-        it answered the scale); ``None`` when they left, else one line saying how many are still retiring."""
-        deadline = time.monotonic() + wait
-        while (left := len(inspection.scheduler_workers(client))) > count:
-            if time.monotonic() >= deadline:
+        """Wait up to ``wait`` seconds until ``count`` workers are left (the manager retires the rest after it
+        answered the scale); ``None`` when the others left, else one line saying how many are still retiring."""
+        try:
+            inspection.wait_for_count(client, count, wait)
+        except TimeoutError:
+            left = len(inspection.scheduler_workers(client))
+            if left > count:
                 return (
                     f"%gpucluster: {left - count} of {left} workers still retiring after {format_duration(wait)}; "
                     "the cluster shrinks as they close (%gpucluster status shows them)"
                 )
-            time.sleep(POLL_S)
         return None
 
     def adapt(self, minimum: int, maximum: int) -> None:

@@ -19,16 +19,19 @@ export function launch() {
 }
 
 /** A screenshot of `locator` that survives the panel re-rendering it meanwhile: the live views replace their nodes
- * as figures arrive, and a node replaced while Playwright shoots it is "not attached to the DOM". Tries again (the
- * locator finds the new node), at most `attempts` times. */
-export async function steadyScreenshot(locator, options, attempts = 5) {
+ * as figures arrive, and a node replaced while Playwright shoots it is "not attached to the DOM" or, when it is
+ * detached between Playwright's checks and its scroll, "not visible or not an HTMLElement". Tries again after a
+ * short pause (the locator finds the new node), at most `attempts` times. */
+export async function steadyScreenshot(locator, options, attempts = 8) {
+  const replaced = /not attached to the DOM|not visible or not an HTMLElement/;
   for (let attempt = 1; ; attempt++) {
     try {
       return await locator.screenshot(options);
     } catch (error) {
-      if (attempt >= attempts || !/not attached to the DOM/.test(String(error))) {
+      if (attempt >= attempts || !replaced.test(String(error))) {
         throw error;
       }
+      await new Promise(resolve => setTimeout(resolve, 100));
     }
   }
 }

@@ -4,11 +4,11 @@ Building, optimizing and pickling a cell's graph makes thousands of container ob
 has left. At CPython's default generation-0 threshold (700 allocations) that starts collection after collection,
 each scanning the graph again and moving it to an older generation, and every few cells a full collection of the
 kernel's whole heap, during which the scheduler of a local cluster (in this process) stops too. Measured on CPU
-workers (the seed at 100 chunks, 2 cores): 9 collections and a median 3.2 ms of them before the graph left, a
-mean of 16 ms with the full ones; at 400 chunks 49 collections and 14 ms. While a cell runs, generation 0 is
-collected every ``CELL_THRESHOLD`` allocations instead (dask config ``gpu-magics.cell-gc-threshold``; 0 keeps the
-kernel's own thresholds): garbage is still collected, only less often, and the kernel's thresholds are put back
-after the cell unless the cell set its own.
+workers (the seed at 100 chunks, 2 cores): 9 collections and a median 3.7 ms of them before the graph left, a
+mean of 10 ms with the full ones; at 400 chunks 49 collections and 9.8 ms (README, the levers' table). While a
+cell runs, generation 0 is collected every ``CELL_THRESHOLD`` allocations instead (dask config
+``gpu-magics.cell-gc-threshold``; 0 keeps the kernel's own thresholds): garbage is still collected, only less
+often, and the kernel's thresholds are put back after the cell unless the cell set its own.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ async function main() {
     const monitor = page.locator('.jp-OutputArea-output .gpu-magics-monitor').first();
     await monitor.scrollIntoViewIfNeeded();
     await page.waitForTimeout(500);
-    await monitor.screenshot({ path: path.join(artifacts, 'displays-monitor-reloaded-dark.png') });
+    await steadyScreenshot(monitor, { path: path.join(artifacts, 'displays-monitor-reloaded-dark.png') });
   } finally {
     await browser.close();
   }
@@ -186,7 +186,7 @@ async function screenshots(page, theme) {
   for (const [selector, nth, name] of shots) {
     const target = page.locator(`.jp-OutputArea-output ${selector}`).nth(nth);
     await target.scrollIntoViewIfNeeded();
-    await target.screenshot({ path: path.join(artifacts, `displays-${name}-${theme}.png`) });
+    await steadyScreenshot(target, { path: path.join(artifacts, `displays-${name}-${theme}.png`) });
   }
 }
 

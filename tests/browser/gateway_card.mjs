@@ -60,7 +60,7 @@ async function main() {
     for (const theme of ['light', 'dark']) {
       await setTheme(page, theme);
       await card.scrollIntoViewIfNeeded();
-      await card.screenshot({ path: path.join(artifacts, `gateway-card-${theme}.png`) });
+      await steadyScreenshot(card, { path: path.join(artifacts, `gateway-card-${theme}.png`) });
       await steadyScreenshot(row, { path: path.join(artifacts, `gateway-panel-${theme}.png`) });
       await page.screenshot({ path: path.join(artifacts, `gateway-window-${theme}.png`) });
     }

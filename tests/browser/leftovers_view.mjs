@@ -5,7 +5,7 @@
 // Usage: node leftovers_view.mjs BASE_URL TOKEN "PID PID". Screenshots go to $ARTIFACTS as leftovers-*.png.
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch } from './chromium.mjs';
+import { launch, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, pidList] = process.argv.slice(2);
 const pids = pidList.split(' ').map(Number);
@@ -89,7 +89,7 @@ async function main() {
       const over = await overflowing(page);
       if (over.length) problems.push(`${theme}: past the panel's width: ${over.join('; ')}`);
       await panelShot(page, `leftovers-panel-${theme}`);
-      await item.screenshot({ path: path.join(artifacts, `leftovers-status-${theme}.png`) });
+      await steadyScreenshot(item, { path: path.join(artifacts, `leftovers-status-${theme}.png`) });
     }
     await setTheme(page, 'light');
     await leftover.locator('button', { hasText: 'End them' }).click();

@@ -59,6 +59,15 @@ def test_a_gpurun_cell_collects_young_garbage_less_often_and_the_kernels_thresho
     assert gc.get_threshold() == KERNEL_THRESHOLDS
 
 
+@pytest.mark.parametrize("ending", ["raise ValueError('t_bad')", "raise KeyboardInterrupt"])
+def test_a_failing_or_interrupted_cell_gives_the_kernels_thresholds_back(shell: InteractiveShell, ending: str) -> None:
+    with capture_output():
+        result = shell.run_cell(f"%%gpurun cpu-single -q --no-monitor\n{READ_THRESHOLD}{ending}\n")
+    assert not result.success  # Jupyter is told the cell failed
+    assert shell.user_ns["t_threshold"] == (collection_pauses.CELL_THRESHOLD, 11, 12)
+    assert gc.get_threshold() == KERNEL_THRESHOLDS
+
+
 def test_thresholds_a_cell_sets_itself_are_kept(shell: InteractiveShell) -> None:
     run(shell, "cpu-threads", "gc.set_threshold(1234, 5, 6)\n")
     assert gc.get_threshold() == (1234, 5, 6)

@@ -36,11 +36,10 @@ def cell_threshold() -> int:
 
 
 @contextlib.contextmanager
-def fewer_collections(threshold: int | None = None) -> Iterator[None]:
-    """Raise the generation-0 threshold to ``threshold`` (default: ``cell_threshold()``) inside the block, where
-    it is above the kernel's own and automatic collection is on; put the kernel's thresholds back after, unless
-    the block changed them itself."""
-    wanted = cell_threshold() if threshold is None else threshold
+def fewer_collections() -> Iterator[None]:
+    """Raise the generation-0 threshold to ``cell_threshold()`` inside the block, where it is above the kernel's
+    own and automatic collection is on; put the kernel's thresholds back after, unless the block changed them."""
+    wanted = cell_threshold()
     before = gc.get_threshold()
     if wanted <= before[0] or before[0] == 0:  # already as rare, or automatic collection is off by threshold
         yield

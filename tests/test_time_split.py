@@ -227,7 +227,8 @@ def test_a_reductions_many_chunks_run_in_one_task_per_worker_thread_with_the_sam
     assert list(runs.values()) == [2]  # 400 chunks: a run on each of the 2 worker threads
     assert not [prefix for prefix in result.split.prefixes if "partial" in prefix]  # no combining step is left
     assert result.tasks == 2  # each run combines its own chunks (folded); the aggregate runs in the kernel
-    assert result.advice is None  # each task has work enough: no advice to grow the chunks
+    # (whether these two runs draw chunk advice depends on how busy this machine's 2 workers were: the rule is
+    # pinned on constructed timelines in test_advice_grows_chunks_only_when_fixed_costs_dominate)
     folded_mean = float(ip.user_ns["t_mean"])
     with dask.config.set({"gpu-magics.aggregate-in-kernel": False}), capture_output():  # the aggregate on a worker
         ip.run_cell_magic("gpurun", "multi-gpu -q -o t_runs --no-monitor", cell)

@@ -14,7 +14,7 @@ alternately with the default in the same cells. Plain ``LocalCUDACluster`` rows 
 
 ``--timeline`` prints, for one warm cell at each count, when the graph reached the scheduler and was made into
 tasks there, each worker's tasks (start and end, ms from the cell's start, in one clock: one host), and the
-kernel's garbage collections before the graph left and in the whole cell.
+kernel's garbage collections before the graph left and in the whole cell, each with its generation, start and length.
 """
 
 from __future__ import annotations
@@ -197,7 +197,8 @@ def timeline(ip: Any, cell: str) -> str:
     lines.append(
         f"  the kernel's garbage collections: {len(before)} ({sum(b - a for a, b in before) * 1e3:.1f} ms) before the "
         f"graph reached the scheduler, {len(pauses)} ({sum(b - a for a, b, _ in pauses) * 1e3:.1f} ms, generations "
-        f"{sorted({g for _, _, g in pauses})}) in the cell"
+        f"{sorted({g for _, _, g in pauses})}) in the cell: "
+        + " ".join(f"gen{g}@{(a - began) * 1e3:.1f}+{(b - a) * 1e3:.1f}ms" for a, b, g in pauses)[:600]
     )
     return "\n".join(lines)
 

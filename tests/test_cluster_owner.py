@@ -107,6 +107,7 @@ def owner_changes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     lifecycle.stop()
 
 
+@pytest.mark.slow  # a real cluster with a worker process
 def test_a_real_start_and_a_stop_from_another_thread_change_the_state_on_the_owner_only(
     owner_changes: list[str],
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import Any
 
 import dask
 import pytest
@@ -142,3 +143,79 @@ def test_a_graph_cell_stops_for_far_fewer_collections_than_the_same_plain_cell(s
     assert shell.user_ns["t_value"] == expected
     assert as_plain >= 10
     assert under_gpurun * 5 <= as_plain, (under_gpurun, as_plain)
+
+
+def _young_objects(count: int) -> list[list[None]]:
+    """``count`` new container objects (generation 0's count grows by as many while they live)."""
+    return [[None] for _ in range(count)]
+
+
+def test_young_garbage_is_collected_once_the_work_has_left_and_only_then() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(*KERNEL_THRESHOLDS)
+    asked: list[int] = []
+
+    def dispatched_on_third_look() -> bool:
+        asked.append(gc.get_count()[0])
+        return len(asked) >= 3
+
+    try:
+        with collection_pauses.fewer_collections():
+            gc.collect(0)
+            few = _young_objects(KERNEL_THRESHOLDS[0] // 2)  # fewer than the kernel would collect at
+            assert not collection_pauses.collect_while_waiting(lambda: True)
+            many = _young_objects(KERNEL_THRESHOLDS[0] * 3)
+            pending = gc.get_count()[0]
+            assert pending > KERNEL_THRESHOLDS[0]
+            assert not collection_pauses.collect_while_waiting(lambda: False, wait_s=0.01)  # the work never left
+            assert gc.get_count()[0] >= pending  # nothing collected while the scheduler might still need the GIL
+            assert collection_pauses.collect_while_waiting(dispatched_on_third_look)
+            assert len(asked) == 3 and min(asked) >= pending  # it waited for the work, then collected
+            assert gc.get_count()[0] < KERNEL_THRESHOLDS[0]
+        more = _young_objects(KERNEL_THRESHOLDS[0] * 3)
+        assert len(few) + len(many) + len(more) > 0
+        assert not collection_pauses.collect_while_waiting(lambda: True)  # outside a cell: the kernel's own gc
+    finally:
+        gc.set_threshold(*before)
+
+
+@pytest.mark.slow  # a cluster with worker processes
+def test_a_cluster_cell_collects_its_young_garbage_while_the_workers_compute(shell: InteractiveShell) -> None:
+    from gpu_magics.cluster import lifecycle as cluster
+    from gpu_magics.cluster import queries
+    from gpu_magics.gpurun.graphs import kernel_tail
+
+    seen: list[tuple[int, int]] = []  # per generation-0 collection: runs computing on a worker, results gathered
+    scheduler: Any = None
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 0 and scheduler is not None:
+            runs = [task for key, task in list(scheduler.tasks.items()) if "-runs" in str(key)]
+            seen.append((sum(task.state == "processing" for task in runs), kernel_tail.gathered()))
+
+    cell = (
+        "import dask.array as da\n"
+        "t_x = da.random.RandomState(5).normal(10, 1, size=(3000, 3000), chunks=150)\n"
+        "t_value = float((t_x + 1)[::2, ::2].mean().compute())\n"
+    )
+    cluster.stop()
+    with capture_output():
+        shell.run_line_magic("gpucluster", "--cpu-workers 2 --no-dashboard")
+    try:
+        run(shell, "multi-gpu", cell)  # waits for the workers; their imports
+        current = queries.in_use()
+        assert current is not None
+        scheduler = queries.local_scheduler(current.client)
+        assert scheduler is not None
+        before = kernel_tail.gathered()
+        gc.callbacks.append(note)
+        try:
+            run(shell, "multi-gpu", cell)
+        finally:
+            gc.callbacks.remove(note)
+    finally:
+        cluster.stop()
+    expected = float((shell.user_ns["t_x"] + 1)[::2, ::2].mean().compute(scheduler="sync"))
+    assert shell.user_ns["t_value"] == pytest.approx(expected, rel=1e-12)
+    assert kernel_tail.gathered() == before + 2  # the aggregate ran here on the two runs' partial results
+    assert (2, before) in seen, seen  # a collection while both runs computed, before their results came back

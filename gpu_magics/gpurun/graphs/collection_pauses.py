@@ -9,16 +9,26 @@ mean of 10 ms with the full ones; at 400 chunks 49 collections and 9.8 ms (READM
 cell runs, generation 0 is collected every ``CELL_THRESHOLD`` allocations instead (dask config
 ``gpu-magics.cell-gc-threshold``; 0 keeps the kernel's own thresholds): garbage is still collected, only less
 often, and the kernel's thresholds are put back after the cell unless the cell set its own.
+
+What a cell's young garbage costs is then paid once, and where it can be, while the kernel has nothing else to do:
+a cell that sent its graph to a local cluster and waits for the workers collects it then
+(``collect_while_waiting``, called by ``kernel_tail``), rather than when the kernel's threshold comes back at the
+cell's end, inside the cell's time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 CELL_THRESHOLD = 50_000  # generation-0 allocations between collections while a cell runs
 CONFIG_KEY = "gpu-magics.cell-gc-threshold"
+DISPATCH_WAIT_S = 0.02  # how long ``collect_while_waiting`` waits for the work to leave before it gives up
+POLL_S = 0.0005
+
+_kernel_thresholds: tuple[int, ...] | None = None  # the kernel's own, while ``fewer_collections`` raised them
 
 
 def cell_threshold() -> int:
@@ -45,9 +55,29 @@ def fewer_collections() -> Iterator[None]:
         yield
         return
     raised = (wanted, *before[1:])
+    global _kernel_thresholds
+    outer, _kernel_thresholds = _kernel_thresholds, before
     gc.set_threshold(*raised)
     try:
         yield
     finally:
+        _kernel_thresholds = outer
         if gc.get_threshold() == raised:
             gc.set_threshold(*before)
+
+
+def collect_while_waiting(dispatched: Callable[[], bool], wait_s: float = DISPATCH_WAIT_S) -> bool:
+    """Inside ``fewer_collections``, where more young garbage is pending than the kernel's own threshold allows:
+    once ``dispatched()`` says the cell's work has left this process (polled for up to ``wait_s``: a local
+    scheduler runs in this process and must not wait for the collection), collect it now, while the kernel only
+    waits. Whether it collected."""
+    kernel = _kernel_thresholds
+    if kernel is None or gc.get_threshold()[0] <= kernel[0] or gc.get_count()[0] <= kernel[0]:
+        return False
+    deadline = time.monotonic() + wait_s
+    while not dispatched():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    gc.collect(0)
+    return True

@@ -14,7 +14,9 @@ cluster already materialized. Graphs that carry per-layer annotations, large one
 is what the scheduler should get) and graphs without a reduction are never touched. The aggregate computes the
 same function on the same partial results: the same value to the bit. Where every task a cell ran had its result
 gathered here, the cell does not wait for the workers' GPUs at its end (``results_gathered``): each worker's GPU
-work was done when it sent its result. Dask config ``gpu-magics.aggregate-in-kernel`` (default true) turns it off.
+work was done when it sent its result. While the runs compute on a local cluster, the kernel collects the cell's
+young garbage (``collection_pauses.collect_while_waiting``): it has nothing else to do then. Dask config
+``gpu-magics.aggregate-in-kernel`` (default true) turns it off.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def aggregates_here(client: Client) -> Iterator[None]:
         if split is None:
             return previous(_high_level(graph), keys, sync=sync, **kwargs)
         rest, runs = split
-        partials = previous(_high_level(rest), runs, sync=True, **kwargs)
+        partials = _runs_gathered(self, previous(_high_level(rest), runs, sync=False, **kwargs), runs, kwargs)
         global _gathered
         _gathered += len(runs)
         values = dict(zip(runs, partials, strict=True))
@@ -132,6 +134,32 @@ def aggregates_here(client: Client) -> Iterator[None]:
         else:
             with contextlib.suppress(AttributeError):
                 del client.get
+
+
+def _runs_gathered(client: Client, futures: list[Any], runs: list[Any], options: Mapping[str, Any]) -> list[Any]:
+    """The runs' results (``futures``, as ``client.get`` would gather them); while the workers compute, this
+    process collects the cell's young garbage (``collection_pauses.collect_while_waiting``) once the runs are on
+    the workers of a scheduler in this process, so the collection delays neither their start nor the cell's end."""
+    from gpu_magics.cluster import queries
+    from gpu_magics.gpurun.graphs import collection_pauses
+
+    try:
+        scheduler = queries.local_scheduler(client)
+        if scheduler is not None:
+            collection_pauses.collect_while_waiting(lambda: _on_workers(scheduler, runs))
+        gathered: list[Any] = client.gather(
+            futures, asynchronous=options.get("asynchronous"), direct=options.get("direct")
+        )
+        return gathered
+    finally:
+        for future in futures:
+            future.release()
+
+
+def _on_workers(scheduler: Any, keys: list[Any]) -> bool:
+    """Whether the scheduler in this process sent each task ``keys`` names to a worker (or it is done)."""
+    tasks = scheduler.tasks
+    return all(getattr(tasks.get(key), "state", None) in ("processing", "memory", "erred") for key in keys)
 
 
 def _high_level(graph: dict[Any, Any]) -> Any:

@@ -173,3 +173,13 @@ def test_a_cell_whose_every_result_came_here_has_no_gpu_work_left_to_wait_for(cl
     assert not gathered_all(persisted_too)
     assert not kernel_tail.results_gathered(None, kernel_tail.gathered())  # unknown: wait
     assert not kernel_tail.results_gathered(0, kernel_tail.gathered())  # no task: nothing to skip
+
+
+@pytest.mark.slow  # a cluster with worker processes
+def test_under_another_wrapper_the_runs_come_back_through_it(client: Client) -> None:
+    value, ran = computed(client, seed())
+    with client.as_current(), gpuless.host_results(client):  # a GPU-less kernel's copies to host memory, outside
+        wrapped, ran_wrapped = computed(client, seed())
+    assert wrapped == value  # to the bit
+    assert ran_wrapped.count("to_host") == 2 and len(ran_wrapped) == len(ran) + 2  # each run's result copied first
+    assert "get" not in vars(client)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def aggregates_here(client: Client) -> Iterator[None]:
         if split is None:
             return previous(_high_level(graph), keys, sync=sync, **kwargs)
         rest, runs = split
-        partials = _runs_gathered(self, previous(_high_level(rest), runs, sync=False, **kwargs), runs, kwargs)
+        partials = _runs_gathered(self, previous, _high_level(rest), runs, kwargs)
         global _gathered
         _gathered += len(runs)
         values = dict(zip(runs, partials, strict=True))
@@ -136,13 +136,21 @@ def aggregates_here(client: Client) -> Iterator[None]:
                 del client.get
 
 
-def _runs_gathered(client: Client, futures: list[Any], runs: list[Any], options: Mapping[str, Any]) -> list[Any]:
-    """The runs' results (``futures``, as ``client.get`` would gather them); while the workers compute, this
-    process collects the cell's young garbage (``collection_pauses.collect_while_waiting``) once the runs are on
-    the workers of a scheduler in this process, so the collection delays neither their start nor the cell's end."""
+def _runs_gathered(
+    client: Client, get: Callable[..., Any], graph: Any, runs: list[Any], options: dict[str, Any]
+) -> list[Any]:
+    """The runs' results, computed by ``get`` (``client.get``, or what wrapped it before); with the client's own
+    method, this process collects the cell's young garbage while the workers compute
+    (``collection_pauses.collect_while_waiting``), once the runs are on the workers of a scheduler in this
+    process: the collection delays neither their start nor the cell's end. Another wrapper (a GPU-less kernel's
+    copies to host memory) gathers as it does."""
     from gpu_magics.cluster import queries
     from gpu_magics.gpurun.graphs import collection_pauses
 
+    if getattr(get, "__func__", None) is not type(client).get:
+        wrapped: list[Any] = get(graph, runs, sync=True, **options)
+        return wrapped
+    futures: list[Any] = get(graph, runs, sync=False, **options)
     try:
         scheduler = queries.local_scheduler(client)
         if scheduler is not None:

@@ -195,7 +195,7 @@ def test_a_cluster_cell_collects_its_young_garbage_while_the_workers_compute(she
 
     cell = (
         "import dask.array as da\n"
-        "t_x = da.random.RandomState(5).normal(10, 1, size=(3000, 3000), chunks=150)\n"
+        "t_x = da.random.RandomState(5).normal(10, 1, size=(4000, 4000), chunks=200)\n"
         "t_value = float((t_x + 1)[::2, ::2].mean().compute())\n"
     )
     cluster.stop()
@@ -209,8 +209,9 @@ def test_a_cluster_cell_collects_its_young_garbage_while_the_workers_compute(she
         assert scheduler is not None
         before = kernel_tail.gathered()
         gc.callbacks.append(note)
-        try:
-            run(shell, "multi-gpu", cell)
+        try:  # no automatic collection in the cell: its young garbage is all still pending when the runs leave
+            with dask.config.set({collection_pauses.CONFIG_KEY: 10_000_000}):
+                run(shell, "multi-gpu", cell)
         finally:
             gc.callbacks.remove(note)
     finally:

@@ -153,29 +153,34 @@ def _young_objects(count: int) -> list[list[None]]:
 def test_young_garbage_is_collected_once_the_work_has_left_and_only_then() -> None:
     before = gc.get_threshold()
     gc.set_threshold(*KERNEL_THRESHOLDS)
-    asked: list[int] = []
+    looks: list[int] = []
+    collections: list[int] = []  # per collection begun: how many looks at the work came before it
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(len(looks))
 
     def dispatched_on_third_look() -> bool:
-        asked.append(gc.get_count()[0])
-        return len(asked) >= 3
+        looks.append(1)
+        return len(looks) >= 3
 
+    gc.callbacks.append(note)
     try:
         with collection_pauses.fewer_collections():
             gc.collect(0)
+            collections.clear()
             few = _young_objects(KERNEL_THRESHOLDS[0] // 2)  # fewer than the kernel would collect at
             assert not collection_pauses.collect_while_waiting(lambda: True)
             many = _young_objects(KERNEL_THRESHOLDS[0] * 3)
-            pending = gc.get_count()[0]
-            assert pending > KERNEL_THRESHOLDS[0]
             assert not collection_pauses.collect_while_waiting(lambda: False, wait_s=0.01)  # the work never left
-            assert gc.get_count()[0] >= pending  # nothing collected while the scheduler might still need the GIL
+            assert collections == []  # nothing collected while the scheduler might still need the GIL
             assert collection_pauses.collect_while_waiting(dispatched_on_third_look)
-            assert len(asked) == 3 and min(asked) >= pending  # it waited for the work, then collected
-            assert gc.get_count()[0] < KERNEL_THRESHOLDS[0]
+            assert collections == [3]  # it waited for the work to leave, then collected once
         more = _young_objects(KERNEL_THRESHOLDS[0] * 3)
         assert len(few) + len(many) + len(more) > 0
         assert not collection_pauses.collect_while_waiting(lambda: True)  # outside a cell: the kernel's own gc
     finally:
+        gc.callbacks.remove(note)
         gc.set_threshold(*before)
 
 

@@ -42,6 +42,16 @@ CELL = (
 
 
 def run(ip: Any, line: str, cell: str) -> tuple[float, Any]:
+    """The cell's wall time through the magic and its result, once the cluster's scheduler holds nothing of the
+    cell before (the client lets go of it asynchronously; a cell with the same keys would reuse what is held)."""
+    from gpu_magics.cluster import queries
+
+    current = queries.in_use()
+    scheduler = None if current is None else queries.local_scheduler(current.client)
+    for _ in range(500):
+        if scheduler is None or not scheduler.tasks:
+            break
+        time.sleep(0.01)
     with capture_output():
         began = time.perf_counter()
         ip.run_cell_magic("gpurun", f"{line} -q --no-monitor -o t_result", cell)

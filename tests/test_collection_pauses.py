@@ -15,6 +15,7 @@ from IPython.utils.capture import capture_output
 
 from gpu_magics.gpurun.graphs import collection_pauses
 from tests.test_gpurun import NO_GPU, inventory
+from tests.test_time_split import let_go_of_the_last_cell
 
 KERNEL_THRESHOLDS = (900, 11, 12)  # not CPython's defaults: the test sees that these exact ones come back
 READ_THRESHOLD = "t_threshold = gc.get_threshold()\n"
@@ -212,6 +213,7 @@ def test_a_cluster_cell_collects_its_young_garbage_while_the_workers_compute(she
         assert current is not None
         scheduler = queries.local_scheduler(current.client)
         assert scheduler is not None
+        let_go_of_the_last_cell()  # the same runs again: computed again, not found still held
         before = kernel_tail.gathered()
         gc.callbacks.append(note)
         try:  # no automatic collection in the cell: its young garbage is all still pending when the runs leave

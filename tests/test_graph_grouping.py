@@ -60,6 +60,22 @@ def test_the_seeds_hundred_chunk_tasks_become_a_run_per_gpu_with_the_same_bits()
     assert get_sync(grouped, names) == get_sync(graph, names)  # the same draws and the same tree: the same value
 
 
+def test_runs_of_other_settings_have_other_keys() -> None:
+    """A key names one value: the same graph grouped for another number of runs, or folded, must not reuse a run
+    that the scheduler may still hold from the cell before."""
+    graph, keys = optimized(seed())
+
+    def run_keys(grouped: dict[Any, Any]) -> set[Any]:
+        return {key for key in grouped if str(key[0]).endswith("-runs")}
+
+    on_four = run_keys(grouping.group_reduction_leaves(graph, keys, 4))
+    on_two = run_keys(grouping.group_reduction_leaves(graph, keys, 2))
+    folded = run_keys(grouping.group_reduction_leaves(graph, keys, 4, fold=True))
+    assert len(on_four) == 4 and len(on_two) == 2 and len(folded) == 4
+    assert not on_four & on_two and not on_four & folded and not on_two & folded
+    assert on_four == run_keys(grouping.group_reduction_leaves(graph, keys, 4))  # the same settings: the same keys
+
+
 def test_every_leaf_is_computed_once_and_each_step_reads_its_own_leaves() -> None:
     graph, keys = optimized(seed(chunks=(100, 250), split_every=4))
     grouped = grouping.group_reduction_leaves(graph, keys, 3, per_slot=2)

@@ -95,11 +95,13 @@ def group_reduction_leaves(
     if not runs:
         return graph
     leaves.sort(key=lambda key: (sorted(map(str, readers[key])), str(key)))  # a step's leaves side by side
-    name = f"{_name(leaves[0])}-runs"
+    # A run's name says what it holds (how many runs share the leaves, folded or not): a key names one value, and
+    # a cell run again with other settings must not find the last cell's runs under the same key.
+    name = f"{_name(leaves[0])}-{runs}-runs"
     if fold:
         from gpu_magics.gpurun.graphs.folding import fold as fold_runs
 
-        folded = fold_runs(graph, leaves, readers, runs, name)
+        folded = fold_runs(graph, leaves, readers, runs, f"{_name(leaves[0])}-{runs}-folded-runs")
         if folded is not None:
             return folded
     grouped: dict[Any, Any] = {}

@@ -14,16 +14,14 @@ cluster already materialized. Graphs that carry per-layer annotations, large one
 is what the scheduler should get) and graphs without a reduction are never touched. The aggregate computes the
 same function on the same partial results: the same value to the bit. Where every task a cell ran had its result
 gathered here, the cell does not wait for the workers' GPUs at its end (``results_gathered``): each worker's GPU
-work was done when it sent its result. While the runs compute on a local cluster, the kernel collects the cell's
-young garbage (``collection_pauses.collect_while_waiting``): it has nothing else to do then. Dask config
-``gpu-magics.aggregate-in-kernel`` (default true) turns it off.
+work was done when it sent its result. Dask config ``gpu-magics.aggregate-in-kernel`` (default true) turns it off.
 """
 
 from __future__ import annotations
 
 import contextlib
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -118,7 +116,7 @@ def aggregates_here(client: Client) -> Iterator[None]:
         if split is None:
             return previous(_high_level(graph), keys, sync=sync, **kwargs)
         rest, runs = split
-        partials = _runs_gathered(self, previous, _high_level(rest), runs, kwargs)
+        partials = previous(_high_level(rest), runs, sync=True, **kwargs)
         global _gathered
         _gathered += len(runs)
         values = dict(zip(runs, partials, strict=True))
@@ -134,40 +132,6 @@ def aggregates_here(client: Client) -> Iterator[None]:
         else:
             with contextlib.suppress(AttributeError):
                 del client.get
-
-
-def _runs_gathered(
-    client: Client, get: Callable[..., Any], graph: Any, runs: list[Any], options: dict[str, Any]
-) -> list[Any]:
-    """The runs' results, computed by ``get`` (``client.get``, or what wrapped it before); with the client's own
-    method, this process collects the cell's young garbage while the workers compute
-    (``collection_pauses.collect_while_waiting``), once the runs are on the workers of a scheduler in this
-    process: the collection delays neither their start nor the cell's end. Another wrapper (a GPU-less kernel's
-    copies to host memory) gathers as it does."""
-    from gpu_magics.cluster import queries
-    from gpu_magics.gpurun.graphs import collection_pauses
-
-    if getattr(get, "__func__", None) is not type(client).get:
-        wrapped: list[Any] = get(graph, runs, sync=True, **options)
-        return wrapped
-    futures: list[Any] = get(graph, runs, sync=False, **options)
-    try:
-        scheduler = queries.local_scheduler(client)
-        if scheduler is not None:
-            collection_pauses.collect_while_waiting(lambda: _on_workers(scheduler, runs))
-        gathered: list[Any] = client.gather(
-            futures, asynchronous=options.get("asynchronous"), direct=options.get("direct")
-        )
-        return gathered
-    finally:
-        for future in futures:
-            future.release()
-
-
-def _on_workers(scheduler: Any, keys: list[Any]) -> bool:
-    """Whether the scheduler in this process sent each task ``keys`` names to a worker (or it is done)."""
-    tasks = scheduler.tasks
-    return all(getattr(tasks.get(key), "state", None) in ("processing", "memory", "erred") for key in keys)
 
 
 def _high_level(graph: dict[Any, Any]) -> Any:

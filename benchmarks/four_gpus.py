@@ -13,8 +13,7 @@ alternately with the default in the same cells. Plain ``LocalCUDACluster`` rows 
         [--config distributed.scheduler.worker-saturation=1.1] [--timeline]
 
 ``--timeline`` prints, for one warm cell at each count, when the graph reached the scheduler and was made into
-tasks there, each worker's tasks (start and end, ms from the cell's start, in one clock: one host), and the
-kernel's garbage collections before the graph left and in the whole cell, each with its generation, start and length.
+tasks there and each worker's tasks (start and end, ms from the cell's start, in one clock: one host).
 """
 
 from __future__ import annotations
@@ -121,24 +120,6 @@ def _traced_writes() -> tuple[list[tuple[float, float, int, str]], Any]:
     return notes, stop
 
 
-def _collection_pauses() -> tuple[list[tuple[float, float, int]], Any]:
-    """Each garbage collection in this process from now on, as (start, stop, generation) on ``time.time()``'s
-    clock, and the function that stops noting them."""
-    import gc
-
-    pauses: list[tuple[float, float, int]] = []
-    started = [0.0]
-
-    def note(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            started[0] = time.time()
-        else:
-            pauses.append((started[0], time.time(), int(info["generation"])))
-
-    gc.callbacks.append(note)
-    return pauses, lambda: gc.callbacks.remove(note)
-
-
 def timeline(ip: Any, cell: str) -> str:
     """One warm cell's timeline: graph on the scheduler, each worker's tasks, the result (ms from the start)."""
     from dask.utils import key_split
@@ -156,14 +137,12 @@ def timeline(ip: Any, cell: str) -> str:
     client.register_plugin(arrivals_plugin(), name=ARRIVALS)
     client.run(_arrivals)
     writes, stop_tracing = _traced_writes()
-    pauses, stop_pauses = _collection_pauses()
     began = time.time()
     try:
         with get_task_stream(client) as stream:
             took, _ = run(ip, "multi-gpu", cell)
     finally:
         stop_tracing()
-        stop_pauses()
     graph_metrics = ""
     if scheduler is not None:
         scheduler.remove_plugin(name=arrival.name)
@@ -202,14 +181,6 @@ def timeline(ip: Any, cell: str) -> str:
         f"{what}@{(at - began) * 1e3:.1f}+{spent * 1e3:.1f}ms/{size}B" for at, spent, size, what in writes
     )
     lines.append(f"  written here: {shown_writes[:1500]}")
-    graph_at = min(arrival.times, default=float("inf"))
-    before = [(start, stop) for start, stop, _ in pauses if stop <= graph_at]
-    lines.append(
-        f"  the kernel's garbage collections: {len(before)} ({sum(b - a for a, b in before) * 1e3:.1f} ms) before the "
-        f"graph reached the scheduler, {len(pauses)} ({sum(b - a for a, b, _ in pauses) * 1e3:.1f} ms, generations "
-        f"{sorted({g for _, _, g in pauses})}) in the cell: "
-        + " ".join(f"gen{g}@{(a - began) * 1e3:.1f}+{(b - a) * 1e3:.1f}ms" for a, b, g in pauses)[:600]
-    )
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.gpurun import cluster_loss
 from gpu_magics.gpurun.backends import BackendPlan
-from gpu_magics.gpurun.graphs import collection_pauses, kernel_tail
+from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.gpurun.timing.time_split import TimeSplit
@@ -244,7 +244,7 @@ def run_on_backend(
     if observer is not None:
         observer.start(plan)
     try:
-        with plan.activate(), collection_pauses.fewer_collections():
+        with plan.activate():
             warming = warm_up is not None
             while len(times) < repeat:
                 with task_count.recording(

@@ -15,19 +15,17 @@ plan, or as SPMD cells (``%gpurun spmd``: ``spmd_cells``); choosing one ends the
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import dask
-from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.gpurun import backends, execute
 from gpu_magics.gpurun.backends import BackendPlan
-from gpu_magics.gpurun.graphs import collection_pauses, kernel_tail
+from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session.spmd_cells import SpmdCells
 from gpu_magics.gpurun.timing import task_count
@@ -159,10 +157,6 @@ class Session:
         for note in execute.chunk_mismatches(self.shell, names, plan):
             print(f"note: {note}")
         cell = _Cell(contextlib.ExitStack(), names)
-        try:
-            cell.stack.enter_context(collection_pauses.fewer_collections())
-        except UsageError as error:  # the dask config's threshold is unusable: said, and the cell runs as it is
-            print(f"%gpurun: {error}", file=sys.stderr)
         if plan.annotations:
             cell.stack.enter_context(dask.annotate(**plan.annotations))
         if self.settings.session_summary:

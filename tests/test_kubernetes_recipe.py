@@ -1,7 +1,7 @@
-"""The README's recipe for GPU workers on Kubernetes, as printed: the spec it builds with dask-kubernetes'
-``make_cluster_spec`` (no Kubernetes cluster is run) starts commands that exist on this distributed (``dask
-scheduler``; ``dask cuda worker`` where dask-cuda is installed) and gives each worker, and only the workers, one
-GPU."""
+"""The documented recipe for GPU workers on Kubernetes (``docs/how-to/kubernetes.md``), as printed: the spec it
+builds with dask-kubernetes' ``make_cluster_spec`` (no Kubernetes cluster is run) starts commands that exist on this
+distributed (``dask scheduler``; ``dask cuda worker`` where dask-cuda is installed) and gives each worker, and only
+the workers, one GPU."""
 
 from __future__ import annotations
 
@@ -15,19 +15,19 @@ import pytest
 
 pytest.importorskip("dask_kubernetes", reason="needs dask-kubernetes (the test extra)")
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "kubernetes.md"
 
 
 def recipe() -> str:
-    """The README's code block that builds the spec, up to (not including) the ``KubeCluster`` it starts."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    """The page's code block that builds the spec, up to (not including) the ``KubeCluster`` it starts."""
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
     (block,) = [block for block in blocks if "make_cluster_spec" in block]
     return block.split("cluster = KubeCluster(")[0]
 
 
 def built_spec() -> dict[str, Any]:
     namespace: dict[str, Any] = {}
-    exec(compile(recipe(), "README.md", "exec"), namespace)
+    exec(compile(recipe(), str(PAGE), "exec"), namespace)
     return dict(namespace["spec"])
 
 

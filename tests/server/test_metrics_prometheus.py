@@ -2,8 +2,9 @@
 subprocess on simulated GPUs, a real kernel it started with a cluster (one CPU worker reading the simulated GPUs), a
 stand-in for dcgm-exporter as a second target, and queries through Prometheus's HTTP API: the kernel's bytes equal
 what ``%gpucluster status`` shows, the join ``on(UUID)`` with ``DCGM_FI_DEV_FB_USED`` gives one row per GPU, the
-README's and the Grafana dashboard's queries answer, a stopped kernel's series leave, a wrong token is refused and
-``promtool check metrics`` finds nothing to say. Every process is ended by its pid at the end."""
+queries of ``docs/how-to/prometheus.md`` and of the Grafana dashboard answer, a stopped kernel's series leave, a
+wrong token is refused and ``promtool check metrics`` finds nothing to say. Every process is ended by its pid at
+the end."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / "tests" / "data" / "shared_gpus.json"
 DASHBOARD = REPO / "docs" / "grafana" / "gpu-magics.json"
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "how-to" / "prometheus.md"  # the admins' page
 MIB = 2**20
 
 
@@ -142,9 +143,9 @@ def test_the_join_on_uuid_with_dcgm_exporter_gives_one_row_per_gpu(stack: Stack)
     assert sorted(row["metric"]["UUID"] for row in rows) == sorted(stack.uuids)
 
 
-def readme_queries() -> list[str]:
-    """The PromQL of the README's admin section (its ```promql blocks, one query a line)."""
-    text = README.read_text(encoding="utf-8")
+def documented_queries() -> list[str]:
+    """The PromQL of the admins' page (its ```promql blocks, one query a line)."""
+    text = PAGE.read_text(encoding="utf-8")
     return [line for block in re.findall(r"```promql\n(.*?)```", text, re.S) for line in block.splitlines()
             if line.strip() and not line.startswith("#")]  # fmt: skip
 
@@ -158,13 +159,13 @@ LABELS = {"__name__", "kernel_id", "notebook", "UUID", "Hostname", "modelName", 
           "started_here", "instance", "job", "pod", "namespace"}  # fmt: skip
 
 
-def test_the_readme_s_and_the_dashboard_s_queries_answer(stack: Stack, kernels: tuple[Kernel, Kernel]) -> None:
+def test_the_documented_and_the_dashboard_s_queries_answer(stack: Stack, kernels: tuple[Kernel, Kernel]) -> None:
     kernel, _ = kernels
     stack.prometheus.wait_for("gpu_magics_kernel_idle_hold_seconds", lambda rows: rows)
-    queries = readme_queries() + dashboard_queries()
+    queries = documented_queries() + dashboard_queries()
     assert len(queries) >= 6
     for query in queries:
-        # every filter opened up, and the README's 30 minutes of idle hold shortened to what this test can wait
+        # every filter opened up, and the page's 30 minutes of idle hold shortened to what this test can wait
         expression = query.replace("$user", ".*").replace("$hostname", ".*").replace("> 1800", "> 0")
         rows = stack.prometheus.wait_for(expression, lambda rows: rows, timeout=30)
         assert all(set(row["metric"]) <= LABELS for row in rows), (query, rows)
@@ -187,7 +188,7 @@ def test_promtool_finds_nothing_to_say(stack: Stack, kernels: tuple[Kernel, Kern
     assert promtool(stack, DCGM_SAMPLE)[1].strip().endswith(camel)
     artifacts = REPO / "test-artifacts" / "metrics"
     artifacts.mkdir(parents=True, exist_ok=True)
-    (artifacts / "metrics.txt").write_text(ours)  # the README's example comes from here
+    (artifacts / "metrics.txt").write_text(ours)  # the page's example comes from here
     # on the whole page, the rest is about jupyter_server's own gauges named *_total
     _, said = promtool(stack, text)
     assert all(line.endswith(camel) or "_currently_running_total" in line for line in said.splitlines()), said

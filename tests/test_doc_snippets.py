@@ -16,17 +16,27 @@ import pytest
 from tests.doc_snippets import ROOT, Block, all_blocks
 
 BLOCKS = all_blocks()
-KNOWN_TAGS = {"skip", "gpu", "needs", "config", "run"}
+KNOWN_TAGS = {"skip", "gpu", "slurm", "gateway", "needs", "config", "run"}
+ELSEWHERE = ("gpu", "slurm", "gateway")  # cells that need what this machine may lack
 
 
-def cpu_cells(page: str) -> list[Block]:
-    """The cells of a page that run here: not skipped, not GPU-only, their modules installed."""
+def cells(page: str, where: str | None = None) -> list[Block]:
+    """The cells of a page that run here, in order, with those marked ``where`` (``gpu``, ``slurm``, ``gateway``):
+    not skipped, not a configuration file, their modules installed."""
     return [
         block
         for block in BLOCKS
-        if block.page == page and block.kind == "cell" and block.skipped is None and block.tag("gpu") is None
-        and block.tag("config") is None and not block.missing
+        if block.page == page and block.kind == "cell" and block.skipped is None and block.tag("config") is None
+        and not block.missing and all(block.tag(tag) is None or tag == where for tag in ELSEWHERE)
     ]  # fmt: skip
+
+
+def cpu_cells(page: str) -> list[Block]:
+    return cells(page)
+
+
+def pages_with(tag: str) -> list[str]:
+    return sorted({block.page for block in BLOCKS if block.kind == "cell" and block.tag(tag) is not None})
 
 
 CELL_PAGES = sorted({block.page for block in BLOCKS if block.kind == "cell"})
@@ -71,6 +81,21 @@ def execute(page: str, cells: list[Block]) -> str:
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_a_page_s_cells_run_as_printed_in_a_fresh_notebook(page: str) -> None:
     text = execute(page, cpu_cells(page))
+    assert "Traceback" not in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", pages_with("gateway"))
+def test_a_page_s_gateway_cells_run_against_a_real_gateway(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("dask_gateway_server", reason="needs dask-gateway-server (the test extra)")
+    from tests.gateway_server import gateway_server
+
+    with gateway_server(tmp_path / "gateway") as server:
+        for key, value in server.env().items():  # the kernel's dask config names the gateway, as a hub's does
+            monkeypatch.setenv(key, value)
+        text = execute(page, cells(page, "gateway"))
     assert "Traceback" not in text, text
 
 

@@ -360,12 +360,12 @@ def test_the_spmd_rooms_keep_to_their_process() -> None:
             assert not {m for m in found if within(m, "gpu_magics.spmd.kernel")}, name
 
 
-README = PACKAGE.parent / "README.md"
+ARCHITECTURE = PACKAGE.parent / "docs" / "explanation" / "architecture.md"
 
 
-def test_the_readme_map_names_every_package_and_top_level_module() -> None:
-    text = README.read_text(encoding="utf-8")
-    table = text.split("Where things live", 1)[1].split("\n\n", 2)[1]
+def test_the_map_of_the_code_names_every_package_and_top_level_module() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text.split("## The map", 1)[1].split("\n\n", 2)[1]
     named = set(re.findall(r"`([a-z_/]+(?:\.py)?)`", table))
     packages = {
         str(path.parent.relative_to(PACKAGE)) + "/"

@@ -1,17 +1,17 @@
-"""Every ``%gpucluster`` line the README and ``%gpucluster?`` show parses as printed (a line that does not parse is
-a documented example that cannot work); placeholders (``N``, ``MIN MAX``, ``<...>``) are filled in first."""
+"""Every ``%gpucluster`` line the README, the documentation pages and ``%gpucluster?`` show parses as printed (a
+line that does not parse is a documented example that cannot work); placeholders (``N``, ``MIN MAX``, ``<...>``) are
+filled in first."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.magics.gpucluster import ClusterMagics
+from tests.doc_snippets import pages
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 PLACEHOLDERS = {
     "<scheduler address>": "tcp://127.0.0.1:8786",
     "tcp://host:port": "tcp://127.0.0.1:8786",
@@ -22,7 +22,7 @@ PLACEHOLDERS = {
 
 
 def documented_lines() -> list[str]:
-    texts = [README.read_text(encoding="utf-8"), ClusterMagics.gpucluster.__doc__ or ""]
+    texts = [page.read_text(encoding="utf-8") for page in pages()] + [ClusterMagics.gpucluster.__doc__ or ""]
     found = set()
     for text in texts:
         for line in re.findall(r"%gpucluster(?: [^`\n|]*)?", text):

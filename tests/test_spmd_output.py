@@ -87,8 +87,23 @@ def test_a_long_error_is_clipped_in_the_table_so_every_row_stays_one_line() -> N
     assert len(rows) == 4 and all(len(row) < 120 for row in rows), rows
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in rows[3] and rows[3].count("…") == 1
     html = view._repr_html_()
-    assert html.count("white-space:nowrap") == 2 * 5 and "second line" not in html
+    assert html.count("white-space:nowrap") == 2 * 4 and "second line" not in html
     assert clip("short") == "short" and clip("one\ntwo") == "one …"
+
+
+def test_a_stalled_ranks_note_is_a_line_under_its_row_not_a_column() -> None:
+    note = "no output for 31 s · all_reduce #3 (gloo) waits for rank 1, which never entered it (cell line 4)"
+    waiting = outcome(0, RankState.RUNNING)
+    waiting.note = note
+    view = StatusView("2 ranks on 1 host (2 GPUs)", [waiting, outcome(1, RankState.RUNNING)], 31.0, False, True)
+    assert view.columns == ("rank", "where", "state", "time", "GPU util · memory")  # four columns and the GPU's
+    lines = repr(view).splitlines()
+    assert lines[2].split() == ["rank", "0", "127.0.0.1", "·", "CPU", "running", "500", "ms"]
+    assert lines[3] == f"    ↳ {note}" and lines[4].startswith("  rank 1")
+    html = view._repr_html_()
+    assert html.count("<tr>") == 4  # the header, two ranks and rank 0's note
+    assert "<td colspan='5' style='text-align:left;padding:0 8px 2px 24px'><span class='gpu-magics-spmd-note'" in html
+    assert html.index("rank 0") < html.index("no output for 31 s") < html.index("rank 1")
 
 
 def test_the_group_made_for_a_cell_is_a_line_of_its_one_table() -> None:
@@ -226,6 +241,19 @@ def test_live_progress_bars_keep_their_rank_and_alike_bars_merge() -> None:
     live = {0: {"err": bar}, 1: {"err": bar}, 2: {"err": " 40%|####      | 40/100"}, 3: {"err": ""}}
     assert progress_lines(live) == [f"[0,1] {bar}", "[2]  40%|####      | 40/100"]
     assert progress_lines({0: {"err": ""}}) == []
+
+
+def test_a_finished_bar_keeps_its_ranks_place_above_the_ranks_next_bar() -> None:
+    from gpu_magics.spmd.kernel.output import progress_lines
+
+    first = "100%|##########| 100/100 [00:01<00:00, 98.0it/s]"
+    live = {0: {"err": " 10%|#         | 10/100"}, 1: {"err": " 95%|#########5| 95/100"}}
+    assert progress_lines(live, {0: [first]}) == [
+        f"[0] {first}",  # rank 0's first bar, finished, where it ran
+        "[1]  95%|#########5| 95/100",
+        "[0]  10%|#         | 10/100",  # rank 0's second bar
+    ]
+    assert progress_lines({0: {"err": ""}, 1: {}}, {0: [first], 1: [first]}) == [f"[0,1] {first}"]
 
 
 def test_a_merged_line_keeps_each_ranks_own_order() -> None:

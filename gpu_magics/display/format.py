@@ -74,12 +74,17 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Se
 
 
 def html_table(
-    header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = (), titles: Sequence[str] = ()
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    numeric: Sequence[int] = (),
+    titles: Sequence[str] = (),
+    below: Sequence[str] = (),
 ) -> str:
     """An HTML table whose header and cells share each column's alignment (numbers right, text left).
 
     ``rows`` hold HTML (escape text before); ``header`` is plain text. ``titles`` are optional hover texts,
-    one per row (for the first cell).
+    one per row (for the first cell). ``below`` is optional HTML, one per row, shown under its row across every
+    column (``""``: none), so a long note adds no column.
     """
 
     def align(i: int) -> str:
@@ -96,6 +101,9 @@ def html_table(
             title = f" title='{html.escape(titles[position], quote=True)}'" if i == 0 and position < len(titles) else ""
             cells.append(f"<td style='text-align:{align(i)};padding:2px 8px'{title}>{cell}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
+        if position < len(below) and below[position]:
+            style = "text-align:left;padding:0 8px 2px 24px"
+            body.append(f"<tr><td colspan='{len(header)}' style='{style}'>{below[position]}</td></tr>")
     return (
         "<table style='border-collapse:collapse;margin:4px 0;font-size:inherit;table-layout:auto'>"
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

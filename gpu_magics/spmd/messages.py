@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-Line = tuple[int, str, str, float]  # sequence number in the cell, stream ("out", "err"), text, read at (time.time)
+Line = tuple[int, str, str, float]  # sequence number in the cell, stream, text, read at (time.time)
+# stream: "out", "err", or "bar" (a progress bar's last state, its line ended: shown with the live bars)
 Packed = tuple[bytes | None, str]  # a value pickled (None where it cannot travel) and its repr
 
 

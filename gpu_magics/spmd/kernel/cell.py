@@ -20,7 +20,7 @@ import ast
 import concurrent.futures
 import queue
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -253,7 +253,7 @@ class _CellRun:
                 continue
             now = time.perf_counter()
             if kind == "lines":
-                self.merger.add(index, payload, now)
+                self._take_lines(index, payload, now)
                 self.last_output[index] = now
             elif kind == "progress":
                 self.bars.update(index, payload)
@@ -303,7 +303,8 @@ class _CellRun:
             if not self.stopping:  # its worker died or left: the next cell starts a new world, groups and all
                 self.died[index] = f"its worker did not answer: {type(reply).__name__}"
             return
-        self.merger.add(index, reply.get("lines", ()), time.perf_counter())
+        self.bars.answered(index)
+        self._take_lines(index, reply.get("lines", ()), time.perf_counter())
         self.merger.finished(index)
         outcome.seconds = reply.get("seconds", outcome.seconds)
         outcome.peak_memory = reply.get("peak_memory")
@@ -332,6 +333,16 @@ class _CellRun:
             outcome.state, outcome.error = RankState.STOPPED, said
         else:
             outcome.state, outcome.error = RankState.FAILED, said
+
+    def _take_lines(self, index: int, lines: Sequence[Line], now: float) -> None:
+        """A rank's lines: a finished progress bar stays with the bars, the others are merged into the output."""
+        rest: list[Line] = []
+        for line in lines:
+            if line[1] != "bar":
+                rest.append(line)
+            elif not self.bars.finish(index, int(line[0]), line[2]):  # not shown live: with the rank's lines
+                rest.append((line[0], "err", line[2], line[3]))
+        self.merger.add(index, rest, now)
 
     def _stop_all(self, pending: dict[int, concurrent.futures.Future[Any]]) -> None:
         self.stopping = True

@@ -175,13 +175,15 @@ class LineMerger:
         return self.ready(float("inf"))
 
 
-def progress_lines(progress: dict[int, dict[str, str]]) -> list[str]:
-    """The live progress bars, one line per rank with its label, alike ones merged: ``[0-3]  45%|####5 | 45/100``."""
-    groups: dict[str, list[int]] = {}
-    for rank, streams in sorted(progress.items()):
-        for stream in ("out", "err"):
-            text = streams.get(stream)
-            if text:
-                groups.setdefault(text, []).append(rank)
-    ordered = sorted(groups.items(), key=lambda item: item[1][0])
-    return [f"[{rank_list(ranks)}] {text}" for text, ranks in ordered]
+def progress_lines(progress: dict[int, dict[str, str]], finished: dict[int, list[str]] | None = None) -> list[str]:
+    """The progress bars, one line per rank with its label, alike ones merged: ``[0-3]  45%|####5 | 45/100``. A
+    rank's finished bars (``finished``, in order) keep their place above its live one, as in a terminal: the
+    n-th bar of every rank in the n-th group of lines."""
+    entries: dict[tuple[int, str], list[int]] = {}
+    for rank in sorted(set(progress) | set(finished or {})):
+        bars = list((finished or {}).get(rank, ()))
+        bars += [text for stream in ("out", "err") if (text := progress.get(rank, {}).get(stream))]
+        for position, text in enumerate(bars):
+            entries.setdefault((position, text), []).append(rank)
+    ordered = sorted(entries.items(), key=lambda item: (item[0][0], item[1][0]))
+    return [f"[{rank_list(ranks)}] {text}" for (_, text), ranks in ordered]

@@ -10,7 +10,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_magics.display.format import format_bytes, format_percent, format_seconds, html_table, text_table
+from gpu_magics.display.format import MUTED, format_bytes, format_percent, format_seconds, html_table, text_table
 from gpu_magics.spmd.messages import RankError
 from gpu_magics.units import dropped
 
@@ -183,16 +183,26 @@ class StatusView:
             row.append(format_seconds(outcome.seconds) if outcome.seconds is not None else "")
             if self.gpus:
                 row.append(gpu)
-            rows.append([*row, clip(outcome.note, 2 * CELL_LIMIT)])
+            rows.append(row)
         return rows
+
+    def _notes(self) -> list[str]:
+        """Each rank's note (where a quiet rank waits), shown on a line of its own under the rank's row, so the
+        table keeps its columns narrow; ``""`` where a rank has none."""
+        return [clip(outcome.note, 2 * CELL_LIMIT) for outcome in self.outcomes]
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return ("rank", "where", "state", "time", *(("GPU util · memory",) if self.gpus else ()), "")
+        return ("rank", "where", "state", "time", *(("GPU util · memory",) if self.gpus else ()))
 
     def __repr__(self) -> str:
         table = text_table(self.columns, self._rows(), (3,))
-        return "\n".join([self._headline(), *("  " + note for note in self.notes), *("  " + line for line in table)])
+        lines = [table[0]]
+        for row, note in zip(table[1:], self._notes(), strict=True):
+            lines.append(row)
+            if note:
+                lines.append(f"  ↳ {note}")
+        return "\n".join([self._headline(), *("  " + note for note in self.notes), *("  " + line for line in lines)])
 
     def _repr_html_(self) -> str:
         colours = {
@@ -207,10 +217,14 @@ class StatusView:
                 style = "white-space:nowrap" + (f";color:{colour}" if colour and i == 2 else "")
                 cells.append(f"<span style='{style}'>{html.escape(text)}</span>")
             rows.append(cells)
+        below = [
+            f"<span class='gpu-magics-spmd-note' style='{MUTED}'>↳ {html.escape(note)}</span>" if note else ""
+            for note in self._notes()
+        ]
         notes = "".join(f"<div>{html.escape(note)}</div>" for note in self.notes)
         return (
             f"<div class='gpu-magics-spmd'><div style='font-weight:600'>{html.escape(self._headline())}</div>"
-            f"{notes}{html_table(self.columns, rows, (3,))}</div>"
+            f"{notes}{html_table(self.columns, rows, (3,), below=below)}</div>"
         )
 
 

@@ -36,23 +36,42 @@ class Board:
 
 
 class Bars:
-    """The ranks' live progress bars (lines redrawn after a carriage return): one display, updated at most every
-    ``PROGRESS_S``, emptied when the cell ends (each bar's last state is a line of the output by then)."""
+    """The ranks' progress bars (lines redrawn after a carriage return): one display, updated at most every
+    ``PROGRESS_S``. A bar whose line ended stays in it, in its rank's place, as it looked last; the display
+    keeps the bars' last states when the cell ends."""
 
     def __init__(self, shown: tuple[int, ...] | None = None) -> None:
         self.shown = shown
         self.live: dict[int, dict[str, str]] = {}
+        self.finished: dict[int, list[str]] = {}
+        self._taken: set[tuple[int, int]] = set()  # (rank, sequence number) of the finished bars taken
+        self._answered: set[int] = set()  # ranks whose reply came: a later progress event is an old one
         self._shown: list[str] = []
         self._handle: Any = None
         self._at = 0.0
 
     def update(self, rank: int, progress: dict[str, str]) -> None:
-        if self.shown is None or rank in self.shown:
+        if (self.shown is None or rank in self.shown) and rank not in self._answered:
             self.live.setdefault(rank, {}).update(progress)
 
-    def show(self, now: float) -> None:
-        lines = progress_lines(self.live)
-        if lines == self._shown or now - self._at < PROGRESS_S:
+    def answered(self, rank: int) -> None:
+        """``rank``'s reply came (with all its lines): progress events still on their way are older."""
+        self._answered.add(rank)
+
+    def finish(self, rank: int, seq: int, text: str) -> bool:
+        """A bar of ``rank`` ended as ``text`` (its line's ``seq``, taken once); ``False`` where its rank's lines
+        do not show live (``--output``): the line goes with the rank's other lines."""
+        if self.shown is not None and rank not in self.shown:
+            return False
+        if (rank, seq) not in self._taken:  # the live state that came before it was this bar's (or an older one's)
+            self._taken.add((rank, seq))
+            self.finished.setdefault(rank, []).append(text)
+            self.live.pop(rank, None)
+        return True
+
+    def show(self, now: float, force: bool = False) -> None:
+        lines = progress_lines(self.live, self.finished)
+        if lines == self._shown or (now - self._at < PROGRESS_S and not force):
             return
         self._at, self._shown = now, lines
         if self._handle is None:
@@ -61,8 +80,8 @@ class Bars:
             self._handle.update(ProgressView(lines))
 
     def end(self) -> None:
-        if self._handle is not None and self._shown:
-            self._handle.update(ProgressView([]))
+        """The cell ended: the bars as they stand, kept in the output (a saved notebook shows them)."""
+        self.show(time.perf_counter(), force=True)
 
 
 def log_noise(noise: list[tuple[int, str]]) -> None:

@@ -133,9 +133,10 @@ class RankProcess:
         text = self._partial[name] + data.decode(errors="replace")
         *complete, partial = text.split("\n")
         for line in complete:
+            bar = bool(self._progress.get(name)) or "\r" in line
             if self._progress.get(name):
-                self._set_progress(name, "")  # the bar's line ended: its last state is the line
-            self._take_line(name, last_update(line))
+                self._set_progress(name, "")  # the bar's line ended: its last state is a finished bar's line
+            self._take_line(name, last_update(line), bar)
         if "\r" in partial:  # a progress bar redraws its line: the latest state is live, the rest is gone
             partial = "\r" + last_update(partial)
             self._set_progress(name, partial[1:])
@@ -146,16 +147,23 @@ class RankProcess:
         self._unsent_progress[stream] = text
         self._schedule_send()
 
-    def _take_line(self, name: str, text: str) -> None:
+    def _take_line(self, name: str, text: str, bar: bool = False) -> None:
+        """One complete line of ``name``'s stream; a progress bar's last state (``bar``) goes as a ``"bar"`` line,
+        which the kernel keeps with the live bars rather than in the stream."""
         if MARK in text:
             before = text.split(MARK, 1)[0]
             if before:
-                self._add_line(name, before)
+                self._add_line("bar" if bar else name, before)
             self._blank[name] = False
             self._marks[name].set()
             return
         if self._blank[name]:  # a blank line is held back: the REPL writes one before its mark
             self._add_line(name, "")
+        if bar:
+            self._blank[name] = False
+            if text.strip():
+                self._add_line("bar", text)
+            return
         self._blank[name] = text == ""
         if not self._blank[name]:
             self._add_line(name, text)

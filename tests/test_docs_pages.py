@@ -1,0 +1,56 @@
+"""The README stays a front page (at most 150 lines, its links lead to files that exist, into the site's pages), and
+no page speaks of the project's history as a sequence of rounds or sessions: a figure says its date and hardware."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.doc_snippets import ROOT, pages
+
+README = ROOT / "README.md"
+HISTORY_WORDS = re.compile(
+    r"\b(this|that|the|a|an|each|every|earlier|previous|last|next|later) (round|turn)s?\b(?! trips?\b)"
+    r"|\b(this|that|earlier|previous|last|next|later) sessions?\b"
+    r"|\brounds? (before|ago|earlier)\b|\bround[- ]by[- ]round\b|\bturns? ago\b|\bre-?measured\b|\bissue \d+\b",
+    re.IGNORECASE,
+)
+
+
+def written_pages() -> list[Path]:
+    return [*pages(), ROOT / "CHANGELOG.md", ROOT / "examples" / "README.md"]
+
+
+def test_the_readme_is_a_front_page() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150
+    first_block = "\n".join(lines).split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split()[:2] for line in first_block[:2]] == [["bash", "scripts/start.sh"], ["bash", "scripts/test.sh"]]
+
+
+def test_the_readme_s_links_lead_to_files_and_into_the_site() -> None:
+    text = README.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert len(local) > 15
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert missing == []
+    into_site = [link for link in local if link.startswith("docs/") and link.endswith(".md")]
+    assert {link.split("/")[1] for link in into_site} >= {"how-to", "explanation", "reference", "tutorials"}
+
+
+@pytest.mark.parametrize("page", written_pages(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_page_speaks_of_rounds(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    found = [match.group(0) for match in HISTORY_WORDS.finditer(text)]
+    assert found == [], f"{page.relative_to(ROOT)}: say the date and the hardware instead of {found}"
+
+
+def test_the_history_words_are_recognised() -> None:
+    for said in ("this round", "the round before", "a turn ago", "not re-measured", "round-by-round", "issue 26",
+                 "In this session"):  # fmt: skip
+        assert HISTORY_WORDS.search(said), said
+    for fine in ("a round trip", "50 interleaved repetitions", "--start-rounds 1", "a `multi-gpu` session"):
+        assert not HISTORY_WORDS.search(fine), fine

@@ -1,0 +1,121 @@
+"""The configurable settings: the magics' traitlets (``%config``), the server extension's (``c.GpuMagicsServer``)
+and the package's dask config keys (``gpu-magics.*``), each with its default and help."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from reference.markdown import HEADER, code, table
+
+
+@dataclass(frozen=True)
+class DaskKey:
+    """A dask config key of this package; its default is what ``reader`` returns where the config leaves it."""
+
+    key: str
+    reader: str  # "module:function": the package's own reading of the key
+    help: str
+
+
+# tests/test_docs_reference.py checks that these are all the ``gpu-magics.*`` keys the package reads.
+DASK_KEYS = (
+    DaskKey(
+        "gpu-magics.runs-per-slot",
+        "gpu_magics.gpurun.graphs.grouping:runs_per_slot",
+        "On a cluster, a reduction's chunk tasks run as this many tasks per GPU (or CPU worker thread), each "
+        "computing its chunks one after the other; 0 leaves dask's graph as it is.",
+    ),
+    DaskKey(
+        "gpu-magics.fold-reductions",
+        "gpu_magics.gpurun.graphs.grouping:fold_reductions",
+        "On a cluster, a whole-array reduction's runs each combine their own chunks, and its aggregate reads one "
+        "partial result per run; False keeps dask's reduction tree.",
+    ),
+    DaskKey(
+        "gpu-magics.aggregate-in-kernel",
+        "gpu_magics.gpurun.graphs.kernel_tail:enabled",
+        "On a cluster, the kernel gathers a reduction's partial results and aggregates them itself (the same "
+        "bits); False aggregates on a worker.",
+    ),
+)
+
+MAGICS_SETTINGS = (
+    "gpu_magics.magics.gpurun:GpuMagics",
+    "gpu_magics.magics.gpucluster:ClusterMagics",
+)
+SERVER_SETTINGS = "gpu_magics.server.config:GpuMagicsServer"
+
+
+def resolve(spec: str) -> Any:
+    module, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def trait_type(trait: Any) -> str:
+    values = getattr(trait, "values", None)
+    if values:
+        return " or ".join(code(value) for value in values)
+    words = {"Bool": "true or false", "Float": "number", "Int": "whole number", "Unicode": "text"}
+    kind = type(trait).__name__
+    found = words.get(kind, kind)
+    if getattr(trait, "allow_none", False):
+        found += " or None"
+    return found
+
+
+def trait_rows(owner: type[Any]) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for name, trait in sorted(owner.class_traits(config=True).items()):
+        rows.append((code(name), trait_type(trait), code(trait.default_value_repr()), trait.help))
+    return rows
+
+
+def dask_default(key: DaskKey) -> Any:
+    """What the package uses where the dask config does not set ``key``."""
+    import dask
+
+    reader: Callable[[], Any] = resolve(key.reader)
+    saved = dask.config.config
+    try:
+        dask.config.config = {name: value for name, value in saved.items() if name != "gpu-magics"}
+        return reader()
+    finally:
+        dask.config.config = saved
+
+
+def page() -> str:
+    parts = [
+        "# Settings\n\n"
+        "Three places configure gpu-magics: `%config` in a notebook for the magics, the Jupyter server's "
+        "configuration for the server extension, and dask's configuration for how cluster cells are computed."
+    ]
+    parts.append(
+        "## The magics\n\n"
+        "Set in a notebook with `%config Class.name = value` (or in `ipython_config.py` as "
+        "`c.Class.name = value`); they take effect at once."
+    )
+    for spec in MAGICS_SETTINGS:
+        owner = resolve(spec)
+        parts.append(
+            f"(settings-{owner.__name__.lower()})=\n### {owner.__name__}\n\n"
+            + table(("name", "type", "default", "what it does"), trait_rows(owner))
+        )
+    server = resolve(SERVER_SETTINGS)
+    parts.append(
+        f"(settings-{server.__name__.lower()})=\n## The server extension: {server.__name__}\n\n"
+        f"Set in `jupyter_server_config.py` as `c.{server.__name__}.name = value`, or on the command line as "
+        f"`--{server.__name__}.name=value`; read when the server starts.\n\n"
+        + table(("name", "type", "default", "what it does"), trait_rows(server))
+    )
+    rows = [(code(key.key), code(dask_default(key)), key.help) for key in DASK_KEYS]
+    parts.append(
+        "(settings-dask)=\n## Dask configuration keys\n\n"
+        'Set like any dask setting: `dask.config.set({"gpu-magics.fold-reductions": False})` in a notebook, in a '
+        "YAML file of dask's config folder, or as `DASK_GPU_MAGICS__FOLD_REDUCTIONS=False` in the environment. A "
+        "value of the wrong kind is refused in one line when a cell uses it.\n\n"
+        + table(("key", "default", "what it does"), rows)
+    )
+    return HEADER + "\n\n".join(parts) + "\n"

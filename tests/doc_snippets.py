@@ -8,11 +8,13 @@ Conventions of the pages (Markdown, MyST):
   with the reason it is not run.
 - Any other block (```text, a bare fence, ```yaml, ```promql) is output, a configuration file or a query; PromQL is
   run by ``tests/server/test_metrics_prometheus.py``.
-- A marker on the line before a block, ``<!-- snippet: TAG ... -->``, says more; on a page's own line before its
-  first block, ``<!-- snippets: TAG ... -->`` applies to every block of the page. Tags: ``skip REASON`` (not run:
-  why), ``gpu`` (needs a GPU: ``tests/gpu/test_doc_snippets_gpu.py`` runs the page's GPU cells in one kernel),
-  ``needs MODULE ...`` (left out where a module is not installed), ``config`` (a Jupyter configuration file, run
-  against a traitlets ``Config``), ``run`` (a shell command that is run).
+- Markers on the lines before a block, ``<!-- snippet: TAG ... -->`` (one a line), say more; on a page's own line
+  before its first block, ``<!-- snippets: TAG ... -->`` applies to every block of the page. Tags: ``skip REASON``
+  (not run: why), ``gpu`` (needs a GPU, ``gpu 2`` two: ``tests/gpu/test_doc_snippets_gpu.py`` runs the page's
+  cells with its GPU cells in one kernel), ``cpu`` (the CPU-only alternative to a GPU cell, left out where the GPU
+  cells run), ``slurm`` and ``gateway`` (run by ``tests/slurm/test_doc_snippets_slurm.py`` and against a real
+  gateway), ``needs MODULE ...`` (left out where a module is not installed), ``config`` (a Jupyter configuration
+  file, run against a traitlets ``Config``), ``run`` (a shell command that is run).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 CELL_LANGUAGES = ("python", "ipython")
-FENCE = re.compile(r"^(?P<marker>(?:<!-- snippets?: [^\n]*-->\n)?)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```\s*$",
+FENCE = re.compile(r"^(?P<marker>(?:<!-- snippets?: [^\n]*-->\n)*)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```\s*$",
                    re.M | re.S)  # fmt: skip
 PAGE_MARKER = re.compile(r"^<!-- snippets: (.*?) -->$", re.M)
 
@@ -84,8 +86,7 @@ def blocks(path: Path) -> list[Block]:
     page_tags = tuple(PAGE_MARKER.findall(text))
     found = []
     for match in FENCE.finditer(text):
-        marker = match["marker"].strip()
-        own = (re.sub(r"^<!-- snippet: (.*?) -->$", r"\1", marker),) if marker.startswith("<!-- snippet:") else ()
+        own = tuple(re.findall(r"^<!-- snippet: (.*?) -->$", match["marker"], re.M))
         line = text.count("\n", 0, match.start("lang")) + 1
         body = match["body"]
         found.append(Block(str(path.relative_to(ROOT)), line, match["lang"], body, own + page_tags))

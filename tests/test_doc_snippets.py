@@ -16,18 +16,20 @@ import pytest
 from tests.doc_snippets import ROOT, Block, all_blocks
 
 BLOCKS = all_blocks()
-KNOWN_TAGS = {"skip", "gpu", "slurm", "gateway", "needs", "config", "run"}
+KNOWN_TAGS = {"skip", "gpu", "cpu", "slurm", "gateway", "needs", "config", "run"}
 ELSEWHERE = ("gpu", "slurm", "gateway")  # cells that need what this machine may lack
 
 
 def cells(page: str, where: str | None = None) -> list[Block]:
     """The cells of a page that run here, in order, with those marked ``where`` (``gpu``, ``slurm``, ``gateway``):
-    not skipped, not a configuration file, their modules installed."""
+    not skipped, not a configuration file, their modules installed; where the GPU cells run, the CPU-only
+    alternatives to them (marked ``cpu``) are left out."""
     return [
         block
         for block in BLOCKS
         if block.page == page and block.kind == "cell" and block.skipped is None and block.tag("config") is None
         and not block.missing and all(block.tag(tag) is None or tag == where for tag in ELSEWHERE)
+        and not (where == "gpu" and block.tag("cpu") is not None)
     ]  # fmt: skip
 
 

@@ -98,6 +98,26 @@ def test_a_local_cluster_is_adopted_scaled_through_itself_and_only_detached(
         made.close()
 
 
+def test_an_adopted_local_cluster_without_a_dashboard_shows_no_link_and_no_start_up(
+    ip: InteractiveShell, magics: ClusterMagics, runtime_dir: Path
+) -> None:
+    """``LocalCluster(dashboard_address=None)`` still serves HTTP on a dashboard port (health, metrics) and lists
+    it, but answers 404 where the dashboard would be: the card shows no link; it says when it was adopted only."""
+    made = LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None, silence_logs=logging.ERROR
+    )
+    ip.user_ns["t_nodash"] = made
+    try:
+        text = gpucluster(magics, "--from t_nodash")
+        assert "dashboard: off" in text and "/status" not in text, text
+        assert "adopted at" in text and "started in" not in text and "workers ready" not in text, text
+        record = json.loads(next(runtime_dir.glob("gpu-magics-cluster-*-t_nodash.json")).read_text())
+        assert record["dashboard_url"] is None
+        gpucluster(magics, "stop")
+    finally:
+        made.close()
+
+
 def test_a_spec_cluster_and_a_closed_one(ip: InteractiveShell, magics: ClusterMagics) -> None:
     spec = SpecCluster(
         scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},

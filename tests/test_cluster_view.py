@@ -276,3 +276,31 @@ def test_the_idle_line_and_the_clock_say_what_the_manager_does() -> None:
     assert (made.owned, made.ends, made.restartable) == (True, "close", True)
     attached = facts_of("attached")
     assert (attached.scalable, attached.restartable, attached.ends) == (False, False, "detach")
+
+
+def test_an_adopted_cluster_says_when_it_was_adopted_and_no_start_up() -> None:
+    """A ``--from`` cluster was running before: its card says when it was adopted, never "started in"."""
+    for kind in ("adopted", "attached"):
+        view = ClusterView(gpu_info(kind=kind, started_at=NOW - 2), now=NOW)
+        taken = "adopted at" if kind == "adopted" else "attached at"
+        assert f"{taken} {clock(NOW - 2)}" in view.text(), view.text()
+        assert "started in" not in view.text() and "workers ready" not in view.text()
+        assert "started in" not in view.html()
+
+
+def test_workers_named_by_an_id_are_shown_as_worker_n_with_the_id_on_hover() -> None:
+    """Dask Gateway names its workers by 32 hex digits: the table says ``worker 1``, ``worker 2`` (in the order
+    of their addresses) and keeps the id and address in the tooltip; readable names stay as they are."""
+    ids = ["9f0c2d1e4b3a4c5d8e7f6a5b4c3d2e1f", "0a1b2c3d4e5f60718293a4b5c6d7e8f9"]
+    workers = tuple(
+        WorkerInfo(address=f"tls://10.0.0.{7 - i}:8786", name=name, status="running", threads=1)
+        for i, name in enumerate(ids)
+    ) + (WorkerInfo(address="tls://10.0.0.9:8786", name="edge-0", status="running", threads=1),)
+    view = ClusterView(gpu_info(kind="gateway", workers=workers), now=NOW)
+    text = view.text()
+    assert not any(name in text for name in ids), text
+    assert "worker 1" in text and "worker 2" in text and "edge-0" in text
+    html = view.html()
+    assert f'title="{ids[1]} at tls://10.0.0.6:8786">worker 1</span>' in html  # the lower address is worker 1
+    assert f'title="{ids[0]} at tls://10.0.0.7:8786">worker 2</span>' in html
+    assert 'title="tls://10.0.0.9:8786">edge-0</span>' in html

@@ -5,6 +5,7 @@ dashboard link; HTML and plain-text forms, so a saved notebook still shows it. I
 from __future__ import annotations
 
 import html
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -91,6 +92,19 @@ def others_text(memory: int, pids: tuple[int, ...]) -> str:
     return f"{len(pids)} other processes hold {format_bytes(memory)} (pid {listed})"
 
 
+OPAQUE_NAME = re.compile(r"[0-9a-f]{24,}|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+"""A worker name that is only an id (a Dask Gateway worker's 32 hex digits, a UUID): shown as ``worker N``."""
+
+
+def readable_names(workers: tuple[WorkerInfo, ...]) -> dict[str, str]:
+    """Worker name -> the name shown: its own where it reads as a name, else ``worker 1``, ``worker 2``... in the
+    order of their addresses (the id stays in the name's tooltip)."""
+    opaque = sorted((w for w in workers if OPAQUE_NAME.fullmatch(w.name)), key=lambda w: w.address)
+    shown = {w.name: w.name for w in workers}
+    shown.update({w.name: f"worker {number}" for number, w in enumerate(opaque, 1)})
+    return shown
+
+
 def _state(workers: tuple[WorkerInfo, ...]) -> str:
     """``"4 workers running"``, ``"3 workers: 2 running, 1 paused"`` or ``"no workers"``."""
     if not workers:
@@ -139,6 +153,8 @@ class ClusterView:
             return None
         if info.up_since is not None:  # it was running: the figures are this kernel's connection to it
             return f"connected in {format_seconds(took)}"
+        if info.facts is not None and not info.facts.owned:  # adopted or attached: when is its state line's
+            return None
         if info.warm_s is None:
             return f"workers ready in {format_seconds(info.ready_s)}"
         return (
@@ -151,9 +167,10 @@ class ClusterView:
         with its worker and GPU; a worker's and a host's name show on their first row only."""
         rows: list[tuple[list[str], WorkerInfo, WorkerGpu | None]] = []
         previous_host: str | None = None
-        for worker in sorted(self.info.workers, key=lambda w: (w.host or "", w.name)):
+        names = readable_names(self.info.workers)
+        for worker in sorted(self.info.workers, key=lambda w: (w.host or "", names[w.name], w.name)):
             host = worker.host or DASH
-            first = [host if host != previous_host else "", worker.name]
+            first = [host if host != previous_host else "", names[worker.name]]
             previous_host = host
             last = [worker.status, str(worker.threads)]
             if not worker.gpus:
@@ -301,7 +318,8 @@ def _cell(column: int, text: str, worker: WorkerInfo, gpu: WorkerGpu | None) -> 
     worker's address on hover."""
     escaped = html.escape(text)
     if HEADER[column] == "worker" and text:
-        return f'<span title="{html.escape(worker.address, quote=True)}">{escaped}</span>'
+        where = worker.address if text == worker.name else f"{worker.name} at {worker.address}"
+        return f'<span title="{html.escape(where, quote=True)}">{escaped}</span>'
     if HEADER[column] == "status" and text:
         colour = STATUS_COLOURS.get(text)
         return f'<span style="color:{colour}">{escaped}</span>' if colour else escaped

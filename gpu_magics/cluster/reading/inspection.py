@@ -103,12 +103,12 @@ def hardware(
 
 
 def dashboard_link(client: Client) -> str | None:
-    """The scheduler's dashboard link, or ``None`` when it has none. For a scheduler this kernel attached to, the
-    link is checked once: one started with ``--no-dashboard`` still serves HTTP on its dashboard port (health,
-    metrics) and lists it, but answers 404 where the dashboard would be."""
+    """The scheduler's dashboard link, or ``None`` when it has none. The link is checked once per scheduler: one
+    started without a dashboard (``--no-dashboard``, ``LocalCluster(dashboard_address=None)``) still serves HTTP
+    on its dashboard port (health, metrics) and lists it, but answers 404 where the dashboard would be."""
     try:
         link = client.dashboard_link
-        if link and getattr(client, "cluster", None) is None:
+        if link:
             info = client.scheduler_info(n_workers=0)
             if "dashboard" not in (info.get("services") or {}) or not _answers(str(info.get("id")), str(link)):
                 return None

@@ -292,11 +292,12 @@ def test_workers_named_by_an_id_are_shown_as_worker_n_with_the_id_on_hover() -> 
     """Dask Gateway names its workers by 32 hex digits: the table says ``worker 1``, ``worker 2`` (in the order
     of their addresses) and keeps the id and address in the tooltip; readable names stay as they are."""
     ids = ["9f0c2d1e4b3a4c5d8e7f6a5b4c3d2e1f", "0a1b2c3d4e5f60718293a4b5c6d7e8f9"]
-    workers = tuple(
+    workers = [
         WorkerInfo(address=f"tls://10.0.0.{7 - i}:8786", name=name, status="running", threads=1)
         for i, name in enumerate(ids)
-    ) + (WorkerInfo(address="tls://10.0.0.9:8786", name="edge-0", status="running", threads=1),)
-    view = ClusterView(gpu_info(kind="gateway", workers=workers), now=NOW)
+    ]
+    workers.append(WorkerInfo(address="tls://10.0.0.9:8786", name="edge-0", status="running", threads=1))
+    view = ClusterView(gpu_info(kind="gateway", workers=tuple(workers)), now=NOW)
     text = view.text()
     assert not any(name in text for name in ids), text
     assert "worker 1" in text and "worker 2" in text and "edge-0" in text

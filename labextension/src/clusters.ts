@@ -189,6 +189,41 @@ export function memberName(member: IClusterMember): string {
   return member.role === 'kernel' ? 'kernel' : member.name;
 }
 
+/** A worker name that is only an id (a Dask Gateway worker's 32 hex digits, a UUID). */
+const OPAQUE_NAME = /^(?:[0-9a-f]{24,}|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})$/;
+
+/**
+ * The name each member's lines show: `memberName`, except that workers named by an id are "worker 1", "worker 2"...
+ * in the order of their addresses (the id stays in the line's tooltip), as the kernel's cluster card names them.
+ */
+export function memberNames(members: IClusterMember[]): Map<IClusterMember, string> {
+  const names = new Map(members.map(member => [member, memberName(member)] as [IClusterMember, string]));
+  const opaque = members
+    .filter(member => member.role !== 'kernel' && OPAQUE_NAME.test(member.name))
+    .sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+  opaque.forEach((member, index) => names.set(member, `worker ${index + 1}`));
+  return names;
+}
+
+/**
+ * What the card's buttons do here, said beside them: Stop closes a cluster the notebook made, Detach lets go of one
+ * it did not (it keeps running); why Restart is off where it is.
+ */
+export function buttonsHint(facts: IClusterFacts): string {
+  const stop =
+    facts.ends === 'detach'
+      ? 'Detach lets go of the cluster; it keeps running.'
+      : 'Stop closes the cluster and gives its GPUs back.';
+  return facts.restartable ? stop : `${stop} ${restartOff(facts)}`;
+}
+
+/** Why Restart is off for a cluster whose manager does not allow it. */
+export function restartOff(facts: IClusterFacts): string {
+  return facts.owned
+    ? 'No Restart: its workers are not restarted from here.'
+    : 'No Restart: only the notebook that started it can restart its workers.';
+}
+
 /** What the cluster's workers cache in their pools, summed; null when no worker says. */
 export function clusterCached(cluster: ICluster): number | null {
   let cached: number | null = null;

@@ -5,6 +5,7 @@
  */
 import {
   adaptText,
+  buttonsHint,
   ClusterAction,
   clusterCached,
   clusterFacts,
@@ -12,7 +13,8 @@ import {
   clusterTitle,
   idleState,
   idleText,
-  jobLines
+  jobLines,
+  restartOff
 } from '../clusters';
 import { Child, el } from './dom';
 import { formatAge, formatBytes } from '../format';
@@ -157,13 +159,18 @@ export class ClustersView {
       el(
         'div',
         { class: 'jp-GpuMagics-buttons' },
-        button('Stop', canAct, () => void this._stop(cluster), {
+        // what Stop does is its word: Detach for a cluster the notebook did not make (it keeps running)
+        button(facts.ends === 'detach' ? 'Detach' : 'Stop', canAct, () => void this._stop(cluster), {
           title:
             facts.ends === 'detach'
               ? 'Runs %gpucluster stop in its kernel: the notebook lets go of the cluster, which keeps running'
               : 'Runs %gpucluster stop in its kernel: the cluster closes and gives its GPUs back'
         }),
-        button('Restart', canAct && facts.restartable, () => void this._restart(cluster)),
+        button('Restart', canAct && facts.restartable, () => void this._restart(cluster), {
+          title: facts.restartable
+            ? 'Runs %gpucluster restart in its kernel: its workers start again (their data and state are lost)'
+            : restartOff(facts)
+        }),
         button('Scale', canAct && facts.scalable, () => void this._scale(cluster)),
         button('Adapt', canAct && facts.scalable, () => void this._adapt(cluster), {
           title:
@@ -172,6 +179,7 @@ export class ClustersView {
         })
       )
     );
+    row.append(el('div', { class: 'jp-GpuMagics-buttonsHint' }, buttonsHint(facts)));
     if (busy) {
       row.append(el('div', { class: 'jp-GpuMagics-busy' }, `${busy}\u2026 (waits for the kernel if it is busy)`));
     }

@@ -3,7 +3,7 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { adaptProblem, parseAdapt, parseWorkers, scaleProblem } from '../clusters';
+import { adaptProblem, clusterFacts, parseAdapt, parseWorkers, scaleProblem } from '../clusters';
 import type { ICluster } from '../types';
 
 export async function askWorkers(cluster: ICluster): Promise<number | null> {
@@ -33,10 +33,14 @@ export async function askAdapt(cluster: ICluster): Promise<[number, number] | nu
 }
 
 export async function confirmStop(cluster: ICluster): Promise<boolean> {
+  const kernel = `Its kernel ${cluster.path ? `(${cluster.path}) ` : ''}runs %gpucluster stop`;
+  const detach = clusterFacts(cluster).ends === 'detach';
   const result = await showDialog({
-    title: `Stop ${cluster.name}?`,
-    body: `Its kernel ${cluster.path ? `(${cluster.path}) ` : ''}runs %gpucluster stop; work on the cluster is lost.`,
-    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop' })]
+    title: `${detach ? 'Detach from' : 'Stop'} ${cluster.name}?`,
+    body: detach
+      ? `${kernel}: the notebook lets go of the cluster, which keeps running with its workers.`
+      : `${kernel}: the cluster closes; work on it is lost.`,
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: detach ? 'Detach' : 'Stop' })]
   });
   return result.button.accept;
 }

@@ -1,5 +1,5 @@
 /** A cluster's workers with their GPUs, live: a heading per host, a line per GPU (or one for a worker without). */
-import { gpuShortLabel, memberName, membersByHost, memberWithoutGpus } from '../clusters';
+import { gpuShortLabel, memberNames, membersByHost, memberWithoutGpus } from '../clusters';
 import { el } from './dom';
 import { formatBytes, formatBytesPair, formatPercent } from '../format';
 import { othersText, splitText } from '../model';
@@ -8,25 +8,33 @@ import { barFill, splitView } from './controls';
 
 export function membersView(members: IClusterMember[]): HTMLElement {
   const view = el('div', { class: 'jp-GpuMagics-members' });
+  const names = memberNames(members);
   for (const group of membersByHost(members)) {
     view.append(
       el('div', { class: 'jp-GpuMagics-host', 'data-host': group.host, title: `host ${group.host}` }, group.host),
       // one worker on a host: its GPUs need no worker name (it is in each line's tooltip)
       ...group.members.flatMap(member =>
-        memberLines(member, group.members.filter(m => m.role !== 'kernel').length > 1 || member.role === 'kernel')
+        memberLines(
+          member,
+          names.get(member) ?? member.name,
+          group.members.filter(m => m.role !== 'kernel').length > 1 || member.role === 'kernel'
+        )
       )
     );
   }
   return view;
 }
 
-function memberLines(member: IClusterMember, named: boolean): HTMLElement[] {
-  const name = memberName(member);
+function memberLines(member: IClusterMember, name: string, named: boolean): HTMLElement[] {
   if (member.gpus.length === 0) {
     return [
       el(
         'div',
-        { class: 'jp-GpuMagics-memberGpu jp-GpuMagics-memberIdle', 'data-member': member.name, title: member.address },
+        {
+          class: 'jp-GpuMagics-memberGpu jp-GpuMagics-memberIdle',
+          'data-member': member.name,
+          title: name === member.name ? member.address : `worker ${member.name} (${member.address})`
+        },
         el('span', { class: 'jp-GpuMagics-memberName' }, name),
         el('span', { class: 'jp-GpuMagics-memberWait' }, memberWithoutGpus(member))
       )

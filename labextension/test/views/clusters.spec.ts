@@ -151,7 +151,7 @@ describe('ClustersView', () => {
       Array.from(view.node.querySelectorAll<HTMLButtonElement>(`[data-cluster="${name}"] .jp-GpuMagics-button`))
         .filter(b => !b.disabled)
         .map(b => b.textContent);
-    expect(offered('att')).toEqual(['Stop']); // it detaches; its workers are not the notebook's to change
+    expect(offered('att')).toEqual(['Detach']); // it detaches; its workers are not the notebook's to change
     expect(offered('far')).toEqual([]);
     expect(view.node.querySelector('[data-cluster="att"] .jp-GpuMagics-note')).toBeNull();
     expect(text(view.node.querySelector('[data-cluster="far"] .jp-GpuMagics-note'))).toBe(
@@ -173,7 +173,7 @@ describe('ClustersView', () => {
       const offered = Array.from(row.querySelectorAll<HTMLButtonElement>('.jp-GpuMagics-button'))
         .filter(b => !b.disabled)
         .map(b => b.textContent);
-      expect(offered).toEqual(['Stop', 'Scale', 'Adapt']);
+      expect(offered).toEqual(['Detach', 'Scale', 'Adapt']);
       expect(text(row.querySelector('.jp-GpuMagics-idle'))).toMatch(/^detaches after /);
     }
   });

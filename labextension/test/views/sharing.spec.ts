@@ -283,7 +283,7 @@ describe('clusters on a shared server', () => {
     const enabled = Array.from(view.node.querySelectorAll<HTMLButtonElement>('button'))
       .filter(b => !b.disabled)
       .map(text);
-    expect(enabled).toEqual(['Free cached', 'Stop']); // stop detaches the notebook from it
+    expect(enabled).toEqual(['Free cached', 'Detach']); // stop detaches the notebook from it
   });
 
   it('offer no Free cached where no worker says what it caches', () => {

@@ -50,7 +50,10 @@ nitpick_ignore_regex = [
 myst_enable_extensions = ["colon_fence", "deflist", "fieldlist", "attrs_inline", "substitution"]
 myst_heading_anchors = 3
 myst_all_links_external = False
-suppress_warnings = ["mystnb.unknown_mime_type"]  # widget state the stored runs carry: shown by its text form
+suppress_warnings = [
+    "mystnb.unknown_mime_type",  # widget state the stored runs carry: shown by its text form
+    "misc.highlighting_failure",  # an output Pygments cannot lex (a traceback with a "·") is shown unhighlighted
+]
 
 # Notebooks. The CPU notebooks run while the site builds, each within its time limit (a notebook may set its own
 # with the metadata {"mystnb": {"execution_timeout": S}}); an error in a cell fails the build. Results are cached

@@ -11,8 +11,13 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" != "--no-setup" ] && ! .venv/bin/python -c "import myst_nb, pydata_sphinx_theme, sphinx_design, sphinx_copybutton" 2>/dev/null; then
   bash scripts/setup-env.sh "docs"
 fi
-# The notebooks run on this machine's CPU (simulated GPUs would only confuse a reader): no fake source from outside.
+# The notebooks run on this machine's CPU (simulated GPUs would only confuse a reader): no fake source from outside;
+# their kernels use an IPython profile of their own (as a fresh notebook would), which keeps the kernels' start-up
+# log to errors (ipykernel warns of its loopback TCP transport at every start).
 unset GPU_MAGICS_SOURCE
+export IPYTHONDIR="$PWD/docs/_build/ipython"
+mkdir -p "$IPYTHONDIR/profile_default"
+echo 'c.IPKernelApp.log_level = "ERROR"' >"$IPYTHONDIR/profile_default/ipython_kernel_config.py"
 .venv/bin/python -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 echo "docs: built docs/_build/html/index.html"
 

@@ -8,6 +8,8 @@
 # pytest runs on several processes (pytest-xdist, --dist loadgroup: tests/conftest.py says what runs together);
 # GPU_MAGICS_TEST_WORKERS sets how many (default: one per CPU core, at most 4).
 # Extra arguments go to pytest (for example -k cluster, -m "not browser", or -n 0 for one process).
+# After pytest, the documentation site is built (scripts/docs.sh: warnings are errors, the CPU notebooks run), with
+# the screenshots the browser tests just took.
 #
 # bash scripts/test.sh --quick: the inner loop, in about a minute on 2 cores, with .venv already set up: ruff, ruff
 # format, mypy, jest and `pytest --quick` (the tests not marked slow, browser or gpu: no real kernel, no cluster
@@ -32,7 +34,7 @@ if [ "$quick" = 1 ]; then
     exit 1
   fi
 else
-  bash scripts/setup-env.sh "test,dev" || { echo "setup failed"; exit 1; }
+  bash scripts/setup-env.sh "test,dev,docs" || { echo "setup failed"; exit 1; }
   bash tests/browser/setup.sh || { echo "browser test setup failed"; exit 1; }
   bash tests/prometheus/setup.sh || { echo "Prometheus test setup failed"; exit 1; }
   bash tests/slurm/setup.sh || { echo "SLURM test setup failed"; exit 1; }
@@ -40,8 +42,8 @@ fi
 cores=$(nproc 2>/dev/null || echo 2)
 workers=${GPU_MAGICS_TEST_WORKERS:-$((cores < 4 ? cores : 4))}
 
-step "ruff" .venv/bin/ruff check gpu_magics tests benchmarks scripts
-step "ruff format" .venv/bin/ruff format --check gpu_magics tests benchmarks scripts
+step "ruff" .venv/bin/ruff check gpu_magics tests benchmarks scripts docs/conf.py docs/_ext
+step "ruff format" .venv/bin/ruff format --check gpu_magics tests benchmarks scripts docs/conf.py docs/_ext
 step "mypy" .venv/bin/mypy
 step "jest" bash -c "cd labextension && ../.venv/bin/jlpm test --ci"
 if [ "$quick" = 1 ]; then
@@ -50,6 +52,7 @@ else
   # printed, then checked (no tee to /dev/stderr: reopening a redirected log truncates it, leaving NUL bytes)
   step "labextension list" bash -c 'listed=$(.venv/bin/jupyter labextension list 2>&1); echo "$listed"; grep -qE "gpu-magics.*enabled.*OK" <<<"$listed"'
   step "pytest" .venv/bin/python -m pytest tests -p no:cacheprovider -n "$workers" --dist loadgroup "$@"
+  step "docs" bash scripts/docs.sh --no-setup
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

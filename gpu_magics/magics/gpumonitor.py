@@ -41,6 +41,8 @@ class MonitorMagics(Magics):
             %gpumonitor --interval 0.25  sample every 0.25 s (at least 0.1 s; default 0.5 s)
             %gpumonitor --stop           stop the panels and the sampler thread
 
+        ``-i`` is short for ``--interval``.
+
         When the cluster in use (``%gpucluster``) has GPUs on other hosts, a second panel shows them, as its
         workers report them ("gpu-node-1 · GPU 2"); on a machine without GPUs, only that one. The host's CPU and
         memory use are shown beneath this machine's GPUs. The panel is plain HTML redrawn in place, so

@@ -135,8 +135,11 @@ class GpuMagics(Magics, FreeGpuSettings):
                            Each backend first runs the cell once untimed (a warm-up: imports, CUDA start), unless
                            that run took over 10 s; then it is the timed one, marked cold.
         - ``-o NAME``      store the result object (times, tasks, monitor figures) in the variable NAME.
-        - ``-q``           no summary line.
+        - ``-q``           no summary line (also ``--quiet``).
         - ``--no-monitor`` no live GPU panel while the cell runs.
+
+        Short forms: ``-d`` for ``--device``, ``-w`` for ``--workers``, ``-r`` for ``--repeat``, ``-c`` for
+        ``--compare``.
 
         Wall time includes waiting for the GPU work to finish. The cell's last expression is its result,
         as in a plain cell. Dask arrays made before the cell keep their chunk type: a NumPy-backed array in a

@@ -34,8 +34,9 @@ def routes() -> list[Route]:
 
     from gpu_magics.server.routes import NAMESPACE, ROUTES
 
+    paths = {handler: f"/{NAMESPACE}/{path}" for path, handler in ROUTES}
     found = []
-    for path, handler in ROUTES:
+    for _, handler in ROUTES:
         is_socket = issubclass(handler, websocket.WebSocketHandler)
         for name in METHODS:
             method = getattr(handler, name)
@@ -52,14 +53,17 @@ def routes() -> list[Route]:
                 authenticated = _decorated(source, "authenticated")
                 action = HTTP_METHOD_TO_AUTH_ACTION[verb] if _decorated(source, "authorized") else None
             resource = getattr(handler, "auth_resource", None) if action else None
-            found.append(Route(f"/{NAMESPACE}/{path}", verb, authenticated, action, resource, _help(handler)))
+            owner = next(cls for cls in handler.__mro__ if name in vars(cls))
+            said = _help(handler) if owner is handler or owner not in paths else f"Answers as `{verb} {paths[owner]}`."
+            found.append(Route(paths[handler], verb, authenticated, action, resource, said))
     return found
 
 
 def _help(handler: Any) -> str:
     """The handler's docstring, less the ``GET path``: that begins it."""
     text = " ".join((inspect.getdoc(handler) or "").split())
-    return re.sub(r"^``(GET|POST|PUT|DELETE|PATCH) [^`]+``:\s*", "", text).replace("``", "`")
+    said = re.sub(r"^``(GET|POST|PUT|DELETE|PATCH) [^`]+``:\s*", "", text).replace("``", "`")
+    return said[:1].upper() + said[1:]
 
 
 def _who(route: Route) -> str:

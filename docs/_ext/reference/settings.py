@@ -74,16 +74,16 @@ def trait_rows(owner: type[Any]) -> list[tuple[str, str, str, str]]:
 
 
 def dask_default(key: DaskKey) -> Any:
-    """What the package uses where the dask config does not set ``key``."""
+    """What the package uses where the dask config does not set ``key`` (the config is put back after)."""
     import dask
 
     reader: Callable[[], Any] = resolve(key.reader)
-    saved = dask.config.config
+    saved = dask.config.config.pop("gpu-magics", None)
     try:
-        dask.config.config = {name: value for name, value in saved.items() if name != "gpu-magics"}
         return reader()
     finally:
-        dask.config.config = saved
+        if saved is not None:
+            dask.config.config["gpu-magics"] = saved
 
 
 def page() -> str:

@@ -14,7 +14,8 @@ from gpu_magics.server.metrics.feed import FEED_KEY, MetricsFeed
 
 
 class IdleHoldHandler(GpuMagicsHandler):
-    """Asking keeps the figures refreshing, as a scrape does; the first answer may come before the first refresh."""
+    """``GET idle-hold``: what each running kernel holds on idle GPUs, since when, and the line the side panel shows.
+    Asking keeps the figures refreshing, as a scrape does; the first answer may come before the first refresh."""
 
     @web.authenticated
     @authorized

@@ -21,10 +21,10 @@ class Labelled:
 
 
 SERIES = (
-    Labelled("gpu_magics_gpu_utilization_ratio", "gauge", GPU),
-    Labelled("gpu_magics_gpu_memory_used_bytes", "gauge", GPU),
-    Labelled("gpu_magics_gpu_memory_total_bytes", "gauge", GPU),
-    Labelled("gpu_magics_gpu_power_watts", "gauge", GPU),
+    Labelled("gpu_magics_gpu_utilization_ratio", "gauge", GPU, ("mig_uuid", *POD)),
+    Labelled("gpu_magics_gpu_memory_used_bytes", "gauge", GPU, ("mig_uuid", *POD)),
+    Labelled("gpu_magics_gpu_memory_total_bytes", "gauge", GPU, ("mig_uuid", *POD)),
+    Labelled("gpu_magics_gpu_power_watts", "gauge", GPU, ("mig_uuid", *POD)),
     Labelled(
         "gpu_magics_kernel_gpu_memory_bytes",
         "gauge",

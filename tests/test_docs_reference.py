@@ -1,0 +1,292 @@
+"""The documentation's reference pages say what the code does: every magic with the help that ``%name?`` prints and
+every option its parser takes, every setting with its default, every ``/metrics`` series with the labels its series
+carry, every REST route with who may call it; and the GPU runs the site shows say where and when they ran.
+
+The pages are written by ``docs/_ext/reference`` when the site builds; these tests check that writer against the
+code, so a new option, setting, series or route that the pages would miss fails here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import io
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gpu_magics"
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+
+from notebooks import RUN_KEY, STORED, run_note, stage  # noqa: E402
+from reference import magics, metrics, pages, routes, settings  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def written() -> dict[str, str]:
+    return pages()
+
+
+def sources() -> Iterator[tuple[Path, ast.Module]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+# -- magics ------------------------------------------------------------------------------------------------------
+
+
+def token(option: str) -> re.Pattern[str]:
+    """``option`` as a word of its own (``-d`` is not the start of ``--device``)."""
+    return re.compile(rf"(?<![\w-]){re.escape(option)}(?![\w-])")
+
+
+def test_every_magic_the_extension_registers_has_a_section_with_its_help(written: dict[str, str]) -> None:
+    found = list(magics.magics())
+    assert {magic.name for magic in found} == {"gpucluster", "gpurun", "gpugraph", "gpumonitor"}
+    for magic in found:
+        assert f"(magic-{magic.name})=" in written["magics"]
+        assert magic.help.strip() and magic.help in written["magics"]
+
+
+def test_every_option_of_every_magic_is_in_the_reference(written: dict[str, str]) -> None:
+    page = written["magics"]
+    checked = 0
+    for magic in magics.magics():
+        if magic.parser is None:
+            continue
+        section = page.split(f"(magic-{magic.name})=", 1)[1].split("\n(magic-", 1)[0]
+        for action in magics.options(magic.parser):
+            for option in action.option_strings:
+                assert f"`{option}`" in section, f"{magic.name}: {option}"
+                checked += 1
+    assert checked > 50
+
+
+def test_every_option_a_parser_takes_is_in_the_help_its_magic_prints() -> None:
+    missing = [
+        f"{magic.name}: {option}"
+        for magic in magics.magics()
+        if magic.parser is not None
+        for action in magics.options(magic.parser)
+        for option in action.option_strings
+        if not token(option).search(magic.help)
+    ]
+    assert missing == []
+
+
+def test_every_parser_the_package_makes_is_named_in_the_reference() -> None:
+    made = []
+    for path, tree in sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "MagicArgumentParser":
+                made.append(path.relative_to(ROOT).with_suffix("").as_posix().replace("/", "."))
+    named = [spec.partition(":")[0] for spec in magics.PARSERS.values()]
+    assert sorted(made) == sorted(named)
+    for name in magics.PARSERS:
+        parser = magics.parser(name)
+        assert parser is not None and parser.prog.lstrip("%") == name
+
+
+def test_every_value_an_option_takes_is_said_in_words() -> None:
+    for magic in magics.magics():
+        for action in magics.options(magic.parser) if magic.parser is not None else []:
+            said = magics.takes(action)  # raises for a type it has no words for
+            assert said and "_" not in said.replace("`", "").split()[0], (magic.name, action.option_strings)
+
+
+@pytest.mark.parametrize("line", ["%gpucluster?", "%%gpurun?", "%gpurun?", "%gpumonitor?", "%gpugraph?"])
+def test_the_help_in_the_reference_is_what_the_question_mark_prints(ip: InteractiveShell, line: str) -> None:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        ip.run_cell(line)
+    text = printed.getvalue()
+    assert text.startswith("Docstring:\n"), text[:200]
+    shown = text.removeprefix("Docstring:\n").rsplit("\nFile:", 1)[0]
+    (magic,) = [found for found in magics.magics() if found.name == line.strip("%?")]
+    assert shown == magic.help
+
+
+def test_a_parser_without_words_for_its_type_fails_the_build() -> None:
+    parser = argparse.ArgumentParser()
+    action = parser.add_argument("--odd", type=lambda text: text)
+    action.type.__name__ = "odd_type"
+    with pytest.raises(KeyError, match="odd_type"):
+        magics.takes(action)
+
+
+# -- settings ----------------------------------------------------------------------------------------------------
+
+
+def configurable_classes() -> set[str]:
+    """The classes of the package that declare a ``.tag(config=True)`` trait."""
+    found = set()
+    for _, tree in sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and "tag(config=True)" in ast.unparse(node):
+                found.add(node.name)
+    return found
+
+
+def test_every_configurable_setting_is_in_the_reference_with_its_default_and_help(written: dict[str, str]) -> None:
+    owners = [settings.resolve(spec) for spec in (*settings.MAGICS_SETTINGS, settings.SERVER_SETTINGS)]
+    covered = {cls.__name__ for owner in owners for cls in owner.__mro__}
+    assert configurable_classes() <= covered
+    page = written["settings"]
+    for owner in owners:
+        section = page.split(f"(settings-{owner.__name__.lower()})=", 1)[1].split("\n(settings-", 1)[0]
+        traits = owner.class_traits(config=True)
+        assert traits
+        for name, trait in traits.items():
+            row = next(line for line in section.splitlines() if line.startswith(f"| `{name}` |"))
+            assert f"`{trait.default_value_repr()}`" in row
+            assert " ".join(trait.help.split()).replace("|", "\\|") in row
+
+
+def dask_keys_read() -> set[str]:
+    """Every ``gpu-magics.*`` dask config key the package's code names."""
+    found = set()
+    for _, tree in sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.update(re.findall(r"^gpu-magics\.[a-z0-9-]+$", node.value))
+    return found
+
+
+def test_every_dask_config_key_the_package_reads_is_in_the_reference_with_its_default(
+    written: dict[str, str],
+) -> None:
+    assert {key.key for key in settings.DASK_KEYS} == dask_keys_read()
+    for key in settings.DASK_KEYS:
+        row = next(line for line in written["settings"].splitlines() if line.startswith(f"| `{key.key}` |"))
+        assert f"`{settings.dask_default(key)}`" in row
+
+
+def test_a_dask_key_s_default_is_what_the_code_uses_where_the_config_leaves_it() -> None:
+    import dask
+
+    defaults = {key.key: settings.dask_default(key) for key in settings.DASK_KEYS}
+    assert defaults["gpu-magics.fold-reductions"] is True
+    assert isinstance(defaults["gpu-magics.runs-per-slot"], int)
+    with dask.config.set({"gpu-magics.runs-per-slot": 7}):  # the user's setting does not change the default shown
+        assert settings.dask_default(settings.DASK_KEYS[0]) == defaults["gpu-magics.runs-per-slot"]
+        assert dask.config.get("gpu-magics.runs-per-slot") == 7
+
+
+# -- /metrics ----------------------------------------------------------------------------------------------------
+
+
+def produced_labels() -> dict[str, list[set[str]]]:
+    """Family -> the label names of each series, from frames built as a refresh builds them: GPUs whole and MIG, a
+    remote GPU, a kernel's memory by part, idle holds, clusters, leftovers, with the notebook label and in a pod."""
+    from gpu_magics.cluster.records import record as records
+    from gpu_magics.server.leftovers.registry import Leftover
+    from gpu_magics.server.metrics import collector
+    from gpu_magics.server.metrics.frame import build
+    from gpu_magics.server.metrics.idle import IdleHold
+    from gpu_magics.server.metrics.labels import Place
+    from gpu_magics.server.reclaim.reclaimer import IdleReclaim
+    from tests.server.test_metrics import GIB, IDLE, MIG, PARENT, holding, inputs, reading, snapshot
+
+    cluster = records.ClusterRecord(name="train", scheduler_address="tcp://127.0.0.1:1", dashboard_url=None,
+                                    kind="gpu", workers=2, gpus=("0", "1"), kernel_id="k1", idle_timeout=1800.0,
+                                    idle_since=900.0)  # fmt: skip
+    remote = ("gpu-node-2", {"uuid": "GPU-7e570000-0000-0000-0000-0000000000aa", "index": 0, "name": "H100",
+                             "gpu_util": 50, "memory_used": GIB, "memory_total": 80 * GIB})  # fmt: skip
+    leftover = Leftover(pid=4242, started=1.0, name="python", kernel_id="k0", gpu=0, gpu_uuid=IDLE, gpu_label="GPU 0",
+                        used_memory=GIB)  # fmt: skip
+    shot = snapshot(reading(0, IDLE), reading(1, MIG, mig_parent=PARENT, gpu_util=None, power=None))
+    data = inputs(shot, holding("k1", IDLE, GIB), holding("k1", MIG, GIB, part="workers"),
+                  holding("k2", IDLE, GIB, part="children"), records=(cluster,),
+                  remote=(remote,), paths={"k1": "work/train.ipynb"}, leftovers=(leftover,),
+                  managed=frozenset({"k1", "k2"}))  # fmt: skip
+    found: dict[str, list[set[str]]] = {}
+    for place in (Place("gpu-node-1"), Place("gpu-node-1", (("pod", "jupyter-ada"), ("namespace", "hub")))):
+        for notebook_label in (False, True):
+            frame = build(data, place, IdleHold(), idle_utilization=5.0, notebook_label=notebook_label)
+            for metric in collector.metrics(frame, {"k1", "k2"}, 1000.0):
+                found.setdefault(metric.name, []).extend(set(sample.labels) for sample in metric.samples)
+        for metric in IdleReclaim(None, 60.0).families(place):
+            found.setdefault(f"{metric.name}_total", []).extend(set(sample.labels) for sample in metric.samples)
+    return found
+
+
+def test_every_series_carries_the_labels_the_reference_lists() -> None:
+    from gpu_magics.server.metrics.series import SERIES
+
+    produced = produced_labels()
+    declared = {series.name: series for series in SERIES}
+    assert set(produced) == set(declared) == set(metrics.helps())
+    for name, label_sets in produced.items():
+        series = declared[name]
+        for labels in label_sets:
+            assert set(series.labels) <= labels <= set(series.labels) | set(series.sometimes), (name, labels)
+    seen = {label for sets in produced.values() for labels in sets for label in labels}
+    listed = {label for series in SERIES for label in (*series.labels, *series.sometimes)}
+    assert seen == listed  # every label the reference lists is one some series has
+
+
+def test_every_series_and_label_is_on_the_metrics_page(written: dict[str, str]) -> None:
+    from gpu_magics.server.metrics.series import LABELS, SERIES
+
+    page = written["metrics"]
+    for name, help_text in metrics.helps().items():
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{name}` |"))
+        assert " ".join(help_text.split()) in row
+    assert {label for series in SERIES for label in (*series.labels, *series.sometimes)} == set(LABELS)
+    for label in LABELS:
+        assert f"| `{label}` |" in page
+
+
+# -- routes ------------------------------------------------------------------------------------------------------
+
+
+def test_every_route_is_in_the_reference_and_every_route_needs_an_authorized_user(written: dict[str, str]) -> None:
+    from gpu_magics.server.routes import NAMESPACE, ROUTES
+
+    found = routes.routes()
+    assert {route.path for route in found} == {f"/{NAMESPACE}/{path}" for path, _ in ROUTES}
+    for route in found:
+        assert route.authenticated and route.action in ("read", "write") and route.resource == "gpu_magics", route
+        assert f"| `{route.method}` | `{route.path}` |" in written["rest-api"]
+    posts = {route.path for route in found if route.method == "POST"}
+    assert posts == {"/gpu-magics/api/clusters/prune", "/gpu-magics/api/leftovers/end"}
+    assert all(route.action == "write" for route in found if route.method == "POST")
+
+
+# -- notebooks ---------------------------------------------------------------------------------------------------
+
+
+def test_every_stored_gpu_run_says_its_hardware_date_and_commit() -> None:
+    stored = sorted(STORED.glob("*.ipynb"))
+    assert stored
+    for path in stored:
+        run = json.loads(path.read_text(encoding="utf-8"))["metadata"][RUN_KEY]
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", run["date"]) and run["hardware"] and run["commit"], path.name
+        note = run_note(path.stem, run)
+        assert run["hardware"] in note and run["date"] in note and run["commit"] in note
+
+
+def test_a_stored_run_without_its_hardware_fails_the_build() -> None:
+    from sphinx.errors import ExtensionError
+
+    with pytest.raises(ExtensionError, match="lacks hardware"):
+        run_note("quickstart", {"date": "2026-11-21", "commit": "1f5e4e6"})
+
+
+def test_the_pages_of_the_notebooks_are_staged_with_the_note_under_the_title(tmp_path: Path) -> None:
+    written_pages = stage(tmp_path)
+    names = {path.relative_to(tmp_path).as_posix() for path in written_pages}
+    assert {"notebooks/quickstart.ipynb", "notebooks/spmd-training.ipynb", "notebooks/gpu/quickstart.ipynb"} <= names
+    page = json.loads((tmp_path / "notebooks" / "gpu" / "speed-cubing.ipynb").read_text(encoding="utf-8"))
+    assert page["cells"][0]["source"][0].startswith("#") or "".join(page["cells"][0]["source"]).startswith("#")
+    assert page["cells"][1]["id"] == "stored-run-note" and "ran on **" in page["cells"][1]["source"]
+    assert all("id" in cell for cell in page["cells"])
+    index = (tmp_path / "notebooks" / "gpu" / "index.md").read_text(encoding="utf-8")
+    assert all(path.stem in index for path in STORED.glob("*.ipynb"))

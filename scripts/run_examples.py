@@ -11,7 +11,9 @@ value in place of the small one (in the line itself, so values derived from it i
 thread needs minutes per comparison at that size) rewrites ``%%gpurun --compare all``
 into an explicit list without cpu-single: the backends this machine runs, multi-gpu only where an earlier
 ``%gpucluster`` started a cluster that is still up. The executed notebooks go to ``--out`` (default
-``examples/executed/``), with ``summary.json``; the exit status is 1 if any notebook failed.
+``examples/executed/``), with ``summary.json``; the exit status is 1 if any notebook failed. Each executed notebook
+records where and when it ran (its metadata ``gpu_magics_run``: hardware, date, commit, command), which the
+documentation site shows above a stored run.
 
 Needs only nbclient, nbformat and ipykernel besides what the examples themselves import; the kernel gets the
 repository root on its ``PYTHONPATH``, so ``%load_ext gpu_magics`` works from a checkout.
@@ -20,11 +22,15 @@ repository root on its ``PYTHONPATH``, so ``%load_ext gpu_magics`` works from a 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,6 +267,35 @@ def _cell_seconds(cell: Any) -> float | None:
     ).total_seconds()
 
 
+def _output(*command: str) -> str:
+    """What ``command`` prints, or "" where it cannot run."""
+    if shutil.which(command[0]) is None:
+        return ""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, cwd=ROOT)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def hardware() -> str:
+    """This machine's GPUs by model and its CPU threads, as "4x NVIDIA H200, 64 CPU threads"."""
+    names = Counter(line.strip() for line in _output("nvidia-smi", "--query-gpu=name", "--format=csv,noheader")
+                    .splitlines() if line.strip())  # fmt: skip
+    gpus = ", ".join(f"{count}x {name}" for name, count in names.items()) or "no GPU"
+    return f"{gpus}, {os.cpu_count()} CPU threads"
+
+
+def run_record(argv: list[str]) -> dict[str, str]:
+    """Where and when the notebooks ran: what an executed notebook's metadata ``gpu_magics_run`` holds."""
+    return {
+        "hardware": hardware(),
+        "date": dt.datetime.now(dt.UTC).date().isoformat(),
+        "commit": _output("git", "rev-parse", "--short", "HEAD") or "unknown",
+        "command": " ".join(["python scripts/run_examples.py", *argv]),
+    }
+
+
 def run_one(path: Path, args: argparse.Namespace, gpu: bool) -> Report:
     """Prepare, execute and save one notebook; never raises for a failing cell."""
     nb = nbformat.read(path, as_version=4)
@@ -285,6 +320,7 @@ def run_one(path: Path, args: argparse.Namespace, gpu: bool) -> Report:
         if cell.cell_type == "code" and cell.source
     ]
     report.slowest = sorted(((round(s, 2), line) for s, line in timed if s is not None), reverse=True)[:3]
+    nb.metadata["gpu_magics_run"] = args.record
     args.out.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, args.out / path.name)
     return report
@@ -336,6 +372,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.record = run_record(sys.argv[1:] if argv is None else argv)
     gpu = has_gpu()
     paths = examples(args.only)
     print(

@@ -290,3 +290,22 @@ def test_the_pages_of_the_notebooks_are_staged_with_the_note_under_the_title(tmp
     assert all("id" in cell for cell in page["cells"])
     index = (tmp_path / "notebooks" / "gpu" / "index.md").read_text(encoding="utf-8")
     assert all(path.stem in index for path in STORED.glob("*.ipynb"))
+
+
+def test_a_run_of_the_examples_records_where_and_when_it_ran() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import run_examples
+
+    record = run_examples.run_record(["--full", "--only", "quickstart"])
+    assert re.fullmatch(r"(no GPU|(\d+x [^,]+, )+)?.*\d+ CPU threads", record["hardware"])
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", record["date"]) and record["commit"]
+    assert record["command"] == "python scripts/run_examples.py --full --only quickstart"
+    assert "ran on **" in run_note("quickstart", record)
+
+
+def test_a_notebook_past_its_time_limit_fails_the_build() -> None:
+    from notebooks import CPU_NOTEBOOKS, over_time
+
+    assert over_time({"quickstart": 5.0, "spmd-training": None}) == []
+    (line,) = over_time({"quickstart": CPU_NOTEBOOKS["quickstart"] + 1.0, "first-steps": 5.0})
+    assert line.startswith("notebooks/quickstart.ipynb ran ") and "over its limit" in line

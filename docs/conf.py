@@ -31,6 +31,7 @@ extensions = [
     "sphinx_design",
     "notebooks",  # _ext/notebooks.py: stages the example notebooks under docs/notebooks/
     "reference",  # _ext/reference: the reference pages from the code, under docs/reference/generated/
+    "readme_links",  # _ext/readme_links.py: the README's links into docs/ lead to pages of the built site
 ]
 
 exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints", "_ext", "grafana", "README.md"]

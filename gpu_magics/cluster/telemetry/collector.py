@@ -107,10 +107,10 @@ class ClusterTelemetry:
 
     def start(self) -> None:
         """Install the plugin on every worker (now and later) and listen to its reports."""
-        from gpu_magics.cluster.telemetry.plugin import GpuTelemetry
+        from gpu_magics.cluster.telemetry.plugin import GpuTelemetry, this_kernel
 
         self.client.subscribe_topic(TOPIC, self._on_event)
-        self.client.register_plugin(GpuTelemetry(self.interval))
+        self.client.register_plugin(GpuTelemetry(self.interval, this_kernel()))
         self._started = True
 
     def close(self, *, unregister: bool) -> None:

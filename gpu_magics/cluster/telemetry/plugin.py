@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from dataclasses import asdict
 from typing import Any
@@ -38,8 +40,10 @@ class GpuTelemetry(WorkerPlugin):
     name = PLUGIN_NAME
     idempotent = False  # registering again (a new interval) replaces the running one
 
-    def __init__(self, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, interval: float = DEFAULT_INTERVAL, kernel: tuple[int, int] | None = None) -> None:
         self.interval = float(interval)
+        self.kernel = kernel  # the kernel's (pid, process group): its interrupts are not its workers'
+
         self._sampler: Any = None
         self._unsubscribe: Any = None
         self._worker: Any = None
@@ -47,14 +51,16 @@ class GpuTelemetry(WorkerPlugin):
         self._hostname = ""
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"interval": self.interval}
+        return {"interval": self.interval, "kernel": self.kernel}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(float(state["interval"]))  # type: ignore[misc]
+        kernel = state.get("kernel")
+        self.__init__(float(state["interval"]), tuple(kernel) if kernel else None)  # type: ignore[misc]
 
     def setup(self, worker: Any) -> None:
         from gpu_magics.monitor.sampler import Sampler
 
+        ignore_kernel_interrupts(self.kernel)
         self._worker = worker
         self._host = get_address_host(worker.address)
         self._hostname = socket.gethostname()
@@ -134,3 +140,25 @@ def describe_gpus(dask_worker: Any = None) -> list[dict[str, Any]]:
     finally:
         source.close()
     return [asdict(ReportedGpu.from_reading(reading)) for reading in readings if not reading.error]
+
+
+def this_kernel() -> tuple[int, int]:
+    """This process's id and process group (in the kernel: what its workers compare theirs with)."""
+    return os.getpid(), os.getpgrp()
+
+
+def ignore_kernel_interrupts(kernel: tuple[int, int] | None) -> bool:
+    """In a worker process that is in the kernel's process group (a ``LocalCluster`` made in the notebook and
+    adopted): ignore SIGINT, which Jupyter sends to the kernel's whole group on every interrupt and at shutdown,
+    and which would end the worker with a nanny's ``CancelledError`` traceback. Never in the kernel itself, nor
+    where the worker is a thread. Whether it now ignores them."""
+    if kernel is None or os.getpid() == kernel[0] or threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if os.getpgrp() != kernel[1]:
+            return False
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (OSError, ValueError) as error:  # no process groups here, or not the main thread after all
+        dropped("ignoring the kernel's interrupts in a worker", error)
+        return False
+    return True

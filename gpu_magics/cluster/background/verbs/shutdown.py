@@ -4,13 +4,15 @@ On a shutdown (or restart) request ipykernel first calls ``do_shutdown``, then t
 left in its process group, escalating from SIGTERM to SIGKILL over about 15 seconds. Multiprocessing's
 resource tracker ignores SIGTERM, so without this the kernel would wait for it until the notebook server
 killed the kernel, and no ``atexit`` handler (ours or the user's) would run. Here the cluster closes (its
-discovery record goes with it), then the worker server, the resource tracker and the process that keeps the CUDA
-driver started stop, all inside ``do_shutdown``: the kernel then exits by itself, at once, with status 0.
+discovery record goes with it; an adopted ``LocalCluster``, whose workers are the kernel's processes, too),
+then the worker server, the resource tracker and the process that keeps the CUDA driver started stop, all
+inside ``do_shutdown``: the kernel then exits by itself, at once, with status 0.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -28,12 +30,35 @@ def close_everything(shell: Any = None) -> None:
 
     monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
     steps = [monitor.close] if monitor is not None else []
-    for step in (*steps, lifecycle.stop, forkserver.stop_server, driver_start.stop):
+    for step in (*steps, close_local_adopted, lifecycle.stop, forkserver.stop_server, driver_start.stop):
         try:
             step()
         except Exception as error:  # the kernel is going: a step that fails any way never stops the next one
             dropped(f"at the kernel's shutdown, {step.__qualname__}", error)
     start_logs.remove_if_empty()  # a log file with nothing in it says nothing: it goes with the kernel
+
+
+def close_local_adopted() -> None:
+    """An adopted cluster whose workers are this kernel's own processes (``LocalCluster`` or ``LocalCUDACluster``
+    made in the notebook, ``%gpucluster --from c``) closes here, quietly: ipykernel would end its worker processes
+    next with SIGTERM, and each would print a nanny's ``CancelledError`` traceback in the server's terminal. Any
+    other adopted cluster (its workers elsewhere) is only detached by ``stop``, as always."""
+    from distributed import LocalCluster
+
+    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.active import in_use
+
+    current = in_use()
+    manager = None if current is None else current.manager
+    if manager is None or manager.owned or not isinstance(manager.cluster, LocalCluster):
+        return
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # its nannies' words about workers ending as they close
+    try:
+        lifecycle.stop(close=True)
+    finally:
+        quiet.setLevel(level)
 
 
 def install(shell: Any) -> bool:

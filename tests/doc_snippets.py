@@ -69,8 +69,8 @@ class Block:
 
 
 def pages() -> list[Path]:
-    """The README and every hand-written page of the site (the generated reference and build output left out)."""
-    found = [ROOT / "README.md"]
+    """The READMEs and every hand-written page of the site (the generated reference and build output left out)."""
+    found = [ROOT / "README.md", ROOT / "examples" / "README.md"]
     for path in sorted(DOCS.rglob("*.md")):
         parts = path.relative_to(DOCS).parts
         if parts[0] in ("_build", "reference", "notebooks", "grafana") or any(

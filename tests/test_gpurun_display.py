@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from display_recording import recording
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -93,3 +95,23 @@ def test_a_failed_cells_headline_says_what_its_task_count_counts() -> None:
         .endswith("· failed")
     )
     assert run("gpu", (0.1,)).headline().endswith("· 12 dask tasks")
+
+
+def test_noisy_timings_are_said_once_with_the_option_that_steadies_them() -> None:
+    """A warm run slower than the first (3.02 s after 1.85 s), or runs far apart: one line says the timings
+    were noisy and how to steady them; steady ones say nothing of noise."""
+    slow_warm = dataclasses.replace(run("cpu-threads", (3.02,)), cold_run=1.85)
+    steady = dataclasses.replace(run("cpu-single", (2.5,)), cold_run=2.9)
+    noisy = CompareResult((CompareRow(steady, 1.0, "reference"), CompareRow(slow_warm, 0.83, "agrees")))
+    said = [note for note in noisy.notes() if "noisy" in note]
+    assert said == [
+        "the timings were noisy (cpu-threads's warm run (3.02 s) took longer than its first (1.85 s)): run the "
+        "cell again with --repeat 5 for a best and a median of several runs"
+    ]
+    assert said[0] in str(noisy) and "--repeat 5" in noisy._repr_html_()
+    spread = CompareResult((CompareRow(run("cpu-single", (1.0, 1.1, 2.4)), 1.0, "reference"),))
+    assert "cpu-single's runs spread from 1.00 s to 2.40 s" in str(spread) and "larger --repeat than 3" in str(spread)
+    calm = CompareResult((CompareRow(run("cpu-single", (2.5, 2.6, 2.7)), 1.0, "reference"),))
+    assert "noisy" not in str(calm)
+    cold = dataclasses.replace(run("cpu-single", (0.9, 0.3)), cold=True)  # its first timed run was its first
+    assert "noisy" not in str(CompareResult((CompareRow(cold, 1.0, "reference"),)))

@@ -129,6 +129,9 @@ class CompareRow:
     agreement: str
 
 
+NOISY_SPREAD = 0.5  # runs of one backend that differ by more than this share of their median are noisy
+
+
 @dataclass(frozen=True)
 class CompareResult:
     """The same cell run on several backends, the first being the reference; ``skipped`` holds the backends
@@ -192,7 +195,35 @@ class CompareResult:
             for row in self.rows
             if row.result.cold
         ]
-        return lines
+        noisy = self._noise_note()
+        return [*lines, noisy] if noisy else lines
+
+    def _noise_note(self) -> str | None:
+        """One line where the timings were noisy (a warm run slower than its backend's first run, or runs that
+        differ by more than half their median), with the option that steadies them."""
+        found = []
+        for row in self.rows:
+            result = row.result
+            if result.failed or result.cold:  # a run timed cold is slower by its first-call costs: not noise
+                continue
+            if result.cold_run is not None and result.best > result.cold_run:
+                found.append(
+                    f"{result.backend}'s warm run ({format_seconds(result.best)}) took longer than its first "
+                    f"({format_seconds(result.cold_run)})"
+                )
+            elif len(result.times) > 1 and max(result.times) - min(result.times) > NOISY_SPREAD * result.median:
+                found.append(
+                    f"{result.backend}'s runs spread from {format_seconds(min(result.times))} to "
+                    f"{format_seconds(max(result.times))}"
+                )
+        if not found:
+            return None
+        most = max(len(row.result.times) for row in self.rows)
+        repeat = f"a larger --repeat than {most}" if most > 1 else "--repeat 5"
+        return (
+            f"the timings were noisy ({'; '.join(found)}): run the cell again with {repeat} "
+            "for a best and a median of several runs"
+        )
 
     def __str__(self) -> str:
         lines = text_table(self._header(), self._table(), self._numeric())

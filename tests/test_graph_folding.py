@@ -13,7 +13,7 @@ from dask.core import flatten
 from dask.local import get_sync
 from IPython.core.error import UsageError
 
-from gpu_magics.gpurun.graphs import folding, grouping, tuning
+from gpu_magics.gpurun.graphs import folding, grouping, run_stop, tuning
 from tests.test_graph_grouping import layers, optimized, seed
 
 
@@ -32,6 +32,7 @@ def test_the_seed_folds_into_a_run_per_gpu_and_one_aggregate_reading_them() -> N
     assert len(runs) == 4 and len(folded) == 4 + 1  # no combining step left: the aggregate reads the 4 runs
     assert sorted(len(folded[key].args) - 2 for key in runs) == [25] * 4  # every chunk once, split evenly
     assert all(folded[key].func is folding.fold_run for key in runs)
+    assert all(chunk.func is run_stop.chunk for key in runs for chunk in folded[key].args[2:])  # stops once released
     (aggregate,) = (key for key in folded if key not in runs)
     assert folded[aggregate].dependencies == set(runs)
     assert values(folded, keys) == pytest.approx(values(graph, keys), rel=1e-12)

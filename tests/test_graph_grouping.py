@@ -135,3 +135,32 @@ def test_runs_per_slot_reads_the_dask_config() -> None:
     for said in (0, 2):
         with dask.config.set({"gpu-magics.runs-per-slot": said}):
             assert grouping.runs_per_slot() == said
+
+
+def test_each_chunk_of_a_run_looks_whether_the_run_was_released_first() -> None:
+    """Outside a worker's task nothing is released and the chunk runs; a worker's cancelled or forgotten task
+    stops the run before its next chunk (``run_stop``; the real interrupt: tests/test_interrupt_stops_work.py)."""
+    import types
+
+    from distributed.utils import thread_state
+
+    from gpu_magics.gpurun.graphs import run_stop
+
+    graph, keys = optimized(seed())
+    grouped = grouping.group_reduction_leaves(graph, keys, 4, fold=False)
+    runs = [node for key, node in grouped.items() if str(key[0]).endswith("-runs")]
+    assert runs and all(chunk.func is run_stop.chunk for run in runs for chunk in run.args)
+    assert run_stop.chunk(divmod, 7, 2) == (3, 1)
+
+    tasks: dict[str, Any] = {"run": types.SimpleNamespace(state="executing")}
+    worker = types.SimpleNamespace(state=types.SimpleNamespace(tasks=tasks))
+    thread_state.key, thread_state.execution_state = "run", {"worker": worker}
+    try:
+        assert run_stop.chunk(divmod, 7, 2) == (3, 1)
+        tasks["run"].state = "cancelled"  # the worker's state once the scheduler let go of the task
+        with pytest.raises(run_stop.RunReleased):
+            run_stop.chunk(divmod, 7, 2)
+        del tasks["run"]  # forgotten
+        assert run_stop.released()
+    finally:
+        del thread_state.key, thread_state.execution_state

@@ -108,11 +108,12 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
         yield started
 
 
+# Two chunks of 10 s, one task each (too few to run grouped): an interrupt leaves them running on the workers.
 SLOW_CELL = """%%gpurun multi-gpu --no-monitor
 import time
 import dask.array as da
 import numpy as np
-x = da.ones((4,), chunks=1).map_blocks(lambda block: (time.sleep(4), block)[1], meta=np.empty(0))
+x = da.ones((2,), chunks=1).map_blocks(lambda block: (time.sleep(10), block)[1], meta=np.empty(0))
 x.sum().compute()
 """
 
@@ -172,7 +173,7 @@ def test_interrupting_a_plain_cell_keeps_the_workers(kernel: Kernel) -> None:
 def test_restart_on_interrupt_stops_what_still_runs(kernel: Kernel) -> None:
     before = kernel.worker_pids()
     kernel.ok("%config GpuMagics.restart_on_interrupt = True")
-    msg_id = kernel.start(SLOW_CELL.replace("time.sleep(4)", "time.sleep(60)"))
+    msg_id = kernel.start(SLOW_CELL.replace("time.sleep(10)", "time.sleep(60)"))
     time.sleep(2.0)
     kernel.manager.interrupt_kernel()
     reply, text = kernel.finish(msg_id, timeout=60)

@@ -45,6 +45,8 @@ def fold(
     and the aggregate reading the runs; ``None`` where the reduction cannot be folded (see above)."""
     from dask._task_spec import Alias, Task, parse_input
 
+    from gpu_magics.gpurun.graphs import run_stop
+
     shape = _foldable(graph, leaves, readers)
     if shape is None:
         return None
@@ -54,7 +56,7 @@ def fold(
     for index in range(runs):
         members = leaves[index * len(leaves) // runs : (index + 1) * len(leaves) // runs]
         run_key = (name, index)
-        inlined = (Task(None, graph[key].func, *graph[key].args, **graph[key].kwargs) for key in members)
+        inlined = (run_stop.chunk_task(graph[key]) for key in members)  # each stops the run once released
         folded[run_key] = Task(run_key, fold_run, combine, depth, *inlined)
         refs.append(Alias(run_key))  # a reference inside a list (a TaskRef there is not read as one)
     nested: Any = refs

@@ -10,7 +10,8 @@ and returning their results together (on a GPU its kernels queue back to back, w
 each reduction step reads its inputs from those runs. The reduction combines the same values in the same order,
 and each chunk is drawn with the same generator and seed as before, so the result is the same. Leaves that feed
 anything else (a rechunk, an overlap, a result the kernel asks for) keep a task each, as a consumer on another
-worker would otherwise fetch a whole run for one chunk.
+worker would otherwise fetch a whole run for one chunk. A run stops between its chunks once its task is released
+(an interrupted cell, ``run_stop``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def group_reduction_leaves(
     from dask._task_spec import GraphNode, Task, TaskRef
     from dask.core import flatten
 
+    from gpu_magics.gpurun.graphs import run_stop
+
     if not isinstance(graph, Mapping) or not all(isinstance(node, GraphNode) for node in graph.values()):
         return graph  # a graph dask did not optimize into tasks (its fusion off): as it is
 
@@ -109,7 +112,8 @@ def group_reduction_leaves(
     for index in range(runs):
         members = leaves[index * len(leaves) // runs : (index + 1) * len(leaves) // runs]
         run_key = (name, index)
-        grouped[run_key] = Task(run_key, together, *(_inline(graph[key]) for key in members))
+        # each chunk stops the run once its task is released (an interrupted cell): run_stop
+        grouped[run_key] = Task(run_key, together, *(run_stop.chunk_task(graph[key]) for key in members))
         for position, key in enumerate(members):
             where[key] = Task(None, operator.getitem, TaskRef(run_key), position)
     for key, node in graph.items():
@@ -130,9 +134,3 @@ def _reduction_step(key: Any, node: Any) -> bool:
 
 def _name(key: Any) -> str:
     return str(key[0] if isinstance(key, tuple) else key)
-
-
-def _inline(node: Any) -> Any:
-    from dask._task_spec import Task
-
-    return Task(None, node.func, *node.args, **node.kwargs)

@@ -1,13 +1,15 @@
 """What an interrupted ``%%gpurun multi-gpu`` cell leaves on the cluster, and stopping it.
 
-Interrupting a cell releases its futures, so the scheduler drops the tasks that had not started; the tasks
-already running on the workers go on until they finish, keeping the workers busy. This says how many there
-are and how to stop them, and can restart the workers (the way ipyparallel's ``--signal-on-interrupt`` passes
-an interrupt on to its engines).
+Interrupting a cell releases its futures, so the scheduler drops the tasks that had not started, and a run of
+many chunks in one task stops before its next chunk (``gpurun.graphs.run_stop``); a single task already running on
+a worker goes on until it finishes (a Python thread cannot be stopped from outside), keeping the worker busy. The
+line waits up to ``STOP_WAIT`` for the runs to stop, says how many tasks still run and how to stop them, and can
+restart the workers (the way ipyparallel's ``--signal-on-interrupt`` passes an interrupt on to its engines).
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.options import PROG
@@ -15,6 +17,8 @@ from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
+
+STOP_WAIT = 2.0  # seconds the line waits for the interrupted runs to stop between their chunks
 
 
 def _running_here(dask_worker: Any) -> int:
@@ -41,13 +45,27 @@ def running_tasks(client: Client) -> int | None:
     return sum(int(count) for count in counts.values())
 
 
+def running_after_stop(client: Client, wait: float = STOP_WAIT) -> int | None:
+    """``running_tasks`` once it is 0, or after ``wait`` seconds (or a second interrupt): the released runs stop
+    between their chunks."""
+    deadline = time.monotonic() + wait
+    count = running_tasks(client)
+    try:
+        while count and time.monotonic() < deadline:
+            time.sleep(0.1)
+            count = running_tasks(client)
+    except KeyboardInterrupt:  # the user stops the wait: the last count is the line's
+        pass
+    return count
+
+
 def after_interrupt(client: Client, *, restart: bool) -> str:
     """One line for the user after an interrupt; with ``restart``, restart the workers of a cluster started
     here first (tasks still running stop, their memory is freed)."""
     from gpu_magics.cluster import lifecycle
     from gpu_magics.cluster.background.verbs import changes
 
-    count = running_tasks(client)
+    count = running_after_stop(client)
     current = lifecycle.active()
     ours = current is not None and current.client is client and current.owned
     if restart and count and ours:

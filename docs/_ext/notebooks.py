@@ -8,6 +8,8 @@ A stored run's page begins with a note of the hardware, date and commit it ran o
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,29 @@ STAGE = "notebooks"  # docs/notebooks/<name>.ipynb, docs/notebooks/gpu/<name>.ip
 RUN_KEY = "gpu_magics_run"  # {"hardware": ..., "date": "YYYY-MM-DD", "commit": ..., "command": ...}
 
 
-def run_note(name: str, run: dict[str, Any]) -> str:
-    """The note at the top of a stored run's page."""
+def as_run(source: str) -> str:
+    """A cell's text less what a run of the examples changes: the size line's value, a comparison's backends."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    import run_examples
+
+    source = run_examples.SIZE_LINE.sub(lambda found: f"{found['name']} = SIZE", source)
+    source = re.sub(r"\s*\[set by run_examples\.py:[^\]]*\]", "", source)
+    return re.sub(r"^(%%gpurun .*?)--compare(\s+|=)\S+", r"\1--compare BACKENDS", source, flags=re.M)
+
+
+def changed_cells(name: str) -> list[int]:
+    """The cells (0-based) of ``examples/NAME.ipynb`` that its stored run shows otherwise than they are now."""
+    stored = json.loads((STORED / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+    example = json.loads((EXAMPLES / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+    texts = [[as_run("".join(cell["source"])) for cell in cells] for cells in (stored, example)]
+    if len(stored) != len(example):
+        return list(range(max(len(stored), len(example))))
+    return [index for index, (then, now) in enumerate(zip(*texts, strict=True)) if then != now]
+
+
+def run_note(name: str, run: dict[str, Any], changed: list[int] | None = None) -> str:
+    """The note at the top of a stored run's page (``changed``: the cells the example has changed since)."""
     missing = [key for key in ("hardware", "date", "commit") if not run.get(key)]
     if missing:
         raise ExtensionError(
@@ -42,7 +65,15 @@ def run_note(name: str, run: dict[str, Any]) -> str:
     return (
         f":::{{note}}\nThis page shows a stored run of `examples/{name}.ipynb`, not run while this site was built: "
         f"it ran on **{run['hardware']}** on {run['date']} at commit `{run['commit']}`{command}. "
-        f"The outputs below are that run's.\n:::"
+        f"The outputs below are that run's."
+        + (
+            f" The example has changed since in {len(changed)} cell{'s' if len(changed) > 1 else ''}: "
+            f"[examples/{name}.ipynb](https://github.com/gpu-magics/gpu-magics/blob/main/examples/{name}.ipynb) "
+            "shows them as they are now."
+            if changed
+            else ""
+        )
+        + "\n:::"
     )
 
 
@@ -73,7 +104,7 @@ def _stored_page(path: Path) -> str:
         "cell_type": "markdown",
         "id": "stored-run-note",
         "metadata": {},
-        "source": run_note(path.stem, notebook["metadata"].get(RUN_KEY, {})),
+        "source": run_note(path.stem, notebook["metadata"].get(RUN_KEY, {}), changed_cells(path.stem)),
     }
     cells = notebook["cells"]
     # The note goes below the notebook's title (its first heading), so the page keeps its title.

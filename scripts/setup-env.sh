@@ -18,9 +18,9 @@ target="."
 [ -n "$extras" ] && target=".[$extras]"
 echo "  pip: gpu-magics${extras:+ [$extras]} (editable; builds the JupyterLab extension the first time)"
 .venv/bin/python -m pip install -q -e "$target"
-if [[ ",$extras," == *",test,"* || ",$extras," == *",dev,"* ]]; then
-  # %%gpurun spmd --init torch on CPU ranks (gloo) and DDP in the tests: the CPU build of torch. Where it cannot be
-  # installed the torch tests skip, saying so.
+if [[ ",$extras," == *",test,"* || ",$extras," == *",dev,"* || ",$extras," == *",docs,"* ]]; then
+  # %%gpurun spmd --init torch on CPU ranks (gloo) and DDP in the tests and in the SPMD tutorial the docs build runs:
+  # the CPU build of torch. Where it cannot be installed the torch tests skip, saying so.
   echo "  pip: torch (CPU build) for the SPMD tests"
   .venv/bin/python -m pip install -q "torch==2.13.0" || echo "  (torch not installed: the torch SPMD tests will skip)"
 fi

@@ -91,6 +91,57 @@ def test_every_rank_gets_torchruns_environment_and_rank_0s_value_is_the_result(s
     assert "rank 2: {" in repr(result) and result[1].seconds is not None
 
 
+TORCHRUN_SAME = (  # torchrun's variables whose values a run of 3 processes on one host gives alike
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE",
+)  # fmt: skip
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch)")
+def test_the_ranks_have_every_variable_a_real_torchrun_gives_its_workers(
+    shell: InteractiveShell, tmp_path: Any
+) -> None:
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    script = tmp_path / "env.py"
+    script.write_text("import json, os\nprint(json.dumps(dict(os.environ)))\n")
+    launcher = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in TORCHRUN_SAME and not name.startswith(("TORCHELASTIC_", "MASTER_"))
+    }
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launched = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=3", f"--master_port={port}", str(script)],
+        env=launcher, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    workers = sorted(
+        (json.loads(line) for line in launched.stdout.splitlines() if line.startswith("{")), key=lambda env: env["RANK"]
+    )
+    assert len(workers) == 3
+    torchruns = set().union(*(env.keys() - launcher.keys() for env in workers))
+    assert {"TORCHELASTIC_RUN_ID", "ROLE_NAME", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS"} <= torchruns
+    spmd_cell(shell, "-q -o t_all_env", "import os\ndict(os.environ)")
+    ranks = shell.user_ns["t_all_env"].values
+    for rank, torchrun_worker in zip(ranks, workers, strict=True):
+        assert torchruns - rank.keys() == set()
+        assert {name: rank[name] for name in TORCHRUN_SAME} == {name: torchrun_worker[name] for name in TORCHRUN_SAME}
+        # the documented differences: no agent hosts a store, and the run's id is this world's
+        assert rank["TORCHELASTIC_USE_AGENT_STORE"] == "False" and rank["TORCHELASTIC_RUN_ID"].startswith("gpu-magics-")
+    lightning = (
+        "from lightning.fabric.plugins.environments import TorchElasticEnvironment\nTorchElasticEnvironment.detect()"
+    )
+    if importlib.util.find_spec("lightning") is not None:
+        assert spmd_cell(shell, "-q -o t_detected", lightning)[0] is True
+        assert shell.user_ns["t_detected"].values == [True, True, True]
+
+
 def test_each_rank_keeps_its_variables_and_ranks_picks_some(shell: InteractiveShell) -> None:
     spmd_cell(shell, "-q", "import os\nmine = int(os.environ['RANK']) * 10")
     value, _, _, _ = spmd_cell(shell, "-q --ranks 1-2 -o t_some", "mine + 1")

@@ -121,7 +121,7 @@ at_start = os.environ.get("WORLD_SIZE")
 trainer = L.Trainer(devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy="ddp", max_epochs=1, logger=False,
                     enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
 trainer.fit(tiny, data)
-(at_start, trainer.world_size, trainer.global_rank, float(tiny.layer.weight.sum()))
+(at_start, trainer.world_size, trainer.global_rank, float(tiny.layer.weight.sum()), os.environ.get("WORLD_SIZE"))
 """
 
 
@@ -135,8 +135,9 @@ def test_lightning_fabric_launches_nothing_and_trains_on_the_ranks(shell: Intera
 def test_lightning_trainer_fits_in_one_cell_and_again_in_the_next(shell: InteractiveShell) -> None:
     spmd(shell, "", TRAINER)
     first = spmd(shell, "", FIT).values
-    second = spmd(shell, "", FIT).values  # its teardown deleted WORLD_SIZE: the rank environment is back
+    second = spmd(shell, "", FIT).values
     for values in (first, second):
         assert [value[:3] for value in values] == [("2", 2, 0), ("2", 2, 1)]
+        assert [value[4] for value in values] == ["2", "2"]  # torchrun's launch seen: its teardown left WORLD_SIZE
         assert values[0][3] == pytest.approx(values[1][3])  # DDP kept the replicas equal
     assert second[0][3] != first[0][3]  # the second fit trained the same model further

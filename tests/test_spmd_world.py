@@ -3,6 +3,8 @@ line's options, and how the ranks' output lines merge."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from IPython.core.error import UsageError
 
@@ -55,6 +57,46 @@ def test_each_gpu_rank_sees_its_hosts_gpus_in_local_rank_order_so_local_rank_is_
     assert env["NODE_RANK"] == "0" and env["MASTER_ADDR"] == "h" and env["MASTER_PORT"] == "29511"
     assert env["JAX_COORDINATOR_ADDRESS"] == "h:29512" and env["JAX_PROCESS_ID"] == "1"
     assert env["GPU_MAGICS_SPMD_DEVICE"] == "gpu"
+
+
+def torchruns_names() -> set[str]:
+    """The variables torchrun's agent gives each worker, read from the installed torch's source (the dict
+    ``LocalElasticAgent._start_workers`` builds, LOCAL_RANK, and the error file its log specs add)."""
+    import re
+
+    agent = pytest.importorskip("torch.distributed.elastic.agent.server.local_elastic_agent")
+    source = Path(agent.__file__).read_text()
+    start = source.index("worker_env = {")
+    names = set(re.findall(r'^\s*"([A-Z_]+)":', source[start : source.index("}", start)], re.MULTILINE))
+    assert {"RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"} <= names  # the dict was found
+    return names | {"LOCAL_RANK", "TORCHELASTIC_ERROR_FILE"}
+
+
+def test_each_rank_gets_every_variable_torchruns_agent_sets_as_a_launched_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_magics.spmd.worker.rank_env import torchrun_defaults
+
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    members = [gpu("tcp://a:1", "a", "0"), gpu("tcp://a:2", "a", "1"), gpu("tcp://b:1", "b", "0")]
+    made = World(worlds.order(members), master_port=29511, jax_port=29512, run_id="gpu-magics-1234")
+    envs = [torchrun_defaults(made.env(rank)) for rank in made.ranks]
+    for env in envs:
+        assert torchruns_names() <= env.keys()
+        assert env["TORCHELASTIC_RUN_ID"] == "gpu-magics-1234"  # what torch.distributed.is_torchelastic_launched reads
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"  # no agent hosts a store: init_process_group makes it
+        assert env["GROUP_WORLD_SIZE"] == "2" and env["ROLE_WORLD_SIZE"] == "3" and env["ROLE_NAME"] == "default"
+        assert env["TORCHELASTIC_RESTART_COUNT"] == env["TORCHELASTIC_MAX_RESTARTS"] == "0"
+        assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and env["TORCHELASTIC_ERROR_FILE"] == ""
+    assert [env["ROLE_RANK"] for env in envs] == ["0", "1", "2"] and [env["GROUP_RANK"] for env in envs] == [
+        "0",
+        "0",
+        "1",
+    ]
+    assert [env.get("OMP_NUM_THREADS") for env in envs] == ["1", "1", None]  # as torchrun: where a host runs several
+    # the kernel's choice (passed on in the env) and the worker's own environment win over torchrun's defaults
+    assert torchrun_defaults({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"})["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert torchrun_defaults({"LOCAL_WORLD_SIZE": "2"})["OMP_NUM_THREADS"] == "4"
 
 
 def test_a_cpu_rank_sees_no_gpu_and_the_world_says_what_it_is() -> None:

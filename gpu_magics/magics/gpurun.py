@@ -109,12 +109,13 @@ class GpuMagics(Magics, FreeGpuSettings):
             %%gpurun spmd [--ranks 0|0,2|1-3] [--init torch|jax] [--timeout MIN] [--reset] [--output RANKS]
                           [-o NAME] [-q]
 
-        Each rank keeps its variables across SPMD cells. Ranks get ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-        ``LOCAL_WORLD_SIZE``, ``NODE_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` (a free port on rank 0's host) and
-        ``JAX_COORDINATOR_ADDRESS``; ranks are ordered by host, then GPU, and ``torch.cuda.set_device(LOCAL_RANK)``
-        puts each rank on its own worker's GPU. ``--init torch`` makes the ``torch.distributed`` group (NCCL on GPU
-        ranks, gloo on CPU ranks), ``--init jax`` calls ``jax.distributed.initialize``; the group is kept until
-        ``--reset``, ``%gpucluster stop`` or a change of workers. ``--timeout`` is the collectives' timeout in
+        Each rank keeps its variables across SPMD cells. Ranks get torchrun's environment (``RANK``,
+        ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` (a free port on rank
+        0's host), ``TORCHELASTIC_RUN_ID`` and the rest), ``NODE_RANK`` and ``JAX_COORDINATOR_ADDRESS``; ranks are
+        ordered by host, then GPU, and ``torch.cuda.set_device(LOCAL_RANK)`` puts each rank on its own worker's GPU.
+        ``--init torch`` makes the ``torch.distributed`` group (NCCL on GPU ranks, gloo on CPU ranks), ``--init jax``
+        calls ``jax.distributed.initialize``; the group is kept until ``--reset``, ``%gpucluster stop`` or a change
+        of workers. ``--timeout`` is the collectives' timeout in
         minutes (default 5). ``--ranks`` runs a cell on some ranks only. Output shows live, in the order the ranks
         printed it, alike lines once (``[0-3] loss 0.52``), a progress bar as one live line per rank;
         ``--output 0`` shows only rank 0's lines live and folds the others' into a block a click opens. A rank

@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import os
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -203,7 +204,7 @@ class Ranks:
         if isinstance(ports, BaseException):
             raise UsageError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
         chosen = tuple((name, os.environ[name]) for name in USER_SET if name in os.environ)
-        made = World(ranks, master_port=int(ports[0]), jax_port=int(ports[1]), user_env=chosen)
+        made = World(ranks, int(ports[0]), int(ports[1]), chosen, run_id=f"gpu-magics-{uuid.uuid4().hex[:12]}")
         self._start(made)
         self.world = made
         self.groups = set()

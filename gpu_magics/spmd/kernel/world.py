@@ -26,6 +26,7 @@ USER_SET = (  # passed on where the kernel has them (``%env``): the user's choic
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "TORCH_FR_BUFFER_SIZE",
     "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 )
 
 
@@ -82,6 +83,7 @@ class World:
     master_port: int = 0
     jax_port: int = 0
     user_env: tuple[tuple[str, str], ...] = ()  # the kernel's values of ``USER_SET``: the user's choice wins
+    run_id: str = "gpu-magics"  # ``TORCHELASTIC_RUN_ID``: one per world, as torchrun's rendezvous id
 
     @property
     def size(self) -> int:
@@ -111,11 +113,21 @@ class World:
         return f"{self.size} rank{'s' * (self.size != 1)} on {hosts} host{'s' * (hosts != 1)} ({devices})"
 
     def env(self, rank: Rank) -> dict[str, str]:
-        """The environment of ``rank``'s process: torchrun's variables, JAX's, and its GPUs."""
+        """The environment of ``rank``'s process: torchrun's variables, JAX's, and its GPUs.
+
+        torchrun's are every one its agent gives a worker (``local_elastic_agent._start_workers``, with the error
+        file and the signals its launcher sets), as a one-node-per-host run of one role that was never restarted;
+        ``TORCHELASTIC_RUN_ID`` is what libraries read as "launched by torchrun" (Lightning then leaves
+        ``WORLD_SIZE`` and the others alone), and no agent store is hosted (``TORCHELASTIC_USE_AGENT_STORE`` is
+        ``False``: ``init_process_group`` makes its own at ``MASTER_ADDR:MASTER_PORT``). The error file is empty,
+        as torchrun's where it keeps no logs: a ``@record``-ed failure is printed, which the rank's row shows.
+        ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` and ``OMP_NUM_THREADS`` come from ``rank_env.torchrun_defaults`` on
+        the worker, where torchrun reads its own environment for them."""
         host_gpus = [
             other.member.gpu_uuid or "" for other in self.ranks if other.member.host == rank.member.host and other.gpu
         ]
         coordinator = f"{_url_host(self.master_addr)}:{self.jax_port}"
+        hosts = len({other.member.host for other in self.ranks})
         return {
             "RANK": str(rank.rank),
             "LOCAL_RANK": str(rank.local_rank),
@@ -123,8 +135,18 @@ class World:
             "LOCAL_WORLD_SIZE": str(rank.local_world_size),
             "NODE_RANK": str(rank.node_rank),
             "GROUP_RANK": str(rank.node_rank),
+            "GROUP_WORLD_SIZE": str(hosts),
+            "ROLE_NAME": "default",
+            "ROLE_RANK": str(rank.rank),
+            "ROLE_WORLD_SIZE": str(self.size),
             "MASTER_ADDR": self.master_addr,
             "MASTER_PORT": str(self.master_port),
+            "TORCHELASTIC_RUN_ID": self.run_id,
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCHELASTIC_ERROR_FILE": "",
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
             "JAX_COORDINATOR_ADDRESS": coordinator,
             "JAX_NUM_PROCESSES": str(self.size),
             "JAX_PROCESS_ID": str(rank.rank),

@@ -19,7 +19,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from gpu_magics.spmd.channel import Listener
 from gpu_magics.spmd.messages import Command, Probe, ProbedGpu, RankStarted, Reply, Where, ended_reply
-from gpu_magics.spmd.worker.rank_env import RANK_ENV, numbered_devices, with_defaults
+from gpu_magics.spmd.worker.rank_env import RANK_ENV, numbered_devices, torchrun_defaults, with_defaults
 from gpu_magics.spmd.worker.rank_process import RankProcess
 
 PLUGIN_PREFIX = "gpu-magics-spmd-ranks-"
@@ -117,7 +117,7 @@ async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -
 
     keeper = RankKeeper(owner)
     await dask_worker.plugin_add(keeper, name=keeper.name, catch_errors=False)
-    env = numbered_devices(with_defaults(env))
+    env = numbered_devices(with_defaults(torchrun_defaults(env)))
     made = keeper.process = RankProcess(owner, topic, {**env, RANK_ENV: ",".join(sorted(env))}, dask_worker)
     await asyncio.wait_for(made.ready, 60)
     started: RankStarted = {"pid": made.process.pid, "channel": None}

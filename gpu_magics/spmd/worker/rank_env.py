@@ -22,6 +22,18 @@ def with_defaults(env: dict[str, str]) -> dict[str, str]:
     return {**env, **added, DEFAULTED: ",".join(added)} if added else env
 
 
+def torchrun_defaults(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with what torchrun's launcher gives its workers from its own environment, here the worker's:
+    ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (a failed or timed-out NCCL collective ends the rank rather than leaving
+    it hung) and, where a host runs more than one rank, ``OMP_NUM_THREADS=1``; a value the kernel passed on (in
+    ``env``) or the worker has wins."""
+    wanted = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    if int(env.get("LOCAL_WORLD_SIZE", "1") or "1") > 1:
+        wanted["OMP_NUM_THREADS"] = "1"
+    added = {name: value for name, value in wanted.items() if name not in env}
+    return {**env, **{name: os.environ.get(name, value) for name, value in added.items()}}
+
+
 def numbered_devices(env: dict[str, str], index_of: Callable[[str], int | None] | None = None) -> dict[str, str]:
     """A GPU rank's ``CUDA_VISIBLE_DEVICES`` as NVML's numbers where it names its GPUs by UUID (DeepSpeed, among
     others, reads it as integers), with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that CUDA numbers them as NVML does;

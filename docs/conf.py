@@ -73,6 +73,7 @@ nb_merge_streams = True
 html_theme = "pydata_sphinx_theme"
 html_title = "gpu-magics"
 html_static_path = ["_static"]
+html_css_files = ["css/site.css"]
 html_last_updated_fmt = None
 html_show_sourcelink = False
 html_theme_options = {

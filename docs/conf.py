@@ -26,7 +26,6 @@ version = ".".join(release.split(".")[:2])
 extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
     "sphinx_copybutton",
     "sphinx_design",
     "notebooks",  # _ext/notebooks.py: stages the example notebooks under docs/notebooks/

@@ -341,3 +341,16 @@ def test_the_note_of_a_stored_run_says_when_the_example_changed_since() -> None:
         "%%gpurun --compare cpu-threads,gpu -o c"
     )
     assert as_run("from gpu_magics import devices") != as_run("from gpu_magics.gpus import inventory")
+
+
+def test_the_python_api_page_documents_everything_the_package_exports() -> None:
+    import gpu_magics
+    from gpu_magics import spmd
+
+    page = (ROOT / "docs" / "reference" / "python-api.md").read_text(encoding="utf-8")
+    members = re.search(r"\.\. automodule:: gpu_magics\n\s+:members: (.*)", page)
+    assert members is not None
+    documented = {name.strip() for name in members.group(1).split(",")}
+    documented |= {f"spmd.{name}" for name in re.findall(r"autofunction:: gpu_magics\.spmd\.(\w+)", page)}
+    exported = {name for name in gpu_magics.__all__ if name != "__version__"} | {f"spmd.{n}" for n in spmd.__all__}
+    assert exported <= documented

@@ -3,7 +3,7 @@
 Built offline by ``bash scripts/docs.sh`` into ``docs/_build/html`` with warnings as errors and nitpicky references.
 Pages are MyST Markdown; notebooks go through myst-nb: the CPU example notebooks run while the site builds (an error
 fails the build), the stored GPU runs of ``examples/executed/`` are shown as they ran, never executed. The reference
-pages are written from the code at each build (``_ext/reference``), so they say what the code does.
+pages are written from the code at each build (``_ext/reference_pages``), so they say what the code does.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx_copybutton",
     "sphinx_design",
-    "notebooks",  # _ext/notebooks.py: stages the example notebooks under docs/notebooks/
-    "reference",  # _ext/reference: the reference pages from the code, under docs/reference/generated/
+    "notebook_pages",  # _ext/notebook_pages.py: stages the example notebooks under docs/notebooks/
+    "reference_pages",  # _ext/reference_pages: the reference pages from the code, under docs/reference/generated/
     "readme_links",  # _ext/readme_links.py: the README's links into docs/ lead to pages of the built site
 ]
 
@@ -56,7 +56,7 @@ suppress_warnings = [
 ]
 
 # Notebooks. The CPU notebooks run while the site builds; an error in a cell fails the build, and so does a cell
-# that runs past nb_execution_timeout or a notebook past its time limit (_ext/notebooks.py). Results are cached by
+# that runs past nb_execution_timeout or a notebook past its time limit (_ext/notebook_pages.py). Results are cached by
 # the notebook's content under _build/.jupyter_cache, so an unchanged notebook is not run again.
 nb_execution_mode = "cache"
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")

@@ -2,7 +2,7 @@
 every option its parser takes, every setting with its default, every ``/metrics`` series with the labels its series
 carry, every REST route with who may call it; and the GPU runs the site shows say where and when they ran.
 
-The pages are written by ``docs/_ext/reference`` when the site builds; these tests check that writer against the
+The pages are written by ``docs/_ext/reference_pages`` when the site builds; these tests check that writer against the
 code, so a new option, setting, series or route that the pages would miss fails here.
 """
 
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gpu_magics"
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
-from notebooks import RUN_KEY, STORED, as_run, changed_cells, run_note, stage  # noqa: E402
-from reference import magics, metrics, pages, routes, settings  # noqa: E402
+from notebook_pages import RUN_KEY, STORED, as_run, changed_cells, run_note, stage  # noqa: E402
+from reference_pages import magics, metrics, pages, routes, settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +304,7 @@ def test_a_run_of_the_examples_records_where_and_when_it_ran() -> None:
 
 
 def test_a_notebook_past_its_time_limit_fails_the_build() -> None:
-    from notebooks import CPU_NOTEBOOKS, over_time
+    from notebook_pages import CPU_NOTEBOOKS, over_time
 
     assert over_time({"quickstart": 5.0, "spmd-training": None}) == []
     (line,) = over_time({"quickstart": CPU_NOTEBOOKS["quickstart"] + 1.0, "first-steps": 5.0})

@@ -30,4 +30,4 @@ def block(text: str, language: str = "text") -> str:
     return f"{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
-HEADER = "% Written from the code by docs/_ext/reference when the site builds: edit the code, not this page.\n\n"
+HEADER = "% Written from the code by docs/_ext/reference_pages when the site builds: edit the code, not this page.\n\n"

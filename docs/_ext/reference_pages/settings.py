@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reference.markdown import HEADER, code, table
+from reference_pages.markdown import HEADER, code, table
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from reference.markdown import HEADER, block, code, table
+from reference_pages.markdown import HEADER, block, code, table
 
 # Each magic's parser, where it has one ("module:attribute", an ArgumentParser or a function that makes one).
 # tests/test_docs_reference.py checks that every parser the package makes is named here.
@@ -105,7 +105,7 @@ def takes(action: argparse.Action) -> str:
         return "a word"
     words = TAKES.get(kind)
     if words is None:
-        raise KeyError(f"docs/_ext/reference/magics.py: TAKES has no words for the option type {kind!r}")
+        raise KeyError(f"docs/_ext/reference_pages/magics.py: TAKES has no words for the option type {kind!r}")
     repeat = "; repeatable" if isinstance(action, argparse._AppendAction) else ""
     optional = " (its value may be left out)" if action.nargs == "?" else ""
     return words + optional + repeat

@@ -15,7 +15,7 @@ GENERATED = Path("reference") / "generated"
 
 def pages() -> dict[str, str]:
     """Page name (under ``reference/generated/``) -> its Markdown."""
-    from reference import magics, metrics, routes, settings
+    from reference_pages import magics, metrics, routes, settings
 
     makers: dict[str, Callable[[], str]] = {
         "magics": magics.page,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference.markdown import HEADER, code, table
+from reference_pages.markdown import HEADER, code, table
 
 
 def helps() -> dict[str, str]:

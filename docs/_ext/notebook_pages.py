@@ -145,7 +145,7 @@ def over_time(runtimes: dict[str, float | None]) -> list[str]:
     """The notebooks (by name) that ran longer than their limit, each in a line that says so."""
     return [
         f"notebooks/{name}.ipynb ran {runtime:.0f} s, over its limit of {CPU_NOTEBOOKS[name]} s "
-        "(docs/_ext/notebooks.py): make it smaller or show a stored run of it"
+        "(docs/_ext/notebook_pages.py): make it smaller or show a stored run of it"
         for name, runtime in runtimes.items()
         if runtime is not None and runtime > CPU_NOTEBOOKS[name]
     ]

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reference.markdown import HEADER, code, table
+from reference_pages.markdown import HEADER, code, table
 
 METHODS = ("get", "post", "put", "patch", "delete")
 _AUTHORIZE = re.compile(r"is_authorized\([^)]*?[\"'](\w+)[\"']")

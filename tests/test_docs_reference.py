@@ -354,3 +354,11 @@ def test_the_python_api_page_documents_everything_the_package_exports() -> None:
     documented |= {f"spmd.{name}" for name in re.findall(r"autofunction:: gpu_magics\.spmd\.(\w+)", page)}
     exported = {name for name in gpu_magics.__all__ if name != "__version__"} | {f"spmd.{n}" for n in spmd.__all__}
     assert exported <= documented
+
+
+def test_no_reference_page_speaks_of_rounds(written: dict[str, str]) -> None:
+    from tests.test_docs_pages import HISTORY_WORDS
+
+    hand_written = {path.stem: path.read_text(encoding="utf-8") for path in (ROOT / "docs" / "reference").glob("*.md")}
+    found = {name: HISTORY_WORDS.findall(text) for name, text in {**written, **hand_written}.items()}
+    assert {name: words for name, words in found.items() if words} == {}

@@ -43,6 +43,17 @@ def test_cuda_extras_use_dask_cudas_own_extras_with_floors_that_resolve() -> Non
     assert lowest(requirements(PROJECT["dependencies"])["dask"]) == Version("2024.8")
 
 
+def test_the_spmd_extra_installs_the_recipes_libraries_at_the_test_extras_floors() -> None:
+    extras = PROJECT["optional-dependencies"]
+    spmd, test = requirements(extras["spmd"]), requirements(extras["test"])
+    assert set(spmd) == {"torch", "accelerate", "lightning", "deepspeed"}
+    for name in set(spmd) & set(test):
+        assert lowest(spmd[name]) == lowest(test[name]), name
+    setup = (REPO / "scripts" / "setup-env.sh").read_text()
+    pinned = Version(setup.split('"torch==', 1)[1].split('"', 1)[0])  # the torch the tests run with
+    assert spmd["torch"].specifier.contains(pinned)
+
+
 def test_conda_environment_lists_the_runtime_dependencies() -> None:
     environment = yaml.safe_load((REPO / "environment.yml").read_text())
     assert "rapidsai" in environment["channels"] and "conda-forge" in environment["channels"]

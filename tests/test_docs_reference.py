@@ -179,6 +179,17 @@ def test_a_dask_key_s_default_is_what_the_code_uses_where_the_config_leaves_it()
         assert dask.config.get("gpu-magics.runs-per-slot") == 7
 
 
+def test_every_environment_variable_the_package_reads_is_in_the_reference(written: dict[str, str]) -> None:
+    named = set()
+    for _, tree in sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named.update(re.findall(r"^GPU_MAGICS_[A-Z0-9_]+$", node.value))
+    assert {name for name, _, _ in settings.ENVIRONMENT} == named
+    for name, _, _ in settings.ENVIRONMENT:
+        assert f"| `{name}` |" in written["settings"]
+
+
 # -- /metrics ----------------------------------------------------------------------------------------------------
 
 

@@ -42,6 +42,25 @@ DASK_KEYS = (
     ),
 )
 
+# The environment variables the package reads (tests/test_docs_reference.py checks that these are all it names):
+# (name, who sets it, what it does).
+ENVIRONMENT = (
+    ("GPU_MAGICS_SOURCE", "you", "Where GPU readings come from: unset or `nvml` for real GPUs; `fake:N` for N "
+     "simulated GPUs (panels, `%gpumonitor`, the inventory, the server's `/metrics`: demos and tests), `fake:spec.json` for GPUs "
+     "as a spec file describes them. Simulated GPUs never run cells."),
+    ("GPU_MAGICS_RUNTIME_DIR", "you", "Where kernels and servers keep their discovery records (the clusters the side "
+     "panel and `/metrics` list); default: Jupyter's runtime directory."),
+    ("GPU_MAGICS_DEVICE_ARRAYS", "you", "The device array module a cluster's chunks are made with on the workers "
+     "(default `cupy`)."),
+    ("GPU_MAGICS_FAKE_STATE", "gpu-magics", "A simulated GPU's memory file, shared by a `fake` source's processes."),
+    ("GPU_MAGICS_WORKER_LOG", "gpu-magics", "Where the workers' launcher sends its standard error."),
+    ("GPU_MAGICS_SPMD_DEVICE", "gpu-magics", "In a rank process: `gpu` or `cpu`, what the rank computes on."),
+    ("GPU_MAGICS_SPMD_WORKER", "gpu-magics", "In a rank process: its worker's address (where `spmd.shards` reads)."),
+    ("GPU_MAGICS_SPMD_ENV", "gpu-magics", "In a rank process: the names of its torchrun environment, put back before "
+     "every cell."),
+    ("GPU_MAGICS_SPMD_DEFAULTED", "gpu-magics", "In a rank process: the variables gpu-magics gave a default."),
+)  # fmt: skip
+
 MAGICS_SETTINGS = (
     "gpu_magics.magics.gpurun:GpuMagics",
     "gpu_magics.magics.gpucluster:ClusterMagics",
@@ -117,5 +136,11 @@ def page() -> str:
         "YAML file of dask's config folder, or as `DASK_GPU_MAGICS__FOLD_REDUCTIONS=False` in the environment. A "
         "value of the wrong kind is refused in one line when a cell uses it.\n\n"
         + table(("key", "default", "what it does"), rows)
+    )
+    rows = [(code(name), who, words) for name, who, words in ENVIRONMENT]
+    parts.append(
+        "(settings-environment)=\n## Environment variables\n\n"
+        "Those set by `you` change what gpu-magics does; gpu-magics sets the others for the processes it starts.\n\n"
+        + table(("variable", "set by", "what it does"), rows)
     )
     return HEADER + "\n\n".join(parts) + "\n"

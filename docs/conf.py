@@ -36,6 +36,7 @@ extensions = [
 exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints", "_ext", "grafana", "README.md"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
+smartquotes = False  # "--workers" in the help texts stays two hyphens (no en dash), quotes stay as typed
 
 # Every reference must resolve: a broken link, a missing page or an unknown object is a warning, and the build
 # (sphinx-build -W -n --keep-going) fails on any warning.

@@ -247,9 +247,10 @@ def test_every_series_and_label_is_on_the_metrics_page(written: dict[str, str]) 
     from gpu_magics.server.metrics.series import LABELS, SERIES
 
     page = written["metrics"]
-    for name, help_text in metrics.helps().items():
-        row = next(line for line in page.splitlines() if line.startswith(f"| `{name}` |"))
-        assert " ".join(help_text.split()) in row
+    for series in SERIES:
+        section = page.split(f"(metric-{series.name})=", 1)[1].split("\n(metric-", 1)[0]
+        assert " ".join(metrics.helps()[series.name].split()) in section
+        assert all(f"`{label}`" in section for label in (*series.labels, *series.sometimes))
     assert {label for series in SERIES for label in (*series.labels, *series.sometimes)} == set(LABELS)
     for label in LABELS:
         assert f"| `{label}` |" in page

@@ -23,11 +23,15 @@ def page() -> str:
             "gpu_magics/server/metrics/series.py declares the labels of "
             f"{sorted(declared)}, /metrics has {sorted(found)}: declare the labels of each series there"
         )
-    rows = []
+    sections = []
     for series in SERIES:
         labels = ", ".join(code(label) for label in series.labels)
         sometimes = ", ".join(code(label) for label in series.sometimes)
-        rows.append((code(series.name), series.kind, found[series.name], labels, sometimes))
+        sections.append(
+            f"(metric-{series.name})=\n### {code(series.name)}\n\n"
+            f"A {series.kind}. {found[series.name]}\n\n"
+            f"- Labels: {labels}\n" + (f"- Some series also: {sometimes}\n" if sometimes else "")
+        )
     label_rows = [(code(name), words) for name, words in LABELS.items()]
     return (
         HEADER + "# `/metrics` series\n\n"
@@ -35,8 +39,10 @@ def page() -> str:
         "`/metrics` also serves these series, refreshed every `GpuMagicsServer.metrics_interval` seconds. A figure "
         "that cannot be measured has no series (rather than 0); a kernel's series leave once the server no longer "
         "runs it. Scraping needs the server's token, as every `/metrics` request does.\n\n"
-        + table(("series", "type", "what it measures", "labels", "labels some series have"), rows)
-        + "\n\n## Labels\n\n"
+        + "\n".join(f"- {{ref}}`{series.name} <metric-{series.name}>`" for series in SERIES)
+        + "\n\n## Series\n\n"
+        + "\n".join(sections)
+        + "\n## Labels\n\n"
         + table(("label", "what it holds"), label_rows)
         + "\n"
     )

@@ -62,8 +62,10 @@ def routes() -> list[Route]:
 def _help(handler: Any) -> str:
     """The handler's docstring, less the ``GET path``: that begins it."""
     text = " ".join((inspect.getdoc(handler) or "").split())
-    said = re.sub(r"^``(GET|POST|PUT|DELETE|PATCH) [^`]+``:\s*", "", text).replace("``", "`")
-    return said[:1].upper() + said[1:]
+    found = re.match(r"^``(GET|POST|PUT|DELETE|PATCH) [^`?]+(\?[^`]*)?``:\s*", text)
+    said = (text[found.end() :] if found else text).replace("``", "`")
+    said = said[:1].upper() + said[1:]
+    return f"Query `{found.group(2)}`: {said}" if found and found.group(2) else said
 
 
 def _who(route: Route) -> str:

@@ -9,6 +9,7 @@ import pickle
 import pytest
 from IPython.core.error import UsageError
 
+from gpu_magics.display.format import STRIPES
 from gpu_magics.spmd.kernel.output import LineMerger, is_noise
 from gpu_magics.spmd.kernel.results import (
     RankOutcome,
@@ -18,11 +19,14 @@ from gpu_magics.spmd.kernel.results import (
     clip,
     ended_line,
     exit_words,
+    group_note,
+    leading,
+    other_line,
 )
 from gpu_magics.spmd.kernel.stalls import describe
 from gpu_magics.spmd.kernel.world import Member, World, check_ranks, order
-from gpu_magics.spmd.messages import ended_reply
-from gpu_magics.spmd.rank.repl import _describe, library, run_cell
+from gpu_magics.spmd.messages import NEVER_RAN, ended_reply, stopped_reply
+from gpu_magics.spmd.rank.repl import _describe, building, library, run_cell
 
 GLOO = "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
 
@@ -101,20 +105,59 @@ def test_a_stalled_ranks_note_is_a_line_under_its_row_not_a_column() -> None:
     assert lines[2].split() == ["rank", "0", "127.0.0.1", "·", "CPU", "running", "500", "ms"]
     assert lines[3] == f"    ↳ {note}" and lines[4].startswith("  rank 1")
     html = view._repr_html_()
-    assert html.count("<tr>") == 4  # the header, two ranks and rank 0's note
+    assert html.count("<tr") == 4  # the header, two ranks and rank 0's note
+    assert html.count(STRIPES[0]) == 2 and html.count(STRIPES[1]) == 1  # the note keeps rank 0's stripe
     assert "<td colspan='5' style='text-align:left;padding:0 8px 2px 24px'><span class='gpu-magics-spmd-note'" in html
     assert html.index("rank 0") < html.index("no output for 31 s") < html.index("rank 1")
 
 
 def test_the_group_made_for_a_cell_is_a_line_of_its_one_table() -> None:
-    notes = ["torch.distributed: gloo group of 2 (made in 1.97 s)"]
+    notes = [group_note("torch.distributed: gloo group of 2", 1.97)]
     view = StatusView(
         "2 ranks on 1 host (CPU)", [outcome(0, RankState.DONE), outcome(1, RankState.DONE)], 2.7, True, False, notes
     )
     lines = repr(view).splitlines()
     assert lines[0] == "spmd · 2 ranks on 1 host (CPU) · 2 done in 2.70 s"
-    assert lines[1] == "  torch.distributed: gloo group of 2 (made in 1.97 s)"
-    assert "gloo group of 2 (made in 1.97 s)" in view._repr_html_()
+    assert lines[1] == "  torch.distributed: gloo group of 2 made in 1.97 s"
+    assert "gloo group of 2 made in 1.97 s" in view._repr_html_()
+
+
+def test_a_group_made_again_says_so_once_with_its_time_and_a_kept_one_as_the_rank_said() -> None:
+    again = group_note("torch.distributed: nccl group of 4 made again", 2.43)
+    assert again == "torch.distributed: nccl group of 4 made again in 2.43 s" and "(" not in again
+    assert group_note("jax.distributed: 2 processes", 0.5) == "jax.distributed: 2 processes made in 500 ms"
+    kept = "torch.distributed: gloo group of 2 (kept)"
+    assert group_note(kept, 0.01) == kept
+
+
+def test_a_rank_stopped_before_its_cell_reached_it_says_so_and_shows_no_time() -> None:
+    never = RankOutcome(1, "127.0.0.1 · CPU", RankState.STOPPED, error=stopped_reply()["error"], seconds=0.0)
+    stopped = RankOutcome(0, "127.0.0.1 · CPU", RankState.STOPPED, seconds=1.5)
+    view = StatusView("2 ranks on 1 host (CPU)", [stopped, never], 1.6, True, False)
+    lines = repr(view).splitlines()
+    assert lines[2].split()[-3:] == ["stopped", "1.50", "s"]
+    assert lines[3].split()[-4:] == ["stopped", "before", "it", "ran"]  # no "0.00 us"
+    assert never.never_ran and not stopped.never_ran and NEVER_RAN == "stopped before it ran"
+    assert other_line(never) == "stopped before it ran" and other_line(stopped) == "stopped"
+
+
+def test_the_rows_of_a_group_made_before_the_cells_code_stay_running() -> None:
+    made = [outcome(0, RankState.DONE), outcome(1, RankState.DONE)]
+    shown = leading(made)
+    assert [o.state for o in shown] == [RankState.RUNNING, RankState.RUNNING]
+    assert [o.state for o in made] == [RankState.DONE, RankState.DONE]  # the outcomes themselves are kept
+    assert "2 running for" in repr(StatusView("2 ranks on 1 host (CPU)", shown, 1.0, False, False))
+    assert [o.state for o in leading([outcome(0, RankState.FAILED, "boom")])] == [RankState.FAILED]
+
+
+def test_only_a_rank_that_may_have_been_inside_a_collective_puts_the_group_out_of_step() -> None:
+    def stopped(entered: int | None) -> RankOutcome:
+        return RankOutcome(1, "127.0.0.1 · CPU", RankState.STOPPED, collectives=entered)
+
+    assert not stopped(0).cut_short  # stopped before it entered any: another rank's NameError
+    assert stopped(1).cut_short and stopped(None).cut_short  # it entered one, or cannot tell
+    assert not RankOutcome(0, "h · CPU", RankState.FAILED, collectives=0).cut_short
+    assert not RankOutcome(0, "h · CPU", RankState.DONE, collectives=3).cut_short
 
 
 def test_rank_states_are_strings_so_saved_results_and_their_rows_read_as_before() -> None:
@@ -354,3 +397,22 @@ def test_gpu_ranks_named_by_uuid_get_nvmls_numbers_in_pci_order(monkeypatch: pyt
     assert numbered_devices(chosen, numbers.get) == chosen
     for unchanged in ({**env, "GPU_MAGICS_SPMD_DEVICE": "cpu"}, {**env, "CUDA_VISIBLE_DEVICES": "1,0"}):
         assert numbered_devices(unchanged, numbers.get) == unchanged
+
+
+def test_a_rank_building_an_op_on_first_use_says_which_and_that_it_is_cached_afterwards() -> None:
+    import sys
+    from types import SimpleNamespace
+
+    def frames_of(op_builder: bool) -> object:
+        namespace: dict[str, object] = {"sys": sys}
+        torch_side = "def _jit_compile(name):\n    return sys._getframe()\n"
+        exec(compile(torch_side, "/site-packages/torch/utils/cpp_extension.py", "exec"), namespace)
+        if not op_builder:
+            return namespace["_jit_compile"]("my_ext")  # type: ignore[operator]
+        deepspeed_side = "def jit_load(self):\n    return _jit_compile(self.name)\n"
+        exec(compile(deepspeed_side, "/site-packages/deepspeed/ops/op_builder/builder.py", "exec"), namespace)
+        return namespace["jit_load"](SimpleNamespace(name="fused_adam"))  # type: ignore[operator]
+
+    assert building(frames_of(True)) == "building DeepSpeed's fused_adam op (first use, cached afterwards)"
+    assert building(frames_of(False)) == "building the torch extension my_ext (first use, cached afterwards)"
+    assert building(sys._getframe()) is None

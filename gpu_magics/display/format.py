@@ -61,6 +61,13 @@ __all__ = [
 ]
 
 
+STRIPES = (
+    " style='background:var(--jp-layout-color0,transparent)'",
+    " style='background:var(--jp-rendermime-table-row-background,transparent)'",
+)
+"""JupyterLab's table stripes, odd rows then even ones, set on each row where a row has a note under it."""
+
+
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = ()) -> list[str]:
     """Plain-text table lines: columns two spaces apart, the ``numeric`` columns right-aligned."""
     table = [list(header), *(list(row) for row in rows)]
@@ -95,15 +102,17 @@ def html_table(
         for i, name in enumerate(header)
     )
     body = []
+    striped = any(below)  # a note row keeps its rank row's stripe (the theme's stripes count rows, notes too)
     for position, row in enumerate(rows):
+        stripe = STRIPES[position % 2] if striped else ""
         cells = []
         for i, cell in enumerate(row):
             title = f" title='{html.escape(titles[position], quote=True)}'" if i == 0 and position < len(titles) else ""
             cells.append(f"<td style='text-align:{align(i)};padding:2px 8px'{title}>{cell}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        body.append(f"<tr{stripe}>" + "".join(cells) + "</tr>")
         if position < len(below) and below[position]:
             style = "text-align:left;padding:0 8px 2px 24px"
-            body.append(f"<tr><td colspan='{len(header)}' style='{style}'>{below[position]}</td></tr>")
+            body.append(f"<tr{stripe}><td colspan='{len(header)}' style='{style}'>{below[position]}</td></tr>")
     return (
         "<table style='border-collapse:collapse;margin:4px 0;font-size:inherit;table-layout:auto'>"
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

@@ -7,11 +7,11 @@ import enum
 import html
 import pickle
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpu_magics.display.format import MUTED, format_bytes, format_percent, format_seconds, html_table, text_table
-from gpu_magics.spmd.messages import RankError
+from gpu_magics.spmd.messages import NEVER_RAN, RankError
 from gpu_magics.units import dropped
 
 
@@ -80,6 +80,18 @@ class RankOutcome:
     gpu_memory_total: int | None = None
     rank_memory: int | None = None  # bytes: what the rank's own process holds on its GPU (NVML), where known
     note: str = ""  # "quiet 40 s · cell line 3, in all_reduce (distributed_c10d.py:2501)"
+    collectives: int | None = None  # torch collectives the rank entered in this cell, as it said (None: unknown)
+
+    @property
+    def never_ran(self) -> bool:
+        """Stopped before the cell's message reached the rank: it ran nothing, and has no time of its own."""
+        return self.state == RankState.STOPPED and self.error is not None and self.error["message"] == NEVER_RAN
+
+    @property
+    def cut_short(self) -> bool:
+        """Stopped (or not answering) where it may have been inside a collective: the group may be out of step.
+        A rank stopped before it entered any in the cell (another rank's ``NameError``) leaves the group as it was."""
+        return self.state in (RankState.STOPPED, RankState.RUNNING) and self.collectives != 0
 
     def summary(self) -> str:
         """``ValueError: boom`` or the state, in a few words."""
@@ -90,6 +102,8 @@ class RankOutcome:
     def cell_text(self) -> str:
         """The state as the status row shows it: one line of at most ``CELL_LIMIT`` characters (the full error
         shows below the table)."""
+        if self.never_ran:
+            return NEVER_RAN
         return clip(self.summary() if self.state == RankState.FAILED else self.state)
 
 
@@ -180,7 +194,7 @@ class StatusView:
                     memory = f"rank {format_bytes(outcome.rank_memory)} (GPU {memory})"
                 gpu = f"{format_percent(outcome.gpu_util)} · {memory}"
             row = [f"rank {outcome.rank}", outcome.label, outcome.cell_text()]
-            row.append(format_seconds(outcome.seconds) if outcome.seconds is not None else "")
+            row.append(format_seconds(outcome.seconds) if outcome.seconds is not None and not outcome.never_ran else "")
             if self.gpus:
                 row.append(gpu)
             rows.append(row)
@@ -228,6 +242,12 @@ class StatusView:
         )
 
 
+PRE_STYLE = (  # as the notebook shows a stream's lines: the bars read like the lines printed around them
+    "margin:0;padding:0 0 0 var(--jp-code-padding,5px);font-family:var(--jp-code-font-family,monospace);"
+    "font-size:var(--jp-code-font-size,13px);line-height:var(--jp-code-line-height,1.3);background:none"
+)
+
+
 @dataclass
 class ProgressView:
     """The ranks' live progress bars (a display object): one line per rank, its label kept at every redraw."""
@@ -239,7 +259,7 @@ class ProgressView:
 
     def _repr_html_(self) -> str:
         text = html.escape("\n".join(self.lines))
-        return f"<pre class='gpu-magics-spmd-progress' style='margin:0'>{text}</pre>"
+        return f"<pre class='gpu-magics-spmd-progress' style='{PRE_STYLE}'>{text}</pre>"
 
 
 FOLDED_LIMIT = 20_000  # lines of a folded block kept in the notebook
@@ -297,11 +317,28 @@ def ended_line(ended: list[int], died: dict[int, str], grace_s: float) -> str:
     )
 
 
+def leading(outcomes: list[RankOutcome]) -> list[RankOutcome]:
+    """The rows of a group's init that the cell's code follows: a rank done with it shows running, as it goes on
+    to the code (the headline never says "2 done", then "2 running")."""
+    return [
+        replace(outcome, state=RankState.RUNNING) if outcome.state == RankState.DONE else outcome
+        for outcome in outcomes
+    ]
+
+
+def group_note(said: str, seconds: float) -> str:
+    """The status table's line for a group made for a cell, from the rank's words for it:
+    ``torch.distributed: gloo group of 2 made in 1.97 s``, ``... made again in 2.43 s``; a kept one as said."""
+    if said.endswith("(kept)"):
+        return said
+    return f"{said}{'' if said.endswith(' made again') else ' made'} in {format_seconds(seconds)}"
+
+
 def other_line(outcome: RankOutcome) -> str:
     if outcome.state == RankState.FAILED:
         return f"failed too: {outcome.summary()}"
     if outcome.state == RankState.STOPPED:
-        return "stopped" + (f" ({outcome.note})" if outcome.note else "")
+        return NEVER_RAN if outcome.never_ran else "stopped" + (f" ({outcome.note})" if outcome.note else "")
     if outcome.state == RankState.ENDED:
         return outcome.note or "ended"
     if outcome.state == RankState.DONE:

@@ -1,4 +1,7 @@
 // Launch the system Chromium through playwright-core (it never downloads a browser).
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 export const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
@@ -36,6 +39,11 @@ export async function steadyScreenshot(locator, options, attempts = 8) {
   }
 }
 
+/** Keep JupyterLab's notifications (its news question, toasts) out of the pictures: they float over the views. */
+export async function hideToasts(page) {
+  await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
+}
+
 /** Open `notebook` in JupyterLab at `base` and wait until its kernel is idle. */
 export async function openNotebook(page, base, token, notebook) {
   await page.goto(`${base}lab/tree/${notebook}?token=${token}`);
@@ -45,4 +53,14 @@ export async function openNotebook(page, base, token, notebook) {
     null,
     { timeout: 120000 }
   );
+}
+
+/** The documentation's pictures: docs/_static/screenshots/<view>-<theme>.png, taken by the browser tests on every
+ * run so that none is older than the view it shows (docs/_static/screenshots/README.md lists them). */
+export const DOCS_SCREENSHOTS = fileURLToPath(new URL('../../docs/_static/screenshots/', import.meta.url));
+
+/** Copy the screenshot at `file` to the documentation's picture of `view` in `theme` ("light" or "dark"). */
+export function docsPicture(file, view, theme) {
+  fs.mkdirSync(DOCS_SCREENSHOTS, { recursive: true });
+  fs.copyFileSync(file, path.join(DOCS_SCREENSHOTS, `${view}-${theme}.png`));
 }

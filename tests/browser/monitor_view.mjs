@@ -5,7 +5,7 @@
 // Usage: node monitor_view.mjs BASE_URL TOKEN NOTEBOOK...
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, steadyScreenshot } from './chromium.mjs';
+import { docsPicture, hideToasts, launch, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, ...notebooks] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -93,6 +93,7 @@ async function main() {
       const stem = notebook.replace(/\.ipynb$/, '');
       step(`${notebook}: loading`);
       await openInWorkspace(page, notebook, stem);
+      await hideToasts(page);
       await openSidebar(page);
       const here = `#${await page.evaluate(() => window.jupyterapp.shell.currentWidget.id)}`; // this notebook
       await page.evaluate(() => void window.jupyterapp.commands.execute('notebook:run-all-cells'));
@@ -129,6 +130,9 @@ async function main() {
             .scrollIntoView()
         );
         await steadyScreenshot(monitor, { path: path.join(artifacts, `monitor-${stem}-${theme}.png`) });
+        if (stem === 'gpus-4') {
+          docsPicture(path.join(artifacts, `monitor-${stem}-${theme}.png`), 'monitor', theme);
+        }
         const summaries = page.locator(`${here} .jp-OutputArea-output .gpu-magics-cell-monitor`);
         for (let k = 0; k < (await summaries.count()); k++) {
           await summaries.nth(k).scrollIntoViewIfNeeded();

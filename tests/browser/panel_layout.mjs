@@ -5,7 +5,7 @@
 // In `gpus` mode $CLUSTER_NAME names a cluster record the test wrote, with members on two hosts.
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, steadyScreenshot } from './chromium.mjs';
+import { docsPicture, hideToasts, launch, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, mode] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -33,6 +33,7 @@ async function openPanel(page) {
     await window.jupyterapp.commands.execute('gpu-magics:open');
   });
   await page.waitForSelector('#gpu-magics-panel .jp-GpuMagics-status[data-phase="open"]', { timeout: 60000 });
+  await hideToasts(page);
   const width = await page.evaluate(() => document.querySelector('#gpu-magics-panel').getBoundingClientRect().width);
   step(`panel width ${Math.round(width)} px`);
   check(width <= 300, `the panel is ${width} px wide: not the default sidebar width`);
@@ -181,6 +182,7 @@ async function checkCluster(page, theme) {
   check(notes.some(note => /in use that no process of yours reports/.test(note.text)), 'no note of others\u2019 use');
   step(`cluster row: ${title}`);
   await steadyScreenshot(row, { path: path.join(artifacts, `layout-cluster-${theme}.png`) });
+  docsPicture(path.join(artifacts, `layout-cluster-${theme}.png`), 'cluster-card', theme);
 }
 
 async function typeWorkers(page, text) {
@@ -272,6 +274,7 @@ async function gpusMode(page) {
     await checkCluster(page, theme);
     await checkScaleDialog(page, theme);
     await panelShot(page, `layout-panel-${theme}`);
+    docsPicture(path.join(artifacts, `layout-panel-${theme}.png`), 'panel', theme);
   }
   await checkRestartConfirmation(page);
   const width = await widenSidebar(page, 150);

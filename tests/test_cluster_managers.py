@@ -120,7 +120,7 @@ def test_a_record_keeps_the_manager_its_jobs_and_adapt_bounds() -> None:
         manager="SLURM jobs", jobs=(job.to_json(),), adaptive=(0, 4),
     )  # fmt: skip
     data = record.to_json()
-    assert data["version"] == SCHEMA_VERSION == 5 and data["adaptive"] == [0, 4] and data["jobs"][0]["node"] == "gpu-1"
+    assert data["version"] == SCHEMA_VERSION == 6 and data["adaptive"] == [0, 4] and data["jobs"][0]["node"] == "gpu-1"
     assert ClusterRecord.from_json(data) == record
     older = {key: value for key, value in data.items() if key not in ("manager", "jobs", "adaptive")}
     assert ClusterRecord.from_json(older) == ClusterRecord(

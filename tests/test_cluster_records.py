@@ -94,6 +94,38 @@ def test_default_directory_is_jupyters(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_kernel_id_outside_a_kernel_is_none() -> None:
     assert cluster_records.current_kernel_id() is None
+    assert cluster_records.here()["kernel_id"] is None and cluster_records.here()["connection_file"] is None
+
+
+@pytest.mark.parametrize(
+    ("connection_file", "kernel_id"),
+    [
+        ("kernel-5f0d5b5e-8c1a-4f7e-9a57-3c8b1d6c2e10.json", "5f0d5b5e-8c1a-4f7e-9a57-3c8b1d6c2e10"),
+        ("kernel-k1.json", "k1"),  # a kernel manager's own ids need not be UUIDs
+        ("tmpqc6nlsg9.json", None),  # jupyter_client's KernelManager on its own: no id a server knows
+        ("kernel-.json", None),
+        ("my-kernel-1.json", None),
+        (None, None),
+    ],
+)
+def test_only_a_connection_file_named_by_its_kernel_id_gives_a_kernel_id(
+    connection_file: str | None, kernel_id: str | None
+) -> None:
+    assert cluster_records.kernel_id_of(connection_file) == kernel_id
+
+
+def test_a_record_says_its_connection_file_and_host_and_an_older_one_invents_no_kernel_id() -> None:
+    written = record(kernel_id=None, connection_file="tmpqc6nlsg9.json", host="gpu-node-1")
+    assert ClusterRecord.from_json(json.loads(json.dumps(written.to_json()))) == written
+    older = {**record().to_json(), "version": 5, "kernel_id": "tmpqc6nlsg9"}
+    del older["connection_file"], older["host"]
+    back = ClusterRecord.from_json(older)
+    assert (back.kernel_id, back.connection_file, back.host) == (None, "tmpqc6nlsg9.json", None)
+    real = "5f0d5b5e-8c1a-4f7e-9a57-3c8b1d6c2e10"
+    assert ClusterRecord.from_json({**older, "kernel_id": real}).kernel_id == real  # a server's kernel: kept
+    kernel = cluster_records.KernelRecord.from_json({"pid": 1, "time": 1, "started_at": 1, "kernel_id": "tmpab12"})
+    assert (kernel.kernel_id, kernel.connection_file) == (None, "tmpab12.json")
+    assert cluster_records.KernelRecord(kernel_id="k1").to_json()["version"] == cluster_records.KERNEL_SCHEMA_VERSION
 
 
 def test_the_managers_facts_travel_in_the_record_and_bad_ones_are_dropped() -> None:

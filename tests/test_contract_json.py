@@ -139,8 +139,17 @@ class Replies:
 def _stand_in(handler_class: type[handlers.GpuMagicsHandler], service: MonitorService) -> Any:
     """A handler of ``handler_class`` with no request behind it: no kernels, no sessions; keeps what it sends."""
 
+    class Kernels:
+        """The server's kernel manager, as far as the handlers ask it: it runs the kernel of the record."""
+
+        def list_kernel_ids(self) -> list[str]:
+            return ["kernel-1"]
+
+        def get_kernel(self, kernel_id: str) -> Any:
+            raise KeyError(kernel_id)
+
     class StandIn(handler_class):
-        kernel_manager = None
+        kernel_manager = Kernels()
         session_manager = None
         base_url = "/"
 
@@ -209,6 +218,17 @@ def replies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replies]:
                 kernel_id="kernel-1",
             )
         )
+        write_record(
+            ClusterRecord(
+                name="elsewhere",
+                scheduler_address="tcp://127.0.0.1:8796",
+                dashboard_url=None,
+                kind="cpu",
+                workers=1,
+                connection_file="tmpqc6nlsg9.json",
+                host="node-2",
+            )
+        )
         config = GpuMagicsServer(source="fake", fake_gpus=2, interval=0.1, slow_interval=0.1)
         yield asyncio.run(_all_replies(MonitorService(config, idle_timeout=0)))
 
@@ -260,6 +280,17 @@ def test_cluster_matches(ts: dict[str, list[str]], replies: Replies) -> None:
     assert cluster["name"] == "contract"
     assert_same_fields(cluster, "ICluster", ts)
     assert set(field_names(ClusterRecord)) <= set(cluster)
+    assert_same_fields(replies.clusters, "IClustersReply", ts)
+
+
+def test_a_cluster_elsewhere_matches(ts: dict[str, list[str]], replies: Replies) -> None:
+    [elsewhere] = replies.clusters["elsewhere"]
+    assert (elsewhere["name"], elsewhere["kernel_id"], elsewhere["connection_file"]) == (
+        "elsewhere",
+        None,
+        "tmpqc6nlsg9.json",
+    )
+    assert_same_fields(elsewhere, "IClusterElsewhere", ts)
 
 
 def test_holder_matches(ts: dict[str, list[str]], replies: Replies) -> None:

@@ -105,7 +105,7 @@ def test_without_cupy_nothing_is_read_and_cupy_is_not_imported(monkeypatch: pyte
 def test_the_kernel_reports_its_memory_three_ways_after_a_cell(ip: InteractiveShell, shared: Path) -> None:
     ip.run_cell("t_x = 1")
     [report] = kernel_records(shared)
-    assert report["pid"] == os.getpid() and report["version"] == 1
+    assert report["pid"] == os.getpid() and report["version"] == records.KERNEL_SCHEMA_VERSION == 2
     [gpu] = report["gpus"]  # type: ignore[misc]
     assert gpu["uuid"] == GPU1 and gpu["label"] == "GPU 1"
     assert (gpu["array_memory"], gpu["cached_memory"], gpu["context_memory"]) == (GIB, 10 * GIB, GIB // 2)

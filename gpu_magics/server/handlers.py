@@ -19,7 +19,7 @@ from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.records.record import ClusterRecord, list_kernel_records, list_records
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.jsonutil import dumps
-from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
+from gpu_magics.server.kernels import elsewhere_json, kernel_paths, kernel_pids, not_ours, ours, running_kernel_ids
 from gpu_magics.server.owners import map_owners, others_on_gpus, with_self_reports
 from gpu_magics.server.service import MonitorService
 
@@ -97,17 +97,25 @@ class HistoryHandler(GpuMagicsHandler):
 
 
 class ClustersHandler(GpuMagicsHandler):
-    """``GET clusters``: every cluster a kernel started (its discovery record), with its notebook."""
+    """``GET clusters``: the clusters this server's kernels started or attached to (their discovery records), with
+    their notebooks; under ``elsewhere``, those of the user's kernels that this server does not run (another
+    server's, jupyter_client's), with where they run."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
         records = await asyncio.get_running_loop().run_in_executor(None, partial(list_records, clean=False))
-        self.reply({"clusters": await self._describe(records)})
+        self.reply(await self._describe(records))
 
-    async def _describe(self, records: list[ClusterRecord]) -> list[dict[str, Any]]:
-        paths = await kernel_paths(self.session_manager)
+    async def _describe(self, records: list[ClusterRecord]) -> dict[str, Any]:
         running = running_kernel_ids(self.kernel_manager)
+        return {
+            "clusters": await self._ours(ours(records, running), running),
+            "elsewhere": [elsewhere_json(record) for record in not_ours(records, running)],
+        }
+
+    async def _ours(self, records: list[ClusterRecord], running: set[str]) -> list[dict[str, Any]]:
+        paths = await kernel_paths(self.session_manager)
         proxy = links.proxy_available()
         described = []
         for record in records:
@@ -139,7 +147,7 @@ class PruneClustersHandler(ClustersHandler):
         loop = asyncio.get_running_loop()
         records = await loop.run_in_executor(None, partial(list_records, clean=True))
         await loop.run_in_executor(None, partial(list_kernel_records, clean=True))
-        self.reply({"clusters": await self._describe(records)})
+        self.reply(await self._describe(records))
 
 
 class ProcessesHandler(GpuMagicsHandler):

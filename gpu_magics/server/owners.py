@@ -2,8 +2,9 @@
 
 A process belongs to a kernel when it is the kernel's process or descends from it (LocalCluster workers are
 the kernel's children); failing that, when it descends from the process that wrote a cluster record, it
-belongs to that record's kernel. The mapping (``map_owners``) is pure; the processes handler gathers its inputs
-(kernel pids, ancestry, records).
+belongs to that record's kernel. Of a kernel's descendants, its cluster's workers (and what they start) are
+``worker``, the rest ``child``, as ``/metrics`` tells its parts. The mapping (``map_owners``) is pure; the processes
+handler gathers its inputs (kernel pids, ancestry, records).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def map_owners(
     records = list(records)
     record_by_pid = {record.pid: record for record in records}
     cluster_by_kernel = {record.kernel_id: record.name for record in records if record.kernel_id}
+    workers = _worker_pids(records)
     chains: dict[int, list[int]] = {}
     holders = []
     for reading in snapshot.gpus:
@@ -85,7 +87,7 @@ def map_owners(
             chain = chains.get(process.pid)
             if chain is None:
                 chain = chains[process.pid] = ancestry(process.pid) or [process.pid]
-            kernel_id, role, cluster = _owner(chain, kernel_pids, record_by_pid, cluster_by_kernel)
+            kernel_id, role, cluster = _owner(chain, kernel_pids, record_by_pid, cluster_by_kernel, workers)
             holders.append(
                 GpuHolder(
                     pid=process.pid,
@@ -203,11 +205,24 @@ def others_on_gpus(snapshot: Snapshot | None, holders: Iterable[GpuHolder]) -> l
     return found
 
 
+def _worker_pids(records: Iterable[ClusterRecord]) -> dict[str | int, frozenset[int]]:
+    """Kernel id (else the record's pid, for a kernel without one) -> its clusters' workers' pids, as they
+    reported them."""
+    found: dict[str | int, set[int]] = {}
+    for record in records:
+        for member in record.members:
+            pid = member.get("pid")
+            if member.get("role") == "worker" and isinstance(pid, int) and not isinstance(pid, bool):
+                found.setdefault(record.kernel_id or record.pid, set()).add(pid)
+    return {key: frozenset(pids) for key, pids in found.items()}
+
+
 def _owner(
     chain: list[int],
     kernel_pids: Mapping[int, str],
     record_by_pid: Mapping[int, ClusterRecord],
     cluster_by_kernel: Mapping[str, str],
+    workers: Mapping[str | int, frozenset[int]],
 ) -> tuple[str | None, str, str | None]:
     for depth, pid in enumerate(chain):
         kernel_id = kernel_pids.get(pid)
@@ -219,5 +234,11 @@ def _owner(
         if depth == 0:
             return kernel_id, "kernel", None
         cluster = record.name if record is not None else cluster_by_kernel.get(kernel_id or "")
-        return kernel_id, ("worker" if cluster is not None else "child"), cluster
+        if cluster is None:
+            return kernel_id, "child", None
+        # where its workers reported, only they and what they start are; else what the kernel starts counts as them
+        known = workers.get(kernel_id or pid, frozenset())
+        if known and not known.intersection(chain[:depth]):
+            return kernel_id, "child", None
+        return kernel_id, "worker", cluster
     return None, "other", None

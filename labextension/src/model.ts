@@ -8,6 +8,7 @@ import { formatBytes, memoryPercent } from './format';
 import { Ring } from './ring';
 import type {
   ICluster,
+  IClusterElsewhere,
   IGpuOtherUse,
   IGpuReading,
   IHolder,
@@ -200,6 +201,7 @@ export class GpuPanelModel {
   private _config: IServerConfig | null = null;
   private _interval: number | null = null;
   private _clusters: ICluster[] = [];
+  private _elsewhere: IClusterElsewhere[] = [];
   private _clustersError: string | null = null;
   private _holders: IHolder[] = [];
   private _holdersTime: number | null = null;
@@ -370,9 +372,18 @@ export class GpuPanelModel {
     return this._clustersError;
   }
 
-  setClusters(clusters: ICluster[], error: string | null = null): void {
+  /** The clusters of kernels this server does not run (shown folded, with where they run). */
+  get clustersElsewhere(): IClusterElsewhere[] {
+    return this._elsewhere;
+  }
+
+  /** `elsewhere`: the user's other kernels' clusters; left as they were when not given (a failed refresh). */
+  setClusters(clusters: ICluster[], error: string | null = null, elsewhere?: IClusterElsewhere[]): void {
     this._clusters = [...clusters].sort((a, b) => a.started_at - b.started_at);
     this._clustersError = error;
+    if (elsewhere !== undefined) {
+      this._elsewhere = [...elsewhere].sort((a, b) => a.started_at - b.started_at);
+    }
     this._changed.emit('clusters');
   }
 

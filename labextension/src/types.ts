@@ -193,8 +193,35 @@ export interface ICluster {
   up_since: number | null;
   /** What its manager says of it; null in the record of an older kernel (then nothing is offered). */
   facts: IClusterFacts | null;
+  /** Its kernel's connection file's name ("kernel-<id>.json"); null in an older kernel's record. */
+  connection_file: string | null;
+  /** The host its kernel runs on; null in an older kernel's record. */
+  host: string | null;
   path: string | null;
   kernel_running: boolean;
+}
+
+/** A cluster of a kernel this server does not run (another server's, or jupyter_client's): where that kernel is. */
+export interface IClusterElsewhere {
+  name: string;
+  kind: string;
+  workers: number;
+  scheduler_address: string;
+  started_at: number;
+  /** The kernel's process. */
+  pid: number;
+  /** The host the kernel runs on; null in an older kernel's record. */
+  host: string | null;
+  /** The kernel's connection file's name ("kernel-<id>.json", "tmpab12.json"); null where unknown. */
+  connection_file: string | null;
+  /** Its kernel id, where its connection file names one (another server's kernel); null otherwise. */
+  kernel_id: string | null;
+}
+
+/** `GET clusters`: this server's kernels' clusters, and the user's other kernels' (shown folded). */
+export interface IClustersReply {
+  clusters: ICluster[];
+  elsewhere: IClusterElsewhere[];
 }
 
 export interface IHolder {

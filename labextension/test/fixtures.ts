@@ -1,5 +1,6 @@
 import type {
   ICluster,
+  IClusterElsewhere,
   IClusterFacts,
   IClusterMember,
   IGpuReading,
@@ -172,6 +173,24 @@ export function cluster(overrides: Partial<ICluster> = {}): ICluster {
     adaptive: null,
     up_since: null,
     facts: factsOf(overrides.kind ?? 'cpu', overrides.manager ?? null),
+    connection_file: 'kernel-k.json',
+    host: 'gpu-node-1',
+    ...overrides
+  };
+}
+
+/** A cluster of a kernel the server does not run, as `GET clusters` lists it under `elsewhere`. */
+export function elsewhere(overrides: Partial<IClusterElsewhere> = {}): IClusterElsewhere {
+  return {
+    name: 'other',
+    kind: 'cpu',
+    workers: 2,
+    scheduler_address: 'tcp://127.0.0.1:8790',
+    started_at: 1,
+    pid: 4242,
+    host: 'gpu-node-2',
+    connection_file: 'tmpqc6nlsg9.json',
+    kernel_id: null,
     ...overrides
   };
 }

@@ -1,26 +1,26 @@
 """The server shows a cluster's workers and their GPUs on other hosts, and GPU memory by notebook from what the
 kernel's workers report about themselves, without NVML on those hosts and with NVML's process list refused.
 
-A real kernel process (IPython with the extension) attaches to a cluster started with Dask's CLI: a scheduler
-and two workers on 127.0.0.2 and 127.0.0.3, each with two simulated GPUs.
+A kernel of the server attaches to a cluster started with Dask's CLI: a scheduler and two workers on 127.0.0.2 and
+127.0.0.3, each with two simulated GPUs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
 from tornado.httpclient import HTTPResponse
 
 from tests.cli_cluster import CliCluster, cli_cluster
+from tests.server.helpers import server_kernel
+from tests.server.test_leftovers import run_cell
 
 pytestmark = pytest.mark.slow
 
@@ -28,20 +28,10 @@ Fetch = Callable[..., Awaitable[HTTPResponse]]
 SPEC = Path(__file__).resolve().parent.parent / "data" / "worker_gpus.json"
 HOSTS = ("127.0.0.2", "127.0.0.3")
 
-KERNEL = textwrap.dedent(
-    """
-    import sys, time
-    from IPython.testing.globalipapp import start_ipython
-    from IPython.utils.capture import capture_output
-
-    shell = start_ipython()
-    shell.run_line_magic("load_ext", "gpu_magics")
-    with capture_output():
-        shell.run_line_magic("gpucluster", "--address " + sys.argv[1] + " --name remote")
-    print("ready", flush=True)
-    time.sleep(120)
-    """
-)
+CELL = """
+%load_ext gpu_magics
+%gpucluster --address {address} --name remote
+"""
 
 
 @pytest.fixture(scope="module")
@@ -51,25 +41,20 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
         yield started
 
 
-@pytest.fixture
-def kernel(remote: CliCluster, runtime_dir: Path, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    env = {**os.environ, "GPU_MAGICS_SOURCE": "fake:0", "GPU_MAGICS_RUNTIME_DIR": str(runtime_dir)}
-    process = subprocess.Popen(
-        [sys.executable, "-c", KERNEL, remote.address],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.strip() == "ready", line
-        yield process
-    finally:
-        process.kill()
-        process.wait(timeout=10)
+@contextlib.asynccontextmanager
+async def attached_kernel(jp_fetch: Fetch, jp_serverapp: Any, remote: CliCluster) -> AsyncIterator[str]:
+    """A kernel of the test's server, attached to the remote cluster (its record, as the kernel writes it)."""
+    async with server_kernel(jp_fetch) as kernel_id:
+        kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+        client = BlockingKernelClient(connection_file=kernel.connection_file)
+        client.load_connection_file()
+        client.start_channels(hb=False)
+        try:
+            client.wait_for_ready(timeout=90)
+            run_cell(client, CELL.format(address=remote.address))
+            yield kernel_id
+        finally:
+            client.stop_channels()
 
 
 @pytest.fixture
@@ -108,11 +93,13 @@ def _members_with_memory(data: Any) -> bool:
 
 
 async def test_clusters_endpoint_shows_both_hosts_gpus(
-    jp_fetch: Fetch, refused_process_list: None, kernel: subprocess.Popen[str]
+    jp_fetch: Fetch, jp_serverapp: Any, refused_process_list: None, remote: CliCluster
 ) -> None:
-    data = await poll(jp_fetch, "clusters", _members_with_memory)
+    async with attached_kernel(jp_fetch, jp_serverapp, remote) as kernel_id:
+        data = await poll(jp_fetch, "clusters", _members_with_memory)
     (cluster,) = data["clusters"]
-    assert cluster["name"] == "remote" and cluster["kind"] == "attached"
+    assert cluster["name"] == "remote" and cluster["kind"] == "attached" and cluster["kernel_id"] == kernel_id
+    assert cluster["connection_file"] == f"kernel-{kernel_id}.json" and data["elsewhere"] == []
     members = {member["host_label"]: member for member in cluster["members"]}
     assert set(members) == set(HOSTS)
     labels = {gpu["label"] for member in cluster["members"] for gpu in member["gpus"]}
@@ -121,11 +108,12 @@ async def test_clusters_endpoint_shows_both_hosts_gpus(
 
 
 async def test_memory_by_notebook_comes_from_self_reports(
-    jp_fetch: Fetch, refused_process_list: None, kernel: subprocess.Popen[str]
+    jp_fetch: Fetch, jp_serverapp: Any, refused_process_list: None, remote: CliCluster
 ) -> None:
-    await poll(jp_fetch, "clusters", _members_with_memory)
-    # the server's own GPU refuses its process list: listed as unreadable once it has been read
-    data = await poll(jp_fetch, "processes", lambda d: len(d["processes"]) >= 2 and d["unreadable_gpus"] == [0])
+    async with attached_kernel(jp_fetch, jp_serverapp, remote):
+        await poll(jp_fetch, "clusters", _members_with_memory)
+        # the server's own GPU refuses its process list: listed as unreadable once it has been read
+        data = await poll(jp_fetch, "processes", lambda d: len(d["processes"]) >= 2 and d["unreadable_gpus"] == [0])
     rows = {row["gpu_label"]: row for row in data["processes"]}
     for host in HOSTS:
         row = rows[f"{host} · GPU 0"]

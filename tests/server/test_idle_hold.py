@@ -18,6 +18,7 @@ from tornado.httpclient import HTTPResponse
 from gpu_magics.cluster.records import record as records
 from gpu_magics.server.kernels import kernel_pids
 from gpu_magics.server.metrics.holds import Hold, holds
+from tests.server.helpers import delete_kernel
 from tests.server.test_metrics import BUSY, IDLE, SPEC, holding, inputs, kernel_record, reading, snapshot
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
@@ -89,4 +90,4 @@ async def test_a_running_kernel_s_memory_on_an_idle_gpu_is_said_in_one_line(jp_f
         assert kernel["line"].startswith("holds 3.0 GiB on GPU 0, idle for ")
         assert kernel["line"].endswith(" s: free cached memory (%gpucluster free)")
     finally:
-        await jp_fetch("api", "kernels", started["id"], method="DELETE")
+        await delete_kernel(jp_fetch, started["id"])

@@ -29,6 +29,7 @@ from gpu_magics.monitor.models import GpuProcess, HostReading, Snapshot
 from gpu_magics.server.kernels import kernel_pids
 from gpu_magics.server.leftovers import store
 from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started, process_table, summary
+from tests.server.helpers import delete_kernel
 from tests.server.test_metrics import SPEC, reading
 from tests.waiting import wait_for
 
@@ -275,7 +276,7 @@ async def test_a_sigkilled_kernel_s_processes_are_listed_counted_and_ended(jp_fe
         for pid in holders:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        await jp_fetch("api", "kernels", started["id"], method="DELETE")
+        await delete_kernel(jp_fetch, started["id"])
 
 
 async def _recorded(watch: Any, pids: list[int]) -> bool:

@@ -32,6 +32,7 @@ from gpu_magics.server.metrics.gather import Holding, Inputs, busiest, gather
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Place
 from gpu_magics.server.owners import GpuHolder
+from tests.server.helpers import server_kernel
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 GIB = 2**30
@@ -310,7 +311,14 @@ def kernel_record(pid: int, kernel_id: str, uuid: str = IDLE, used: int = 3 * GI
 async def test_gpus_a_kernel_s_bytes_and_its_idle_hold_and_a_gpu_that_disappears(
     jp_fetch: Fetch, sleeper: subprocess.Popen[bytes]
 ) -> None:
-    records.write_record(kernel_record(sleeper.pid, "k-idle"))
+    async with server_kernel(jp_fetch) as kernel_id:
+        await _a_kernel_s_bytes_and_a_gpu_that_disappears(jp_fetch, sleeper, kernel_id)
+
+
+async def _a_kernel_s_bytes_and_a_gpu_that_disappears(
+    jp_fetch: Fetch, sleeper: subprocess.Popen[bytes], kernel_id: str
+) -> None:
+    records.write_record(kernel_record(sleeper.pid, kernel_id))  # the sleeper stands for the kernel's process
     found = await scrape_until(jp_fetch, lambda f: len(uuids(f, "gpu_magics_gpu_memory_total_bytes")) == 4
                                and f.get("gpu_magics_kernel_idle_hold_seconds"))  # fmt: skip
     assert uuids(found, "gpu_magics_gpu_utilization_ratio") == {IDLE, BUSY, LOST}  # not the MIG instance
@@ -318,7 +326,7 @@ async def test_gpus_a_kernel_s_bytes_and_its_idle_hold_and_a_gpu_that_disappears
     assert mig == [{"UUID": PARENT, "mig_uuid": MIG, "gpu": mig[0]["gpu"], "modelName":
                     "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "Hostname": mig[0]["Hostname"]}]  # fmt: skip
     (labels, value), = found["gpu_magics_kernel_gpu_memory_bytes"]  # fmt: skip
-    assert (labels["kernel_id"], labels["UUID"], labels["part"], value) == ("k-idle", IDLE, "kernel", 3 * GIB)
+    assert (labels["kernel_id"], labels["UUID"], labels["part"], value) == (kernel_id, IDLE, "kernel", 3 * GIB)
     held = found["gpu_magics_kernel_idle_hold_seconds"][0][1]
     later = await scrape_until(jp_fetch, lambda f: f["gpu_magics_kernel_idle_hold_seconds"][0][1] >= held + 0.5)
     assert later["gpu_magics_kernel_gpu_memory_bytes"] == found["gpu_magics_kernel_gpu_memory_bytes"]
@@ -347,6 +355,13 @@ HOSTILE = {
 async def test_hostile_and_truncated_records_leave_metrics_answering_and_the_rest_right(
     jp_fetch: Fetch, runtime_dir: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
+    async with server_kernel(jp_fetch) as weird, server_kernel(jp_fetch) as good:
+        await _hostile_and_truncated_records(jp_fetch, runtime_dir, sleeper, weird, good)
+
+
+async def _hostile_and_truncated_records(
+    jp_fetch: Fetch, runtime_dir: Path, sleeper: subprocess.Popen[bytes], weird: str, good: str
+) -> None:
     for name, text in HOSTILE.items():
         (runtime_dir / name).write_text(text, encoding="latin-1")
     now = time.time()
@@ -354,19 +369,20 @@ async def test_hostile_and_truncated_records_leave_metrics_answering_and_the_res
                   {"uuid": IDLE, "process_memory": "lots"}, {"uuid": BUSY, "process_memory": float("nan")},
                   {"uuid": ["not", "text"], "process_memory": 5}, "not a GPU", {"process_memory": 7},
                   {"uuid": LOST, "process_memory": 2 * GIB}]  # fmt: skip
-    hostile_kernel = {"pid": sleeper.pid, "kernel_id": "k-weird", "time": now, "started_at": now, "gpus": weird_gpus}
+    hostile_kernel = {"pid": sleeper.pid, "kernel_id": weird, "time": now, "started_at": now, "gpus": weird_gpus,
+                      "version": records.KERNEL_SCHEMA_VERSION}  # fmt: skip
     (runtime_dir / f"gpu-magics-kernel-{sleeper.pid}.json").write_text(json.dumps(hostile_kernel))
     bad_members = {"name": "bad", "scheduler_address": "tcp://x:1", "dashboard_url": None, "kind": "gpu",
-                   "workers": 1, "pid": sleeper.pid, "kernel_id": "k-weird", "started_at": now,
+                   "workers": 1, "pid": sleeper.pid, "kernel_id": weird, "started_at": now,
                    "members": [{"role": "worker", "pid": "abc",
                                 "gpus": [{"uuid": BUSY, "process_memory": GIB}]}]}  # fmt: skip
     (runtime_dir / f"gpu-magics-cluster-{sleeper.pid}-bad.json").write_text(json.dumps(bad_members))
-    records.write_record(kernel_record(os.getpid(), "k-good", BUSY, 4 * GIB))
+    records.write_record(kernel_record(os.getpid(), good, BUSY, 4 * GIB))
     found = await scrape_until(jp_fetch, lambda f: len(f.get("gpu_magics_kernel_gpu_memory_bytes", [])) >= 2)
     memory = {
         (labels["kernel_id"], labels["UUID"]): value for labels, value in found["gpu_magics_kernel_gpu_memory_bytes"]
     }
-    assert memory == {("k-good", BUSY): 4 * GIB, ("k-weird", LOST): 2 * GIB}  # GPUs that are not GPUs: left out
+    assert memory == {(good, BUSY): 4 * GIB, (weird, LOST): 2 * GIB}  # GPUs that are not GPUs: left out
     assert "gpu_magics_cluster_workers" not in found  # its workers are not what a kernel writes: the record is out
     assert uuids(found, "gpu_magics_gpu_memory_total_bytes") == {IDLE, BUSY, LOST, PARENT}
 
@@ -419,7 +435,12 @@ class TestTurnedOff:
 
 @pytest.mark.slow  # ten seconds of scrapes
 async def test_a_thousand_scrapes_leave_threads_fds_and_memory_flat(jp_fetch: Fetch, sleeper: Any) -> None:
-    records.write_record(kernel_record(sleeper.pid, "k-held"))
+    async with server_kernel(jp_fetch) as kernel_id:
+        await _a_thousand_scrapes(jp_fetch, sleeper, kernel_id)
+
+
+async def _a_thousand_scrapes(jp_fetch: Fetch, sleeper: Any, kernel_id: str) -> None:
+    records.write_record(kernel_record(sleeper.pid, kernel_id))
     await scrape_until(jp_fetch, lambda f: bool(f.get("gpu_magics_kernel_idle_hold_seconds")))
     process = psutil.Process()
     for _ in range(100):  # warm: caches, connections

@@ -78,13 +78,15 @@ def _record(**overrides: Any) -> cluster_records.ClusterRecord:
     return cluster_records.ClusterRecord(**values)
 
 
-async def test_clusters_lists_records(jp_fetch: Fetch, runtime_dir: Path) -> None:
-    cluster_records.write_record(_record())
-    clusters = body(await jp_fetch("gpu-magics", "api", "clusters"))["clusters"]
-    assert [c["name"] for c in clusters] == ["cpu"]
-    assert clusters[0]["kernel_id"] == "k-1"
-    assert clusters[0]["kernel_running"] is False
-    assert clusters[0]["path"] is None
+async def test_a_cluster_of_a_kernel_this_server_does_not_run_is_only_elsewhere(
+    jp_fetch: Fetch, runtime_dir: Path
+) -> None:
+    cluster_records.write_record(_record(connection_file="kernel-k-1.json", host="node-7"))
+    reply = body(await jp_fetch("gpu-magics", "api", "clusters"))
+    assert reply["clusters"] == []
+    (elsewhere,) = reply["elsewhere"]
+    assert (elsewhere["name"], elsewhere["kernel_id"], elsewhere["pid"]) == ("cpu", "k-1", os.getpid())
+    assert (elsewhere["connection_file"], elsewhere["host"]) == ("kernel-k-1.json", "node-7")
 
 
 async def test_prune_removes_stale_records_and_get_does_not(jp_fetch: Fetch, runtime_dir: Path) -> None:
@@ -93,7 +95,7 @@ async def test_prune_removes_stale_records_and_get_does_not(jp_fetch: Fetch, run
     assert body(await jp_fetch("gpu-magics", "api", "clusters"))["clusters"] == []
     assert len(list(runtime_dir.iterdir())) == 1  # a GET changes nothing
     pruned = body(await jp_fetch("gpu-magics", "api", "clusters", "prune", method="POST", body="{}"))
-    assert pruned["clusters"] == []
+    assert pruned["clusters"] == [] and pruned["elsewhere"] == []
     assert list(runtime_dir.iterdir()) == []
 
 

@@ -18,6 +18,7 @@ from gpu_magics.cluster.records import record as records
 from gpu_magics.monitor import fake_pools
 from gpu_magics.monitor.availability import CONTEXT_GUESS, OtherUse, other_use
 from gpu_magics.monitor.fake_pools import FakeDeviceMemory, FakePool
+from tests.server.helpers import delete_kernel
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 SHARED = Path(__file__).parent.parent / "data" / "shared_gpus.json"
@@ -127,7 +128,7 @@ async def test_a_running_kernel_that_reports_can_free_its_cache(jp_fetch: Fetch)
         reply = await processes(jp_fetch, lambda r: bool(r["reporting_kernels"]))
         assert reply["reporting_kernels"] == [started["id"]]
     finally:
-        await jp_fetch("api", "kernels", started["id"], method="DELETE")
+        await delete_kernel(jp_fetch, started["id"])
 
 
 async def test_processes_without_a_token_is_refused(

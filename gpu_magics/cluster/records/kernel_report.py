@@ -145,7 +145,7 @@ def _refresh(fresh: bool) -> None:
             _remove_written()
             return
         _started_at = _started_at or time.time()
-        mine = record.KernelRecord(gpus=tuple(found), kernel_id=record.current_kernel_id(), started_at=_started_at)
+        mine = record.KernelRecord(gpus=tuple(found), started_at=_started_at, **record.here())
         _written = (record.write_record(mine, durable=False), found)
         if not _atexit:
             atexit.register(remove)

@@ -10,10 +10,13 @@ gone is removed when listed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import socket
 import sys
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +24,14 @@ from typing import Any
 RUNTIME_DIR_ENV = "GPU_MAGICS_RUNTIME_DIR"
 PREFIX = "gpu-magics-cluster-"
 KERNEL_PREFIX = "gpu-magics-kernel-"
+KERNEL_FILE_PREFIX = "kernel-"  # a connection file named by its kernel's id: kernel-<id>.json
 # 2: members (the workers and their GPUs, from their own reports); 3: idle timeout; 4: manager, jobs and adaptive
 # (--slurm, --from, adapt) and the backend plain cells run on (%gpurun); 5: the manager's facts (owned, how it ends,
-# scalable, restartable, where its workers come from, CPU or GPU workers), which every view reads instead of the kind
-SCHEMA_VERSION = 5
+# scalable, restartable, where its workers come from, CPU or GPU workers), which every view reads instead of the kind;
+# 6: the kernel id only where the kernel's connection file names one (``kernel-<id>.json``, as Jupyter's kernel
+# managers write it), the connection file's name and the host (where a kernel no server runs is)
+SCHEMA_VERSION = 6
+KERNEL_SCHEMA_VERSION = 2  # 2: as SCHEMA_VERSION 6 (the kernel id, connection file and host)
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class ClusterRecord:
     workers: int
     gpus: tuple[str, ...] = ()  # one entry per GPU worker: the device it was given (or its model, attached)
     pid: int = field(default_factory=os.getpid)
-    kernel_id: str | None = None
+    kernel_id: str | None = None  # None: not a kernel of a Jupyter kernel manager (jupyter_client's own, IPython)
     started_at: float = field(default_factory=time.time)  # seconds since the epoch
     members: tuple[dict[str, Any], ...] = ()  # workers (and the kernel) with their GPUs: types.ts IClusterMember
     idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches); None: never
@@ -49,6 +56,8 @@ class ClusterRecord:
     adaptive: tuple[int, int] | None = None  # adapt MIN MAX, while it adapts
     up_since: float | None = None  # when the cluster itself started, where before started_at (gateway --connect)
     facts: dict[str, Any] | None = None  # its manager's facts: info.ClusterFacts, types.ts IClusterFacts
+    connection_file: str | None = None  # the kernel's connection file's name ("kernel-<id>.json", "tmpab12.json")
+    host: str | None = None  # the host the kernel runs on
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
@@ -62,7 +71,9 @@ class ClusterRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterRecord:
-        """The inverse of ``to_json``; ``KeyError``, ``TypeError`` or ``ValueError`` when malformed."""
+        """The inverse of ``to_json``; ``KeyError``, ``TypeError`` or ``ValueError`` when malformed. An older
+        record's kernel id that its connection file's name stood for is read as no kernel id (``origin``)."""
+        kernel_id, connection_file = origin(data, SCHEMA_VERSION)
         return cls(
             name=str(data["name"]),
             scheduler_address=str(data["scheduler_address"]),
@@ -71,7 +82,7 @@ class ClusterRecord:
             workers=int(data["workers"]),
             gpus=tuple(str(gpu) for gpu in data.get("gpus", ())),
             pid=int(data["pid"]),
-            kernel_id=None if data.get("kernel_id") is None else str(data["kernel_id"]),
+            kernel_id=kernel_id,
             started_at=float(data["started_at"]),
             members=tuple(dict(member) for member in data.get("members") or () if isinstance(member, dict)),
             idle_timeout=_number(data.get("idle_timeout")),
@@ -82,6 +93,8 @@ class ClusterRecord:
             adaptive=_bounds(data.get("adaptive")),
             up_since=_number(data.get("up_since")),
             facts=_facts(data.get("facts")),
+            connection_file=connection_file,
+            host=_text(data.get("host")),
         )
 
     @property
@@ -100,8 +113,8 @@ def runtime_dir() -> Path:
     return Path(jupyter_runtime_dir())
 
 
-def current_kernel_id() -> str | None:
-    """The id of the Jupyter kernel this runs in (from its connection file), or ``None`` outside one."""
+def current_connection_file() -> str | None:
+    """The name of the connection file of the Jupyter kernel this runs in, or ``None`` outside one."""
     if "ipykernel" not in sys.modules:
         return None
     try:
@@ -110,10 +123,66 @@ def current_kernel_id() -> str | None:
 
         if not IPKernelApp.initialized():
             return None
-        stem = Path(get_connection_file()).stem
+        return Path(get_connection_file()).name or None
     except (ImportError, RuntimeError, AttributeError):  # outside a kernel, or one without a connection file
         return None
-    return stem.removeprefix("kernel-") or None
+
+
+def kernel_id_of(connection_file: str | None) -> str | None:
+    """The kernel id a connection file's name carries: ``kernel-<id>.json`` as Jupyter's kernel managers (the
+    server's among them) name it; ``None`` for any other name (jupyter_client's ``KernelManager`` on its own
+    writes ``tmp<random>.json``: that kernel has no id a server knows)."""
+    if connection_file is None:
+        return None
+    stem = Path(connection_file).stem
+    if not stem.startswith(KERNEL_FILE_PREFIX):
+        return None
+    return stem.removeprefix(KERNEL_FILE_PREFIX) or None
+
+
+def current_kernel_id() -> str | None:
+    """The id of the Jupyter kernel this runs in (from its connection file's name), or ``None`` outside one and
+    in a kernel whose connection file names no id (``kernel_id_of``)."""
+    return kernel_id_of(current_connection_file())
+
+
+def here() -> dict[str, Any]:
+    """Where this process runs, as a record says it: ``kernel_id``, ``connection_file`` and ``host``."""
+    connection_file = current_connection_file()
+    return {"kernel_id": kernel_id_of(connection_file), "connection_file": connection_file, "host": _hostname()}
+
+
+@functools.cache
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def origin(data: dict[str, Any], version: int) -> tuple[str | None, str | None]:
+    """A record's (kernel id, connection file name). Records older than ``version`` held the connection file's
+    name, less any ``kernel-`` prefix, as the kernel id: one that is not a UUID (a ``tmp...`` name) stood for
+    the file ``<it>.json`` and is no kernel id."""
+    kernel_id = _text(data.get("kernel_id"))
+    connection_file = _text(data.get("connection_file"))
+    if _version(data) < version and kernel_id is not None and not _is_uuid(kernel_id):
+        return None, connection_file or f"{kernel_id}.json"
+    return kernel_id, connection_file
+
+
+def _version(data: dict[str, Any]) -> int:
+    value = data.get("version")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 _now = time.time
@@ -145,25 +214,30 @@ class KernelRecord:
 
     gpus: tuple[dict[str, Any], ...] = ()
     pid: int = field(default_factory=os.getpid)
-    kernel_id: str | None = None
+    kernel_id: str | None = None  # as ClusterRecord's
     time: float = field(default_factory=_now)  # when the figures were read
     started_at: float = field(default_factory=_now)  # when the kernel first wrote one (its pid's age)
+    connection_file: str | None = None
+    host: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["gpus"] = [dict(gpu) for gpu in self.gpus]
-        data["version"] = 1
+        data["version"] = KERNEL_SCHEMA_VERSION
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KernelRecord:
         """The inverse of ``to_json``; ``KeyError``, ``TypeError`` or ``ValueError`` when malformed."""
+        kernel_id, connection_file = origin(data, KERNEL_SCHEMA_VERSION)
         return cls(
             gpus=tuple(dict(gpu) for gpu in data.get("gpus") or () if isinstance(gpu, dict)),
             pid=int(data["pid"]),
-            kernel_id=None if data.get("kernel_id") is None else str(data["kernel_id"]),
+            kernel_id=kernel_id,
             time=float(data["time"]),
             started_at=float(data["started_at"]),
+            connection_file=connection_file,
+            host=_text(data.get("host")),
         )
 
     @property

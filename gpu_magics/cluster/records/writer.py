@@ -57,12 +57,12 @@ def write_record(
             kind=current.kind,
             workers=len(infos),
             gpus=gpus,
-            kernel_id=record.current_kernel_id(),
             started_at=current.started_at,
             members=tuple(_members(current)),
             plain_cells=current.plain_cells,
             **_idle(current),
             **_jobs(current, state),
+            **record.here(),
         )
         owner.change(functools.partial(_store, current, new_record, durable=not refresh))
     except Exception as error:  # the cluster works without its record; say so once per kernel

@@ -1,6 +1,8 @@
 """What one refresh of the ``/metrics`` figures reads, on a worker thread (never on a scrape): the kernels' and
 clusters' records, NVML's process lists mapped to their kernels (``owners``), and which of those processes are SPMD
-ranks. A record that cannot be used (truncated, hostile) is left out alone; the rest still counts."""
+ranks. Only the records of kernels this server runs count (the runtime directory holds every kernel's of the user:
+another server exports its own). A record that cannot be used (truncated, hostile) is left out alone; the rest
+still counts."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from gpu_magics.cluster.records.record import ClusterRecord, list_kernel_records, list_records
 from gpu_magics.monitor.models import GpuReading, Snapshot
+from gpu_magics.server.kernels import ours
 from gpu_magics.server.leftovers.registry import Leftover
 from gpu_magics.server.owners import GpuHolder, map_owners, psutil_ancestry, with_self_reports
 
@@ -54,8 +57,8 @@ def gather(
 ) -> Inputs:
     """Read the records and the processes' ancestry (files and ``/proc``: call off the event loop)."""
     now = time.time()
-    records = list_records(clean=False)[:MAX_RECORDS]
-    kernels = list_kernel_records(clean=False)[:MAX_RECORDS]
+    records = ours(list_records(clean=False), managed)[:MAX_RECORDS]
+    kernels = ours(list_kernel_records(clean=False), managed)[:MAX_RECORDS]
     chains: dict[int, list[int]] = {}
 
     def ancestry(pid: int) -> list[int]:

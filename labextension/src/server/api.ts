@@ -3,7 +3,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type {
-  ICluster,
+  IClustersReply,
   IEndLeftoversReply,
   IIdleHoldReply,
   ILeftoversReply,
@@ -42,7 +42,7 @@ export function fetchHistory(
 
 export function fetchClusters(
   settings?: ServerConnection.ISettings
-): Promise<{ clusters: ICluster[] }> {
+): Promise<IClustersReply> {
   return requestAPI('clusters', {}, settings);
 }
 

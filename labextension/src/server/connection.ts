@@ -259,7 +259,7 @@ export class MonitorConnection {
       fetchIdleHolds(this._settings)
     ]);
     if (clusters.status === 'fulfilled') {
-      this._model.setClusters(clusters.value.clusters);
+      this._model.setClusters(clusters.value.clusters, null, clusters.value.elsewhere ?? []);
     } else {
       this._model.setClusters(this._model.clusters, String(clusters.reason));
     }

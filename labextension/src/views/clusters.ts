@@ -19,10 +19,11 @@ import {
 import { Child, el } from './dom';
 import { formatAge, formatBytes } from '../format';
 import type { ConnectionPhase } from '../model';
-import type { ICluster } from '../types';
+import type { ICluster, IClusterElsewhere } from '../types';
 import { button, link } from './controls';
 import { addIdleHold } from './leftovers';
 import { membersView } from './members';
+import { ElsewhereFold } from './elsewhere';
 
 export interface IClusterActions {
   /** Run a cluster action in its kernel; resolves when the kernel has done it. */
@@ -46,12 +47,15 @@ export interface IClustersState {
   readonly connection: { readonly phase: ConnectionPhase };
   /** The command that starts a cluster on the server's machine. */
   readonly startClusterCommand?: string;
+  /** The clusters of kernels this server does not run: folded under its own. */
+  readonly clustersElsewhere?: IClusterElsewhere[];
 }
 
 export class ClustersView {
   readonly node = el('div', { class: 'jp-GpuMagics-clusters' });
   private _busy = new Map<string, string>(); // cluster key -> what it is doing
   private _errors = new Map<string, string>(); // cluster key -> last error
+  private _elsewhere = new ElsewhereFold();
 
   /** `changed` is called when an action starts or ends: the owner renders the list again. */
   constructor(
@@ -71,7 +75,9 @@ export class ClustersView {
         el(
           'div',
           { class: 'jp-GpuMagics-empty' },
-          'No cluster running. Start one from a notebook with ',
+          state.clustersElsewhere?.length
+            ? 'No cluster of this server\u2019s notebooks. Start one from a notebook with '
+            : 'No cluster running. Start one from a notebook with ',
           el('code', {}, state.startClusterCommand ?? '%gpucluster'),
           '.'
         )
@@ -81,6 +87,10 @@ export class ClustersView {
       const row = this._row(cluster, now);
       addIdleHold(row, state, cluster); // GPU memory its kernel holds while the GPUs sit idle
       children.push(row);
+    }
+    const fold = this._elsewhere.render(state.clustersElsewhere ?? []);
+    if (fold) {
+      children.push(fold);
     }
     this.node.replaceChildren(...children);
   }

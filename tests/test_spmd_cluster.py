@@ -239,7 +239,7 @@ def test_an_init_cell_shows_one_status_table_with_the_group_as_a_line_of_it(shel
     assert len([output for output in tables if not output.update]) == 1  # one table, updated in place
     final = tables[-1].data["text/plain"].splitlines()
     assert final[0].startswith("spmd · 3 ranks on 1 host (CPU) · 3 done in")
-    assert final[1].startswith("  torch.distributed: gloo group of 3 (made in")
+    assert final[1].startswith("  torch.distributed: gloo group of 3 made in "), final
     assert "gloo group" not in captured.stdout  # not said a second time
 
 
@@ -470,8 +470,36 @@ def test_a_collective_only_one_rank_entered_is_named_and_its_group_made_again_ke
     _, out, err, result = spmd_cell(shell, "-o t_again", "t = torch.ones(1)\ndist.all_reduce(t)\n(kept, t.item())")
     assert result.success, out + err
     assert "the process group is made again in the same processes, now (--init torch): variables are kept" in out
-    assert "torch.distributed: gloo group of 3 (made again)" in out
+    assert "torch.distributed: gloo group of 3 made again in " in out and "(made" not in out
     assert shell.user_ns["t_again"].values == [(0, 3.0), (1, 3.0), (2, 3.0)]
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch)")
+def test_the_first_init_torch_cells_rows_go_from_running_to_done_once(shell: InteractiveShell) -> None:
+    with capture_output() as captured:
+        result = shell.run_cell("%%gpurun spmd --reset --init torch\nimport time\ntime.sleep(1)\nkept = 0")
+    assert result.success, captured.stdout + captured.stderr
+    headlines = [
+        output.data["text/plain"].splitlines()[0]
+        for output in captured.outputs
+        if output.data.get("text/plain", "").startswith("spmd ·")
+    ]
+    done = [" done " in headline for headline in headlines]
+    assert done and done[-1] and done == sorted(done), headlines  # never "3 done", then "3 running"
+    last = captured.outputs[-1].data["text/plain"]
+    assert "torch.distributed: gloo group of 3 made in " in last and "(made" not in last
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch)")
+def test_a_name_error_on_one_rank_before_any_collective_keeps_the_group(shell: InteractiveShell) -> None:
+    spmd_cell(shell, "--init torch -q", "import os, time, torch, torch.distributed as dist")
+    body = "if os.environ['RANK'] == '1':\n    undefined_name\ntime.sleep(60)"
+    _, out, err, result = spmd_cell(shell, "-q", body)
+    assert not result.success and "NameError" in out + err
+    assert "out of step" not in out + err  # the other ranks were stopped in a sleep, in no collective
+    _, out, err, result = spmd_cell(shell, "-o t_sum", "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()")
+    assert result.success, out + err
+    assert "made again" not in out + err and shell.user_ns["t_sum"].values == [3.0, 3.0, 3.0]
 
 
 @pytest.mark.skipif(not HAS_JAX, reason="jax is not installed (pip install 'jax[cpu]')")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpu_magics.spmd.messages import Reply, RunCommand
+from gpu_magics.spmd.messages import NEVER_RAN, Reply, RunCommand
 from gpu_magics.spmd.worker.rank_process import RankProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,5 +77,5 @@ def test_a_stop_that_comes_before_its_cell_means_the_cell_never_runs_there(tmp_p
     marker = tmp_path / "ran"
     ended, skipped, ran_then, ran = asyncio.run(stop_before_the_message(marker))
     assert not ended
-    assert interrupted(skipped) and skipped["error"]["message"] == "stopped before it began" and not ran_then
+    assert interrupted(skipped) and skipped["error"]["message"] == NEVER_RAN and not ran_then
     assert ran["error"] is None and ran["repr"] == "'ran'" and marker.exists()  # the next cell runs

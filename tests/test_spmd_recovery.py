@@ -42,10 +42,11 @@ def test_a_rank_that_exits_in_a_cell_gives_a_new_world_with_its_group_at_the_nex
     kernel.ok("%%gpurun spmd --init torch -q\nkept = 1", timeout=120)
     before = rank_pids(kernel)
     reply, text = kernel.run(
-        "%%gpurun spmd -q\nimport os\nif os.environ['RANK'] == '1':\n    os._exit(3)\nprint('alive')", timeout=60
+        "%%gpurun spmd\nimport os\nif os.environ['RANK'] == '1':\n    os._exit(3)\nprint('alive')", timeout=60
     )
     assert reply["status"] == "error" and reply["ename"] == "RankProcessEnded", text
     assert "RankProcessEnded: the rank process ended (exit code 3)" in text and "exit code None" not in text
+    assert "↳ its process ended" not in text  # the row says its reason once, in its state
     text = kernel.ok(STATE, timeout=120)
     said = new_world_lines(text)
     assert said == [

@@ -88,6 +88,7 @@ class Reply(TypedDict):
     values: NotRequired[dict[str, Packed]]  # ``pull``
     seconds: NotRequired[float]
     peak_memory: NotRequired[int | None]  # bytes: torch's peak on the rank's GPU
+    collectives: NotRequired[int | None]  # torch collectives the rank entered in this message (None: unknown)
     # the host's part
     lines: NotRequired[list[Line]]
     line_count: NotRequired[int]
@@ -130,15 +131,13 @@ def ended_reply(exit_code: int | None, *, oom: bool, before: bool) -> Reply:
     }
 
 
+NEVER_RAN = "stopped before it ran"  # the message of a cell stopped before its message reached the rank
+
+
 def stopped_reply() -> Reply:
-    """The reply for a cell stopped before its message reached the rank: it never ran."""
-    error: RankError = {
-        "type": "KeyboardInterrupt",
-        "message": "stopped before it began",
-        "traceback": "",
-        "interrupted": True,
-    }
-    return {"op": "done", "ok": False, "error": error, "value": None, "repr": None, "seconds": 0.0}
+    """The reply for a cell stopped before its message reached the rank: it never ran (no time, no collective)."""
+    error: RankError = {"type": "KeyboardInterrupt", "message": NEVER_RAN, "traceback": "", "interrupted": True}
+    return {"op": "done", "ok": False, "error": error, "value": None, "repr": None, "collectives": 0}
 
 
 # -- the control pipe: questions while a cell runs ---------------------------------------------------------------

@@ -16,7 +16,6 @@ it cleanly whatever happens.
 
 from __future__ import annotations
 
-import ast
 import concurrent.futures
 import queue
 import time
@@ -26,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.display.format import format_seconds
 from gpu_magics.spmd.kernel import stalls
 from gpu_magics.spmd.kernel.output import LineMerger, rank_list
 from gpu_magics.spmd.kernel.ranks import STOP_GRACE_S, Ranks, for_client
@@ -38,11 +36,13 @@ from gpu_magics.spmd.kernel.results import (
     StatusView,
     ended_line,
     exit_words,
+    group_note,
+    leading,
     load_value,
     other_line,
 )
 from gpu_magics.spmd.kernel.shown import Bars, Board, display, log_noise, missing_line, missing_module, print_lines
-from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group
+from gpu_magics.spmd.kernel.world import PROG, Rank, World, check_group, check_source
 from gpu_magics.spmd.messages import InitCommand, Line, Reply, RunCommand, Where
 
 if TYPE_CHECKING:
@@ -65,14 +65,6 @@ class CellSettings:
     quiet: bool = False
     stall_s: float = STALL_S
     timeout_s: float = 300.0
-
-
-def check_source(code: str) -> None:
-    """A cell that does not parse is one line here, before any rank starts."""
-    try:
-        ast.parse(code)
-    except SyntaxError as error:
-        raise UsageError(f"{PROG}: the cell does not parse (line {error.lineno}: {error.msg}); nothing ran") from None
 
 
 def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellSettings) -> Any:
@@ -140,7 +132,7 @@ def _run_world(
     for kind in kinds:
         check_group(world, kind, world.ranks)
         made.cells += 1
-        init = _CellRun(shell, made, world, world.ranks, settings, board)
+        init = _CellRun(shell, made, world, world.ranks, settings, board, leads=bool(code.strip()))
         message: InitCommand = {"op": "init", "kind": kind, "timeout": timeout_s, "cell": f"<rank init {made.cells}>"}
         if kind in made.remake:  # the same processes, a new port: the old group's may still be bound
             message["remake"], message["env"] = True, made.remake_port()
@@ -148,7 +140,7 @@ def _run_world(
         if result is None:
             return None
         made.group_made(kind)
-        board.notes.append(f"{result.outcomes[0].value} (made in {format_seconds(result.wall)})")
+        board.notes.append(group_note(str(result.outcomes[0].value), result.wall))
     if not code.strip():
         if kinds and not settings.quiet:
             board.show(init.view(finished=True))
@@ -175,9 +167,10 @@ class _CellRun:
         chosen: tuple[Rank, ...],
         settings: CellSettings,
         board: Board,
+        leads: bool = False,
     ) -> None:
         self.shell, self.made, self.world, self.chosen, self.settings = shell, made, world, chosen, settings
-        self.board = board
+        self.board, self.leads = board, leads  # leads: a group's init that the cell's code follows
         self.events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
         self.merger = LineMerger([rank.rank for rank in chosen], shown=board.shown)
         self.bars = Bars(board.shown)
@@ -222,7 +215,7 @@ class _CellRun:
         self.made.forget_ended(ended, self.died)
         result = SpmdResult(self.world.describe(), [self.outcomes[rank.rank] for rank in self.chosen], wall)
         if interrupted or self.first_failure is not None:
-            stopped = interrupted or any(outcome.state == RankState.STOPPED for outcome in self.outcomes.values())
+            stopped = any(outcome.cut_short for outcome in self.outcomes.values())
             kept = None if ended or self.died else self.made.check_groups(stopped)
             self._fail(interrupted, ended, kept)
             return None
@@ -307,6 +300,7 @@ class _CellRun:
         self._take_lines(index, reply.get("lines", ()), time.perf_counter())
         self.merger.finished(index)
         outcome.seconds = reply.get("seconds", outcome.seconds)
+        outcome.collectives = reply.get("collectives")
         outcome.peak_memory = reply.get("peak_memory")
         outcome.note = ""
         if reply.get("ended"):
@@ -315,7 +309,7 @@ class _CellRun:
                 self.lost_before = (index, how)
                 return
             outcome.state = RankState.ENDED
-            outcome.note = "its process was ended" if self.stopping else "its process ended"
+            outcome.note = "its process was ended" if self.stopping else ""  # a failure's error says it once
             if not self.stopping:
                 self.died[index] = how
                 outcome.state = RankState.FAILED
@@ -388,6 +382,7 @@ class _CellRun:
     def view(self, finished: bool = False) -> StatusView:
         self._add_telemetry()
         outcomes = [self.outcomes[rank.rank] for rank in self.chosen]
+        outcomes, finished = (leading(outcomes), False) if self.leads else (outcomes, finished)
         gpus = any(rank.gpu for rank in self.chosen)
         wall = time.perf_counter() - self.board.began
         return StatusView(self.world.describe(), outcomes, wall, finished, gpus, list(self.board.notes))

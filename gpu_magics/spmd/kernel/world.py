@@ -11,6 +11,7 @@ first) would put rank 2 on another rank's GPU. A CPU rank sees no GPU.
 
 from __future__ import annotations
 
+import ast
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,6 +166,14 @@ class World:
         check_ranks(wanted, self.size, said, self.describe())
         chosen = set(wanted)
         return tuple(rank for rank in self.ranks if rank.rank in chosen)
+
+
+def check_source(code: str) -> None:
+    """A cell that does not parse is one line here, before any rank starts."""
+    try:
+        ast.parse(code)
+    except SyntaxError as error:
+        raise UsageError(f"{PROG}: the cell does not parse (line {error.lineno}: {error.msg}); nothing ran") from None
 
 
 def check_ranks(wanted: Sequence[int], size: int, said: str, world: str) -> None:

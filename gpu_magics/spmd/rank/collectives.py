@@ -34,6 +34,17 @@ def _distributed() -> Any:
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def sequence() -> int | None:
+    """How many collectives this rank has entered in its torch group (``None`` where it has none)."""
+    dist = _distributed()
+    if dist is None:
+        return None
+    try:
+        return int(dist.group.WORLD._get_sequence_number_for_group())
+    except (AttributeError, RuntimeError, ValueError):  # torch's private API moved, or no group
+        return None
+
+
 def state(frame: FrameType | None, gpu_wait: bool = False) -> Collective | None:
     """The group's state (``None`` where this rank has none), ``frame`` being the main thread's innermost;
     ``gpu_wait``: the cell's code ended and its GPU work has not (without the flight recorder, the last collective

@@ -58,7 +58,7 @@ def init_torch(timeout_s: float, remake: bool = False) -> str:
         timeout=datetime.timedelta(seconds=timeout_s),
         **kwargs,
     )
-    return f"torch.distributed: {backend} group of {dist.get_world_size()}" + (" (made again)" if remake else "")
+    return f"torch.distributed: {backend} group of {dist.get_world_size()}" + (" made again" if remake else "")
 
 
 def init_jax(timeout_s: float) -> str:

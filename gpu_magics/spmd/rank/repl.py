@@ -90,6 +90,9 @@ class Repl:
         mine = [entry for entry in stack if not entry.filename.startswith(_HERE)]
         if self.waiting_for_gpu:
             return "waiting for the GPU after the cell"
+        built = building(frame)
+        if built:
+            return built
         if not mine:
             return "idle"
         cell = [entry for entry in mine if entry.filename.startswith("<rank")]
@@ -120,7 +123,10 @@ class Repl:
             self.commands.send(reply)
 
     def handle(self, message: Command) -> Reply:
+        from gpu_magics.spmd.rank import collectives
+
         began = time.perf_counter()
+        entered = collectives.sequence()
         reply: Reply = {"op": "done", "id": message.get("id"), "ok": True, "value": None, "repr": None, "error": None}
         try:
             self.running = True
@@ -154,6 +160,8 @@ class Repl:
             self.running = False
         reply["seconds"] = time.perf_counter() - began
         reply["peak_memory"] = _peak_gpu_memory()
+        after = collectives.sequence()  # a group made or ended in the message: how many is not known
+        reply["collectives"] = (after or 0) - (entered or 0) if (after is None) == (entered is None) else None
         return reply
 
     def wait_for_gpu(self, limit_s: float) -> None:
@@ -171,6 +179,23 @@ class Repl:
                 waiter.join(0.05)  # a lock wait: Ctrl-C (the host's SIGINT) ends it
         finally:
             self.waiting_for_gpu = False
+
+
+def building(frame: Any) -> str | None:
+    """What the main thread builds, where it compiles a C++/CUDA op on first use (or waits for another rank of this
+    host that does): ``building DeepSpeed's fused_adam op (first use, cached afterwards)``; ``None`` otherwise.
+    torch caches the build (``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``) for later kernels."""
+    op = extension = None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "jit_load" and "op_builder" in code.co_filename:
+            op = getattr(frame.f_locals.get("self"), "name", None)
+        elif code.co_name == "_jit_compile" and code.co_filename.endswith("cpp_extension.py"):
+            extension = frame.f_locals.get("name")
+        frame = frame.f_back
+    if op:
+        return f"building DeepSpeed's {op} op (first use, cached afterwards)"
+    return f"building the torch extension {extension} (first use, cached afterwards)" if extension else None
 
 
 def _synchronize(torch: Any) -> None:

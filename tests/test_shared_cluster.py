@@ -1,7 +1,9 @@
 """A cluster on a shared GPU server, with real worker processes on simulated GPUs (``--cpu-workers`` whose plugin
 reads the fake spec): what each worker and the kernel hold three ways (arrays, cached, context) in
 ``%gpucluster status`` and the record, GPUs busy with others' work marked, ``%gpucluster free`` on the workers, and
-the idle timeout that closes a cluster started here and only detaches from an attached one.
+the idle timeout that closes a cluster started here and only detaches from an attached one. A process the kernel
+started that holds memory on the busy GPU is the kernel's, as ``/metrics`` counts it (``part="children"``), never
+"work that is not this cluster's or this kernel's".
 
 The spec is ``tests/data/shared_gpus.json`` with its GPU 1 first: the GPU every CPU worker computes on (its index 0)
 is the one where the workers and the kernel hold their pools; the next one is busy with another user's job (pid
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +47,7 @@ pytestmark = pytest.mark.slow
 SHARED = Path(__file__).parent / "data" / "shared_gpus.json"
 GIB = 2**30
 POOLED, BUSY = "GPU-5a4e0000-0000-0000-0000-000000000001", "GPU-5a4e0000-0000-0000-0000-000000000000"
+CHILD_HOLDS = 256 * 2**20
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +56,9 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     directory = tmp_path_factory.mktemp("shared")
     spec = json.loads(SHARED.read_text())
     spec["gpus"] = [spec["gpus"][1], spec["gpus"][0], *spec["gpus"][2:]]
+    # a process this kernel started holds memory on the busy GPU too: the kernel's own, not others' work
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    spec["gpus"][1]["processes"].append({"pid": child.pid, "used_memory": CHILD_HOLDS})
     (directory / "spec.json").write_text(json.dumps(spec))
     settings = {
         "GPU_MAGICS_SOURCE": f"fake:{directory / 'spec.json'}",
@@ -66,6 +74,8 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         yield directory / "runtime"
     finally:
+        child.kill()
+        child.wait(10)
         cluster.stop()
         forkserver.stop_server()
         fake_pools.device_memory().release()
@@ -128,7 +138,7 @@ def test_status_shows_the_three_figures_and_the_gpu_others_use(shared: Client, m
     assert (pooled.array_memory, pooled.cached_memory, pooled.context_memory) == (2 * GIB, 6 * GIB, GIB // 2)
     assert pooled.others_memory is None  # the workers and the kernel hold all of it
     busy = wait_for(lambda: (g := gpu_of(BUSY)).others_pids and g, 30, "NVML's list of processes on the busy GPU")
-    assert busy.others_pids == (4242,) and busy.others_memory == 42412802048
+    assert busy.others_pids == (4242,) and busy.others_memory == 42412802048  # the kernel's child is not others'
     text, html = gpucluster(magics, "status")
     header = next(line for line in text.splitlines() if line.startswith("host"))
     assert header.split()[:10] == ["host", "worker", "GPU", "util", "memory", "worker", "holds", "arrays", "cached",

@@ -129,13 +129,18 @@ export function holderGpuLabel(holder: IHolder): string {
   return holder.gpu_label || `GPU ${holder.gpu}`;
 }
 
-/** Who holds the memory within its notebook: "kernel", "e2e worker tcp://\u2026", "pid 42". */
+/**
+ * Who holds the memory within its notebook: "kernel", "e2e worker tcp://\u2026", "child pid 42" (a process the kernel
+ * started, as /metrics counts it: part "children"), "pid 42".
+ */
 export function holderRole(holder: IHolder): string {
   switch (holder.role) {
     case 'kernel':
       return 'kernel';
     case 'worker':
       return `${holder.cluster ?? 'cluster'} worker ${holder.worker ?? holder.pid}`;
+    case 'child':
+      return `child pid ${holder.pid}`;
     default:
       return `pid ${holder.pid}`;
   }

@@ -184,6 +184,7 @@ describe('holder rows', () => {
     expect(holderRole(holderFixture({ role: 'worker', worker: null, pid: 7 }))).toBe('cluster worker 7');
     expect(holderRole(holderFixture())).toBe('kernel');
     expect(holderRole(holderFixture({ role: 'other', pid: 42 }))).toBe('pid 42');
+    expect(holderRole(holderFixture({ role: 'child', pid: 43 }))).toBe('child pid 43'); // the kernel's, as /metrics says
     expect(holderGpuLabel(holderFixture({ gpu: 3, gpu_label: '' }))).toBe('GPU 3');
   });
 });

@@ -53,6 +53,29 @@ def test_kernel_workers_children_and_strangers() -> None:
     }
 
 
+def test_a_kernel_s_own_children_are_not_its_cluster_s_workers() -> None:
+    """Once the workers have reported, a process the kernel started that is none of them (nor theirs) is its child,
+    as /metrics counts it (part="children"); what a worker starts stays the cluster's."""
+    worker = {"name": "w", "role": "worker", "pid": 200, "host": "127.0.0.1", "gpus": []}
+    record = ClusterRecord(name="gpu", scheduler_address="tcp://x:1", dashboard_url=None, kind="cpu", workers=1,
+                           pid=100, kernel_id="k1", started_at=0.0, members=(worker,))  # fmt: skip
+    parents = {**PARENTS, 600: 100}
+
+    def lineage(pid: int) -> list[int]:
+        chain = [pid]
+        while chain[-1] in parents:
+            chain.append(parents[chain[-1]])
+        return chain
+
+    holders = map_owners(_snapshot(_gpu(0, 200, 300, 600)), kernel_pids={100: "k1"}, records=[record],
+                         paths={}, ancestry=lineage)  # fmt: skip
+    assert {h.pid: (h.kernel_id, h.role, h.cluster) for h in holders} == {
+        200: ("k1", "worker", "gpu"),
+        300: ("k1", "worker", "gpu"),  # started by the worker
+        600: ("k1", "child", None),
+    }
+
+
 def test_no_snapshot_or_unreadable_processes() -> None:
     assert map_owners(None, kernel_pids={}, records=[], paths={}) == []
     unreadable = _gpu(0)

@@ -69,7 +69,7 @@ def test_the_kernel_s_cached_memory_is_given_back_on_an_idle_gpu(server: Jupyter
         assert text.strip().splitlines()[-1] == "True"  # the array the user kept is intact
     finally:
         client.stop_channels()
-        server.api("DELETE", f"api/kernels/{kernel_id}")
+        server.delete_kernel(kernel_id)
 
 
 def test_pytorch_s_cache_is_emptied_where_the_process_uses_it() -> None:

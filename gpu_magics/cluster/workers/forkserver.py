@@ -7,6 +7,11 @@ in another process while this one imports dask-cuda and starts the scheduler; ea
 fork with those modules loaded. Importing CuPy creates no CUDA context, so every worker still creates its own,
 on its own GPU, after the fork. The server stays up (idle, no GPU memory) for restarts and later clusters and
 exits with this process.
+
+An interrupt of a notebook cell is a SIGINT to the kernel's whole process group, and the server is launched in that
+group: it begins with SIGINT blocked (launched from a thread that blocks it), and its preload ignores SIGINT and
+leaves the group before it lets SIGINT through. An interrupt of the kernel while it launches the server waits until
+the launch is complete, so the server is never left half launched.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +43,8 @@ def start_server() -> None:
     environment = _pre_spawn_environment()
     with contextlib.suppress(OSError):
         environment[WORKER_LOG_ENV] = str(start_logs.log_path())
-    with _environment(environment):
+    multiprocessing.resource_tracker.ensure_running()  # first: its launch lets SIGINT through again afterwards
+    with _environment(environment), _interrupts_held():
         multiprocessing.forkserver.ensure_running()
 
 
@@ -117,6 +124,32 @@ def _distributed_default(*path: str) -> Any:
     except (OSError, LookupError, TypeError):  # the file unreadable, or without the key
         return {}
     return value if value is not None else {}
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT blocked in this thread (a process launched here begins with it blocked), and, in the main thread,
+    an interrupt that comes meanwhile raised once the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return
+    held: list[Any] = []
+    handler = signal.signal(signal.SIGINT, lambda _signal, frame: held.append(frame))
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one that came meanwhile is held now
+        signal.signal(signal.SIGINT, handler)  # (runs what is pending first)
+    if held:
+        if callable(handler):
+            handler(signal.SIGINT, held[0])
+        elif handler == signal.SIG_DFL:
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

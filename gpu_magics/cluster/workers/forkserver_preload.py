@@ -37,10 +37,12 @@ WORKER_MODULES = (
 # a worker that received it would die: the cluster would lose every worker. So this server leaves the kernel's
 # process group (its workers, forked from it, are in its own), and ignores SIGINT; multiprocessing hands the
 # handler found here on to every process it forks. Workers still exit with the kernel: each watches a pipe
-# from its parent.
+# from its parent. The kernel launched this server with SIGINT blocked (``forkserver``), so an interrupt that
+# came before this point (while it imported this package) was held, and is dropped here.
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 with contextlib.suppress(OSError):
     os.setpgid(0, 0)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 # distributed's log lines and tracebacks of the workers go to the kernel's log file, not into the notebook (the
 # kernel passes its standard error on to its children, and ipykernel shows that in the cell that runs).

@@ -67,7 +67,7 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
         line = f"--cpu-workers {args.cpu_workers}"
     else:
         line = f"--gpus {','.join(str(i) for i in range(args.gpu_count))}" if args.gpu_count else ""
-    shell.events.trigger("pre_run_cell", None)  # the next cell waits for the imports begun ahead, as any cell
+    shell.events.trigger("pre_run_cell", None)  # the next cell begins (the magic waits for the imports begun ahead)
     began = time.perf_counter()
     began_epoch = time.time()
     shell.run_line_magic("gpucluster", f"{line} {args.options}")

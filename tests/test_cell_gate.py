@@ -1,5 +1,5 @@
-"""Each cell waits for the imports ``%load_ext`` began as its own first statement, so an interrupt ends it like any
-line of the cell; magics called outside a cell wait too; what a start needs is checked before the magic returns.
+"""A magic called outside a cell waits for the imports ``%load_ext`` began (a cell waits only where it imports
+something new: ``tests/test_load_ext_kernel.py``); what a start needs is checked before the magic returns.
 
 The imports are made slow by one more module that sleeps, added to the list ``%load_ext`` imports ahead.
 """
@@ -7,7 +7,6 @@ The imports are made slow by one more module that sleeps, added to the list ``%l
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,35 +18,12 @@ from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.managers.local import LocalManager
 from gpu_magics.cluster.options import parse_cluster_line
-from tests.test_kernel_faults import Kernel
 
 SLOW_IMPORT = "gpu_magics_slow_import_for_test"
 
 
 def slow_module(directory: Path, seconds: float) -> None:
     (directory / f"{SLOW_IMPORT}.py").write_text(f"import time\ntime.sleep({seconds})\n")
-
-
-@pytest.mark.slow
-def test_an_interrupt_while_the_imports_finish_ends_the_cell_in_one_line(tmp_path: Path) -> None:
-    slow_module(tmp_path, 8.0)
-    kernel = Kernel(tmp_path)  # its working directory, on its sys.path, holds the slow module
-    try:
-        kernel.ok(f"import gpu_magics.cluster.background.ahead as a; a.KERNEL_MODULES += ({SLOW_IMPORT!r},)")
-        kernel.ok("%load_ext gpu_magics")
-        first = kernel.start("print('first cell ran')")
-        queued = kernel.start("print('queued cell ran')")
-        time.sleep(1.5)
-        kernel.manager.interrupt_kernel()
-        reply, text = kernel.finish(first, timeout=30)
-        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", text
-        assert "interrupted while the imports that %load_ext gpu_magics began" in text
-        assert "first cell ran" not in text and "Error in callback" not in text and "before_cell" not in text
-        queued_reply, queued_text = kernel.finish(queued, timeout=30)
-        assert queued_reply["status"] != "ok" and "queued cell ran" not in queued_text
-        assert kernel.ok("print('later')", timeout=30).strip() == "later"  # the kernel goes on
-    finally:
-        kernel.close()
 
 
 @pytest.fixture
@@ -72,19 +48,6 @@ def test_a_magic_called_outside_a_cell_waits_for_the_imports(
     assert ahead.importing()
     shell.run_line_magic("gpucluster", "status")  # from a script, no cell around it
     assert not ahead.importing() and SLOW_IMPORT in sys.modules
-
-
-def test_the_gate_keeps_the_cells_line_numbers(shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
-    shell.run_cell("%load_ext gpu_magics")
-    monkeypatch.setattr(ahead, "importing", lambda: True)  # the gate goes in front of the next cell
-    result = shell.run_cell("x = 1\nraise ValueError('on line two')")
-    assert isinstance(result.error_in_exec, ValueError)
-    assert result.error_in_exec.__traceback__ is not None
-    walk = result.error_in_exec.__traceback__
-    while walk.tb_next is not None:
-        walk = walk.tb_next
-    assert walk.tb_lineno == 2
-    assert shell.user_ns["x"] == 1
 
 
 def test_an_import_that_fails_is_not_called_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

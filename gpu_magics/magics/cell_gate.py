@@ -1,11 +1,11 @@
-"""Before a cell runs, as the cell's own first statement: wait for the imports ``%load_ext`` began, and fail with
-the line of a cluster start that failed in the background since the last cell (once), so a Run All stops there.
+"""Before a cell runs, as the cell's own first statement: fail with the line of a cluster start that failed in the
+background since the last cell (once), so a Run All stops there.
 
 Done by an AST transformer that puts one call in front of the cell's statements, at the first statement's line
-(tracebacks keep their line numbers), and only when there is something to wait for or to say. The wait is then
-the cell's own: an interrupt ends the cell as it ends any of its lines, and an error fails it. IPython's
-``pre_run_cell`` callbacks cannot do this: what they raise, an interrupt included, is printed as "Error in
-callback" and the cell runs on. A ``%gpucluster`` cell is not stopped by an earlier start's failure: it answers it.
+(tracebacks keep their line numbers), and only when there is something to say. The failure is then the cell's own.
+IPython's ``pre_run_cell`` callbacks cannot do this: what they raise is printed as "Error in callback" and the cell
+runs on. A ``%gpucluster`` cell is not stopped by an earlier start's failure: it answers it. A cell waits for the
+imports ``%load_ext`` began only where it imports something new (``cluster.background.ahead``), not here.
 """
 
 from __future__ import annotations
@@ -17,16 +17,13 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.active import starting
-from gpu_magics.cluster.background import ahead
 
 _CALL = "__import__('gpu_magics.magics.cell_gate', fromlist=['before_cell']).before_cell()"
 _KEY = "_gpu_magics_cell_gate"
 
 
 def before_cell() -> None:
-    """The cell's first statement: wait for the imports begun ahead (an interrupt is one line), then raise the
-    failure of a start that no cell has said yet."""
-    ahead.wait_for_imports()
+    """The cell's first statement: raise the failure of a start that no cell has said yet."""
     pending = starting()
     line = None if pending is None else pending.take_unreported()
     if line is not None:
@@ -34,14 +31,14 @@ def before_cell() -> None:
 
 
 class CellGate(ast.NodeTransformer):
-    """Puts ``before_cell()`` in front of a cell that has something to wait for or to say."""
+    """Puts ``before_cell()`` in front of a cell that has something to say."""
 
     def visit_Module(self, node: ast.Module) -> ast.Module:
         if not node.body or _is_gate(node.body[0]):
             return node
         pending = starting()
         failed = pending is not None and pending.unreported and not _is_cluster_magic(node.body[0])
-        if not (failed or ahead.importing()):
+        if not failed:
             return node
         call = ast.parse(_CALL).body[0]
         first = node.body[0]

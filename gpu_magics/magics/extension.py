@@ -1,9 +1,13 @@
-"""Loading and unloading the IPython extension: magics, configurables, formatters, clean-up."""
+"""Loading and unloading the IPython extension: magics, configurables, formatters, clean-up; an interrupt of the
+load is one line and leaves the extension not loaded."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -22,7 +26,7 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
     "gpu_magics.gpurun.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
-    "gpu_magics.magics.cell_gate:install",  # a cell waits for the imports begun ahead; a failed start stops it
+    "gpu_magics.magics.cell_gate:install",  # a start that failed in the background stops the next cell
 )
 UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:unregister",
@@ -42,17 +46,29 @@ def _resolve(spec: str) -> Any:
 
 
 def load(shell: InteractiveShell) -> None:
+    """Import the magics and hooks (an interrupt here leaves nothing behind), then register them with interrupts
+    held: an interrupt meanwhile unloads what was registered once all of it is, so the extension is either loaded
+    or not at all, and ``%load_ext`` can run again. Either interrupt ends the cell in one line."""
+    try:
+        classes = [_resolve(spec) for spec in MAGICS_CLASSES]
+        hooks: list[Callable[[InteractiveShell], None]] = [_resolve(spec) for spec in LOAD_HOOKS]
+    except KeyboardInterrupt:
+        raise _interrupted(shell) from None
     instances: list[Any] = []  # IPython Magics instances (only gpu_magics.magics imports that API)
-    for spec in MAGICS_CLASSES:
-        magics = _resolve(spec)(shell=shell)
-        shell.register_magics(magics)
-        if magics not in shell.configurables:
-            shell.configurables.append(magics)
-        instances.append(magics)
     setattr(shell, _STATE_KEY, instances)
-    for spec in LOAD_HOOKS:
-        hook: Callable[[InteractiveShell], None] = _resolve(spec)
-        hook(shell)
+    with _interrupts_held() as held:
+        for made in classes:
+            magics = made(shell=shell)
+            instances.append(magics)
+            shell.register_magics(magics)
+            if magics not in shell.configurables:
+                shell.configurables.append(magics)
+        for hook in hooks:
+            hook(shell)
+    if held:
+        with _interrupts_held():
+            unload(shell)
+        raise _interrupted(shell)
 
 
 def unload(shell: InteractiveShell) -> None:
@@ -71,3 +87,40 @@ def unload(shell: InteractiveShell) -> None:
         shell.magics_manager.registry.pop(type(magics).__name__, None)
         shell.configurables[:] = [c for c in shell.configurables if c is not magics]
     setattr(shell, _STATE_KEY, [])
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[list[object]]:
+    """An interrupt (SIGINT) that comes in the block is held: the list it yields says whether one came."""
+    held: list[object] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets interrupts
+        yield held
+        return
+    handler = signal.signal(signal.SIGINT, lambda *_: held.append(True))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
+def _interrupted(shell: InteractiveShell) -> KeyboardInterrupt:
+    """The interrupt of ``%load_ext``, shown as its one line (the interrupt view went with the extension)."""
+    from gpu_magics.cluster.background.starting import short_interrupt
+
+    interrupt = short_interrupt("%load_ext gpu_magics was interrupted and did not load; run it again")
+    formatter = shell.InteractiveTB
+    shown = formatter.__dict__.get("structured_traceback")  # the shell's own, or a view wrapped around it
+
+    def structured_traceback(etype: Any, *args: Any, **kwargs: Any) -> Any:
+        if formatter.__dict__.get("structured_traceback") is structured_traceback:  # once: back as it was
+            if shown is None:
+                del formatter.structured_traceback
+            else:
+                formatter.structured_traceback = shown  # type: ignore[method-assign]
+        if args and args[0] is interrupt:
+            args = (args[0], None, *args[2:])
+            kwargs.pop("etb", None)
+        return (shown or type(formatter).structured_traceback.__get__(formatter))(etype, *args, **kwargs)
+
+    formatter.structured_traceback = structured_traceback  # type: ignore[method-assign]
+    return interrupt

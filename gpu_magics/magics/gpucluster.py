@@ -169,7 +169,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         ``%gpucluster stop``, ``%unload_ext gpu_magics`` and when the kernel exits; a cluster attached to with
         ``--address`` is never stopped from here.
         """
-        ahead.wait_for_imports()  # called outside a cell (a script), no cell waited for them
+        ahead.wait_for_imports()  # it needs them (said once if the wait passes a second)
         options = parse_cluster_line(line)
         action = options.action
         if action == "stop":
@@ -352,6 +352,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """Called on ``%unload_ext``: stop the cluster started here (or disconnect from an attached one)."""
         self._forget_client_names()
         shutdown.uninstall(self.shell)
+        if self.shell is not None:
+            ahead.cancel(self.shell)  # unloaded in the cell that loaded it: the imports never begin
         lifecycle.stop()
 
 

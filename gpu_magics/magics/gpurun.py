@@ -161,7 +161,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         ``%config ClusterMagics.plain_cells_on_cluster = True`` runs plain cells on the cluster after every
         ``%gpucluster``.
         """
-        ahead.wait_for_imports()  # called outside a cell (a script), no cell waited for them
+        ahead.wait_for_imports()  # it needs them (said once if the wait passes a second)
         if cell is None:
             return self._session_line(line)
         with plain_cells.for_shell(self._shell, self).suspended():

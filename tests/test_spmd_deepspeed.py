@@ -2,7 +2,7 @@
 ``deepspeed.init_distributed()`` and a ZeRO stage 1 engine from a torch optimizer train a few steps, and the engine
 trains on in a later cell. Skipped where deepspeed is not installed (it ships as an sdist: ``DS_BUILD_OPS=0 pip
 install deepspeed``). On CPU ranks DeepSpeed's CPU accelerator picks gloo and compiles its shared-memory op with the
-system's C++ compiler the first time (1-2 minutes on 2 cores; cached in ``~/.cache/torch_extensions``)."""
+system's C++ compiler the first time (26-45 s on 2 cores; cached in ``~/.cache/torch_extensions``)."""
 
 from __future__ import annotations
 

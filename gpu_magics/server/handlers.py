@@ -151,7 +151,9 @@ class PruneClustersHandler(ClustersHandler):
 
 
 class ProcessesHandler(GpuMagicsHandler):
-    """``GET processes``: GPU memory by process, with the kernel, notebook and cluster that hold it."""
+    """``GET processes``: GPU memory by process, with the kernel, notebook and cluster that hold it; the processes of
+    the user's kernels that this server does not run (another server's, jupyter_client's) come apart, under
+    ``elsewhere`` (they are the user's, not others' work, but not this server's notebooks')."""
 
     @web.authenticated
     @authorized
@@ -168,11 +170,14 @@ class ProcessesHandler(GpuMagicsHandler):
         holders = with_self_reports(holders, records, paths, snapshot, kernels)
         unreadable = [] if snapshot is None else [g.index for g in snapshot.gpus if g.processes is None]
         running = running_kernel_ids(self.kernel_manager)
+        ours_or_others = [h for h in holders if h.role == "other" or h.kernel_id in running]
+        elsewhere = [h for h in holders if h.role != "other" and h.kernel_id not in running]
         self.reply(
             {
                 "time": None if snapshot is None else snapshot.time,
                 "status": None if snapshot is None else snapshot.status,
-                "processes": [holder.to_json() for holder in holders],
+                "processes": [holder.to_json() for holder in ours_or_others],
+                "elsewhere": [holder.to_json() for holder in elsewhere],
                 "unreadable_gpus": unreadable,
                 "others": others_on_gpus(snapshot, holders),
                 "reporting_kernels": sorted(k.kernel_id for k in kernels if k.kernel_id in running),

@@ -209,6 +209,7 @@ export class GpuPanelModel {
   private _elsewhere: IClusterElsewhere[] = [];
   private _clustersError: string | null = null;
   private _holders: IHolder[] = [];
+  private _holdersElsewhere: IHolder[] = [];
   private _holdersTime: number | null = null;
   private _holdersRead = false;
   private _unreadable: number[] = [];
@@ -396,6 +397,11 @@ export class GpuPanelModel {
     return this._holders;
   }
 
+  /** The processes of kernels this server does not run that hold GPU memory (shown folded). */
+  get holdersElsewhere(): IHolder[] {
+    return this._holdersElsewhere;
+  }
+
   /** When the server last read which processes hold GPU memory (seconds since the epoch), or `null`. */
   get holdersTime(): number | null {
     return this._holdersTime;
@@ -445,6 +451,7 @@ export class GpuPanelModel {
     this._holdersRead = reply.time !== null;
     this._others = new Map((reply.others ?? []).map(use => [use.gpu, use]));
     this._reporting = new Set(reply.reporting_kernels ?? []);
+    this._holdersElsewhere = reply.elsewhere ?? [];
     this._changed.emit('holders');
   }
 

@@ -253,6 +253,8 @@ export interface IProcessesReply {
   time: number | null;
   status: string | null;
   processes: IHolder[];
+  /** The processes of the user's kernels that this server does not run (another server's, jupyter_client's). */
+  elsewhere?: IHolder[];
   unreadable_gpus: number[];
   /** This server's GPUs on which others (not the user's notebooks) hold memory. */
   others: IGpuOtherUse[];

@@ -1,6 +1,12 @@
-import { elsewhereLine, elsewhereSummary, elsewhereWhere } from '../src/elsewhere';
+import {
+  elsewhereHolderLine,
+  elsewhereHoldersSummary,
+  elsewhereLine,
+  elsewhereSummary,
+  elsewhereWhere
+} from '../src/elsewhere';
 import { GpuPanelModel } from '../src/model';
-import { cluster, elsewhere } from './fixtures';
+import { cluster, elsewhere, holder, processesReply } from './fixtures';
 
 describe('elsewhereSummary', () => {
   it('counts the clusters of kernels the server does not run', () => {
@@ -43,5 +49,33 @@ describe('GpuPanelModel.setClusters', () => {
     expect(model.clustersElsewhere.map(c => c.name)).toEqual(['a', 'b']);
     model.setClusters([], null, []);
     expect(model.clustersElsewhere).toEqual([]);
+  });
+});
+
+describe('the processes of kernels this server does not run', () => {
+  it('are summed up in one line, counted by process', () => {
+    const two = [
+      holder({ pid: 7, used_memory: 2 ** 30, kernel_id: null, role: 'kernel' }),
+      holder({ pid: 7, gpu: 1, gpu_label: 'GPU 1', used_memory: 2 ** 30, kernel_id: null, role: 'kernel' }),
+      holder({ pid: 8, used_memory: 2 ** 31, kernel_id: 'feedbeef-2', role: 'worker', cluster: 'big' })
+    ];
+    expect(elsewhereHoldersSummary(two)).toBe('2 processes of kernels this server does not run hold 4.0 GiB');
+    expect(elsewhereHoldersSummary(two.slice(0, 1))).toBe('1 process of a kernel this server does not run holds 1.0 GiB');
+  });
+
+  it('say their GPU, pid, kernel and part, and the memory', () => {
+    expect(elsewhereHolderLine(holder({ pid: 8, used_memory: 2 ** 31, kernel_id: 'feedbeef-2', role: 'worker', cluster: 'big' }))).toBe(
+      'GPU 0 \u00b7 pid 8 \u00b7 kernel feedbeef (its big worker) \u00b7 2.0 GiB'
+    );
+    expect(elsewhereHolderLine(holder({ pid: 9, kernel_id: null, role: 'child', used_memory: 2 ** 20 }))).toBe(
+      'GPU 0 \u00b7 pid 9 \u00b7 a kernel with no server id (its child) \u00b7 1.0 MiB'
+    );
+  });
+
+  it('come apart from the server\u2019s own holders in the model', () => {
+    const model = new GpuPanelModel();
+    model.setHolders(processesReply({ processes: [holder({ pid: 1 })], elsewhere: [holder({ pid: 2, kernel_id: null })] }));
+    expect(model.memoryByOwner().flatMap(owner => owner.holders.map(h => h.pid))).toEqual([1]);
+    expect(model.holdersElsewhere.map(h => h.pid)).toEqual([2]);
   });
 });

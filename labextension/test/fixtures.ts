@@ -218,7 +218,16 @@ export function holder(overrides: Partial<IHolder> = {}): IHolder {
 
 /** A GET processes reply: no holder, no GPU others use, no kernel that reports, unless `overrides` say. */
 export function processesReply(overrides: Partial<IProcessesReply> = {}): IProcessesReply {
-  return { time: 1, status: null, processes: [], unreadable_gpus: [], others: [], reporting_kernels: [], ...overrides };
+  return {
+    time: 1,
+    status: null,
+    processes: [],
+    elsewhere: [],
+    unreadable_gpus: [],
+    others: [],
+    reporting_kernels: [],
+    ...overrides
+  };
 }
 
 export function leftover(pid: number, overrides: Partial<ILeftover> = {}): ILeftover {

@@ -99,9 +99,10 @@ async def processes(jp_fetch: Fetch, until: Callable[[dict[str, Any]], bool]) ->
 async def test_a_kernel_s_report_joins_nvml_s_row_and_others_are_marked(jp_fetch: Fetch) -> None:
     records.write_record(kernel_record("k-elsewhere"))
     reply = await processes(jp_fetch, lambda r: len(r["others"]) == 2 and any(p["pid"] == 4242 for p in r["processes"]))
-    mine = next(h for h in reply["processes"] if h["pid"] == os.getpid())
-    assert mine["gpu_uuid"] == UUIDS[1] and mine["source"] == "nvml+self-report"
-    assert mine["role"] == "kernel" and mine["kernel_id"] == "k-elsewhere"  # the user's, though not this server's
+    (mine,) = reply["elsewhere"]  # the user's (not others' work), though not this server's: apart
+    assert os.getpid() not in {h["pid"] for h in reply["processes"]}
+    assert mine["pid"] == os.getpid() and mine["gpu_uuid"] == UUIDS[1] and mine["source"] == "nvml+self-report"
+    assert mine["role"] == "kernel" and mine["kernel_id"] == "k-elsewhere"
     assert (mine["array_memory"], mine["cached_memory"], mine["context_memory"]) == (GIB, 10 * GIB, GIB // 2)
     assert mine["used_memory"] == 11 * GIB + GIB // 2  # NVML's figure: all the process holds
     stranger = next(h for h in reply["processes"] if h["pid"] == 4242)
@@ -155,6 +156,6 @@ async def test_a_kernel_s_own_total_is_its_row_s_figure(jp_fetch: Fetch) -> None
     """Its record is newer than NVML's last list (read every few seconds): just after Free cached, say what it says."""
     freed = dict(kernel_record("k-freed").gpus[0], process_memory=GIB + GIB // 2, cached_memory=0)
     records.write_record(records.KernelRecord(gpus=(freed,), kernel_id="k-freed"))
-    reply = await processes(jp_fetch, lambda r: any(p["source"] == "nvml+self-report" for p in r["processes"]))
-    mine = next(h for h in reply["processes"] if h["pid"] == os.getpid())
+    reply = await processes(jp_fetch, lambda r: any(p["source"] == "nvml+self-report" for p in r["elsewhere"]))
+    mine = next(h for h in reply["elsewhere"] if h["pid"] == os.getpid())
     assert (mine["used_memory"], mine["cached_memory"], mine["source"]) == (GIB + GIB // 2, 0, "nvml+self-report")

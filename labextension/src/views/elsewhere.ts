@@ -1,20 +1,40 @@
-/** Under the cluster cards, folded: the clusters of kernels this server does not run, with where each kernel is. */
-import { elsewhereLine, elsewhereSummary, elsewhereWhere } from '../elsewhere';
-import type { IClusterElsewhere } from '../types';
-import { el } from './dom';
+/**
+ * Folded under the cluster cards and the memory list: the clusters, and the processes holding GPU memory, of kernels
+ * this server does not run, with where each kernel is.
+ */
+import { elsewhereHolderLine, elsewhereHoldersSummary, elsewhereLine, elsewhereSummary, elsewhereWhere } from '../elsewhere';
+import type { IClusterElsewhere, IHolder } from '../types';
+import { Child, el } from './dom';
+
+/** A `<details>` fold that stays open or closed across renders (each refresh of a list draws it again). */
+class Fold {
+  private _open = false;
+
+  render(summary: string, ...rows: Child[]): HTMLElement {
+    const fold = el(
+      'details',
+      { class: 'jp-GpuMagics-elsewhere' },
+      el('summary', { class: 'jp-GpuMagics-elsewhereSummary' }, summary),
+      ...rows
+    );
+    fold.open = this._open;
+    fold.addEventListener('toggle', () => {
+      this._open = fold.open;
+    });
+    return fold;
+  }
+}
 
 export class ElsewhereFold {
-  private _open = false; // kept across renders (each refresh of the list draws it again)
+  private _fold = new Fold();
 
-  /** The fold, collapsed unless the user opened it; `null` when every cluster is this server's. */
+  /** The clusters' fold, collapsed unless the user opened it; `null` when every cluster is this server's. */
   render(clusters: readonly IClusterElsewhere[]): HTMLElement | null {
     if (clusters.length === 0) {
       return null;
     }
-    const fold = el(
-      'details',
-      { class: 'jp-GpuMagics-elsewhere' },
-      el('summary', { class: 'jp-GpuMagics-elsewhereSummary' }, elsewhereSummary(clusters)),
+    return this._fold.render(
+      elsewhereSummary(clusters),
       ...clusters.map(cluster =>
         el(
           'div',
@@ -24,10 +44,20 @@ export class ElsewhereFold {
         )
       )
     );
-    fold.open = this._open;
-    fold.addEventListener('toggle', () => {
-      this._open = fold.open;
-    });
-    return fold;
+  }
+}
+
+export class ElsewhereHoldersFold {
+  private _fold = new Fold();
+
+  /** The processes' fold; `null` when every process holding memory is this server's kernels' (or others'). */
+  render(holders: readonly IHolder[]): HTMLElement | null {
+    if (holders.length === 0) {
+      return null;
+    }
+    return this._fold.render(
+      elsewhereHoldersSummary(holders),
+      ...holders.map(holder => el('div', { class: 'jp-GpuMagics-elsewhereCluster' }, elsewhereHolderLine(holder)))
+    );
   }
 }

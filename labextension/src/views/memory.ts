@@ -9,6 +9,7 @@ import { formatBytes } from '../format';
 import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal, splitText } from '../model';
 import type { IHolder } from '../types';
 import { button, splitView } from './controls';
+import { ElsewhereHoldersFold } from './elsewhere';
 
 export interface IMemoryActions {
   /** Have the owner's kernel give back what its pools cache; resolves when it has. */
@@ -25,12 +26,15 @@ export interface IMemoryState {
   readonly holdersRead?: boolean;
   /** GPUs whose processes' figures (read every few seconds) add up to more than the GPU uses now. */
   holdersAboveGpuUse?(): number[];
+  /** The processes of kernels this server does not run: folded under the list. */
+  readonly holdersElsewhere?: IHolder[];
 }
 
 export class MemoryView {
   readonly node = el('div', { class: 'jp-GpuMagics-holders' });
   private _busy = new Set<string>(); // owners freeing now
   private _errors = new Map<string, string>();
+  private _elsewhere = new ElsewhereHoldersFold();
 
   /** `changed` is called when an action starts or ends: the owner renders the list again. */
   constructor(
@@ -44,7 +48,15 @@ export class MemoryView {
     if (owners.length === 0) {
       const read = state.holdersRead ?? true;
       children.push(
-        el('div', { class: 'jp-GpuMagics-empty' }, read ? 'No process holds GPU memory.' : 'Reading the GPUs’ processes…')
+        el(
+          'div',
+          { class: 'jp-GpuMagics-empty' },
+          !read
+            ? 'Reading the GPUs’ processes…'
+            : state.holdersElsewhere?.length
+              ? 'No process of this server’s notebooks holds GPU memory.'
+              : 'No process holds GPU memory.'
+        )
       );
     } else {
       children.push(...owners.map(owner => this._owner(owner)));
@@ -67,6 +79,10 @@ export class MemoryView {
           `Processes on GPU ${state.unreadableGpus.join(', ')} cannot be read (no permission or not supported).`
         )
       );
+    }
+    const fold = this._elsewhere.render(state.holdersElsewhere ?? []);
+    if (fold) {
+      children.push(fold);
     }
     this.node.replaceChildren(...children);
   }

@@ -1,7 +1,8 @@
 /** @jest-environment jsdom */
 import type { ICluster, IClusterElsewhere } from '../../src/types';
 import { ClustersView, IClusterActions } from '../../src/views/clusters';
-import { cluster, elsewhere } from '../fixtures';
+import { MemoryView } from '../../src/views/memory';
+import { cluster, elsewhere, holder } from '../fixtures';
 
 const actions: IClusterActions = {
   cluster: () => Promise.resolve(),
@@ -45,5 +46,24 @@ describe('the clusters of kernels this server does not run', () => {
     render(view, [], []);
     expect(view.node.querySelector('details')).toBeNull();
     expect(view.node.querySelector('.jp-GpuMagics-empty')?.textContent).toContain('No cluster running.');
+  });
+});
+
+describe('the memory list', () => {
+  it('folds the processes of kernels this server does not run under its own', () => {
+    const view = new MemoryView();
+    const other = holder({ pid: 9, kernel_id: null, used_memory: 2 ** 30 });
+    view.render({ memoryByOwner: () => [], unreadableGpus: [], holdersElsewhere: [other] });
+    expect(view.node.querySelector('.jp-GpuMagics-empty')?.textContent).toBe(
+      'No process of this server\u2019s notebooks holds GPU memory.'
+    );
+    const fold = view.node.querySelector('details.jp-GpuMagics-elsewhere') as HTMLDetailsElement;
+    expect(fold.open).toBe(false);
+    expect(fold.querySelector('summary')?.textContent).toBe(
+      '1 process of a kernel this server does not run holds 1.0 GiB'
+    );
+    view.render({ memoryByOwner: () => [], unreadableGpus: [], holdersElsewhere: [] });
+    expect(view.node.querySelector('details')).toBeNull();
+    expect(view.node.querySelector('.jp-GpuMagics-empty')?.textContent).toBe('No process holds GPU memory.');
   });
 });

@@ -1,8 +1,8 @@
 """Library code, unchanged, in SPMD ranks on a real 2-worker CPU cluster (gloo) from a real IPython shell:
 HuggingFace Accelerate's ``Accelerator()`` (prepare, backward, a few steps, gather of a metric, again in a later
 cell), Lightning Fabric (``launch()`` launching nothing), Lightning's ``Trainer.fit`` twice in two cells (which a
-launcher that starts processes per call cannot do), and the rank environment put back before every cell
-(Lightning's teardown deletes ``WORLD_SIZE``)."""
+launcher that starts processes per call cannot do) with ``WORLD_SIZE`` left in place by its teardown (the ranks have
+torchrun's environment), and the rank environment put back before every cell (a library's teardown may change it)."""
 
 from __future__ import annotations
 

@@ -393,13 +393,14 @@ t_at_start = os.environ.get("WORLD_SIZE")
 t_trainer = L.Trainer(devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy="ddp", max_epochs=1, logger=False,
                       enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
 t_trainer.fit(t_tiny, t_data)
-(t_at_start, t_trainer.world_size, t_trainer.global_rank, str(t_trainer.strategy.root_device))
+t_after = os.environ.get("WORLD_SIZE")
+(t_at_start, t_trainer.world_size, t_trainer.global_rank, str(t_trainer.strategy.root_device), t_after)
 """
 
 
 def test_lightning_fabric_and_trainer_twice_on_two_gpu_ranks(shell: InteractiveShell, gpu_count: int) -> None:
-    """Issue 42 item 6 on GPUs: Lightning Fabric launching nothing, and Trainer.fit in two cells (its teardown
-    deletes WORLD_SIZE; the rank environment is back for the second)."""
+    """Lightning Fabric launching nothing, and Trainer.fit in two cells on NCCL ranks: torchrun's environment
+    (``TORCHELASTIC_RUN_ID``) makes Lightning see a torchrun launch, so its teardown leaves ``WORLD_SIZE``."""
     if gpu_count < 2:
         pytest.skip("needs 2 GPUs")
     if importlib.util.find_spec("lightning") is None:
@@ -409,4 +410,4 @@ def test_lightning_fabric_and_trainer_twice_on_two_gpu_ranks(shell: InteractiveS
         assert shell.user_ns["t_fabric"].values == [(2, rank, f"cuda:{rank}", [0, 1]) for rank in (0, 1)]
         for _ in range(2):
             run(shell, f"%%gpurun spmd -q -o t_fit\n{TRAINER_FIT}")
-            assert shell.user_ns["t_fit"].values == [("2", 2, rank, f"cuda:{rank}") for rank in (0, 1)]
+            assert shell.user_ns["t_fit"].values == [("2", 2, rank, f"cuda:{rank}", "2") for rank in (0, 1)]

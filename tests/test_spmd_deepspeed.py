@@ -83,3 +83,21 @@ def test_deepspeed_takes_the_group_that_init_torch_made(shell: InteractiveShell)
     made = spmd(shell, "--init torch", "import torch.distributed as dist\nid(dist.group.WORLD)").values
     values = spmd(shell, "", DEEPSPEED + "\nid(torch.distributed.group.WORLD)").values
     assert values == made  # init_distributed kept the group that --init torch made, and the engine trained in it
+
+
+BUILT = """
+import os, torch.utils.cpp_extension as extensions
+from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+built = os.path.join(extensions._get_build_directory(ShareMemCommBuilder.NAME, False), ShareMemCommBuilder.NAME + ".so")
+os.stat(built).st_mtime_ns if os.path.exists(built) else None
+"""
+
+
+def test_deepspeeds_op_is_built_once_and_new_rank_processes_load_it(shell: InteractiveShell) -> None:
+    spmd(shell, "", DEEPSPEED)  # built here, or on an earlier run on this machine
+    first = spmd(shell, "", BUILT).values
+    assert first[0] is not None and len(set(first)) == 1  # one build, in one place, for both ranks
+    with capture_output():
+        shell.run_line_magic("gpurun", "spmd --reset")  # new rank processes, as a later kernel's
+    spmd(shell, "", DEEPSPEED)
+    assert spmd(shell, "", BUILT).values == first  # loaded from the cache, not built again

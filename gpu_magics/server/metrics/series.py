@@ -47,7 +47,7 @@ LABELS = {
     "modelName": "the GPU's model, as NVML names it",
     "Hostname": "the host: `$NODE_NAME` where set (as dcgm-exporter reads it), else the host's name",
     "mig_uuid": "a MIG instance's own UUID",
-    "kernel_id": "the Jupyter kernel's id",
+    "kernel_id": "the id of a Jupyter kernel this server runs (another server's kernels are on its own /metrics)",
     "part": "which of the kernel's processes hold it: `kernel`, `workers` (its cluster's), `ranks` (its SPMD "
     "ranks) or `children` (other processes it started)",
     "notebook": "the kernel's notebook path, where `GpuMagicsServer.metrics_notebook_label` is on",

@@ -1,8 +1,9 @@
 """``/metrics`` and the leftovers on a real GPU: a jupyter-server on NVML and a kernel it started that holds CuPy
 memory; the kernel's ``gpu_magics_kernel_gpu_memory_bytes`` against NVML's figure for the kernel's process; then a
-child of the kernel holding CuPy memory outlives the SIGKILLed kernel: listed with NVML's bytes, counted on
-``/metrics``, ended on request, gone from NVML's list. Where NVML's pids are not this machine's (a container without
-the host's pid namespace), the comparison cannot be made and the test says so."""
+child of the kernel holding CuPy memory, the kernel's while it lives (``part="children"``), outlives the SIGKILLed
+kernel: listed with NVML's bytes, counted on ``/metrics``, ended on request, gone from NVML's list. Where NVML's pids
+are not this machine's (a container without the host's pid namespace), the comparison cannot be made and the test
+says so."""
 
 from __future__ import annotations
 
@@ -127,6 +128,9 @@ def test_kernel_bytes_match_nvml_and_a_real_leftover_is_ended(server: JupyterSer
         # a child holding CuPy memory outlives the kernel
         child_pid = int(run(client, CHILD_CELL).strip())
         wait(lambda: child_pid in nvml_processes(), 60, "the child on NVML's list")
+        # while the kernel lives, its child's memory is the kernel's: part="children"
+        children = wait(lambda: kernel_bytes(server, kernel_id).get("children"), 30, "the child's bytes on /metrics")
+        assert children >= 2 * GIB
         time.sleep(5)  # the server records the kernels' processes every 2 s
         os.kill(kernel_pid, signal.SIGKILL)
         found = wait(lambda: [r for r in server.api("GET", "gpu-magics/api/leftovers")["leftovers"]

@@ -74,16 +74,19 @@ def test_a_rank_killed_between_cells_gives_a_new_world_at_the_next_cell(kernel: 
 
 @needs_torch
 def test_a_rank_that_raises_while_another_waits_in_a_collective_keeps_every_process_and_variable(
-    kernel: Kernel,
+    kernel: Kernel, tmp_path: Path
 ) -> None:
     kernel.ok("%%gpurun spmd --init torch -q\nkept = 1", timeout=120)
     before = rank_pids(kernel)
     began = time.monotonic()
-    reply, text = kernel.run(
-        "%%gpurun spmd -q\nimport os, torch, torch.distributed as dist\nif os.environ['RANK'] == '1':\n"
-        "    raise ValueError('boom on rank 1')\nt = torch.ones(1)\ndist.all_reduce(t)   # rank 1 never comes",
-        timeout=60,
+    cell = (  # rank 1 raises once rank 0 is on its way into the collective
+        "%%gpurun spmd -q\nimport os, pathlib, time, torch, torch.distributed as dist\n"
+        f"mark = pathlib.Path({str(tmp_path / 'in')!r})\n"
+        "if os.environ['RANK'] == '1':\n    while not mark.exists():\n        time.sleep(0.05)\n    time.sleep(0.5)\n"
+        "    raise ValueError('boom on rank 1')\n"
+        "mark.touch()\nt = torch.ones(1)\ndist.all_reduce(t)   # rank 1 never comes"
     )
+    reply, text = kernel.run(cell, timeout=60)
     took = time.monotonic() - began
     assert reply["status"] == "error" and reply["ename"] == "ValueError", text
     assert took < 10, f"the failing cell took {took:.1f} s"

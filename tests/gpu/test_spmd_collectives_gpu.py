@@ -12,6 +12,7 @@ import importlib.util
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,13 +114,17 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
 
 
 def test_a_rank_that_raises_while_the_other_waits_in_an_nccl_all_reduce_keeps_both_processes(
-    shell: InteractiveShell, gpu_count: int
+    shell: InteractiveShell, gpu_count: int, tmp_path: Path
 ) -> None:
     with two_warm_ranks(shell, gpu_count) as before:
-        body = (
-            "import torch, torch.distributed as dist\n"
+        body = (  # rank 1 raises once rank 0 is on its way into the collective (else no collective was cut short)
+            f"import pathlib, time, torch, torch.distributed as dist\nmark = pathlib.Path({str(tmp_path / 'in')!r})\n"
             "if dist.get_rank() == 1:\n"
+            "    while not mark.exists():\n"
+            "        time.sleep(0.05)\n"
+            "    time.sleep(0.5)\n"
             "    raise ValueError('boom on rank 1')\n"
+            "mark.touch()\n"
             "t = torch.ones(4, device='cuda')\n"
             "dist.all_reduce(t)\n"
             "t.sum().item()   # waits in CUDA for the all_reduce: no interrupt reaches it, the group's abort does\n"

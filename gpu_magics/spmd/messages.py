@@ -147,11 +147,13 @@ class Question(TypedDict):
 
 
 class Pending(TypedDict):
-    """The collective a rank waits in: its name and number (``guess``: the last it entered, no recorder)."""
+    """The collective a rank waits in: its name and number (``guess``: the last it entered, no recorder; then
+    ``unnamed`` says why the flight recorder could not name it)."""
 
     name: str
     seq: int
     guess: NotRequired[bool]
+    unnamed: NotRequired[str]
 
 
 class Collective(TypedDict, total=False):

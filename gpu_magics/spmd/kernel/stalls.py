@@ -2,7 +2,9 @@
 every rank's answer to "where are you" (its stack in words and its process group's state: how many collectives it
 entered, the one it waits in). Pure functions, tested without ranks.
 
-``all_reduce #12 (NCCL) waits for rank 1, which never entered it (cell line 5)``
+``all_reduce #12 (NCCL) waits for rank 1, which never entered it (cell line 5)``; where the flight recorder cannot
+name the collective, its number and why: ``collective #2 (NCCL) waits for ranks 1-3, which never entered it
+(waiting for the GPU after the cell; which collective is not known: torch's flight recorder is off ...)``
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def describe(rank: int, answers: Mapping[int, Where]) -> str:
     else:
         words = f"waits in {head}"
     where = _cell_line(text)
+    if pending.get("guess") and pending.get("unnamed"):  # only its number is known: why it has no name
+        where = "; ".join(filter(None, [where, f"which collective is not known: {pending['unnamed']}"]))
     return f"{words} ({where})" if where else words
 
 

@@ -2,8 +2,9 @@
 main thread may wait in a collective), and its abort.
 
 - ``state``: the group's backend, how many collectives this rank has entered (the group's sequence number), the
-  one it waits in where it waits (PyTorch's flight recorder, on by default in the torch releases that have it;
-  else the collective the stack is in), and
+  one it waits in where it waits (PyTorch's flight recorder, on by default in the torch releases that have it:
+  NCCL's own for an NCCL group, the CPU one for gloo; else the collective the stack is in, else only its number
+  and why the recorder could not name it), and
   whether the group was aborted here. The kernel compares the ranks' numbers to say which ranks never entered a
   collective that another waits in.
 - ``abort``: a stuck NCCL collective ends when its communicator is aborted, so a rank waiting for it answers an
@@ -15,6 +16,7 @@ main thread may wait in a collective), and its abort.
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import sys
 import traceback
@@ -59,36 +61,76 @@ def state(frame: FrameType | None, gpu_wait: bool = False) -> Collective | None:
     except (AttributeError, RuntimeError, ValueError):  # torch's private API moved, or no group: nothing to compare
         return {"aborted": aborted} if aborted else None
     found["aborted"] = aborted
-    pending = recorded_wait() or stack_wait(frame, seq)
+    recorded, unnamed = recorded_wait(found["backend"])
+    pending = recorded or stack_wait(frame, seq)
     if pending is None and gpu_wait and seq > 0:
-        pending = {"name": "collective", "seq": seq, "guess": True}
+        pending = {"name": "collective", "seq": seq, "guess": True, "unnamed": unnamed}
     if pending is not None:
         found["pending"] = pending
     return found
 
 
-def recorded_wait() -> Pending | None:
-    """The first collective the flight recorder has that has not completed: its name and number."""
+# torch's flight recorders, by the backends whose collectives they record: NCCL's own, and (torch 2.8 on) the one
+# of gloo and the other CPU backends. A release before 2.8 has NCCL's only.
+RECORDERS = {"nccl": ("_dump_nccl_trace", "_dump_fr_trace")}
+CPU_RECORDERS = ("_dump_fr_trace", "_dump_nccl_trace")
+BUFFER_SIZES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # 0 turns a recorder off
+
+
+def recorded_wait(backend: str) -> tuple[Pending | None, str]:
+    """The first collective of this rank's default group that the flight recorder of ``backend``'s collectives
+    holds and that has not completed (its name and number), with ``""``; else ``None`` and why the recorder cannot
+    tell (the row says it where the collective's number is all the kernel has)."""
     import torch
 
     c10d = torch._C._distributed_c10d
-    dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
-    if dump is None:
-        return None
-    try:
-        entries = pickle.loads(dump(True, False, False)).get("entries", [])  # all: a waiting one may not be "active"
-    except (RuntimeError, pickle.UnpicklingError, AttributeError, TypeError):  # no recorder on: the stack says
-        return None
+    dumps = [getattr(c10d, name) for name in RECORDERS.get(backend, CPU_RECORDERS) if hasattr(c10d, name)]
+    if not dumps:
+        return None, "this torch has no flight recorder"
+    read = False
+    for dump in dumps:
+        try:  # all entries: a waiting one may not be "active"
+            entries = pickle.loads(dump(True, False, False)).get("entries", [])
+        except (RuntimeError, pickle.UnpicklingError, AttributeError, TypeError):  # this recorder is not on
+            continue
+        read = True
+        found = first_unfinished(entries)
+        if found is not None:
+            return found, ""
+    off = [f"{name}=0" for name in BUFFER_SIZES if os.environ.get(name, "").strip() == "0"]
+    if off:
+        return None, f"torch's flight recorder is off ({', '.join(off)})"
+    if not read:
+        return None, "torch's flight recorder could not be read"
+    return None, "torch's flight recorder holds no unfinished collective of this group"
+
+
+def first_unfinished(entries: list[dict[str, Any]]) -> Pending | None:
+    """Among a flight recorder's entries, the first collective of the default group (the one made last, where the
+    group was made again) that has not completed: its name (``all_reduce``) and number."""
     waiting = [
         entry
         for entry in entries
-        if not entry.get("retired") and entry.get("state") != "completed" and not entry.get("is_p2p")
+        if not entry.get("retired")
+        and entry.get("state") != "completed"
+        and not entry.get("is_p2p")
+        and _group_desc(entry) in ("default_pg", None)
     ]
     if not waiting:
         return None
-    first = min(waiting, key=lambda entry: int(entry.get("collective_seq_id", 0)))
+    newest = max(int(entry.get("pg_id", 0)) for entry in waiting)  # a group made again has a new id
+    first = min(
+        (entry for entry in waiting if int(entry.get("pg_id", 0)) == newest),
+        key=lambda entry: int(entry.get("collective_seq_id", 0)),
+    )
     name = str(first.get("profiling_name", "collective")).rpartition(":")[2]
     return {"name": name, "seq": int(first.get("collective_seq_id", 0))}
+
+
+def _group_desc(entry: dict[str, Any]) -> str | None:
+    """The description of the group an entry belongs to (``default_pg`` for the default group), where it says."""
+    group = entry.get("process_group")
+    return str(group[1]) if isinstance(group, (tuple, list)) and len(group) > 1 else None
 
 
 def stack_wait(frame: FrameType | None, seq: int) -> Pending | None:

@@ -179,9 +179,8 @@ class _CellRun:
         self.first_failure: int | None = None
         self.lost_before: tuple[int, str] | None = None  # a rank that had ended before this message reached it
         self.died: dict[int, str] = {}  # rank -> how its process ended by itself during the message
-        self.stopping = False
+        self.stopping = self.aborted = False
         self.stopped_at: float | None = None
-        self.aborted = False
         self.began = 0.0
         self.last_output: dict[int, float] = {}
         self.asked_where: dict[int, float] = {}
@@ -194,7 +193,6 @@ class _CellRun:
         pending = self.made.ask_each(self.chosen, message)
         for index, future in pending.items():
             future.add_done_callback(self._on_done(index))
-        self.board.show(self.view())
         interrupted = False
         try:
             interrupted = self._watch(pending)
@@ -229,61 +227,67 @@ class _CellRun:
                 self.events.put(("progress", rank, progress))
 
     def _watch(self, pending: dict[int, concurrent.futures.Future[Any]]) -> bool:
-        """Take events until every rank answered; whether the user interrupted."""
+        """Take events until every rank answered; whether the user interrupted: Ctrl-C anywhere in the loop, or a
+        ``SystemExit`` surfacing here meanwhile, stops every rank and the cell ends in ``KeyboardInterrupt``."""
         interrupted = False
         deadline: float | None = None
-        refreshed = time.perf_counter()
-        while pending:
+        refreshed = 0.0  # the rows are drawn at once
+        while pending and self.lost_before is None:
             try:
-                kind, index, payload = self.events.get(timeout=0.1)
-            except queue.Empty:
-                kind = ""
-            except KeyboardInterrupt:
+                refreshed = self._take_event(pending, refreshed)
+                if deadline is not None and time.perf_counter() > deadline:
+                    for index in list(pending):
+                        pending.pop(index).cancel()
+                        self.outcomes[index].state = RankState.ENDED
+                        self.outcomes[index].note = "did not answer after the stop"
+            except (KeyboardInterrupt, SystemExit):
                 if not interrupted:
                     interrupted = True
                     self._stop_all(pending)
                     deadline = time.perf_counter() + STOP_WAIT_S
-                continue
-            now = time.perf_counter()
-            if kind == "lines":
-                self._take_lines(index, payload, now)
-                self.last_output[index] = now
-            elif kind == "progress":
-                self.bars.update(index, payload)
-                self.last_output[index] = now
-            elif kind == "done":
-                pending.pop(index, None)
-                self._finished(index, payload)
-                if self.lost_before is not None:
-                    return interrupted
-                if self.outcomes[index].state == RankState.FAILED and not self.stopping:
-                    self.first_failure = index
-                    self._stop_all(pending)
-            elif kind == "where":
-                self._name_stalls(payload, now)
-            print_lines(self.merger.ready(now))
-            self.bars.show(now)
-            if now - refreshed >= REFRESH_S:
-                refreshed = now
-                self._check_stalls(now)
-                self.board.show(self.view())
-            if self.stopped_at is not None and not self.aborted and pending and now - self.stopped_at > ABORT_AFTER_S:
-                self.aborted = True  # a rank waiting in a collective (NCCL) answers once its group is aborted
-                self.made.abort_groups()
-            if deadline is not None and now > deadline:
-                for index in list(pending):
-                    pending.pop(index).cancel()
-                    self.outcomes[index].state = RankState.ENDED
-                    self.outcomes[index].note = "did not answer after the stop"
+                for index, future in pending.items():  # an answer being taken when it came is taken again
+                    if future.done():
+                        self.events.put(("done", index, future))
         return interrupted
+
+    def _take_event(self, pending: dict[int, concurrent.futures.Future[Any]], refreshed: float) -> float:
+        """One event (or none within 0.1 s) and what follows from it; when the rows were last drawn."""
+        try:
+            kind, index, payload = self.events.get(timeout=0.1)
+        except queue.Empty:
+            kind, index, payload = "", -1, None
+        now = time.perf_counter()
+        if kind == "lines":
+            self._take_lines(index, payload, now)
+            self.last_output[index] = now
+        elif kind == "progress":
+            self.bars.update(index, payload)
+            self.last_output[index] = now
+        elif kind == "done" and index in pending:  # (taken once: an interrupt may have put it again)
+            self._finished(index, payload)
+            pending.pop(index, None)
+            if self.outcomes[index].state == RankState.FAILED and not self.stopping:
+                self.first_failure = index
+                self._stop_all(pending)
+        elif kind == "where":
+            self._name_stalls(payload, now)
+        print_lines(self.merger.ready(now))
+        self.bars.show(now)
+        if now - refreshed >= REFRESH_S:
+            refreshed = now
+            self._check_stalls(now)
+            self.board.show(self.view())
+        if self.stopped_at is not None and not self.aborted and pending and now - self.stopped_at > ABORT_AFTER_S:
+            self.aborted = True  # a rank waiting in a collective (NCCL) answers once its group is aborted
+            self.made.abort_groups()
+        return refreshed
 
     def _finished(self, index: int, future: concurrent.futures.Future[Any]) -> None:
         outcome = self.outcomes[index]
         outcome.seconds = time.perf_counter() - self.began
-        try:
-            reply: Reply | BaseException = next(iter(future.result().values()))
-        except Exception as error:  # the rank's failure, of any kind, is its outcome
-            reply = error
+        failed = concurrent.futures.CancelledError() if future.cancelled() else future.exception()
+        # the call's failure, of any kind (a SystemExit or CancelledError of the client's loop too), is its outcome
+        reply: Reply | BaseException = failed or next(iter(future.result().values()))
         if isinstance(reply, BaseException):
             outcome.state, outcome.error = (
                 RankState.FAILED,
@@ -323,8 +327,8 @@ class _CellRun:
         if said is None:
             outcome.state = RankState.DONE
             outcome.value = load_value(index, reply.get("value"), reply.get("repr"))
-        elif said.get("interrupted"):
-            outcome.state, outcome.error = RankState.STOPPED, said
+        elif said.get("interrupted") or (self.stopping and said.get("type") == "SystemExit"):  # exit on Ctrl-C
+            outcome.state, outcome.error = RankState.STOPPED, {**said, "interrupted": True}
         else:
             outcome.state, outcome.error = RankState.FAILED, said
 

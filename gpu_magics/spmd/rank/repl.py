@@ -48,10 +48,12 @@ class Repl:
         self.running = False  # an interrupt stops a cell only: between cells (replying, waiting) it is ignored
         self.taken = False  # a message is taken and not yet answered: an interrupt before it runs stops it
         self.interrupt_due = False
+        self.interrupted = False  # an interrupt came while this message ran (a SystemExit after it is its stop)
         self.waiting_for_gpu = False  # the cell's code ended; its GPU work (a collective among it) has not
 
     def on_interrupt(self, signum: int, frame: Any) -> None:
         if self.running:
+            self.interrupted = True
             raise KeyboardInterrupt
         if self.taken:  # the host stopped the message between "started" and its code: it stops as it begins
             self.interrupt_due = True
@@ -128,6 +130,8 @@ class Repl:
         began = time.perf_counter()
         entered = collectives.sequence()
         reply: Reply = {"op": "done", "id": message.get("id"), "ok": True, "value": None, "repr": None, "error": None}
+        signal.signal(signal.SIGINT, self.on_interrupt)  # a library may have taken it (Lightning ignores it after one)
+        self.interrupted = False
         try:
             self.running = True
             if self.interrupt_due:
@@ -155,7 +159,7 @@ class Repl:
                 raise ValueError(f"unknown message {message.get('op')!r}")
         except BaseException as error:  # the cell's own failure, KeyboardInterrupt included: reported, not fatal
             self.running = False
-            reply["ok"], reply["error"] = False, _describe(error)
+            reply["ok"], reply["error"] = False, _describe(error, self.interrupted)
         finally:
             self.running = False
         reply["seconds"] = time.perf_counter() - began
@@ -236,7 +240,7 @@ def _pack(value: Any) -> tuple[bytes | None, str]:
     return data, text
 
 
-def _describe(error: BaseException) -> RankError:
+def _describe(error: BaseException, interrupted: bool = False) -> RankError:
     """The error as the kernel shows it: its type, message and traceback, the user's frames in full and each run
     of library frames folded into one line (``... 8 frames in torch``); ``full`` keeps every frame but the REPL's."""
     full = traceback.TracebackException.from_exception(error)
@@ -253,7 +257,8 @@ def _describe(error: BaseException) -> RankError:
         "message": str(error),
         "traceback": "".join(folded.format()),
         "full": "".join(full.format()),
-        "interrupted": isinstance(error, KeyboardInterrupt),
+        # a SystemExit after an interrupt is how some libraries stop on one (Lightning's Trainer calls exit(1))
+        "interrupted": isinstance(error, KeyboardInterrupt) or (interrupted and isinstance(error, SystemExit)),
     }
 
 

@@ -100,9 +100,10 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
         finally:
             shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
         named = (
-            r"(all_reduce|collective) #\d+ \(NCCL\) waits for rank 1, which never entered it "
-            r"\(waiting for the GPU after the cell\)"
-        )
+            r"(all_reduce #\d+ \(NCCL\) waits for rank 1, which never entered it \(waiting for the GPU after the cell\)"
+            r"|collective #\d+ \(NCCL\) waits for rank 1, which never entered it \(waiting for the GPU after the "
+            r"cell; which collective is not known: [^)]+\))"
+        )  # NCCL's flight recorder names it; a torch without one says why not
         assert any(re.search(named, table) for table in tables), tables
         rank_0_rows = [line for table in tables for line in table.splitlines() if line.strip().startswith("rank 0 ")]
         assert rank_0_rows and not any(" done" in row for row in rank_0_rows), rank_0_rows  # waiting, never "done"
@@ -136,3 +137,36 @@ def test_a_rank_that_raises_while_the_other_waits_in_an_nccl_all_reduce_keeps_bo
         assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
         assert rank_pids() == before  # rank 0 answered once its group was aborted: not ended
         check_remade_in_place(shell)
+
+
+def test_an_nccl_collective_only_rank_0_entered_is_named_at_every_gpus_rank_and_the_cell_ends_interrupted(
+    shell: InteractiveShell, gpu_count: int
+) -> None:
+    """One rank per GPU of the machine (4 on a 4-GPU host): the row names the collective and every rank that never
+    entered it, and the interrupted cell ends in KeyboardInterrupt (once it ended in SystemExit on 4 H200s)."""
+    if gpu_count < 3:
+        pytest.skip("needs 3 GPUs or more (two: the test above)")
+    with started(shell, f"--gpus {','.join(map(str, range(gpu_count)))}"):
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
+        before = rank_pids()
+        body = (
+            "import torch, torch.distributed as dist\n"
+            "t = torch.ones(4, device='cuda')\n"
+            "if dist.get_rank() == 0:\n"
+            "    dist.all_reduce(t)   # returns at once: the GPU waits for the other ranks\n"
+        )
+        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 2.0")
+        try:
+            result, tables, text = interrupted_cell(shell, f"%%gpurun spmd\n{body}", 9.0)
+        finally:
+            shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
+        others = f"1-{gpu_count - 1}" if gpu_count > 3 else "1,2"
+        named = rf"all_reduce #\d+ \(NCCL\) waits for ranks {others}, which never entered it"
+        unnamed = rf"collective #\d+ \(NCCL\) waits for ranks {others}, which never entered it \(.*which collective is"
+        assert any(re.search(named, table) or re.search(unnamed, table) for table in tables), tables
+        assert not result.success and isinstance(result.error_in_exec, KeyboardInterrupt), (result.error_in_exec, text)
+        assert rank_pids() == before
+        value, shown = run(
+            shell, "%%gpurun spmd -q\nt = torch.ones(4, device='cuda')\ndist.all_reduce(t)\n(t.tolist(), t_kept)"
+        )
+        assert REMADE in shown and value == ([float(gpu_count)] * 4, 7)

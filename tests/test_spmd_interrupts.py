@@ -2,7 +2,8 @@
 cell always ends in ``KeyboardInterrupt`` and the ranks keep their processes, whether a rank's library exits on
 the interrupt (``SystemExit``, as Lightning's Trainer does), a library took SIGINT from the rank in an earlier cell,
 the interrupt lands while the kernel draws the rows or takes an answer, or a ``SystemExit`` surfaces in the kernel
-meanwhile; and a gloo collective only rank 0 entered is named from torch's flight recorder at four ranks."""
+meanwhile; a value holding a rank's SIGINT handler comes back as its repr; and a gloo collective only rank 0
+entered is named from torch's flight recorder at four ranks."""
 
 from __future__ import annotations
 
@@ -156,3 +157,11 @@ def test_a_gloo_collective_only_rank_0_entered_is_named_from_the_flight_recorder
     named = r"all_reduce #\d+ \(gloo\) waits for ranks 1-3, which never entered it \(cell line 4\)"
     assert re.search(named, text), text
     assert not result.success and isinstance(result.error_in_exec, KeyboardInterrupt)
+
+
+def test_a_cells_value_holding_the_ranks_sigint_handler_comes_back_as_its_repr(shell: InteractiveShell) -> None:
+    """``signal.signal`` returns the REPL's handler; the REPL's connections must not travel to the kernel (their
+    file descriptors, closed here when collected, would be the kernel's own)."""
+    value = run(shell, "import signal\nsignal.getsignal(signal.SIGINT)")
+    assert type(value).__name__ == "RankValue" and "on_interrupt" in repr(value)
+    assert run(shell, "import os\nint(os.environ['RANK'])") == 0

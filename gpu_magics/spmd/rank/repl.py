@@ -51,6 +51,11 @@ class Repl:
         self.interrupted = False  # an interrupt came while this message ran (a SystemExit after it is its stop)
         self.waiting_for_gpu = False  # the cell's code ended; its GPU work (a collective among it) has not
 
+    def __reduce__(self) -> Any:
+        """Never pickled: a cell's value that holds the REPL (``signal.signal`` returns its SIGINT handler) would
+        bring its connections to the kernel, whose file descriptors they would close there; its repr travels."""
+        raise TypeError("the rank's REPL does not leave its process")
+
     def on_interrupt(self, signum: int, frame: Any) -> None:
         if self.running:
             self.interrupted = True

@@ -1,10 +1,12 @@
 """Turning a magic's line into arguments: shlex + argparse, every failure a one-line ``UsageError``; and the value
-types the magics' options take (numbers, durations, sizes, GPU choices, addresses, names), pure: no I/O."""
+types the magics' options take (numbers, durations, sizes, GPU choices, addresses, names), pure: no I/O; and the
+most threads one pool may run on this host (``check_threads``: the same bound for every magic's thread counts)."""
 
 from __future__ import annotations
 
 import argparse
 import keyword
+import os
 import re
 import shlex
 from collections.abc import Callable
@@ -92,6 +94,25 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """``argparse`` type: an integer of at least 0."""
     return _int_at_least(0, text)
+
+
+THREADS_PER_CORE = 8  # the most threads one pool of tasks runs per CPU core of this host
+FEWEST_MOST_THREADS = 32  # ... but never fewer than this (a small host still runs a GPU's feeding threads)
+
+
+def most_threads() -> int:
+    """The most threads one pool of tasks (a threaded scheduler's, a worker's) may run on this host."""
+    return max(FEWEST_MOST_THREADS, THREADS_PER_CORE * (os.cpu_count() or 1))
+
+
+def check_threads(count: int, what: str) -> None:
+    """A thread count above what this host can serve is one line (``what``: where the count came from)."""
+    most = most_threads()
+    if count > most:
+        raise UsageError(
+            f"{what} {count}: this machine runs at most {most} threads in one pool ({os.cpu_count() or 1} CPU "
+            f"cores, {THREADS_PER_CORE} threads each, at least {FEWEST_MOST_THREADS}); give at most {most}"
+        )
 
 
 def positive_float(text: str) -> float:

@@ -17,8 +17,9 @@ from gpu_magics.cluster.managers.opening import make_manager
 from gpu_magics.cluster.options import parse_cluster_line
 
 CONTRACT = {
-    # open and check, start, wait for workers (with what the start needs: how many, dask settings, their GPUs)
-    "open", "start", "await_workers", "expected_workers", "settings", "learn",
+    # open and check (and whether the line names the running cluster), start, wait for workers (with what the
+    # start needs: how many, dask settings, their GPUs)
+    "open", "same_as", "start", "await_workers", "expected_workers", "settings", "learn",
     # scale (and its check, said at once), adapt, jobs
     "scale", "check_scale", "adapt", "jobs",
     # the one way to end, with keep or not

@@ -23,7 +23,7 @@ from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.managers.opening import make_manager
+from gpu_magics.cluster.managers.opening import make_manager, refuse_another
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.queries import (
     active,
@@ -118,6 +118,7 @@ def begin(
     if pending is not None and not pending.finished.is_set():
         manager.open(reuse=not options.replace)  # before anything stops: a bad line leaves the start going
         if not options.replace:
+            refuse_another(manager, options, pending.manager, None, pending.name)
             manager.finish(options.cluster_name, keep=True)  # what it opened (a gateway's client) is let go
             return pending  # the start under way is the cluster this asks for
         opened = True
@@ -132,6 +133,8 @@ def begin(
     if not opened:  # checked before anything stops, also where the running cluster is reused
         manager.open(reuse=reuse)
     if current is not None and not options.replace:
+        address = getattr(current.client.scheduler, "address", None)
+        refuse_another(manager, options, current.manager, address, current.name)
         manager.finish(current.name, keep=True)  # what it opened (a gateway's client) is let go
         notice = (
             f"{PROG}: cluster {current.name!r} is already up; using it "
@@ -146,6 +149,7 @@ def begin(
     stop()
     words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
     handle = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
+    handle.manager = manager
     owner.change(lambda: set_starting(handle))
     if listen is not None:
         listen(handle)

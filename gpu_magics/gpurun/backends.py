@@ -23,6 +23,7 @@ import dask
 from IPython.core.error import UsageError
 
 from gpu_magics import gpus, hints
+from gpu_magics.argparsing import check_threads
 from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import kernel_tail, tuning
@@ -279,6 +280,7 @@ def _cpu_single(device: int | None, workers: int | None, preferences: Preference
 
 def _cpu_threads(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
     threads = workers or preferences.cpu_threads or CPU_COUNT
+    check_threads(threads, "%%gpurun cpu-threads --workers" if workers else "%config GpuMagics.cpu_threads =")
     return BackendPlan(
         name="cpu-threads",
         hardware=f"{threads} CPU thread{'s' if threads != 1 else ''}",
@@ -298,6 +300,7 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
         visible = ", ".join(f"{d.index} ({d.name})" for d in found)
         raise UsageError(f"%%gpurun gpu: there is no GPU {index}; visible GPUs: {visible}.")
     threads = workers or preferences.gpu_threads
+    check_threads(threads, "%%gpurun gpu --workers" if workers else "%config GpuMagics.gpu_threads =")
     chosen = found[index]
     hardware = f"1x {chosen.name}" + (f" (GPU {index})" if len(found) > 1 else "")
     return BackendPlan(

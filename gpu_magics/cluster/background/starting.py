@@ -93,6 +93,7 @@ class Starting:
         self.finished = threading.Event()
         self.cancelled = threading.Event()
         self.info: Any = None  # the job's result (the status once ready)
+        self.manager: Any = None  # what gives the workers (``managers``): a line naming another cluster is refused
         self.error: str | None = None
         self.reported = False
         self._phase: Phase = "scheduler" if verb == "starting" else "workers"

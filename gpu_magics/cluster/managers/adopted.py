@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.info import JobInfo
-from gpu_magics.cluster.managers.base import ClusterManager
+from gpu_magics.cluster.managers.base import ClusterManager, same_address
 from gpu_magics.cluster.managers.squeue import job_workers, submits_with
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.units import dropped
@@ -48,11 +48,18 @@ class AdoptedManager(ClusterManager):
         return self.label or "cluster manager"
 
     def open(self, reuse: bool = False) -> None:
-        """The variable the line names holds a cluster manager that runs (a line that reuses the running cluster
-        needs none)."""
-        if self._named is not None and not reuse:
+        """The variable the line names holds a cluster manager that runs (also where a cluster runs already: a line
+        that names nothing is refused, whatever runs)."""
+        del reuse
+        if self._named is not None:
             self.cluster = find(self._named, self._namespace)
             self.label = type(self.cluster).__name__
+
+    def same_as(self, running: ClusterManager | None, address: str | None) -> bool:
+        """The same object as the one adopted, or a manager of the scheduler in use."""
+        if isinstance(running, AdoptedManager) and running.cluster is self.cluster:
+            return True
+        return address is not None and same_address(str(self.cluster.scheduler_address), address)
 
     def start(self, options: ClusterOptions, starting: Starting) -> Client:
         from gpu_magics.cluster.managers import attach

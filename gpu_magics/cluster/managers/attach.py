@@ -25,12 +25,7 @@ def connect(address: str, timeout: float) -> Client:
     for its handshake forever)."""
     from distributed import Client
 
-    not_dask = f"{PROG} --address {address}: what answered there is not a Dask scheduler"
-    refused = probe(address, timeout)
-    if refused == NOT_DASK:
-        raise UsageError(not_dask)
-    if refused is not None:
-        raise UsageError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s{refused}")
+    not_dask = check_answers(address, timeout)
     try:
         client = Client(address, timeout=timeout, set_as_default=True)
     except (OSError, TimeoutError):
@@ -45,6 +40,18 @@ def connect(address: str, timeout: float) -> Client:
             dropped("closing the client of what is not a scheduler", error)
         raise UsageError(not_dask)
     return client
+
+
+def check_answers(address: str, timeout: float) -> str:
+    """A one-line ``UsageError`` unless something answers at ``address`` within ``timeout`` seconds with a Dask
+    handshake (where the scheme can be probed); returns the line for what answers but is not a scheduler."""
+    not_dask = f"{PROG} --address {address}: what answered there is not a Dask scheduler"
+    refused = probe(address, timeout)
+    if refused == NOT_DASK:
+        raise UsageError(not_dask)
+    if refused is not None:
+        raise UsageError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s{refused}")
+    return not_dask
 
 
 NOT_DASK = "not dask"

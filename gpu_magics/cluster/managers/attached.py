@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.managers import attach
-from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.cluster.managers.base import ClusterManager, same_address
+from gpu_magics.cluster.options import DEFAULT_ATTACH_TIMEOUT, PROG, ClusterOptions
 from gpu_magics.units import dropped
 
 if TYPE_CHECKING:
@@ -22,9 +22,10 @@ class AttachedManager(ClusterManager):
     scalable = False
     _start_words = "could not use the cluster"
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, timeout: float = DEFAULT_ATTACH_TIMEOUT) -> None:
         super().__init__(None, None)
         self.address = address
+        self.timeout = timeout  # the line's --timeout: how long ``open`` waits for the scheduler to answer
 
     @property
     def source(self) -> str:
@@ -37,6 +38,18 @@ class AttachedManager(ClusterManager):
     @property
     def title(self) -> str:
         return "attached"
+
+    def open(self, reuse: bool = False) -> None:
+        """A start (a ``--replace`` too, before the running cluster stops): a Dask scheduler answers at the address
+        within the line's timeout. A line that reuses the cluster in use asks nothing."""
+        if not reuse:
+            attach.check_answers(self.address, self.timeout)
+
+    def same_as(self, running: ClusterManager | None, address: str | None) -> bool:
+        """The scheduler in use is the one at this address."""
+        if isinstance(running, AttachedManager) and same_address(running.address, self.address):
+            return True
+        return address is not None and same_address(self.address, address)
 
     def start(self, options: ClusterOptions, starting: Starting) -> Client:
         return attach.connect(self.address, options.start_timeout)

@@ -53,6 +53,13 @@ class ClusterManager(abc.ABC):
         so only what the line changes is checked. Starts nothing; ``finish`` lets go of what it opened."""
         del reuse  # by default nothing to check: the start says what fails
 
+    def same_as(self, running: ClusterManager | None, address: str | None) -> bool:
+        """Whether the line's cluster is the one in use or starting (its manager ``running``; ``address``: its
+        scheduler's, where known): a line that names it reuses it, one that names another is refused. By default
+        a cluster of the same kind (a start here while one started here runs, SLURM jobs while SLURM's run)."""
+        del address
+        return type(running) is type(self)
+
     @abc.abstractmethod
     def start(self, options: ClusterOptions, starting: Starting) -> Client:
         """Make the cluster (or find it) and return a client of its scheduler (``starting``: the start's handle,
@@ -221,3 +228,17 @@ def _pending(jobs: tuple[JobInfo, ...]) -> str:
     return "; ".join(
         f"job {job.job_id} pending ({job.reason or 'no reason given'})" for job in jobs if job.state == "pending"
     )
+
+
+def same_address(one: str, other: str) -> bool:
+    """Whether two scheduler addresses are one: the scheme added where left out, host names resolved where they
+    can be (``localhost:8786`` is ``tcp://127.0.0.1:8786``)."""
+    from distributed.comm.addressing import normalize_address, resolve_address
+
+    def plain(address: str) -> str:
+        try:
+            return str(resolve_address(normalize_address(address)))
+        except (ValueError, OSError):  # not an address distributed reads, or a host that does not resolve
+            return address
+
+    return plain(one) == plain(other)

@@ -78,6 +78,11 @@ class GatewayManager(ClusterManager):
             on_failure.pop_all()  # checked: the client stays open for the start
         self.gateway = gateway
 
+    def same_as(self, running: ClusterManager | None, address: str | None) -> bool:
+        """A gateway cluster in use, the one ``--connect`` names (a line without it reuses any)."""
+        name, short = getattr(running, "name", None), gateway_short_name
+        return isinstance(running, GatewayManager) and (self.name is None or short(str(name)) == short(self.name))
+
     @property
     def source(self) -> str:
         return f"from {self.label}" if self.owned else f"from {self.label}, not made here"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from IPython.core.error import UsageError
 
+from gpu_magics.argparsing import check_threads
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.managers.base import ClusterManager
@@ -53,6 +54,8 @@ class LocalManager(ClusterManager):
         needs.comm_protocol(self.options.protocol, PROG)
         if self.kind == "cpu" and self.options.cpu_workers is not None:
             factories.check_cpu_workers(self.options.cpu_workers, f"{PROG} --cpu-workers")
+        if self.options.threads_per_worker is not None:
+            check_threads(self.options.threads_per_worker, f"{PROG} --threads-per-worker")
         if self.kind != "gpu" or (reuse and "gpus" not in self.options.given):
             return
         self.gpu_ids = factories.choose_gpus(self.options.gpus)

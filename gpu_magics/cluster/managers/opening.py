@@ -1,14 +1,19 @@
 """Making the ``ClusterManager`` a ``%gpucluster`` line asks for: a cluster started here (GPU or CPU workers), a
 scheduler to attach to (``--address``), SLURM jobs (``--slurm``), the user's object (``--from NAME``) or a Dask
 Gateway's cluster (``--gateway``). Making one does nothing else: its ``open`` checks the line, its ``start``
-starts."""
+starts. Where a cluster is up, a line that names another is refused (``refuse_another``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.options import ClusterOptions
+from gpu_magics.cluster.options import PROG, ClusterOptions
+
+# the options that choose a cluster: a line with none of them (``%gpucluster``, ``--name N``) names whatever runs
+CHOOSING = frozenset({"gpus", "cpu_workers", "address", "from_name", "gateway", "slurm", "connect_name"})
 
 
 def make_manager(options: ClusterOptions, namespace: dict[str, Any]) -> ClusterManager:
@@ -21,7 +26,7 @@ def make_manager(options: ClusterOptions, namespace: dict[str, Any]) -> ClusterM
         from gpu_magics.cluster.managers.attached import AttachedManager
 
         assert options.address is not None
-        return AttachedManager(options.address)
+        return AttachedManager(options.address, options.start_timeout)
     if options.kind == "gateway":
         from gpu_magics.cluster.managers.gateway import GatewayManager
 
@@ -33,3 +38,32 @@ def make_manager(options: ClusterOptions, namespace: dict[str, Any]) -> ClusterM
     from gpu_magics.cluster.managers.slurm import SlurmManager
 
     return SlurmManager(options)
+
+
+def refuse_another(
+    manager: ClusterManager, options: ClusterOptions, running: ClusterManager | None, address: str | None, name: str
+) -> None:
+    """A one-line ``UsageError`` (after ``manager`` lets go of what it opened) where the line names a cluster other
+    than ``name``, the one in use or starting (its manager ``running``; ``address``: its scheduler's, if known)."""
+    if not options.given & CHOOSING or manager.same_as(running, address):
+        return
+    manager.finish(name, keep=True)
+    raise UsageError(
+        f"{PROG} {_asked(options)}: cluster {name!r} is up; to switch, run {PROG} stop first or add --replace"
+    )
+
+
+def _asked(options: ClusterOptions) -> str:
+    """The options that choose the line's cluster, as the line gave them."""
+    if options.address is not None:
+        return f"--address {options.address}"
+    if options.from_name is not None:
+        return f"--from {options.from_name}"
+    if options.gateway is not None:
+        connect = f" --connect {options.connect_name}" if options.connect_name is not None else ""
+        return f"--gateway{' ' + options.gateway if options.gateway else ''}{connect}"
+    if options.slurm:
+        return "--slurm"
+    if options.cpu_workers is not None:
+        return f"--cpu-workers {options.cpu_workers}"
+    return "--gpus " + ",".join(str(gpu) for gpu in options.gpus or ()) if options.gpus else "--gpus"

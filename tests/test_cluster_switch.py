@@ -1,0 +1,146 @@
+"""A line is checked whatever runs: with a cluster up, a start line that names another cluster or a bad one fails
+its cell in one line and leaves the running cluster in use; a line naming the running cluster reuses it;
+``--replace`` checks the new cluster before the running one stops; thread counts the host cannot serve are refused.
+
+A real IPython shell with the extension loaded, a real ``LocalCluster`` (``%gpucluster --cpu-workers 1``, worker
+processes) up for the module, and a second one in the notebook's namespace for ``--from``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+from distributed import Client, LocalCluster
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+import gpu_magics
+from gpu_magics.argparsing import most_threads
+from gpu_magics.cluster import lifecycle
+
+pytestmark = pytest.mark.slow
+
+SWITCH = "cluster 't_keep' is up; to switch, run %gpucluster stop first or add --replace"
+
+
+@pytest.fixture(scope="module")
+def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
+    """The shell with cluster ``t_keep`` up (waited for), ``t_kept = 5`` and ``t_other``, another ``LocalCluster``."""
+    loaded_shell.magics_manager.registry["ClusterMagics"].wait_for_workers = True
+    assert loaded_shell.run_cell("%gpucluster --cpu-workers 1 --name t_keep").error_in_exec is None
+    loaded_shell.user_ns["t_kept"] = 5
+    with LocalCluster(n_workers=1, processes=False, protocol="tcp://", dashboard_address=None) as other:
+        loaded_shell.user_ns["t_other"] = other
+        yield loaded_shell
+    lifecycle.stop()
+
+
+@pytest.fixture
+def keep(shell: InteractiveShell) -> Client:
+    """The client of ``t_keep``, checked to be the one in use."""
+    current = lifecycle.active()
+    assert current is not None and current.name == "t_keep"
+    return current.client
+
+
+def refused(shell: InteractiveShell, line: str) -> str:
+    """The one line a ``%gpucluster`` cell failed with."""
+    result = shell.run_cell(f"%gpucluster {line}")
+    assert isinstance(result.error_in_exec, UsageError), result.error_in_exec
+    said = str(result.error_in_exec)
+    assert "\n" not in said
+    return said
+
+
+def assert_still_in_use(client: Client, pids: set[int]) -> None:
+    """The same cluster in use, with the same worker processes, and working."""
+    assert gpu_magics.client() is client and lifecycle.active() is not None
+    assert set(client.run(os.getpid).values()) == pids
+    assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("--from t_other", f"%gpucluster --from t_other: {SWITCH}"),
+        ("--address tcp://127.0.0.1:{port}", f"%gpucluster --address tcp://127.0.0.1:{{port}}: {SWITCH}"),
+        ("--slurm", f"%gpucluster --slurm: {SWITCH}"),
+        ("--from t_nosuchvar", "%gpucluster --from t_nosuchvar: no variable 't_nosuchvar' in this notebook"),
+        ("--from t_kept", "%gpucluster --from t_kept: t_kept (int) is not a Dask cluster manager"),
+        ("--gateway http://127.0.0.1:{port} --connect t_someone", "%gpucluster --gateway"),
+    ],
+)
+def test_a_line_naming_another_cluster_or_a_bad_one_fails_its_cell(
+    shell: InteractiveShell, keep: Client, line: str, said: str
+) -> None:
+    if "--slurm" in line:
+        pytest.importorskip("dask_jobqueue")
+    if "--gateway" in line:
+        pytest.importorskip("dask_gateway")
+    pids = set(keep.run(os.getpid).values())
+    port = free_port()
+    assert refused(shell, line.format(port=port)).startswith(said.format(port=port))
+    assert_still_in_use(keep, pids)
+
+
+def test_a_line_naming_the_running_cluster_reuses_it(shell: InteractiveShell, keep: Client) -> None:
+    pids = set(keep.run(os.getpid).values())
+    for line in ("", "--cpu-workers 1", f"--address {keep.scheduler.address}"):
+        result = shell.run_cell(f"%gpucluster {line}")
+        assert result.error_in_exec is None, line
+    assert_still_in_use(keep, pids)
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("--address tcp://127.0.0.1:{port} --replace --timeout 3", "no scheduler answered within 3 s"),
+        ("--from t_kept --replace", "is not a Dask cluster manager"),
+        ("--from t_nosuchvar --replace", "no variable 't_nosuchvar'"),
+        ("--cpu-workers 1 --threads-per-worker 99999 --replace", "give at most"),
+    ],
+)
+def test_a_replace_that_cannot_start_leaves_the_running_cluster_in_use(
+    shell: InteractiveShell, keep: Client, line: str, said: str
+) -> None:
+    pids = set(keep.run(os.getpid).values())
+    assert said in refused(shell, line.format(port=free_port()))
+    assert_still_in_use(keep, pids)
+
+
+def test_a_replace_with_a_cluster_that_answers_switches_to_it(shell: InteractiveShell, keep: Client) -> None:
+    other: LocalCluster = shell.user_ns["t_other"]
+    try:
+        assert shell.run_cell(f"%gpucluster --address {other.scheduler_address} --replace").error_in_exec is None
+        assert gpu_magics.client().scheduler.address == other.scheduler_address
+    finally:
+        shell.run_cell("%gpucluster --cpu-workers 1 --name t_keep --replace")  # the module's cluster again
+
+
+def test_a_thread_count_the_host_cannot_serve_is_refused_in_one_line(shell: InteractiveShell) -> None:
+    most = most_threads()
+    result = shell.run_cell(f"%%gpurun cpu-threads --workers {most + 1}\nt_x = 1")
+    assert isinstance(result.error_in_exec, UsageError)
+    said = str(result.error_in_exec)
+    assert said.startswith(f"%%gpurun cpu-threads --workers {most + 1}: this machine runs at most {most} threads")
+    assert "\n" not in said and said.endswith(f"give at most {most}")
+    magics = shell.magics_manager.registry["GpuMagics"]
+    magics.cpu_threads = 99999
+    try:
+        result = shell.run_cell("%%gpurun cpu-threads\nt_x = 2")
+        assert isinstance(result.error_in_exec, UsageError)
+        assert str(result.error_in_exec).startswith("%config GpuMagics.cpu_threads = 99999: this machine runs at most")
+    finally:
+        magics.cpu_threads = 0
+    assert shell.user_ns.get("t_x") is None
+    result = shell.run_cell(f"%%gpurun cpu-threads --workers {most}\nt_x = 3")
+    assert result.error_in_exec is None and shell.user_ns["t_x"] == 3

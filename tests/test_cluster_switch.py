@@ -3,7 +3,8 @@ its cell in one line and leaves the running cluster in use; a line naming the ru
 ``--replace`` checks the new cluster before the running one stops; thread counts the host cannot serve are refused.
 
 A real IPython shell with the extension loaded, a real ``LocalCluster`` (``%gpucluster --cpu-workers 1``, worker
-processes) up for the module, and a second one in the notebook's namespace for ``--from``.
+processes) up for the module, and a second one in the notebook's namespace for ``--from``; and a real kernel
+(jupyter_client) for what a Run All does with such a line.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from distributed import Client, LocalCluster
@@ -20,6 +22,7 @@ from IPython.core.interactiveshell import InteractiveShell
 import gpu_magics
 from gpu_magics.argparsing import most_threads
 from gpu_magics.cluster import lifecycle
+from tests.test_kernel_faults import loaded_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -144,3 +147,23 @@ def test_a_thread_count_the_host_cannot_serve_is_refused_in_one_line(shell: Inte
     assert shell.user_ns.get("t_x") is None
     result = shell.run_cell(f"%%gpurun cpu-threads --workers {most}\nt_x = 3")
     assert result.error_in_exec is None and shell.user_ns["t_x"] == 3
+
+
+def test_in_a_kernel_a_line_naming_another_cluster_stops_a_run_all_and_a_failed_replace_keeps_the_cluster(
+    tmp_path: Path,
+) -> None:
+    with loaded_kernel(tmp_path) as kernel:
+        kernel.ok("%gpucluster --cpu-workers 1 --name keep", timeout=120)
+        kernel.ok("import gpu_magics; gpu_magics.client();", timeout=120)  # its start went on: wait for it
+        bad = kernel.start("%gpucluster --address tcp://127.0.0.1:1")
+        queued = kernel.start("print('queued cell ran')")
+        reply, text = kernel.finish(bad, timeout=60)
+        assert reply["status"] == "error" and reply["ename"] == "UsageError", text
+        assert SWITCH.replace("t_keep", "keep") in text
+        queued_reply, queued_text = kernel.finish(queued, timeout=60)
+        assert queued_reply["status"] != "ok" and "queued cell ran" not in queued_text  # the Run All stops there
+        reply, text = kernel.run(f"%gpucluster --address tcp://127.0.0.1:{free_port()} --replace --timeout 3")
+        assert reply["status"] == "error" and "no scheduler answered within 3 s" in text, text
+        said = kernel.ok("print(gpu_magics.client().submit(sum, [1, 2]).result())")
+        assert said.strip().splitlines()[-1] == "3", said
+        assert "keep" in kernel.ok("%gpucluster status")

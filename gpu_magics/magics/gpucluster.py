@@ -124,7 +124,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
           --host HOST               address to bind scheduler, workers and dashboard (default 127.0.0.1)
           --name NAME               the cluster's name (shown in the JupyterLab panel)
           --timeout SECONDS         wait this long for a scheduler (attach, default 5) or workers (start, 120)
-          --replace                 stop the running cluster and start a new one (default: reuse it)
+          --replace                 stop the running cluster and start a new one, once the new one's needs
+                                    are checked (default: reuse it; a line naming another cluster fails)
           --client NAME             also put the Client in the namespace as NAME (any action)
 
         SLURM (``--slurm``, needs ``gpu-magics[hpc]``; the site's ``jobqueue.slurm`` dask config gives the

@@ -266,3 +266,20 @@ def test_shards_of_something_else_fails_the_cell_with_one_line(shell: Interactiv
         "TypeError: shards() takes a persisted dask array pushed to the ranks with gpu_magics.spmd.push(x=x), "
         "not a list" in captured.stdout + captured.stderr
     )
+
+
+def test_chunks_larger_than_a_transfer_shard_arrive_whole(shell: InteractiveShell) -> None:
+    """A chunk larger than distributed's transfer shard (``distributed.comm.shard``, 64 MiB) leaves its worker in
+    several frames; the rank joins them before it makes the array (a 256 MB CuPy chunk once failed to unpack)."""
+    import dask
+    import dask.array as da
+
+    rows = 2 * 70 * 2**20 // (8 * COLUMNS)  # two chunks of 70 MiB, each split into two frames on the way
+    with dask.config.set({"array.backend": "numpy"}):
+        big = da.ones((rows, COLUMNS), chunks=(rows // 2, COLUMNS)).persist()
+    push(shell, t_x=big)
+    values = run_shards(shell)
+    assert sum(total for _, total, *_ in values) == float(rows * COLUMNS)
+    assert sum(shape[0] for *_, shape, _, _ in values) == rows
+    with capture_output():
+        spmd.push(t_x=None)

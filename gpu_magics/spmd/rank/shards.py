@@ -123,7 +123,8 @@ def _own_device(x: DaskShards) -> Iterator[None]:
 
 def _fetch(x: DaskShards, address: str, keys: list[Any]) -> dict[Any, Any]:
     """``keys`` from the worker at ``address``, made arrays here (in this thread, so on this rank's device)."""
-    from distributed.protocol import Serialized, deserialize
+    from distributed.protocol import Serialized
+    from distributed.protocol.serialize import merge_and_deserialize
 
     found = _run(_get_data(address, keys))
     missing = [key for key in keys if key not in found]
@@ -133,7 +134,8 @@ def _fetch(x: DaskShards, address: str, keys: list[Any]) -> dict[Any, Any]:
             f"the worker restarted, since the push); persist the array again and push it again"
         )
     return {
-        key: deserialize(value.header, value.frames) if isinstance(value, Serialized) else value
+        # a value larger than the transfer shard (distributed.comm.shard) came in several frames: join them first
+        key: merge_and_deserialize(value.header, value.frames) if isinstance(value, Serialized) else value
         for key, value in found.items()
     }
 

@@ -149,7 +149,7 @@ def test_a_cell_that_imports_nothing_new_does_not_wait_for_the_imports_begun_ahe
     """The imports begun ahead are held (by a module added to them) until the test lets them go; the first cell
     ends while they are held, and a cell that imports something new waits, says so once, and goes on."""
     began, go = blocker(tmp_path, "gm_slow_ahead")
-    kernel.ok("import gpu_magics.cluster.background.ahead as a; a.KERNEL_MODULES += ('gm_slow_ahead',)")
+    kernel.ok("import dask, gpu_magics.cluster.background.ahead as a; a.KERNEL_MODULES += ('gm_slow_ahead',)")
     kernel.ok("%load_ext gpu_magics")
     first = kernel.ok(
         "N = 4_000\nimport dask\ndask.config.set({'array.chunk-size': '64MiB'})\n"

@@ -6,6 +6,8 @@ The imports are made slow by one more module that sleeps, added to the list ``%l
 
 from __future__ import annotations
 
+import builtins
+import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,3 +90,55 @@ def test_a_protocol_without_its_package_fails_the_magics_own_cell(shell: Interac
     assert "UCX needs the distributed-ucxx package" in str(result.error_in_exec)
     assert lifecycle.active() is None and lifecycle.start_under_way() is None
     assert shell.run_cell("print('next')").error_in_exec is None  # not said again
+
+
+def test_an_import_holding_a_module_the_imports_ahead_need_does_not_wait_for_them(
+    _session_shell: InteractiveShell,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """This thread imports ``gm_held`` (its lock held) and, once the imports ahead wait for that lock, imports a
+    new module: waiting for them then would never end, so it goes on at once (no line said, no wait)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    held_now = tmp_path / "held.now"  # this thread holds gm_held's lock: the imports ahead may ask for it
+    (tmp_path / "gm_ahead_needs_held.py").write_text(
+        "import pathlib, time\n"
+        "deadline = time.monotonic() + 60\n"
+        f"while not pathlib.Path({str(held_now)!r}).exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "import gm_held\n"
+    )
+    (tmp_path / "gm_new_module.py").write_text("")
+    (tmp_path / "gm_held.py").write_text(
+        "import threading, time\n"
+        "from importlib import _bootstrap\n"
+        "from gpu_magics.cluster.background import ahead\n"
+        "if threading.current_thread() is threading.main_thread():\n"
+        f"    open({str(held_now)!r}, 'w').close()\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while not ahead._waits_for_us(ahead._thread) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n"
+        "    import gm_new_module\n"
+        "    still = ahead.importing()\n"
+    )
+    monkeypatch.setattr(ahead, "KERNEL_MODULES", ("gm_ahead_needs_held",))
+    monkeypatch.setattr(ahead, "GPU_MODULES", ())
+    monkeypatch.setattr(ahead, "DASHBOARD_MODULES", ())
+    monkeypatch.setattr(ahead, "IMPORT_WAIT_S", 5.0)
+    monkeypatch.setattr(ahead, "_thread", None)
+    monkeypatch.setattr(ahead, "_said", False)
+
+    before = builtins.__import__
+    ahead.import_after_this_cell(_session_shell)
+    assert ahead._after_cell is not None
+    ahead._after_cell()  # the %load_ext cell ends: the imports begin
+    thread = ahead._thread
+    assert thread is not None
+    try:
+        held = importlib.import_module("gm_held")  # takes gm_held's lock without the gate in front
+        assert held.still  # it went on while the imports ahead still waited for it
+        assert ahead.WAITING_LINE not in capsys.readouterr().out
+    finally:
+        thread.join(60)
+    assert not thread.is_alive() and builtins.__import__ is before  # put back once they were done

@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -88,26 +89,19 @@ def wait_for_imports() -> None:
     thread = _thread
     if thread is None or thread is threading.current_thread():
         return
+    began = time.monotonic()
     try:
-        thread.join(SAY_AFTER_S)
-        if thread.is_alive() and not _said:
-            _said = True
-            print(WAITING_LINE, flush=True)
-        _join(thread)
+        while thread.is_alive() and not _waits_for_us(thread) and time.monotonic() - began < IMPORT_WAIT_S:
+            thread.join(0.1)
+            if not _said and thread.is_alive() and time.monotonic() - began > SAY_AFTER_S:
+                _said = True
+                print(WAITING_LINE, flush=True)
     except KeyboardInterrupt:
         from gpu_magics.cluster.background.starting import short_interrupt
 
         raise short_interrupt(
             "interrupted while waiting for the imports that %load_ext gpu_magics began (dask, distributed)"
         ) from None
-
-
-def _join(thread: threading.Thread) -> None:
-    """Wait for ``thread`` (at most ``IMPORT_WAIT_S``), unless it waits for a module this thread is importing."""
-    for _ in range(int(IMPORT_WAIT_S / 0.1)):
-        thread.join(0.1)
-        if not thread.is_alive() or _waits_for_us(thread):
-            return
 
 
 def _waits_for_us(thread: threading.Thread) -> bool:

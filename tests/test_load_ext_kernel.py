@@ -10,6 +10,7 @@ for a file or a line that says where the kernel is.
 
 from __future__ import annotations
 
+import queue
 import re
 import time
 from collections.abc import Iterator
@@ -176,7 +177,10 @@ def read_until(kernel: Kernel, msg_id: str, line: str, timeout: float) -> str:
     while line not in "".join(text):
         remaining = deadline - time.monotonic()
         assert remaining > 0, f"no {line!r} within {timeout} s; output so far: {''.join(text)}"
-        message = kernel.client.get_iopub_msg(timeout=remaining)
+        try:
+            message = kernel.client.get_iopub_msg(timeout=remaining)
+        except queue.Empty:
+            raise AssertionError(f"no {line!r} within {timeout} s; output so far: {''.join(text)}") from None
         if message["parent_header"].get("msg_id") == msg_id and message["msg_type"] == "stream":
             text.append(message["content"]["text"])
     return "".join(text)

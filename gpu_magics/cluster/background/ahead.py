@@ -6,8 +6,8 @@ Two threads importing one package can each see it half made, so while that threa
 thread waits for it before an import of a module not yet imported (any ``import`` statement, in a cell or in the
 code it calls: ``builtins.__import__`` is wrapped meanwhile, and put back when the imports are done), and each magic
 of this package waits before it runs (``wait_for_imports``). Nothing else waits: a cell that imports nothing new
-(``N = 4_000``, ``dask.config.set(...)`` after ``import dask``) runs at once. A wait that passes a second is said
-once, in one line; an interrupt ends it in one line.
+(``N = 4_000``, ``dask.config.set(...)`` after ``import dask``) runs at once, and so does what shows an error (its
+traceback's imports). A wait that passes a second is said once, in one line; an interrupt ends it in one line.
 """
 
 from __future__ import annotations
@@ -130,7 +130,12 @@ def _wrap_import(imports: threading.Thread) -> None:
         level: int = 0,
     ) -> types.ModuleType:
         __tracebackhide__ = True  # IPython leaves this frame out of a failed import's traceback
-        if imports.is_alive() and threading.current_thread() is main and _new(name, globals, fromlist, level):
+        if (
+            imports.is_alive()
+            and threading.current_thread() is main
+            and sys.exc_info()[0] is None  # not while an error is shown: a traceback never waits for them
+            and _new(name, globals, fromlist, level)
+        ):
             wait_for_imports()
         return original(name, globals, locals, fromlist, level)
 

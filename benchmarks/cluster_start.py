@@ -54,7 +54,7 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
     Returns the hardware, the start breakdown and the seconds ``%gpucluster`` took."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from gpu_magics.cluster import lifecycle as cluster
+    from gpu_magics.cluster.control import lifecycle as cluster
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_magics")  # also launches the server that workers fork from

@@ -43,7 +43,7 @@ CELL = (
 def run(ip: Any, line: str, cell: str) -> tuple[float, Any]:
     """The cell's wall time through the magic and its result, once the cluster's scheduler holds nothing of the
     cell before (the client lets go of it asynchronously; a cell with the same keys would reuse what is held)."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     current = queries.in_use()
     scheduler = None if current is None else queries.local_scheduler(current.client)
@@ -125,7 +125,7 @@ def timeline(ip: Any, cell: str) -> str:
     from dask.utils import key_split
     from distributed import get_task_stream
 
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     client = queries.active_client()
     assert client is not None

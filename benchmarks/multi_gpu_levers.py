@@ -233,7 +233,7 @@ def main() -> None:
                     row(f"{label} + {lever}, seed", run_magic(ip, "multi-gpu", cells["seed"], repeat), reference)
                 )
         if args.profile:
-            from gpu_magics.cluster import lifecycle
+            from gpu_magics.cluster.control import lifecycle
 
             client = lifecycle.require_client()
             pids = {f"worker{i}": pid for i, pid in enumerate(client.run(os.getpid).values())}

@@ -33,7 +33,7 @@ def timed(shell: Any, backend: str, cell: str, repeat: int) -> list[float]:
 
 
 def split_one_run(shell: Any, cell: str) -> dict[str, float]:
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.control import lifecycle
 
     client = lifecycle.require_client()
     from distributed import get_task_stream

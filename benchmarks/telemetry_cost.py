@@ -48,7 +48,7 @@ def attach(shell: Any, address: str, interval: float) -> None:
 
 
 def wait_reports(expected_gpus: int, timeout: float = 60) -> None:
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.control import lifecycle
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

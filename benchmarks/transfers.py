@@ -32,7 +32,7 @@ def incoming_bytes(dask_worker: Any) -> int:
 
 
 def measure(ip: InteractiveShell, protocol: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.control import lifecycle
 
     start = f"--cpu-workers {args.cpu_workers}" if args.cpu_workers else ""
     with capture_output():

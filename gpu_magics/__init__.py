@@ -54,7 +54,7 @@ def unload_ipython_extension(shell: InteractiveShell) -> None:
 
 def client() -> Client:
     """The distributed ``Client`` of the cluster that ``%gpucluster`` started or attached to."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     return queries.require_client()
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 CUPY_INSTALL = "pip install 'gpu-magics[cuda12]' (or [cuda13])"
 

@@ -18,7 +18,8 @@ fi
 bash scripts/setup-env.sh "$extras"
 echo "gpu-magics: installed; looking for GPUs..."
 .venv/bin/python - <<'PY'
-from gpu_magics import gpus, hints
+from gpu_magics import gpus
+from gpu_magics.text import hints
 inventory = gpus.inventory()
 cpu_cluster = hints.cpu_cluster_command()
 found, reason = inventory.devices(), inventory.unavailable_reason()

@@ -14,8 +14,8 @@ from distributed import Client
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster import lifecycle as cluster
-from gpu_magics.cluster import queries
+from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.gpurun import backends
 from gpu_magics.gpurun.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor
 from gpu_magics.monitor.sampler import Sampler

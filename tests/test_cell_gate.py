@@ -67,7 +67,7 @@ def test_an_import_that_fails_is_not_called_missing(tmp_path: Path, monkeypatch:
 def test_a_count_of_cpu_workers_the_host_cannot_start_is_refused_before_anything_starts(
     shell: InteractiveShell,
 ) -> None:
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.control import lifecycle
 
     shell.run_cell("%load_ext gpu_magics")
     with pytest.raises(UsageError) as refused:
@@ -80,7 +80,7 @@ def test_a_count_of_cpu_workers_the_host_cannot_start_is_refused_before_anything
 
 
 def test_a_protocol_without_its_package_fails_the_magics_own_cell(shell: InteractiveShell) -> None:
-    from gpu_magics.cluster import lifecycle
+    from gpu_magics.cluster.control import lifecycle
 
     shell.run_cell("%load_ext gpu_magics")
     # as in a notebook, on this extension's instance only (a %config would stay on the shell for later tests)

@@ -20,7 +20,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.control import lifecycle
 from gpu_magics.cluster.records import record as cluster_records
 
 pytestmark = pytest.mark.slow

@@ -25,11 +25,12 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import gpu_magics
-from gpu_magics import gpus, hints
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics import gpus
+from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import record_writer
 from gpu_magics.cluster.records import record as cluster_records
-from gpu_magics.cluster.records import writer as record_writer
 from gpu_magics.magics.gpucluster import ClusterMagics
+from gpu_magics.text import hints
 
 pytestmark = pytest.mark.slow
 REPO = Path(gpu_magics.__file__).resolve().parent.parent
@@ -432,7 +433,7 @@ KERNEL = textwrap.dedent(
     import json, os, sys, time
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
-    from gpu_magics.cluster import lifecycle as cluster
+    from gpu_magics.cluster.control import lifecycle as cluster
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_magics")

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpu_magics.cluster import active, lifecycle
-from gpu_magics.cluster.background import owner
+from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
 from gpu_magics.cluster.options import parse_cluster_line
+from gpu_magics.cluster.reading.running import ActiveCluster
 
 
 def test_a_change_runs_on_the_owner_and_its_result_comes_back() -> None:
@@ -76,19 +76,19 @@ def test_changes_from_many_threads_run_one_at_a_time() -> None:
 
 def test_the_cluster_in_use_cannot_be_set_off_the_owner() -> None:
     with pytest.raises(RuntimeError, match="owner thread only"):
-        active.set_in_use(None)
+        kernel_cluster.set_in_use(None)
     with pytest.raises(RuntimeError, match="owner thread only"):
-        active.set_starting(None)
-    assert owner.change(lambda: active.set_in_use(active.in_use())) is active.in_use()
+        kernel_cluster.set_starting(None)
+    assert owner.change(lambda: kernel_cluster.set_in_use(kernel_cluster.in_use())) is kernel_cluster.in_use()
 
 
 @pytest.fixture
 def owner_changes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The threads every change of the cluster in use or the start under way ran on."""
     threads: list[str] = []
-    set_in_use, set_starting = active.set_in_use, active.set_starting
+    set_in_use, set_starting = kernel_cluster.set_in_use, kernel_cluster.set_starting
 
-    def recording_in_use(cluster: active.ActiveCluster | None) -> active.ActiveCluster | None:
+    def recording_in_use(cluster: ActiveCluster | None) -> ActiveCluster | None:
         threads.append(threading.current_thread().name)
         return set_in_use(cluster)
 
@@ -96,8 +96,7 @@ def owner_changes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         threads.append(threading.current_thread().name)
         set_starting(start)  # type: ignore[arg-type]
 
-    from gpu_magics.cluster.background import release
-    from gpu_magics.cluster.background.verbs import changes
+    from gpu_magics.cluster.control import changes, release
 
     for module in (lifecycle, release, changes):
         monkeypatch.setattr(module, "set_starting", recording_starting)
@@ -113,12 +112,12 @@ def test_a_real_start_and_a_stop_from_another_thread_change_the_state_on_the_own
 ) -> None:
     options = parse_cluster_line("--cpu-workers 1 --name owned")
     info = lifecycle.start(options, telemetry_interval=0)
-    assert info.name == "owned" and active.in_use() is not None
+    assert info.name == "owned" and kernel_cluster.in_use() is not None
     said: list[str] = []
     stopper = threading.Thread(target=lambda: said.append(lifecycle.stop()), name="a-stopping-thread")
     stopper.start()
     stopper.join(60)
     assert said == ["%gpucluster: stopped cluster 'owned'"]
-    assert active.in_use() is None and active.starting() is None
+    assert kernel_cluster.in_use() is None and kernel_cluster.starting() is None
     assert len(owner_changes) >= 3  # the start under way, the cluster in use, then none
     assert set(owner_changes) == {owner.THREAD_NAME}

@@ -108,7 +108,7 @@ def test_the_abandoned_gather_report_is_dropped_once_per_loop_and_others_go_on()
 
     from distributed.client import AllExit
 
-    from gpu_magics.cluster.managers.steps import quiet_abandoned_gathers
+    from gpu_magics.cluster.control.steps import quiet_abandoned_gathers
 
     loop = asyncio.new_event_loop()
     seen: list[object] = []

@@ -20,8 +20,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import gpu_magics
-from gpu_magics.argparsing import most_threads
-from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.control import lifecycle
+from gpu_magics.text.argparsing import most_threads
 from tests.test_kernel_faults import loaded_kernel
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.control import lifecycle
 from gpu_magics.cluster.workers import driver_start
 
 

@@ -11,7 +11,7 @@ import json, sys
 from IPython.testing.globalipapp import start_ipython
 shell = start_ipython()
 shell.run_line_magic("load_ext", "gpu_magics")
-import gpu_magics.cluster.lifecycle, gpu_magics.display, gpu_magics.server, gpu_magics.monitor
+import gpu_magics.cluster.control.lifecycle, gpu_magics.display, gpu_magics.server, gpu_magics.monitor
 loaded = [name for name in ("pynvml", "cupy", "dask_cuda", "ipywidgets", "tornado") if name in sys.modules]
 magics = sorted(shell.magics_manager.magics["line"]) + sorted(shell.magics_manager.magics["cell"])
 print(json.dumps({"loaded": loaded, "magics": magics}))

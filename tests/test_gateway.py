@@ -18,7 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.managers import gateway as gateway_manager
 from gpu_magics.cluster.options import gateway_short_name
 from gpu_magics.gpurun.graphs import device

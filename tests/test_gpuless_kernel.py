@@ -15,7 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import device, remote_gpus
 from tests.cli_cluster import CliCluster, cli_cluster

@@ -15,10 +15,11 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics import gpus, hints
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics import gpus
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.gpurun.results import CompareResult
+from gpu_magics.text import hints
 
 HINT = re.compile(r"start (?:one|a new cluster) with (%gpucluster(?: --cpu-workers \d+)?)\b")
 

@@ -23,7 +23,7 @@ from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelMana
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpu_magics.cluster.background.verbs.reclaim import said
+from gpu_magics.cluster.control.verbs.reclaim import said
 from gpu_magics.monitor import fake_pools
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.metrics.holds import Hold
@@ -48,7 +48,7 @@ SETUP = (
     "%config ClusterMagics.wait_for_workers = True\n"
 )
 PIDS = (  # the reclaim comes between cells: what a test needs of the cluster is asked for in the cell that starts it
-    "\nimport json, os\nfrom gpu_magics.cluster.queries import active_client\n"
+    "\nimport json, os\nfrom gpu_magics.cluster.control.queries import active_client\n"
     "print('worker pids:', json.dumps(list(active_client().run(os.getpid).values())))"
 )
 LINE = re.compile(r"%gpucluster: idle GPUs for \d+ s: the server \(GpuMagicsServer\.idle_reclaim_min\) (.+)")
@@ -82,7 +82,7 @@ def test_the_line_says_what_was_given_back_and_what_was_kept() -> None:
         "running: it is running tasks"
     )
     assert said(60, 0, None, False, None) is None  # nothing done: nothing said
-    call = "__import__('gpu_magics.cluster.background.verbs.reclaim', fromlist=['run']).run("
+    call = "__import__('gpu_magics.cluster.control.verbs.reclaim', fromlist=['run']).run("
     assert expression(72.5).startswith(call)
 
 

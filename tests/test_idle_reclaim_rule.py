@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from distributed import Client, LocalCluster, Variable
 
-from gpu_magics.cluster.background.verbs.reclaim import why_kept
+from gpu_magics.cluster.control.verbs.reclaim import why_kept
 
 pytestmark = pytest.mark.slow
 

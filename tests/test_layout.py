@@ -112,7 +112,7 @@ def test_only_the_inventory_and_the_monitor_source_enumerate_devices() -> None:
 
 
 PURE = ("gpu_magics.gpurun.options", "gpu_magics.cluster.options", "gpu_magics.cluster.info")
-PURE += ("gpu_magics.cluster.records.record", "gpu_magics.monitor.models", "gpu_magics.argparsing")
+PURE += ("gpu_magics.cluster.records.record", "gpu_magics.monitor.models", "gpu_magics.text.argparsing")
 PURE += ("gpu_magics.spmd.messages",)
 
 
@@ -172,7 +172,10 @@ def test_the_engines_depend_one_way() -> None:
         return {m for name, found in graph.items() if within(name, source) for m in found if within(m, target)}
 
     assert edges("gpu_magics.cluster", "gpu_magics.gpurun") == set()
-    assert edges("gpu_magics.gpurun", "gpu_magics.cluster") <= {"gpu_magics.cluster", "gpu_magics.cluster.queries"}
+    assert edges("gpu_magics.gpurun", "gpu_magics.cluster") <= {
+        "gpu_magics.cluster",
+        "gpu_magics.cluster.control.queries",
+    }
 
 
 def test_the_circle_check_sees_a_lazy_circle(tmp_path: Path) -> None:
@@ -233,8 +236,9 @@ ALIASED_FOR_NOW: dict[str, set[str]] = {}  # none left
 
 
 def test_own_modules_are_imported_under_their_own_names() -> None:
-    """``from gpu_magics.cluster import lifecycle``, never ``lifecycle as cluster``: a module whose name has to be
-    changed where it is imported is a module to rename, and a clash with a local name is the local's to give way."""
+    """``from gpu_magics.cluster.control import lifecycle``, never ``lifecycle as cluster``: a module whose name has
+    to be changed where it is imported is a module to rename, and a clash with a local name is the local's to give
+    way."""
     assert all(within(name, "gpu_magics.spmd") for name in ALIASED_FOR_NOW)
     strays = {
         name: sorted(aliases - ALIASED_FOR_NOW.get(name, set()))
@@ -290,7 +294,7 @@ def test_no_cluster_folder_holds_rooms_below_the_lifecycle_and_verbs_above_it() 
     """A room ``cluster.lifecycle`` imports and a verb that imports it (lazily too) never share a folder: the
     background start and the idle watcher sit in ``background/``, restart and scale under way, the shutdown, the
     interrupts and the idle reclaim in ``background/verbs/``."""
-    assert folders_spanning_floors("gpu_magics.cluster.lifecycle", "gpu_magics.cluster") == {}
+    assert folders_spanning_floors("gpu_magics.cluster.control.lifecycle", "gpu_magics.cluster") == {}
 
 
 def test_the_floor_check_sees_a_folder_spanning_floors(tmp_path: Path) -> None:
@@ -332,7 +336,7 @@ def test_the_side_panels_sources_hold_at_most_twelve_entries_a_folder() -> None:
 
 
 def test_the_cluster_engine_never_imports_the_displays() -> None:
-    """Units (bytes, durations, the one-line error) live below both, in ``gpu_magics.units``."""
+    """Units (bytes, durations, the one-line error) live below both, in ``gpu_magics.text.units``."""
     graph = import_graph(MODULES)
     reaching = {name: sorted(m for m in found if within(m, "gpu_magics.display")) for name, found in graph.items()}
     assert {name: found for name, found in reaching.items() if within(name, "gpu_magics.cluster") and found} == {}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics import units
 from gpu_magics.cluster.records.record import runtime_dir
+from gpu_magics.text import units
 
 BROKEN_DISPLAY = """
 from gpu_magics.cluster.background.starting import Starting

@@ -30,7 +30,7 @@ from IPython.utils.capture import capture_output
 from traitlets import TraitError
 
 from gpu_magics import gpus
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records

@@ -22,7 +22,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import spmd
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.spmd.kernel import ranks as rank_sets
 from gpu_magics.spmd.worker import host
 from tests.test_gpurun import NO_GPU, inventory

@@ -19,7 +19,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.spmd.kernel import cell as spmd_cell
 from gpu_magics.spmd.kernel import ranks as rank_sets
 from gpu_magics.spmd.worker import host

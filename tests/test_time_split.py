@@ -16,7 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics.arrays import chunk_advice
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.gpurun.graphs import tuning
 from gpu_magics.gpurun.timing import advice
 from gpu_magics.gpurun.timing.time_split import PARTS, TaskTiming, TimeSplit, split
@@ -218,7 +218,7 @@ def test_a_bad_tuning_setting_is_one_line_and_the_cluster_stays(
 def let_go_of_the_last_cell(timeout: float = 10.0) -> None:
     """Wait until the cluster's scheduler holds none of the last cell's tasks: the client lets go of its futures
     after the cell, asynchronously, and a cell run at once with the same keys would reuse results still held."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     current = queries.in_use()
     scheduler = None if current is None else queries.local_scheduler(current.client)

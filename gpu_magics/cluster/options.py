@@ -10,7 +10,7 @@ from typing import Literal
 
 from IPython.core.error import UsageError
 
-from gpu_magics.argparsing import (
+from gpu_magics.text.argparsing import (
     FreeGpus,
     MagicArgumentParser,
     duration,

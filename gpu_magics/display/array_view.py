@@ -14,7 +14,7 @@ from typing import Any
 from gpu_magics.arrays import chunk_advice
 from gpu_magics.display import svg
 from gpu_magics.display.format import MUTED, STYLE, WARN, format_bytes
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 # A distributed task costs about 1 ms of scheduling; one 10000 x 10000 float64 chunk (800e6 bytes, 763 MiB) of the
 # seed workload takes about 4 ms of GPU time on an H200; chunk_advice says when overhead dominates that work.

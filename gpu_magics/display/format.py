@@ -1,4 +1,4 @@
-"""How every notebook display writes numbers (``gpu_magics.units``, re-exported here), its one inline style, and
+"""How every notebook display writes numbers (``gpu_magics.text.units``, re-exported here), its one inline style, and
 its tables.
 
 Styles follow the JupyterLab theme: its font variables and colour variables (with fallbacks for other front
@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from gpu_magics.units import (  # the display's numbers, as everywhere else
+from gpu_magics.text.units import (  # the display's numbers, as everywhere else
     DASH,
     format_age,
     format_bytes,

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpu_magics.display import svg
 from gpu_magics.display.format import DASH, STYLE, format_bytes
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 MAX_NODES = 60
 DETAILED = 8  # graphs of up to this many layers show every layer; larger ones collapse plain chains

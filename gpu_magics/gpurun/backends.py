@@ -22,14 +22,15 @@ from typing import TYPE_CHECKING, Any
 import dask
 from IPython.core.error import UsageError
 
-from gpu_magics import gpus, hints
-from gpu_magics.argparsing import check_threads
+from gpu_magics import gpus
 from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import kernel_tail, tuning
 from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
-from gpu_magics.units import dropped
+from gpu_magics.text import hints
+from gpu_magics.text.argparsing import check_threads
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -171,7 +172,7 @@ def unavailable_reason(name: str) -> str | None:
     if name == "gpu":
         return gpus.inventory().unavailable_reason()
     if name == "multi-gpu":
-        from gpu_magics.cluster import queries
+        from gpu_magics.cluster.control import queries
 
         if queries.active_client() is not None:
             return None
@@ -258,7 +259,7 @@ def available_plans(
 
 
 def _auto_choice() -> tuple[str, str]:
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     if queries.active_client() is not None and queries.has_gpu_workers():
         return "multi-gpu", "a cluster with GPU workers is attached"
@@ -319,7 +320,7 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
 
 
 def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences) -> BackendPlan:
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     client = queries.require_client()
     notes: tuple[str, ...] = ()

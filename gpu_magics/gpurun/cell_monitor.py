@@ -18,7 +18,7 @@ from gpu_magics.display.monitor_view import pair, timeline
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.monitor.sampler import GpuSummary, Sampler, get_sampler, summarize
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 QUIET_SAMPLING_AFTER_S = 0.3
 """A quiet cell (``-q``, no live panel, no ``-o``) is sampled only once it has run this long: a short one costs
@@ -182,7 +182,7 @@ def _cluster_gpus(plan: BackendPlan) -> tuple[Sampler | None, tuple[int, ...]]:
     other hosts, all come from the workers' reports. ``(None, plan.gpu_indices)`` otherwise."""
     if plan.client is None:
         return None, plan.gpu_indices
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     telemetry = queries.telemetry()
     if telemetry is None or telemetry.client is not plan.client:

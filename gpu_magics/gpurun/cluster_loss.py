@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 from typing import TYPE_CHECKING
 
-from gpu_magics import hints
+from gpu_magics.text import hints
 
 if TYPE_CHECKING:
     from distributed import Client

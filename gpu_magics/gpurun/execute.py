@@ -21,7 +21,7 @@ from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.gpurun.timing.time_split import TimeSplit
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -183,7 +183,7 @@ def run_once(
 def _lost_cluster(error: BaseException, client: Client | None) -> str | None:
     if client is None:
         return None
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     return cluster_loss.lost_cluster_message(error, client, queries.active_client())
 
@@ -301,7 +301,7 @@ def run_on_backend(
 
 def _kernel_shares() -> dict[str, str]:
     """The cluster's workers whose GPU this kernel holds memory on too (for the advice); none where unknown."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     reports = queries.telemetry()
     if reports is None:

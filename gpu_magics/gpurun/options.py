@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from IPython.core.error import UsageError
 
-from gpu_magics.argparsing import (
+from gpu_magics.text.argparsing import (
     MagicArgumentParser,
     comma_list,
     non_negative_int,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dask.callbacks import Callback
 
 from gpu_magics.gpurun.timing import task_count
-from gpu_magics.units import format_count, format_seconds
+from gpu_magics.text.units import format_count, format_seconds
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -123,7 +123,7 @@ def wait_for_cluster(live: bool, prog: str = "%%gpurun") -> float:
     """Wait for the cluster's start under way (``live``: with a line in this cell that says how far it got, and
     then how long it waited, not counted in the cell's time; ``prog``: the magic that waits); the seconds waited
     (0: no start was under way). Its failure is one ``UsageError`` line, an interrupt one line too."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     pending = queries.start_under_way()
     if pending is None:

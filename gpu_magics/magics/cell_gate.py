@@ -16,7 +16,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.active import starting
+from gpu_magics.cluster.control.kernel_cluster import starting
 
 _CALL = "__import__('gpu_magics.magics.cell_gate', fromlist=['before_cell']).before_cell()"
 _KEY = "_gpu_magics_cell_gate"

@@ -12,19 +12,19 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 from traitlets import Bool, Float, TraitError, Unicode, validate
 
-from gpu_magics.argparsing import duration
-from gpu_magics.cluster import lifecycle
 from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.background.verbs import changes, shutdown
+from gpu_magics.cluster.control import changes, lifecycle
+from gpu_magics.cluster.control.queries import no_cluster_message
+from gpu_magics.cluster.control.verbs import shutdown
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
-from gpu_magics.cluster.queries import no_cluster_message
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 from gpu_magics.display.format import format_bytes
 from gpu_magics.display.live import can_show_widgets
 from gpu_magics.display.start_line import StartLine
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free, own_descendants
+from gpu_magics.text.argparsing import duration
 
 
 @magics_class

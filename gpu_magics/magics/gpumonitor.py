@@ -8,11 +8,11 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gpu_magics.argparsing import MagicArgumentParser, positive_float
 from gpu_magics.display.format import format_seconds
 from gpu_magics.display.monitor_view import live_panel_text
 from gpu_magics.monitor.sampler import MIN_INTERVAL, Sampler, get_sampler, shutdown_sampler
 from gpu_magics.monitor.sources import source_from_env
+from gpu_magics.text.argparsing import MagicArgumentParser, positive_float
 
 
 def _parser() -> MagicArgumentParser:
@@ -107,7 +107,7 @@ class MonitorMagics(Magics):
 
 def _cluster_elsewhere() -> tuple[Sampler, str] | None:
     """The GPUs the cluster in use has on other hosts (its workers' reports) and a title, or ``None``."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     telemetry = queries.telemetry()
     current = queries.active()

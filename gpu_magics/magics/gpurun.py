@@ -18,7 +18,7 @@ from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_ru
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session import placement, plain_cells, spmd_cells
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
-from gpu_magics.units import format_seconds
+from gpu_magics.text.units import format_seconds
 
 if TYPE_CHECKING:
     from gpu_magics.display.live import PanelSlot
@@ -290,7 +290,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         restarts the workers with ``restart_on_interrupt``); with ``free_pool_after_cell``, what the kernel's pool
         caches is given back once a cell ran on a GPU here."""
         if isinstance(error, KeyboardInterrupt) and plans and plans[-1].client is not None:
-            from gpu_magics.cluster.background.verbs import interrupts
+            from gpu_magics.cluster.control.verbs import interrupts
 
             print(interrupts.after_interrupt(plans[-1].client, restart=self.restart_on_interrupt))
         if self.free_pool_after_cell and any(plan.gpu_indices for plan in plans):

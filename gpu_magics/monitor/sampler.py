@@ -21,7 +21,7 @@ from typing import Any
 from gpu_magics.monitor.host import HostProbe
 from gpu_magics.monitor.models import GpuReading, GpuSource, Snapshot
 from gpu_magics.monitor.sources import default_source
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 __all__ = [
     "MIN_INTERVAL",

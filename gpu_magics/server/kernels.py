@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 
 def kernel_pids(kernel_manager: Any) -> dict[int, str]:

@@ -19,7 +19,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from tests.cli_cluster import CliCluster, cli_cluster
 from tests.gpu.conftest import GPU_COUNT
 

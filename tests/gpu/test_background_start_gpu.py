@@ -10,7 +10,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
 

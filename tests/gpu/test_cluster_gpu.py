@@ -15,7 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.options import GPU_WORKER_THREADS
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics

@@ -26,7 +26,7 @@ KERNEL = r"""
 import json, sys, time
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "gpu_magics")

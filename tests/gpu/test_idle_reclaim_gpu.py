@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from gpu_magics.cluster.background.verbs.reclaim import torch_release
+from gpu_magics.cluster.control.verbs.reclaim import torch_release
 from tests.gpu.test_metrics_gpu import nvml_processes, run, wait
 from tests.prometheus.harness import JupyterServer
 

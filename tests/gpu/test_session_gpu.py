@@ -9,7 +9,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 
 # The issue's plain cell (20000^2, 5000^2 chunks); each chunk also says where it was computed.
 PLAIN_CELL = """

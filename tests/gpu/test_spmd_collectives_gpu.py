@@ -19,7 +19,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.control import lifecycle
 from gpu_magics.spmd.worker import host
 from tests.gpu.test_spmd_gpu import COLLECTIVE_TIMEOUT_MIN, run, started
 

@@ -18,7 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus, spmd
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.spmd.worker import host
 
 pytestmark = [

@@ -96,7 +96,7 @@ def kernels(stack: Stack) -> Iterator[tuple[Kernel, Kernel]]:
 STATUS = """
 import json
 from gpu_magics import gpus
-from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.control import lifecycle
 info = lifecycle.status()
 uuid_of = {f"GPU {device.index}": device.uuid for device in gpus.inventory().devices()}
 print(json.dumps({

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPResponse
 
-from gpu_magics import hints
 from gpu_magics.cluster.records import record as cluster_records
+from gpu_magics.text import hints
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]
 

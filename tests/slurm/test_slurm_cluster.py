@@ -12,7 +12,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.slurm.conftest import gpucluster, queued
 from tests.waiting import wait_for

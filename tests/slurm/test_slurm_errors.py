@@ -13,7 +13,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import gpu_magics
-from gpu_magics.cluster import lifecycle as cluster
+from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.slurm.conftest import gpucluster, queued
 from tests.waiting import wait_for

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import lifecycle
+from gpu_magics.cluster.control import lifecycle
 from gpu_magics.cluster.managers.opening import make_manager
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.magics.gpucluster import ClusterMagics

@@ -23,7 +23,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 KERNEL_MODULES = (
     "distributed",
@@ -34,7 +34,7 @@ KERNEL_MODULES = (
     "gpu_magics.cluster.managers.factories",
     "gpu_magics.cluster.workers.warmup",
     "gpu_magics.cluster.telemetry.collector",
-    "gpu_magics.cluster.records.writer",
+    "gpu_magics.cluster.control.record_writer",
 )
 GPU_MODULES = ("dask_cuda", "cupy", "distributed.protocol.cupy")  # where installed
 # the scheduler's dashboard (where bokeh is installed): importing it was most of the scheduler's start (0.7 of 0.8 s)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -113,7 +113,7 @@ class IdleWatcher:
 
 def closed_line(prog: str, owned: bool, name: str, waited: float) -> str:
     """What the kernel says when the idle timeout closed its cluster (``owned``) or detached from one."""
-    from gpu_magics.units import format_duration
+    from gpu_magics.text.units import format_duration
 
     if owned:
         return (

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
-from gpu_magics import units
 from gpu_magics.cluster.records.record import runtime_dir
+from gpu_magics.text import units
 
 LOGGERS = ("distributed", "dask_cuda", "tornado.application", "asyncio")
 FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"

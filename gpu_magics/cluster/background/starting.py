@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from IPython.core.error import UsageError
 
-from gpu_magics.units import dropped, format_duration
+from gpu_magics.text.units import dropped, format_duration
 
 Phase = Literal["scheduler", "workers", "ready", "failed", "stopped"]
 TICK_S = 0.2  # how often the count of joined workers is read while they start

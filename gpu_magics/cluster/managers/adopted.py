@@ -12,7 +12,7 @@ from gpu_magics.cluster.info import JobInfo
 from gpu_magics.cluster.managers.base import ClusterManager, same_address
 from gpu_magics.cluster.managers.squeue import job_workers, submits_with
 from gpu_magics.cluster.options import PROG, ClusterOptions
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import dropped, one_line
+from gpu_magics.text.units import dropped, one_line
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster.managers import attach
 from gpu_magics.cluster.managers.base import ClusterManager, same_address
 from gpu_magics.cluster.options import DEFAULT_ATTACH_TIMEOUT, PROG, ClusterOptions
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.cluster.info import ClusterFacts, JobInfo
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import format_duration
+from gpu_magics.text.units import format_duration
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from IPython.core.error import UsageError
 
-from gpu_magics import gpus, hints
+from gpu_magics import gpus
 from gpu_magics.cluster.dashboard.close import forget_scheduler, stop_dashboard
 from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.workers import forkserver
+from gpu_magics.text import hints
 
 if TYPE_CHECKING:
     from distributed import LocalCluster

@@ -19,7 +19,7 @@ from gpu_magics.cluster.managers import attach, needs
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, gateway_short_name
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import dropped, format_duration, one_line
+from gpu_magics.text.units import dropped, format_duration, one_line
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from IPython.core.error import UsageError
 
-from gpu_magics.argparsing import check_threads
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.workers import forkserver
-from gpu_magics.units import dropped
+from gpu_magics.text.argparsing import check_threads
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from IPython.core.error import UsageError
 
-from gpu_magics.units import one_line
+from gpu_magics.text.units import one_line
 
 T = TypeVar("T")
 

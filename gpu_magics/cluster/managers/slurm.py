@@ -20,7 +20,7 @@ from gpu_magics.cluster.managers import needs, squeue
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.squeue import job_workers
 from gpu_magics.cluster.options import PROG, ClusterOptions
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.info import ClusterInfo, JobInfo, KernelGpuInfo, WorkerGpu, WorkerInfo
 from gpu_magics.cluster.reading import inspection
+from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.records import kernel_report
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.info import WorkerGpu, WorkerInfo
 from gpu_magics.cluster.options import Kind
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

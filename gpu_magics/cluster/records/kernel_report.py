@@ -25,7 +25,7 @@ from gpu_magics.cluster.records import record
 from gpu_magics.cluster.telemetry import pools
 from gpu_magics.cluster.telemetry.pools import Freed, ProcessMemory
 from gpu_magics.monitor.models import GpuProcess
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 REUSE_S = 0.5  # figures read less than this long ago are reused (a cell end and a record refresh together)
 

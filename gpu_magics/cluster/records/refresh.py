@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 
 class RecordRefresher:

@@ -29,7 +29,7 @@ from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerRepor
 from gpu_magics.cluster.telemetry.sharing import KernelHeld, others_by_gpu
 from gpu_magics.monitor.availability import OtherUse
 from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
-from gpu_magics.units import one_line
+from gpu_magics.text.units import one_line
 
 if TYPE_CHECKING:
     from distributed import Client

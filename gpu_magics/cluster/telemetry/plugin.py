@@ -25,7 +25,7 @@ from distributed.comm import get_address_host
 from gpu_magics.cluster.telemetry.pools import memory_on
 from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport
 from gpu_magics.monitor.models import Snapshot
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 PLUGIN_NAME = "gpu-magics-telemetry"
 DEFAULT_INTERVAL = 1.0  # seconds between reports

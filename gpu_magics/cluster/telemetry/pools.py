@@ -20,7 +20,7 @@ from typing import Any
 
 from gpu_magics.cluster.telemetry import process_memory
 from gpu_magics.monitor.models import GpuReading
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 Role = str  # "kernel" or "worker": which part of a fake spec's pools applies
 

@@ -12,7 +12,7 @@ import importlib
 import os
 import signal
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 WORKER_MODULES = (
     "numpy",

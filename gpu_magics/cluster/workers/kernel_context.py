@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gpu_magics.cluster.telemetry.process_memory import cuda_loaded, primary_contexts
 from gpu_magics.gpus import GpuDevice
-from gpu_magics.units import dropped, format_bytes
+from gpu_magics.text.units import dropped, format_bytes
 
 
 @dataclass(frozen=True)

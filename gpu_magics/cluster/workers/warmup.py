@@ -24,7 +24,7 @@ from distributed import WorkerPlugin
 
 from gpu_magics.cluster.options import Kind
 from gpu_magics.cluster.reading.inspection import scheduler_workers
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

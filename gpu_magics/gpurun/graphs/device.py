@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 LIBRARY_VARIABLE = "GPU_MAGICS_DEVICE_ARRAYS"
 

@@ -60,7 +60,7 @@ def plain_cells(plan: BackendPlan | None) -> Placement:
     """Where plain cells run under the session backend ``plan`` (``None``: dask's own settings)."""
     if plan is not None:
         return Placement(f"{plan.name}, {_plan_where(plan, plan.chunk_type)}", OFF)
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     backend = str(dask.config.get("array.backend", default="numpy") or "numpy")
     if queries.active_client() is not None:
@@ -99,7 +99,7 @@ def for_array(plan: BackendPlan | None, chunk_library: str) -> Placement | None:
         if chunk_library == "numpy" and plan.chunk_type == "cupy" and not plan.remote_chunks:
             return Placement(where, 'x = x.to_backend("cupy") computes it on the GPUs', gpus_idle=True)
         return Placement(where)
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     if queries.active_client() is None:
         return Placement("this kernel's GPU" if chunk_library == "cupy" else "this kernel's CPU threads")

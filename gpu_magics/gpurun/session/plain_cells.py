@@ -29,7 +29,7 @@ from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session.spmd_cells import SpmdCells
 from gpu_magics.gpurun.timing import task_count
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 PROG = "%gpurun"
 _KEY = "_gpu_magics_session"
@@ -64,7 +64,7 @@ class Session:
         self.now: BackendPlan | SpmdCells | None = None  # None: here, with dask's own settings
         self._applied: contextlib.ExitStack | None = None
         self._cell: _Cell | None = None
-        from gpu_magics.cluster import queries
+        from gpu_magics.cluster.control import queries
 
         self._stop_listening = queries.on_change(self._cluster_changed)
 
@@ -226,7 +226,7 @@ def _chooses_own_backend(raw_cell: str) -> bool:
 def _mark_cluster(plan: BackendPlan | None) -> None:
     """Tell the cluster in use (its record, the side panel's card) which backend plain cells use, on the cluster
     or here (as ``%gpucluster status`` says it)."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     queries.tell_plain_cells(None if plan is None else plan.name)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_magics.arrays import chunk_advice
 from gpu_magics.arrays.philox import CALL
 from gpu_magics.gpurun.timing.time_split import TimeSplit
-from gpu_magics.units import dropped, format_bytes, format_seconds
+from gpu_magics.text.units import dropped, format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from dask.callbacks import Callback
 
-from gpu_magics.cluster import queries
+from gpu_magics.cluster.control import queries
 from gpu_magics.gpurun.timing import time_split
 from gpu_magics.gpurun.timing.time_split import TaskTiming, TimeSplit
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_magics.units import format_bytes, format_seconds
+from gpu_magics.text.units import format_bytes, format_seconds
 
 Interval = tuple[float, float]
 PARTS: tuple[str, ...] = ("compute", "transfers", "scheduling", "client", "result")

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpu_magics.monitor.models import Snapshot
-from gpu_magics.units import format_bytes
+from gpu_magics.text.units import format_bytes
 
 MAX_RECORDED = 20_000  # processes remembered at most (the oldest of ended kernels go first)
 START_TOLERANCE = 0.05  # seconds: psutil's start times of one process agree to ~0.01 s

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpu_magics.cluster.info import ClusterFacts
 from gpu_magics.server.metrics.gather import Inputs
-from gpu_magics.units import format_age, format_bytes
+from gpu_magics.text.units import format_age, format_bytes
 
 FREE_COMMAND = "%gpucluster free"
 STOP_COMMAND = "%gpucluster stop"

@@ -26,7 +26,7 @@ HELP = (
     "kept_cluster (left running: it holds the user's data, or runs), failed (the kernel did not answer)."
 )
 CALL_TIMEOUT_S = 120.0  # closing a cluster takes seconds; a kernel that takes longer is counted failed
-RUN = "__import__('gpu_magics.cluster.background.verbs.reclaim', fromlist=['run']).run"
+RUN = "__import__('gpu_magics.cluster.control.verbs.reclaim', fromlist=['run']).run"
 LOADED = "'gpu_magics.cluster' in __import__('sys').modules"  # a kernel that never loaded it is not made to
 
 

@@ -69,7 +69,7 @@ class CellSettings:
 
 def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellSettings) -> Any:
     """Run ``code`` as an SPMD cell; its result (rank 0's value), with ``-o`` the ``SpmdResult`` kept."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     check_source(code)
     client = queries.require_client()
@@ -392,7 +392,7 @@ class _CellRun:
         return StatusView(self.world.describe(), outcomes, wall, finished, gpus, list(self.board.notes))
 
     def _add_telemetry(self) -> None:
-        from gpu_magics.cluster import queries
+        from gpu_magics.cluster.control import queries
 
         found = queries.telemetry()
         if found is None or self.world.kind == "cpu":

@@ -19,7 +19,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.spmd.kernel import chunk_plan
 from gpu_magics.spmd.rank.shards import Chunk, DaskShards
-from gpu_magics.units import format_bytes
+from gpu_magics.text.units import format_bytes
 
 if TYPE_CHECKING:
     from distributed import Client, Future

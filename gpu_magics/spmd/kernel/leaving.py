@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -25,7 +25,7 @@ from gpu_magics.spmd.kernel import results
 from gpu_magics.spmd.kernel.world import PROG, USER_SET, Member, Rank, World, check_gpus, order
 from gpu_magics.spmd.messages import Command, Event, ExitedEvent, Line, LinesEvent
 from gpu_magics.spmd.worker import host
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -157,7 +157,7 @@ class Ranks:
         few seconds) matches the running world, no round trip is made; otherwise the scheduler is asked. A world
         that lost a rank process is ended first (a process group cannot lose a member): all ranks start again.
         ``cell``: a cell follows at once, which makes the last world's groups again (``push``/``pull``: not)."""
-        from gpu_magics.cluster import queries
+        from gpu_magics.cluster.control import queries
         from gpu_magics.cluster.reading import inspection
 
         with self._lock:
@@ -388,7 +388,7 @@ def _cluster_changed(cluster: Any) -> None:
 def for_client(client: Client) -> Ranks:
     """This kernel's ranks on ``client``'s cluster (made on first use)."""
     if not _listening:
-        from gpu_magics.cluster import queries
+        from gpu_magics.cluster.control import queries
 
         _listening.append(queries.on_change(_cluster_changed))
     key = str(client.id)
@@ -400,7 +400,7 @@ def for_client(client: Client) -> Ranks:
 
 def current() -> Ranks | None:
     """The ranks on the cluster in use, if any were made."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     client = queries.active_client()
     return None if client is None else _by_client.get(str(client.id))
@@ -418,7 +418,7 @@ def end_all() -> None:
 def world_now() -> tuple[int, str] | None:
     """How many ranks the next SPMD cell would have, and the world in words, without starting any (``None``
     where no cluster answers yet, or its start is still under way)."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
 
     if queries.start_under_way() is not None:
         return None

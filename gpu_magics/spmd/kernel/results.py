@@ -12,7 +12,7 @@ from typing import Any
 
 from gpu_magics.display.format import MUTED, format_bytes, format_percent, format_seconds, html_table, text_table
 from gpu_magics.spmd.messages import NEVER_RAN, RankError
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 
 class RankState(enum.StrEnum):

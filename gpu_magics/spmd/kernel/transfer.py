@@ -26,7 +26,7 @@ TIMEOUT_S = 300.0
 
 def _ranks_ready(ranks: Sequence[int] | None, said: str) -> tuple[Any, tuple[Any, ...]]:
     """The ranks to reach (every rank without ``ranks``); ``said`` begins the line about a rank outside the world."""
-    from gpu_magics.cluster import queries
+    from gpu_magics.cluster.control import queries
     from gpu_magics.spmd.kernel.ranks import for_client
 
     made = for_client(queries.require_client())

@@ -17,15 +17,13 @@ from typing import Any, cast
 from IPython.core.error import UsageError
 
 from gpu_magics.arrays import dask_settings
-from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use, set_starting, starting
-from gpu_magics.cluster.background import idle, owner, release, start_logs
+from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.info import ClusterInfo
-from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.managers.opening import make_manager, refuse_another
-from gpu_magics.cluster.options import PROG, ClusterOptions
-from gpu_magics.cluster.queries import (
+from gpu_magics.cluster.control import owner, record_writer, release
+from gpu_magics.cluster.control.answers import dashboard_url, require_active, require_owned, status
+from gpu_magics.cluster.control.kernel_cluster import in_use, set_in_use, set_starting, starting
+from gpu_magics.cluster.control.queries import (
     active,
     active_client,
     describe_hardware,
@@ -39,13 +37,17 @@ from gpu_magics.cluster.queries import (
     worker_count,
     worker_kind,
 )
+from gpu_magics.cluster.info import ClusterInfo
+from gpu_magics.cluster.managers.base import ClusterManager
+from gpu_magics.cluster.managers.opening import make_manager, refuse_another
+from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.reading import cluster_state
-from gpu_magics.cluster.reading.answers import dashboard_url, require_active, require_owned, status
-from gpu_magics.cluster.records import kernel_report, writer
+from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
-from gpu_magics.units import dropped, one_line
+from gpu_magics.text.units import dropped, one_line
 
 # The lifecycle's own verbs, and the answers given here too (``queries``; ``reading.answers``: status, dashboard, the
 # cluster a verb requires): the magic and scripts ask this module, while ``gpurun`` asks ``cluster.queries`` only.
@@ -171,7 +173,7 @@ def _start_job(
 ) -> ClusterInfo:
     """The start itself (``steps.start``), with distributed's own lines in the log file rather than the notebook;
     the cluster is in use from the moment its scheduler answers."""
-    from gpu_magics.cluster.managers import steps
+    from gpu_magics.cluster.control import steps
 
     def take_into_use(started: ActiveCluster) -> None:
         cpu = started.workers_kind == "cpu"
@@ -185,19 +187,19 @@ def _start_job(
             if reports is not None:
                 reports.kernel_held = kernel_report.held_by_uuid
                 started.refresher = RecordRefresher(
-                    lambda: writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
+                    lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
                 )
             _register_atexit()
 
         owner.change(take)
-        writer.write_record(started)
+        record_writer.write_record(started)
 
     with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
         started, waiting = steps.start(manager, options, began, handle, take_into_use, release.release)
     state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
     if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
         started.telemetry.wait_first_reports(len(state.workers))
-    writer.write_record(started, state=state)
+    record_writer.write_record(started, state=state)
 
     def ready() -> None:
         if worker_kind(started) == "gpu" and in_use() is started:
@@ -241,7 +243,7 @@ def start_progress() -> StartProgress | None:
 def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
     """The end of a verb that changed the workers: one read, from which the record and the output are made."""
     state = cluster_state.read(current)
-    writer.write_record(current, state=state)
+    record_writer.write_record(current, state=state)
     return cluster_state.describe(current, state, notice=notice)
 
 
@@ -294,7 +296,7 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
     current = require_owned("adapt", scalable=True)
-    from gpu_magics.cluster.managers import steps
+    from gpu_magics.cluster.control import steps
 
     return written_status(current, steps.adapt(current, minimum, maximum))
 
@@ -319,7 +321,7 @@ def _watch_idle(current: ActiveCluster, timeout: float) -> None:
         old.stop()
     owner.change(lambda: setattr(current, "idle", watcher))
     if current.record is not None:
-        writer.write_record(current, refresh=True)
+        record_writer.write_record(current, refresh=True)
 
 
 def _idle_watcher(current: ActiveCluster, timeout: float) -> idle.IdleWatcher | None:
@@ -329,7 +331,7 @@ def _idle_watcher(current: ActiveCluster, timeout: float) -> idle.IdleWatcher | 
 
     def changed() -> None:  # idle or busy again: the record shows the time left
         if current.record is not None:
-            writer.write_record(current, refresh=True)
+            record_writer.write_record(current, refresh=True)
 
     return idle.IdleWatcher(current.client, timeout, lambda: _close_idle(current), changed)
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.active import ActiveCluster
 from gpu_magics.cluster.background.starting import StartCancelled, Starting
+from gpu_magics.cluster.control.queries import worker_kind
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
-from gpu_magics.cluster.queries import worker_kind
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import dropped, one_line
+from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.text.units import dropped, one_line
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from gpu_magics.cluster.options import PROG
-from gpu_magics.units import dropped, format_bytes, format_duration, one_line
+from gpu_magics.text.units import dropped, format_bytes, format_duration, one_line
 
 SETTING = "GpuMagicsServer.idle_reclaim_min"
 _pending: list[str] = []
@@ -29,8 +29,8 @@ _pending: list[str] = []
 def run(idle_s: float) -> dict[str, Any]:
     """Free the cached memory, close the idle cluster where that loses nothing, say so at the next cell; returns
     ``{"freed": bytes, "cluster": name or None, "stopped": bool, "kept": why or None, "line": str or None}``."""
-    from gpu_magics.cluster import lifecycle
-    from gpu_magics.cluster.active import in_use
+    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control.kernel_cluster import in_use
 
     freed = _free_kernel()
     current = in_use()
@@ -56,7 +56,7 @@ def run(idle_s: float) -> dict[str, Any]:
 
 def why_kept(current: Any) -> str | None:
     """Why closing the cluster ``current`` would lose something of the user's (``None``: nothing would be lost)."""
-    from gpu_magics.cluster.queries import start_under_way
+    from gpu_magics.cluster.control.queries import start_under_way
 
     if start_under_way() is not None:
         return "it is still starting"

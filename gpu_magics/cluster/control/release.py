@@ -10,12 +10,13 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.active import ActiveCluster, in_use, set_in_use, set_starting
-from gpu_magics.cluster.background import owner
 from gpu_magics.cluster.background.starting import Starting
+from gpu_magics.cluster.control import owner
+from gpu_magics.cluster.control.kernel_cluster import in_use, set_in_use, set_starting
 from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.records import record
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 
 def forget_start(pending: Starting) -> None:

@@ -10,16 +10,17 @@ from typing import cast
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster import lifecycle
-from gpu_magics.cluster.active import ActiveCluster, set_starting, starting
-from gpu_magics.cluster.background import owner, start_logs
+from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
+from gpu_magics.cluster.control import lifecycle, owner
+from gpu_magics.cluster.control.kernel_cluster import set_starting, starting
+from gpu_magics.cluster.control.queries import worker_kind
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.queries import worker_kind
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.units import dropped, one_line
+from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.text.units import dropped, one_line
 
 
 def restart() -> ClusterInfo:
@@ -67,7 +68,7 @@ def scale(count: int) -> ClusterInfo:
 
 def begin_scale(count: int, *, background: bool = False, listen: Callable[[Starting], None] | None = None) -> Starting:
     """``scale`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
-    from gpu_magics.cluster.managers import steps
+    from gpu_magics.cluster.control import steps
 
     current = lifecycle.require_owned("scale", scalable=True)
     assert current.manager is not None

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 _WRAPPED = "_gpu_magics_original_do_shutdown"
 
@@ -24,8 +24,8 @@ _WRAPPED = "_gpu_magics_original_do_shutdown"
 def close_everything(shell: Any = None) -> None:
     """Freeze ``%gpumonitor`` panels (a saved notebook keeps their last view, marked stopped), stop the cluster
     (or disconnect from an attached one), then the worker server, resource tracker and driver's process."""
-    from gpu_magics.cluster import lifecycle
     from gpu_magics.cluster.background import start_logs
+    from gpu_magics.cluster.control import lifecycle
     from gpu_magics.cluster.workers import driver_start, forkserver
 
     monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
@@ -45,8 +45,8 @@ def close_local_adopted() -> None:
     other adopted cluster (its workers elsewhere) is only detached by ``stop``, as always."""
     from distributed import LocalCluster
 
-    from gpu_magics.cluster import lifecycle
-    from gpu_magics.cluster.active import in_use
+    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control.kernel_cluster import in_use
 
     current = in_use()
     manager = None if current is None else current.manager

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics import hints
-from gpu_magics.cluster.active import ActiveCluster, in_use, on_change, starting
+from gpu_magics.cluster.control.kernel_cluster import in_use, on_change, starting
 from gpu_magics.cluster.options import PROG, Kind
 from gpu_magics.cluster.reading import inspection
+from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.text import hints
 
 __all__ = [
     "active",
@@ -229,6 +230,6 @@ def expected_gpu_workers() -> bool:
 def tell_plain_cells(backend: str | None) -> None:
     """Note in the record of the cluster in use (the side panel's card) the session backend plain cells run on
     (``None``: dask's own settings)."""
-    from gpu_magics.cluster.records import writer
+    from gpu_magics.cluster.control import record_writer
 
-    writer.set_plain_cells(backend)
+    record_writer.set_plain_cells(backend)

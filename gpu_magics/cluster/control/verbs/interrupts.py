@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.options import PROG
-from gpu_magics.units import dropped
+from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -62,8 +62,7 @@ def running_after_stop(client: Client, wait: float = STOP_WAIT) -> int | None:
 def after_interrupt(client: Client, *, restart: bool) -> str:
     """One line for the user after an interrupt; with ``restart``, restart the workers of a cluster started
     here first (tasks still running stop, their memory is freed)."""
-    from gpu_magics.cluster import lifecycle
-    from gpu_magics.cluster.background.verbs import changes
+    from gpu_magics.cluster.control import changes, lifecycle
 
     count = running_after_stop(client)
     current = lifecycle.active()

@@ -9,12 +9,13 @@ import time
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.active import ActiveCluster, in_use
+from gpu_magics.cluster.control.kernel_cluster import in_use
+from gpu_magics.cluster.control.queries import no_cluster_message, settle_start, start_under_way
 from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.queries import no_cluster_message, settle_start, start_under_way
 from gpu_magics.cluster.reading import cluster_state, inspection
+from gpu_magics.cluster.reading.running import ActiveCluster
 
 
 def status(notice: str | None = None) -> ClusterInfo:

@@ -10,12 +10,13 @@ import sys
 import time
 from typing import Any
 
-from gpu_magics.cluster.active import ActiveCluster, in_use
-from gpu_magics.cluster.background import owner
+from gpu_magics.cluster.control import owner
+from gpu_magics.cluster.control.kernel_cluster import in_use
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import cluster_state, inspection
+from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.records import kernel_report, record
-from gpu_magics.units import dropped, one_line
+from gpu_magics.text.units import dropped, one_line
 
 _warned = False
 JOBS_REFRESH_S = 5.0  # how often a refreshed record asks the batch queue again

@@ -74,34 +74,31 @@ def test_changes_from_many_threads_run_one_at_a_time() -> None:
     assert most == 1
 
 
-def test_the_cluster_in_use_cannot_be_set_off_the_owner() -> None:
+def test_the_cluster_cannot_be_changed_off_the_owner() -> None:
+    cluster = kernel_cluster.kernel_cluster()
     with pytest.raises(RuntimeError, match="owner thread only"):
-        kernel_cluster.set_in_use(None)
+        cluster.claim_stop()
     with pytest.raises(RuntimeError, match="owner thread only"):
-        kernel_cluster.set_starting(None)
-    assert owner.change(lambda: kernel_cluster.set_in_use(kernel_cluster.in_use())) is kernel_cluster.in_use()
+        cluster.wound_down()
+    assert owner.change(kernel_cluster.view).phase is kernel_cluster.phase()
 
 
 @pytest.fixture
 def owner_changes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The threads every change of the cluster in use or the start under way ran on."""
+    """The threads every change of the kernel's cluster (its phase, the cluster in use) ran on."""
     threads: list[str] = []
-    set_in_use, set_starting = kernel_cluster.set_in_use, kernel_cluster.set_starting
+    move, use = kernel_cluster.KernelCluster._move, kernel_cluster.KernelCluster._use
 
-    def recording_in_use(cluster: ActiveCluster | None) -> ActiveCluster | None:
+    def recording_move(self: kernel_cluster.KernelCluster, *args: object) -> None:
         threads.append(threading.current_thread().name)
-        return set_in_use(cluster)
+        move(self, *args)  # type: ignore[arg-type]
 
-    def recording_starting(start: object) -> None:
+    def recording_use(self: kernel_cluster.KernelCluster, cluster: ActiveCluster | None) -> None:
         threads.append(threading.current_thread().name)
-        set_starting(start)  # type: ignore[arg-type]
+        use(self, cluster)
 
-    from gpu_magics.cluster.control import changes, release
-
-    for module in (lifecycle, release, changes):
-        monkeypatch.setattr(module, "set_starting", recording_starting)
-    for module in (lifecycle, release):
-        monkeypatch.setattr(module, "set_in_use", recording_in_use)
+    monkeypatch.setattr(kernel_cluster.KernelCluster, "_move", recording_move)
+    monkeypatch.setattr(kernel_cluster.KernelCluster, "_use", recording_use)
     yield threads
     lifecycle.stop()
 
@@ -113,11 +110,13 @@ def test_a_real_start_and_a_stop_from_another_thread_change_the_state_on_the_own
     options = parse_cluster_line("--cpu-workers 1 --name owned")
     info = lifecycle.start(options, telemetry_interval=0)
     assert info.name == "owned" and kernel_cluster.in_use() is not None
+    assert kernel_cluster.phase() is kernel_cluster.Phase.IN_USE
     said: list[str] = []
     stopper = threading.Thread(target=lambda: said.append(lifecycle.stop()), name="a-stopping-thread")
     stopper.start()
     stopper.join(60)
     assert said == ["%gpucluster: stopped cluster 'owned'"]
-    assert kernel_cluster.in_use() is None and kernel_cluster.starting() is None
-    assert len(owner_changes) >= 3  # the start under way, the cluster in use, then none
+    assert kernel_cluster.in_use() is None and kernel_cluster.under_way() is None
+    assert kernel_cluster.phase() is kernel_cluster.Phase.IDLE
+    assert len(owner_changes) >= 5  # starting, in use (cluster and phase), closing (phase and cluster), idle
     assert set(owner_changes) == {owner.THREAD_NAME}

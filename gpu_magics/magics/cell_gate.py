@@ -16,7 +16,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.control.kernel_cluster import starting
+from gpu_magics.cluster.control.kernel_cluster import unreported
 
 _CALL = "__import__('gpu_magics.magics.cell_gate', fromlist=['before_cell']).before_cell()"
 _KEY = "_gpu_magics_cell_gate"
@@ -24,8 +24,8 @@ _KEY = "_gpu_magics_cell_gate"
 
 def before_cell() -> None:
     """The cell's first statement: raise the failure of a start that no cell has said yet."""
-    pending = starting()
-    line = None if pending is None else pending.take_unreported()
+    failed = unreported()
+    line = None if failed is None else failed.take_unreported()
     if line is not None:
         raise UsageError(f"{line} (this cell did not run)")
 
@@ -36,9 +36,7 @@ class CellGate(ast.NodeTransformer):
     def visit_Module(self, node: ast.Module) -> ast.Module:
         if not node.body or _is_gate(node.body[0]):
             return node
-        pending = starting()
-        failed = pending is not None and pending.unreported and not _is_cluster_magic(node.body[0])
-        if not failed:
+        if unreported() is None or _is_cluster_magic(node.body[0]):
             return node
         call = ast.parse(_CALL).body[0]
         first = node.body[0]

@@ -13,11 +13,19 @@ from gpu_magics.text.units import dropped
 class Closing:
     """A close under way in its own thread; ``finished`` is set once it ended (a new start waits for it)."""
 
-    def __init__(self, close: Callable[[], str], failed: Callable[[BaseException], str], *, here: bool) -> None:
-        """``here``: close in this thread (nothing slow is expected), returning once it ended."""
+    def __init__(
+        self,
+        close: Callable[[], str],
+        failed: Callable[[BaseException], str],
+        *,
+        here: bool,
+        then: Callable[[Closing], None] | None = None,
+    ) -> None:
+        """``here``: close in this thread (nothing slow is expected), returning once it ended; ``then`` is called
+        with this once it ended (before ``finished`` is set)."""
         self.finished = threading.Event()
         self.said: str | None = None
-        self._close, self._failed = close, failed
+        self._close, self._failed, self._then = close, failed, then
         if here:
             self._run()
         else:
@@ -30,7 +38,11 @@ class Closing:
             dropped("closing the cluster", error)
             self.said = self._failed(error)
         finally:
-            self.finished.set()
+            try:
+                if self._then is not None:
+                    self._then(self)
+            finally:
+                self.finished.set()
 
     def line(self, wait_s: float) -> str | None:
         """What the close said, once it ended within ``wait_s`` seconds; ``None`` while it goes on."""

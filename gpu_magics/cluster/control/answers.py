@@ -5,10 +5,10 @@ needs (``require_active``: one in use, its start settled; ``require_owned``: one
 
 from __future__ import annotations
 
+import functools
 import time
 
-from IPython.core.error import UsageError
-
+from gpu_magics.cluster.control import kernel_cluster, owner
 from gpu_magics.cluster.control.kernel_cluster import in_use
 from gpu_magics.cluster.control.queries import no_cluster_message, settle_start, start_under_way
 from gpu_magics.cluster.dashboard import links
@@ -16,25 +16,28 @@ from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import cluster_state, inspection
 from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.text.errors import NoCluster, NotOurs
 
 
 def status(notice: str | None = None) -> ClusterInfo:
     """The state of the cluster in use, fetched from its scheduler (while it starts: as far as it got, without
-    waiting); ``UsageError`` when there is none."""
+    waiting); ``NoCluster`` when there is none."""
     pending = start_under_way()
     progress = None if pending is None else pending.progress()
     current = in_use() if progress is not None else require_active("status")
     if current is None:
-        raise UsageError(f"{PROG} status: {no_cluster_message()}")
+        raise NoCluster(f"{PROG} status: {no_cluster_message()}")
     if progress is not None:
         notice = notice or progress.line()
     elif current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
         current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
     workers = inspection.scheduler_workers(current.client)
-    if current.manager is not None:
-        current.manager.learn(current.client, current.devices, set(workers))
+    devices = {name: dict(seen) for name, seen in current.devices.items()}
+    current.manager.learn(current.client, devices, set(workers))  # workers that came since: what they say
+    if devices != current.devices:
+        owner.change(functools.partial(kernel_cluster.set_figures, current, devices=devices))
     if not workers and notice is None:
-        bounds = current.manager.adaptive if current.manager is not None else None
+        bounds = current.manager.adaptive
         if bounds is not None and bounds[1] > 0:
             fix = f"it adapts between {bounds[0]} and {bounds[1]}: workers start when tasks wait"
         elif current.owned:
@@ -56,7 +59,7 @@ def require_active(action: str) -> ActiveCluster:
     settle_start()
     current = in_use()
     if current is None:
-        raise UsageError(f"{PROG} {action}: {no_cluster_message()}")
+        raise NoCluster(f"{PROG} {action}: {no_cluster_message()}")
     return current
 
 
@@ -64,7 +67,7 @@ def require_owned(action: str, *, scalable: bool = False) -> ActiveCluster:
     """The cluster in use, if this kernel started it (``scalable``: or it came from a manager object)."""
     current = require_active(action)
     if not (current.scalable if scalable else current.owned):
-        raise UsageError(
+        raise NotOurs(
             f"{PROG} {action}: this kernel attached to {current.options.address or current.name} and did not start "
             f"it, so it does not {action} its workers; do that where it was started"
         )

@@ -4,22 +4,20 @@ for them; elsewhere (and in ``restart()``, ``scale()``) they run here."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import cast
 
-from IPython.core.error import UsageError
-
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.control import lifecycle, owner
-from gpu_magics.cluster.control.kernel_cluster import set_starting, starting
-from gpu_magics.cluster.control.queries import worker_kind
+from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers import factories
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.text.errors import ClusterError, StartFailed
 from gpu_magics.text.units import dropped, one_line
 
 
@@ -38,22 +36,22 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
         # no lock across the network waits: a stop meanwhile closes the cluster at once, and this job then ends
         # as stopped (the restart's failure against a closed cluster is no news)
         began = time.perf_counter()
-        with start_logs.during_start(current.manager is not None and current.manager.background):
+        with start_logs.during_start(current.manager.background):
             try:
                 with factories.worker_start_config():
                     current.client.restart(timeout=current.options.start_timeout, wait_for_workers=True)
             except Exception as error:  # whatever distributed's restart raises is the user's one line
                 change.check()
                 dropped("restarting the workers", error)
-                raise UsageError(f"{PROG} restart: {one_line(error)}") from error
+                raise StartFailed(f"{PROG} restart: {one_line(error)}") from error
             change.check()
-            current.ready_s = time.perf_counter() - began
+            ready_s = time.perf_counter() - began
             change.update(joined=change.expected)
-            devices, warm_s = warmup.warm_workers(current.client, worker_kind(current))
+            devices, warm_s = warmup.warm_workers(current.client, current.manager.workers_kind(current.devices))
 
         def restarted() -> None:  # on the owner: a stop asked meanwhile came first, and this ends as stopped
             change.check()
-            current.devices, current.warm_s = devices, warm_s
+            kernel_cluster.set_figures(current, devices=devices, ready_s=ready_s, warm_s=warm_s)
 
         owner.change(restarted)
         return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
@@ -71,7 +69,6 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     from gpu_magics.cluster.control import steps
 
     current = lifecycle.require_owned("scale", scalable=True)
-    assert current.manager is not None
     current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
 
     def job(change: Starting) -> ClusterInfo:
@@ -83,6 +80,9 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
         return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
 
     return _change(current, "scaling", count, job, background, listen)
+
+
+_VERBS = {"restarting": "restart", "scaling": "scale"}  # the verb a change's line names, by what it says it does
 
 
 def _change(
@@ -100,17 +100,23 @@ def _change(
     scheduler = inspection.local_scheduler(current.client)
     if scheduler is not None:
         changing.counting(lambda: len(scheduler.workers))
-    owner.change(lambda: set_starting(changing))
+    try:  # decided on the owner: the cluster is still in use, and nothing else changes it
+        owner.change(functools.partial(kernel_cluster.kernel_cluster().begin_change, changing, current))
+    except kernel_cluster.PhaseRefused:
+        raise ClusterError(
+            f"{PROG} {_VERBS[verb]}: {current.name!r} is not ready for it (it is "
+            f"{kernel_cluster.phase().value}); wait for it, then run this again"
+        ) from None
     if listen is not None:
         listen(changing)
 
     def run(change: Starting) -> ClusterInfo:
-        info = job(change)
-        owner.change(lambda: set_starting(None) if starting() is change else None)
-        return info
+        try:
+            return job(change)
+        finally:  # done or failed, the cluster stays in use; stopped meanwhile, the stop said it
+            owner.change(functools.partial(kernel_cluster.kernel_cluster().change_ended, change))
 
-    owned_here = current.manager is not None and current.manager.background
-    if background and owned_here:
+    if background and current.manager.background:
         changing.run_in_background(run)
     else:
         changing.run_here(run)

@@ -19,10 +19,10 @@ from IPython.core.error import UsageError
 from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.closing import Closing
-from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.control import owner, record_writer, release
+from gpu_magics.cluster.background.starting import StartCancelled, Starting, StartProgress
+from gpu_magics.cluster.control import kernel_cluster, owner, record_writer, release
 from gpu_magics.cluster.control.answers import dashboard_url, require_active, require_owned, status
-from gpu_magics.cluster.control.kernel_cluster import in_use, set_in_use, set_starting, starting
+from gpu_magics.cluster.control.kernel_cluster import Phase
 from gpu_magics.cluster.control.queries import (
     active,
     active_client,
@@ -35,7 +35,6 @@ from gpu_magics.cluster.control.queries import (
     start_under_way,
     telemetry,
     worker_count,
-    worker_kind,
 )
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.base import ClusterManager
@@ -84,7 +83,7 @@ NO_CLUSTER = f"{PROG}: no cluster is running"  # what stop says when it found no
 WOUND_DOWN_WAIT_S = 30.0  # how long a new start waits for a stopped one to finish closing what it made
 
 _atexit_registered = False
-_winding_down: Starting | Closing | None = None  # a stopped start or cluster whose processes still end
+_ALIVE = ("running", "connecting")  # a client whose scheduler answers, or was answering and is reconnecting
 
 
 def start(
@@ -112,47 +111,42 @@ def begin(
     ``background``, a cluster started here starts in a thread and this returns at once (cells that need it wait).
     Returns the start's handle (``info``: the status once ready); ``listen`` gets it before it runs. Workers
     report their GPUs every ``telemetry_interval`` s (0: never); after ``idle_timeout`` s without a task (0:
-    never) the cluster closes (attached, adopted: detached). ``namespace``: where ``--from NAME`` looks."""
+    never) the cluster closes (attached, adopted: detached). ``namespace``: where ``--from NAME`` looks.
+
+    The line is checked (``open``) before anything stops, so a bad line leaves what runs running; the owner then
+    decides from the phase: reuse what runs or starts, or begin this start where nothing changed meanwhile."""
     began = time.perf_counter()
     manager = make_manager(options, namespace or {})  # nothing happens yet: it only keeps the line's choices
-    pending = starting()
-    opened = False
-    if pending is not None and not pending.finished.is_set():
-        manager.open(reuse=not options.replace)  # before anything stops: a bad line leaves the start going
-        if not options.replace:
-            refuse_another(manager, options, pending.manager, None, pending.name)
+    opened_for: bool | None = None  # what ``open`` checked the line for: reusing what runs, or a start
+    while True:
+        seen = kernel_cluster.view()
+        current = seen.cluster
+        if current is not None and seen.phase is Phase.IN_USE and current.client.status not in _ALIVE:
+            stop(only=current)  # it died under us: clean up, then start afresh
+            continue
+        running = seen.pending if seen.phase is Phase.STARTING else current
+        reuse = running is not None and not options.replace
+        if opened_for is not reuse:
+            manager.open(reuse=reuse)  # before anything stops: a bad line leaves what runs running
+            opened_for = reuse
+        if reuse and seen.phase is Phase.STARTING and seen.pending is not None:
+            refuse_another(manager, options, seen.pending.manager, None, seen.pending.name)
             manager.finish(options.cluster_name, keep=True)  # what it opened (a gateway's client) is let go
-            return pending  # the start under way is the cluster this asks for
-        opened = True
-        stop()  # outside the lock: the start's thread takes it to close what it made
-    if _winding_down is not None:  # its release puts dask's settings back: before this start makes its own
-        _winding_down.finished.wait(WOUND_DOWN_WAIT_S)
-    current = in_use()
-    if current is not None and current.client.status not in ("running", "connecting"):
-        stop()  # it died under us: clean up, then start afresh
-        current = None
-    reuse = current is not None and not options.replace
-    if not opened:  # checked before anything stops, also where the running cluster is reused
-        manager.open(reuse=reuse)
-    if current is not None and not options.replace:
-        address = getattr(current.client.scheduler, "address", None)
-        refuse_another(manager, options, current.manager, address, current.name)
-        manager.finish(current.name, keep=True)  # what it opened (a gateway's client) is let go
-        notice = (
-            f"{PROG}: cluster {current.name!r} is already up; using it "
-            f"(add --replace to start a new one with these options)"
+            return seen.pending  # the start under way is the cluster this asks for
+        if reuse and current is not None:
+            return _reuse(manager, options, current, idle_timeout)
+        if running is not None:
+            stop()  # --replace: what runs closes first
+            continue
+        closing = seen.winding
+        if closing is not None:  # its release puts dask's settings back: before this start makes its own
+            closing.finished.wait(WOUND_DOWN_WAIT_S)
+        handle = Starting(
+            PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, _words(manager)
         )
-        if "idle_timeout" in options.given:
-            _watch_idle(current, idle_timeout)
-            notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
-        done = Starting(PROG, current.name, 0)
-        done.run_here(lambda _: status(notice=notice))
-        return done
-    stop()
-    words = "GPU workers" if options.kind == "gpu" else "CPU workers" if options.kind == "cpu" else "workers"
-    handle = Starting(PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, words)
-    handle.manager = manager
-    owner.change(lambda: set_starting(handle))
+        handle.manager = manager
+        if owner.change(functools.partial(kernel_cluster.kernel_cluster().begin_start, handle, seen)):
+            break  # decided on the owner: nothing began or stopped since ``seen``
     if listen is not None:
         listen(handle)
     job = functools.partial(_start_job, manager, options, began, telemetry_interval, idle_timeout)
@@ -161,6 +155,29 @@ def begin(
     else:
         handle.run_here(job)
     return handle
+
+
+def _words(manager: ClusterManager) -> str:
+    """What the start's line calls the workers: as the manager asked for them."""
+    return {"gpu": "GPU workers", "cpu": "CPU workers"}.get(manager.declared_workers or "", "workers")
+
+
+def _reuse(manager: ClusterManager, options: ClusterOptions, current: ActiveCluster, idle_timeout: float) -> Starting:
+    """The line asks for the cluster in use (or names none): it is used (with a new idle timeout where the line
+    gave one); a line naming another is refused."""
+    address = getattr(current.client.scheduler, "address", None)
+    refuse_another(manager, options, current.manager, address, current.name)
+    manager.finish(current.name, keep=True)  # what it opened (a gateway's client) is let go
+    notice = (
+        f"{PROG}: cluster {current.name!r} is already up; using it "
+        f"(add --replace to start a new one with these options)"
+    )
+    if "idle_timeout" in options.given:
+        _watch_idle(current, idle_timeout)
+        notice = f"{PROG}: cluster {current.name!r} is already up; using it, with the new idle timeout"
+    done = Starting(PROG, current.name, 0)
+    done.run_here(lambda _: status(notice=notice))
+    return done
 
 
 def _start_job(
@@ -172,46 +189,58 @@ def _start_job(
     handle: Starting,
 ) -> ClusterInfo:
     """The start itself (``steps.start``), with distributed's own lines in the log file rather than the notebook;
-    the cluster is in use from the moment its scheduler answers."""
+    the cluster is in use from the moment its scheduler answers. Its end, whatever it is, is the owner's to say."""
     from gpu_magics.cluster.control import steps
 
     def take_into_use(started: ActiveCluster) -> None:
-        cpu = started.workers_kind == "cpu"
-        reports = start_collecting(started.client, reports_every, cpu) if reports_every > 0 else None
-        watcher = _idle_watcher(started, idle_timeout)
+        if reports_every > 0:  # set before the owner takes it: a start stopped meanwhile lets all of it go
+            started.telemetry = start_collecting(started.client, reports_every, manager.declared_workers == "cpu")
+        started.idle = _idle_watcher(started, idle_timeout)
 
-        def take() -> None:  # on the owner: a stop asked meanwhile comes after it, and lets all of it go
+        def take() -> bool:  # on the owner: a stop asked meanwhile comes first, and this start ends as stopped
+            if not kernel_cluster.kernel_cluster().take_into_use(handle, started):
+                return False
             started.saved_config = dask_settings.apply(manager.settings())
-            set_in_use(started)
-            started.telemetry, started.idle = reports, watcher
+            reports = started.telemetry
             if reports is not None:
                 reports.kernel_held = kernel_report.held_by_uuid
                 started.refresher = RecordRefresher(
                     lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
                 )
             _register_atexit()
+            return True
 
-        owner.change(take)
+        if not owner.change(take):
+            raise StartCancelled  # the start's failure path lets what it made go
         record_writer.write_record(started)
 
-    with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
-        started, waiting = steps.start(manager, options, began, handle, take_into_use, release.release)
-    state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
-    if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
-        started.telemetry.wait_first_reports(len(state.workers))
-    record_writer.write_record(started, state=state)
-
-    def ready() -> None:
-        if worker_kind(started) == "gpu" and in_use() is started:
+    def ready(started: ActiveCluster) -> bool:
+        if not kernel_cluster.kernel_cluster().start_ready(handle):
+            return False
+        if started.workers_kind == "gpu":
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
 
             assert started.saved_config is not None
             started.saved_config.update(dask_settings.apply(cupy_cluster_defaults()))
         handle.ready_at(time.perf_counter() - began)
-        if starting() is handle:
-            set_starting(None)
+        return True
 
-    owner.change(ready)
+    try:
+        with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
+            started, waiting = steps.start(manager, options, began, handle, take_into_use, release.release)
+        state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
+        if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
+            started.telemetry.wait_first_reports(len(state.workers))
+        record_writer.write_record(started, state=state)
+        if not owner.change(functools.partial(ready, started)):
+            raise StartCancelled  # stopped just now: what it made is the stop's to close
+    except BaseException as error:  # the start's end, whatever it is, is the owner's to say; then it is raised
+        owner.change(
+            functools.partial(
+                kernel_cluster.kernel_cluster().start_ended, handle, not isinstance(error, StartCancelled)
+            )
+        )
+        raise
     return cluster_state.describe(started, state, notice=waiting)
 
 
@@ -230,14 +259,14 @@ def prestart_processes() -> None:
 
 def unreported_start_failure() -> str | None:
     """The line of a background start that failed, if nobody said it yet (then it counts as said)."""
-    pending = starting()
-    return None if pending is None else pending.take_unreported()
+    failed = kernel_cluster.unreported()
+    return None if failed is None else failed.take_unreported()
 
 
 def start_progress() -> StartProgress | None:
-    """How far the start under way got (``None``: none is under way)."""
-    pending = starting()
-    return None if pending is None or pending.finished.is_set() else pending.progress()
+    """How far the start (restart, scale) under way got (``None``: none is under way)."""
+    pending = kernel_cluster.under_way()
+    return None if pending is None else pending.progress()
 
 
 def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
@@ -250,37 +279,42 @@ def written_status(current: ActiveCluster, notice: str) -> ClusterInfo:
 def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None = None) -> str:
     """Close the cluster started here (or only disconnect from one attached to; an adopted one is closed only
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
-    it made is closed). ``only``: stop only if that cluster is still in use. Says what it did."""
-    global _winding_down
-    pending = starting()
-    if keep and pending is not None and not pending.finished.is_set():
+    it made is closed). ``only``: stop only if that cluster is still in use. Says what it did, within about
+    ``STOP_WAIT_S`` seconds whatever runs: what has not ended by then goes on ending in the background."""
+    if keep and kernel_cluster.phase() is Phase.STARTING:
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
-    during = ""
-    if pending is not None and not pending.finished.is_set() and pending.verb != "starting":
-        pending.cancel(timeout=0)  # a restart or scale of the cluster in use: it ends as stopped; close the cluster
-        owner.change(lambda: set_starting(None) if starting() is pending else None)
-        during, pending = f" while it was {pending.verb}", None
-    if pending is not None and not pending.finished.is_set():
-        ended = pending.cancel(timeout=STOP_WAIT_S)  # its job closes what it made
-        _winding_down = None if ended else pending
-        owner.change(functools.partial(release.forget_start, pending))
+    claim = owner.change(
+        functools.partial(kernel_cluster.kernel_cluster().claim_stop, only, release.check_keep if keep else None)
+    )
+    if claim.start is not None:
+        pending = claim.start
+        ended = pending.cancel(timeout=STOP_WAIT_S)  # its job closes what it made, then the owner hears it ended
         slow = "" if ended else "; its processes end in the background"
         return f"{PROG}: stopped {pending.name!r} while it was {pending.verb}{slow}"
-    current = owner.change(functools.partial(release.take_out, pending, keep, only))
+    current = claim.cluster
     if current is None:
         return NO_CLUSTER
+    during = ""
+    if claim.during is not None:
+        claim.during.cancel(timeout=0)  # a restart or scale under way: it ends as stopped; the cluster closes
+        during = f" while it was {claim.during.verb}"
     held = release.kept_on_workers(current.client)
     release.release(current)
     manager = current.manager
-    assert manager is not None
+
+    def wound_down(closing: Closing) -> None:
+        owner.change(functools.partial(kernel_cluster.kernel_cluster().wound_down, closing))
+
     closing = Closing(  # in a thread: with a change under way, workers still starting end only slowly
         lambda: manager.finish(current.name, keep=True if keep else False if close else None),
         lambda error: f"{PROG}: closing {current.name!r} failed ({one_line(error)})",
         here=not during,
+        then=wound_down,
     )
+    owner.change(functools.partial(kernel_cluster.kernel_cluster().closing, closing))
     said = closing.line(STOP_WAIT_S)
     if said is None:
-        _winding_down, said = closing, f"{PROG}: stopped cluster {current.name!r}{during}; its processes end later"
+        said = f"{PROG}: stopped cluster {current.name!r}{during}; its processes end later"
     elif during:
         said += during
     if held:
@@ -291,6 +325,12 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
         )
         said += f"; the {pieces} gone"
     return said
+
+
+def wait_wound_down(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for what the last stop left to end its processes; whether it did."""
+    winding = kernel_cluster.winding_down()
+    return winding is None or winding.finished.wait(timeout)
 
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
@@ -340,7 +380,7 @@ def _close_idle(watched: ActiveCluster) -> None:
     """The idle watcher's end (on its thread): close the cluster it watched (if still in use) and say so."""
 
     def claim() -> float | None:  # on the owner: stop() must not wait for the thread that calls this
-        if in_use() is not watched or watched.idle is None:
+        if kernel_cluster.in_use() is not watched or watched.idle is None:
             return None
         waited, watched.idle = watched.idle.timeout, None
         return waited
@@ -355,7 +395,7 @@ def list_gateway_clusters(address: str | None) -> str:
     """``--gateway --list``: the user's clusters on the gateway (the one in use here marked)."""
     from gpu_magics.cluster.managers.gateway import GatewayManager, list_clusters
 
-    current = in_use()
+    current = kernel_cluster.in_use()
     manager = current.manager if current is not None else None
     return list_clusters(address, manager.name if isinstance(manager, GatewayManager) else None)
 

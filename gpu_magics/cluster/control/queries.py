@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.error import UsageError
-
-from gpu_magics.cluster.control.kernel_cluster import in_use, on_change, starting
-from gpu_magics.cluster.options import PROG, Kind
+from gpu_magics.cluster.control.kernel_cluster import in_use, on_change, under_way, unreported
+from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import inspection
-from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.reading.running import ActiveCluster, WorkersKind
 from gpu_magics.text import hints
+from gpu_magics.text.errors import NoCluster, ServiceError
 
 __all__ = [
     "active",
@@ -36,7 +35,7 @@ __all__ = [
     "telemetry",
     "tell_plain_cells",
     "worker_count",
-    "worker_kind",
+    "workers_kind",
 ]
 
 if TYPE_CHECKING:
@@ -66,17 +65,15 @@ def active_client() -> Client | None:
 
 
 def start_under_way() -> Starting | None:
-    """The cluster's start while it goes on in the background (``None``: none is under way)."""
-    pending = starting()
-    return None if pending is None or pending.finished.is_set() else pending
+    """The cluster's start (restart, scale) while it goes on (``None``: none is under way)."""
+    return under_way()
 
 
 def settle_start() -> None:
-    """Wait for a start under way; its failure, if nobody said it yet, as one ``UsageError`` line."""
-    pending = starting()
-    if pending is None or (pending.finished.is_set() and pending.reported):
-        return
-    pending.wait()
+    """Wait for a start (restart, scale) under way; a start's failure, if nobody said it yet, as one line."""
+    pending = under_way() or unreported()
+    if pending is not None:
+        pending.wait()
 
 
 def require_client() -> Client:
@@ -85,15 +82,15 @@ def require_client() -> Client:
     settle_start()
     current = in_use()
     if current is None:
-        raise UsageError(no_cluster_message())
+        raise NoCluster(no_cluster_message())
     status = current.client.status
     if status == "connecting":  # it was running: the connection to its scheduler was lost
-        raise UsageError(
+        raise ServiceError(
             f"the cluster {current.name!r} does not answer: its scheduler connection was lost and the client is "
             f"reconnecting; wait, or run {PROG} --replace"
         )
     if status != "running":
-        raise UsageError(
+        raise ServiceError(
             f"the cluster {current.name!r} no longer answers ({status}); run {PROG} --replace to start a new one"
         )
     return current.client
@@ -120,10 +117,9 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
         workers = inspection.scheduler_workers(current.client)
     except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         return set(), set()
-    if current.kind in ("gpu", "cpu"):  # started here: the kind says
-        return (set(workers), set()) if current.kind == "gpu" else (set(), set(workers))
-    if current.options.cpu_workers is not None:  # asked for CPU workers: they stay CPU workers, GPUs or not
-        return set(), set(workers)
+    declared = current.manager.declared_workers
+    if declared is not None:  # as the manager asked for them: GPU or CPU workers, whatever the host has
+        return (set(workers), set()) if declared == "gpu" else (set(), set(workers))
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
     with_gpu = set()
     for address, info in workers.items():
@@ -136,11 +132,11 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
     return with_gpu, set(workers) - with_gpu
 
 
-def worker_kind(current: ActiveCluster) -> Kind:
-    """``gpu`` or ``cpu``: what ``current``'s workers are (for a cluster not started here: what they say)."""
-    if current.kind in ("gpu", "cpu"):
-        return current.kind
-    return "gpu" if has_gpu_workers() else "cpu"
+def workers_kind() -> WorkersKind:
+    """What the workers of the cluster in use are (``ActiveCluster.workers_kind``: as its manager asked for them,
+    else as they said); ``cpu`` without a cluster."""
+    current = in_use()
+    return "cpu" if current is None else current.workers_kind
 
 
 def telemetry() -> ClusterTelemetry | None:
@@ -168,14 +164,16 @@ def describe_hardware() -> str:
     except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         workers = {}
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else None
-    return inspection.hardware(current.workers_kind, current.devices, workers, reported)
+    return inspection.hardware(
+        current.manager.declared_workers, current.devices, workers, reported, current.manager.hardware_note
+    )
 
 
 def gpu_worker_devices(client: Client) -> dict[str, str]:
     """Worker address -> GPU model, for each worker of ``client``'s cluster that has a GPU."""
     current = in_use()
     cached = current.devices if current is not None and current.client is client else {}
-    skip_gpu = current is not None and current.client is client and current.workers_kind == "cpu"
+    skip_gpu = current is not None and current.client is client and current.manager.declared_workers == "cpu"
     found = {}
     for worker in inspection.worker_infos(inspection.scheduler_workers(client), cached, gpu=not skip_gpu):
         if worker.gpu_name:
@@ -211,20 +209,14 @@ def worker_threads(addresses: set[str]) -> int:
 def adapting() -> tuple[int, int] | None:
     """The bounds the cluster in use adapts between (``adapt MIN MAX``), or ``None`` when it does not adapt."""
     current = in_use()
-    if current is None or current.manager is None:
-        return None
-    return current.manager.adaptive
+    return None if current is None else current.manager.adaptive
 
 
 def expected_gpu_workers() -> bool:
     """Whether the workers an adaptive cluster at zero will start have GPUs: the kind a cluster started here
     has, else what its workers said before they went (``--cpu-workers``: no)."""
     current = in_use()
-    if current is None or current.workers_kind == "cpu":
-        return False
-    if current.workers_kind == "gpu":
-        return True
-    return any(seen.get("gpu_name") and seen.get("cupy") is not False for seen in current.devices.values())
+    return current is not None and current.workers_kind == "gpu"
 
 
 def tell_plain_cells(backend: str | None) -> None:

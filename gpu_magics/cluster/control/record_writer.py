@@ -47,7 +47,7 @@ def write_record(
         if state is None:
             state = cluster_state.read(current)
         infos = state.infos
-        if current.kind == "gpu":
+        if current.gpu_ids:  # the GPUs given to the workers started here: one each, by device
             gpus = tuple(info.gpu_device or info.name for info in infos)
         else:
             gpus = tuple(info.gpu_name for info in infos if info.gpu_name)
@@ -103,9 +103,9 @@ def _jobs(current: ActiveCluster, state: cluster_state.ClusterState | None) -> d
     """The record's manager fields; on a refresh (``state`` None) the queue is asked again at most every
     ``JOBS_REFRESH_S`` seconds."""
     manager = current.manager
-    facts = None if manager is None else manager.facts(current.workers_kind).to_json()  # it learns what workers it has
-    if manager is None or manager.label is None:  # a cluster started here or attached to: no jobs to read
-        return {"manager": None, "jobs": (), "adaptive": None if manager is None else manager.adaptive, "facts": facts}
+    facts = current.facts.to_json()  # as far as it learnt what workers it has
+    if manager.label is None:  # a cluster started here or attached to: no jobs to read
+        return {"manager": None, "jobs": (), "adaptive": manager.adaptive, "facts": facts}
     fields: dict[str, Any] = {
         "manager": manager.label,
         "adaptive": manager.adaptive,

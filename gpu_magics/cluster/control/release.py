@@ -1,6 +1,6 @@
-"""Letting the cluster in use go, below ``lifecycle``'s ``stop``: on the owner thread it stops being in use
-(``take_out``, ``forget_start``, ``forget_record``); off it, what taking it into use started ends and its client
-closes (``release``, which waits for threads and the network)."""
+"""Letting a cluster go, below ``lifecycle``'s ``stop`` (which the owner already took it out of use for): what
+taking it into use started ends and its client closes (``release``, which waits for threads and the network); on
+the owner, its record goes and dask's settings come back (``forget_record``)."""
 
 from __future__ import annotations
 
@@ -8,38 +8,20 @@ import asyncio
 import functools
 from typing import Any
 
-from IPython.core.error import UsageError
-
-from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.control import owner
-from gpu_magics.cluster.control.kernel_cluster import in_use, set_in_use, set_starting
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.records import record
+from gpu_magics.text.errors import NotOurs
 from gpu_magics.text.units import dropped
 
 
-def forget_start(pending: Starting) -> None:
-    """On the owner: a stopped start is not under way any more, nor its cluster in use, whatever its job does."""
-    set_starting(None)
-    current = in_use()
-    if current is not None and current.name == pending.name:
-        set_in_use(None)
-
-
-def take_out(pending: Starting | None, keep: bool, only: ActiveCluster | None) -> ActiveCluster | None:
-    """On the owner: the cluster ``stop`` closes, no longer in use (``None``: there is none, or not ``only``)."""
-    if pending is not None:
-        set_starting(None)  # a failed start: stop is the answer to it
-    current = in_use()
-    if current is None or (only is not None and current is not only):
-        return None
-    if keep and not (current.manager is not None and current.manager.keepable):
-        raise UsageError(
+def check_keep(current: ActiveCluster) -> None:
+    """On the owner, before a ``stop --keep`` takes ``current`` out: only a gateway cluster outlives its kernel."""
+    if not current.manager.keepable:
+        raise NotOurs(
             f"{PROG} stop --keep: only a gateway cluster outlives its kernel; {PROG} stop closes {current.name!r}"
         )
-    set_in_use(None)
-    return current
 
 
 def kept_on_workers(client: Any) -> int:
@@ -55,7 +37,6 @@ def kept_on_workers(client: Any) -> int:
 def release(current: ActiveCluster) -> None:
     """Stop using ``current``: undo what taking it into use did (idle watch, record, telemetry, dask settings)
     and close its client; its manager is left to the caller. Off the owner: it waits for threads and the network."""
-    owner.change(lambda: set_in_use(None) if in_use() is current else None)
     if current.idle is not None:
         current.idle.stop()
     if current.refresher is not None:

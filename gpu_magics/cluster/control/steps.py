@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.background.starting import StartCancelled, Starting
-from gpu_magics.cluster.control.queries import worker_kind
+from gpu_magics.cluster.control import kernel_cluster, owner
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.text.errors import StartFailed
 from gpu_magics.text.units import dropped, one_line
 
 if TYPE_CHECKING:
@@ -49,22 +50,24 @@ def start(
             kind=options.kind,
             options=options,
             client=client,
+            manager=manager,
             cluster=manager._local_cluster,
             gpu_ids=getattr(manager, "gpu_ids", ()),
-            manager=manager,
         )
         take_into_use(started)
         starting.in_use.set()  # plain cells use its client from now on (their tasks wait for the workers)
         starting.update(phase="workers")
         notice = manager.await_workers(client, options, starting)
         starting.check()
-        started.ready_s = time.perf_counter() - began
+        ready_s = time.perf_counter() - began
         workers = inspection.scheduler_workers(client)
-        manager.learn(client, started.devices, set(workers))
-        seen = manager._warm(client, options, started.devices, starting) if workers else None
+        devices: dict[str, dict[str, Any]] = {}
+        manager.learn(client, devices, set(workers))
+        _replace_figures(started, devices=dict(devices), ready_s=ready_s)
+        seen = manager._warm(client, options, devices, starting) if workers else None
         if seen is not None:
-            _merge(started.devices, seen)
-            started.warm_s = time.perf_counter() - began - started.ready_s
+            _merge(devices, seen)
+            _replace_figures(started, devices=devices, warm_s=time.perf_counter() - began - ready_s)
         starting.check()
     except BaseException as error:  # the clean-up runs for any failure; re-raised, as one line where it is not one
         dropped("the start", error)
@@ -73,7 +76,7 @@ def start(
         _end_failed(manager, client, options.cluster_name)
         if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit, StartCancelled)):
             raise
-        raise UsageError(f"{PROG}: {manager._start_words}: {one_line(error)}") from error
+        raise StartFailed(f"{PROG}: {manager._start_words}: {one_line(error)}") from error
     return started, notice
 
 
@@ -96,7 +99,6 @@ def scale(current: ActiveCluster, count: int) -> str | None:
     from gpu_magics.cluster.workers import warmup
 
     manager = current.manager
-    assert manager is not None
     manager.check_scale(count, "scale")
     before = set(inspection.scheduler_workers(current.client))
     try:
@@ -105,19 +107,27 @@ def scale(current: ActiveCluster, count: int) -> str | None:
         raise
     except (OSError, RuntimeError, ValueError) as error:  # the scheduler silent, its loop gone, a count refused
         dropped("scaling the cluster", error)  # (anything else is the change's own one line: ``Starting``)
-        raise UsageError(f"{PROG} scale {count}: {one_line(error)}") from None
+        raise StartFailed(f"{PROG} scale {count}: {one_line(error)}") from None
     workers = inspection.scheduler_workers(current.client)
     names = {str(info.get("name", address)) for address, info in workers.items()}
-    current.devices = {name: seen for name, seen in current.devices.items() if name in names}
+    devices = {name: dict(seen) for name, seen in current.devices.items() if name in names}
+    _replace_figures(current, devices=dict(devices))
     new = sorted(set(workers) - before)
     if new:
-        manager.learn(current.client, current.devices, set(new))
+        manager.learn(current.client, devices, set(new))
         try:
-            seen, current.warm_s = warmup.warm_workers(current.client, worker_kind(current), workers=new)
-            _merge(current.devices, seen)
+            seen, warm_s = warmup.warm_workers(current.client, manager.workers_kind(devices), workers=new)
+            _merge(devices, seen)
+            _replace_figures(current, devices=devices, warm_s=warm_s)
         except Exception as error:  # a courtesy: the scale stands without it
             dropped("warming the new workers", error)
+            _replace_figures(current, devices=devices)
     return notice
+
+
+def _replace_figures(current: ActiveCluster, **figures: Any) -> None:
+    """What was learnt so far, replaced on the owner (readers see the old figures or the new ones)."""
+    owner.change(functools.partial(kernel_cluster.set_figures, current, **figures))
 
 
 def _merge(devices: dict[str, dict[str, Any]], seen: dict[str, dict[str, Any]]) -> None:
@@ -129,13 +139,12 @@ def _merge(devices: dict[str, dict[str, Any]], seen: dict[str, dict[str, Any]]) 
 def adapt(current: ActiveCluster, minimum: int, maximum: int) -> str:
     """Have ``current`` adapt between ``minimum`` and ``maximum`` workers; says so in one line."""
     manager = current.manager
-    assert manager is not None
     manager.check_scale(maximum, "adapt")
     try:
         manager.adapt(minimum, maximum)
     except Exception as error:  # whatever the library raises is the user's one line
         dropped("adapting the cluster", error)
-        raise UsageError(f"{PROG} adapt: {one_line(error)}") from None
+        raise StartFailed(f"{PROG} adapt: {one_line(error)}") from None
     return f"{PROG}: {current.name!r} adapts between {minimum} and {maximum} workers"
 
 

@@ -20,6 +20,7 @@ class AttachedManager(ClusterManager):
     """The scheduler at ``address``."""
 
     scalable = False
+    hardware_note = ", attached"
     _start_words = "could not use the cluster"
 
     def __init__(self, address: str, timeout: float = DEFAULT_ATTACH_TIMEOUT) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpu_magics.cluster.info import ClusterFacts, JobInfo
 from gpu_magics.cluster.options import ClusterOptions, Kind
@@ -38,6 +39,7 @@ class ClusterManager(abc.ABC):
     scalable = True  # whether scale and adapt act on it (an attached scheduler's workers are not ours to scale)
     background = False  # whether its start goes on while cells run (the magic returns once it is under way)
     keepable = False  # whether ``stop --keep`` may leave it running after the kernel lets go (a gateway cluster)
+    hardware_note = ""  # what the hardware's line adds after the workers' count (", attached")
     since: float | None = None  # when the cluster itself started, where it ran before this kernel took it
     _start_words = "the cluster did not start"  # what a failed start says
 
@@ -75,6 +77,19 @@ class ClusterManager(abc.ABC):
         with contextlib.suppress(AttributeError, TypeError):  # a manager without a plan
             return len(self.cluster.plan)
         return 0
+
+    @property
+    def declared_workers(self) -> Literal["gpu", "cpu"] | None:
+        """What the workers are by how they were asked for (``None``: only what the workers say tells)."""
+        return None
+
+    def workers_kind(self, devices: Mapping[str, Mapping[str, Any]]) -> Literal["gpu", "cpu"]:
+        """What the workers are: as asked for, else ``gpu`` where one said it has a GPU its chunks can use."""
+        declared = self.declared_workers
+        if declared is not None:
+            return declared
+        usable = any(seen.get("gpu_name") and seen.get("cupy") is not False for seen in devices.values())
+        return "gpu" if usable else "cpu"
 
     def settings(self) -> dict[str, Any]:
         """Dask settings to apply while the cluster lives (put back at ``stop``)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 from IPython.core.error import UsageError
@@ -65,6 +65,10 @@ class LocalManager(ClusterManager):
             from gpu_magics.cluster.workers import kernel_context
 
             kernel_context.report(self.gpu_ids, PROG)
+
+    @property
+    def declared_workers(self) -> Literal["gpu", "cpu"]:
+        return "gpu" if self.kind == "gpu" else "cpu"
 
     @property
     def source(self) -> str:

@@ -31,7 +31,7 @@ def read(current: ActiveCluster, workers: dict[str, dict[str, Any]] | None = Non
     """Ask the scheduler for the workers (unless given) and the manager for its jobs, once."""
     if workers is None:
         workers = inspection.scheduler_workers(current.client)
-    infos = inspection.worker_infos(workers, current.devices, gpu=current.workers_kind != "cpu")
+    infos = inspection.worker_infos(workers, current.devices, gpu=current.manager.declared_workers != "cpu")
     return ClusterState(workers, infos, jobs(current, workers, infos))
 
 
@@ -50,22 +50,24 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
         kind=current.kind,
         scheduler_address=inspection.scheduler_address(current.client),
         dashboard_url=link.url,
-        hardware=inspection.hardware(current.workers_kind, current.devices, workers, reported),
+        hardware=inspection.hardware(
+            manager.declared_workers, current.devices, workers, reported, manager.hardware_note
+        ),
         workers=infos,
         ready_s=current.ready_s,
         warm_s=current.warm_s,
         notice=notice,
         started_at=current.started_at,
-        up_since=manager.since if manager is not None else None,
+        up_since=manager.since,
         dashboard_note=link.note,
         idle_timeout=current.idle.timeout if current.idle is not None else None,
         idle_left=current.idle.left() if current.idle is not None else None,
         kernel_gpus=kernel_gpus(),
-        manager=manager.label if manager is not None else None,
+        manager=manager.label,
         jobs=with_gpus(state.jobs, infos),
-        adaptive=manager.adaptive if manager is not None else None,
+        adaptive=manager.adaptive,
         figures_age=current.telemetry.reports_age() if current.telemetry is not None else None,
-        facts=manager.facts(current.workers_kind) if manager is not None else None,
+        facts=current.facts,
     )
 
 
@@ -74,8 +76,6 @@ def jobs(
 ) -> tuple[JobInfo, ...]:
     """The batch jobs behind ``current``'s workers, each with the GPUs its workers reported (none without a
     manager, or when the queue does not answer)."""
-    if current.manager is None:
-        return ()
     try:
         found = current.manager.jobs(workers)
     except Exception as error:  # the queue may fail any way: no jobs shown

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.info import WorkerGpu, WorkerInfo
-from gpu_magics.cluster.options import Kind
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
 
 
 def worker_infos(
-    workers: dict[str, dict[str, Any]], devices: dict[str, dict[str, Any]], *, gpu: bool
+    workers: dict[str, dict[str, Any]], devices: Mapping[str, Mapping[str, Any]], *, gpu: bool
 ) -> tuple[WorkerInfo, ...]:
     infos = []
     for address, worker in workers.items():
@@ -73,18 +72,20 @@ def _natural(name: str) -> tuple[int, int | str]:
 
 
 def hardware(
-    kind: Kind,
-    devices: dict[str, dict[str, Any]],
+    declared: str | None,
+    devices: Mapping[str, Mapping[str, Any]],
     workers: dict[str, dict[str, Any]],
     reported: Mapping[str, tuple[str, tuple[WorkerGpu, ...]]] | None = None,
+    suffix: str = "",
 ) -> str:
     """``"4x NVIDIA H200 (4 workers)"``, ``"4x NVIDIA H200 on 2 hosts (2 workers, attached)"``,
-    ``"2 CPU workers x 1 thread"``, ``"0 workers"``. ``reported``: worker address -> (host, GPUs), from the
-    workers' own telemetry, which counts each GPU once."""
+    ``"2 CPU workers x 1 thread"``, ``"0 workers"``. ``declared``: what the manager asked the workers to be ("cpu":
+    their GPUs are not looked at); ``reported``: worker address -> (host, GPUs), from the workers' own telemetry,
+    which counts each GPU once; ``suffix``: the manager's note after the count (", attached")."""
+    kind = declared or "unknown"
     infos = worker_infos(workers, devices, gpu=kind != "cpu")
     count = len(infos)
     plural = "s" if count != 1 else ""
-    suffix = ", attached" if kind == "attached" else ""
     reported = {address: entry for address, entry in (reported or {}).items() if address in workers}
     if kind != "cpu" and any(gpus for _, gpus in reported.values()):
         models = Counter(gpu.name for _, gpus in reported.values() for gpu in gpus)

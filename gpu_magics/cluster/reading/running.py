@@ -5,11 +5,13 @@ changes it, on its owner thread."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpu_magics.cluster.background.idle import IdleWatcher
+from gpu_magics.cluster.info import ClusterFacts
 from gpu_magics.cluster.options import ClusterOptions, Kind
 from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.cluster.records.refresh import RecordRefresher
@@ -21,20 +23,32 @@ if TYPE_CHECKING:
     from gpu_magics.cluster.managers.base import ClusterManager
 
 
+WorkersKind = Literal["gpu", "cpu", "unknown"]
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a start, restart or scale learnt of the workers: replaced whole by the control's owner, never written
+    in part from another thread."""
+
+    devices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # worker name -> what it said and saw
+    ready_s: float | None = None  # from the magic's start until the workers answered
+    warm_s: float | None = None  # from then until they were warm
+
+
 @dataclass
 class ActiveCluster:
     """The cluster this kernel uses, and what was learnt about it."""
 
     name: str
-    kind: Kind
+    kind: Kind  # how the line asked for it: the record's field (what it is, its manager says: ``facts``)
     options: ClusterOptions
     client: Client
-    cluster: LocalCluster | None  # started here (LocalCluster, LocalCUDACluster); None otherwise
+    manager: ClusterManager  # what gives the workers (managers/: local, attached, SLURM, gateway, --from)
+    cluster: LocalCluster | None = None  # started here (LocalCluster, LocalCUDACluster); None otherwise
     gpu_ids: tuple[str, ...] = ()  # CUDA devices given to the workers (GPU clusters)
-    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker name -> what its warm-up saw
+    figures: Figures = field(default_factory=Figures)
     started_at: float = field(default_factory=time.time)
-    ready_s: float | None = None
-    warm_s: float | None = None
     record_path: Path | None = None
     record: ClusterRecord | None = None  # the last record written
     saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
@@ -42,20 +56,48 @@ class ActiveCluster:
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
-    manager: ClusterManager | None = None  # what gives the workers (managers/: local, attached, SLURM, --from)
 
     @property
-    def workers_kind(self) -> Kind:
-        """The kind whose rules the workers follow: ``cpu`` where the line asked for CPU workers (they stay CPU
-        workers on a host with GPUs), else the cluster's kind."""
-        return "cpu" if self.options.cpu_workers is not None else self.kind
+    def devices(self) -> Mapping[str, Mapping[str, Any]]:
+        return self.figures.devices
+
+    @property
+    def ready_s(self) -> float | None:
+        return self.figures.ready_s
+
+    @property
+    def warm_s(self) -> float | None:
+        return self.figures.warm_s
+
+    @property
+    def workers_kind(self) -> WorkersKind:
+        """What the workers are, answered here only: as the manager asked for them (a GPU or a CPU cluster started
+        here; ``--cpu-workers``: CPU workers on a host with GPUs too), else what they said (a GPU its chunks can use:
+        CuPy there), else what they report; ``unknown`` until they said anything."""
+        declared = self.manager.declared_workers
+        if declared is not None:
+            return declared
+        if self.devices:
+            return "gpu" if any(_usable_gpu(seen) for seen in self.devices.values()) else "cpu"
+        reported = self.telemetry.worker_gpus() if self.telemetry is not None else {}
+        return "gpu" if any(gpus for _, gpus in reported.values()) else "unknown"
+
+    @property
+    def facts(self) -> ClusterFacts:
+        """What its manager says of it, for every view and every verb."""
+        return self.manager.facts(self.workers_kind)
 
     @property
     def owned(self) -> bool:
         """Whether this kernel started the cluster (and so may restart and stop it)."""
-        return self.manager is not None and self.manager.owned
+        return self.manager.owned
 
     @property
     def scalable(self) -> bool:
         """Whether ``scale`` and ``adapt`` act on it: started here, or a manager object (adopted ones too)."""
-        return self.manager is not None and self.manager.scalable
+        return self.manager.scalable
+
+
+def _usable_gpu(seen: Mapping[str, Any]) -> bool:
+    """A worker that said it has a GPU its chunks can use (no CuPy there: a CPU worker for arrays)."""
+    return bool(seen.get("gpu_name")) and seen.get("cupy") is not False

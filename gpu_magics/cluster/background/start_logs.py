@@ -21,6 +21,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.cluster.records.record import runtime_dir
 from gpu_magics.text import units
+from gpu_magics.text.errors import GpuMagicsError, StartFailed
 
 LOGGERS = ("distributed", "dask_cuda", "tornado.application", "asyncio")
 FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -137,7 +138,8 @@ def during_start(wanted: bool) -> Iterator[None]:
             raise
         cause = last_error(log, size)
         said = f"{error}" + (f"; the log says {cause}" if cause and cause not in str(error) else "")
-        raise UsageError(f"{said} (distributed's log: {shown(log)})") from None
+        kind = type(error) if isinstance(error, GpuMagicsError) else StartFailed
+        raise kind(f"{said} (distributed's log: {shown(log)})") from None
 
 
 def remove_if_empty() -> None:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from IPython.core.error import UsageError
 
+from gpu_magics.text.errors import ClusterError, StartFailed
 from gpu_magics.text.units import dropped, format_duration
 
 Phase = Literal["scheduler", "workers", "ready", "failed", "stopped"]
@@ -242,9 +243,9 @@ class Starting:
             raise TimeoutError(f"the cluster did not start within {timeout:g} s")
         if self._phase == "failed":
             self.reported = True
-            raise UsageError(str(self.error))
+            raise StartFailed(str(self.error))
         if self._phase == "stopped":
-            raise UsageError(f"{self.prog}: {self.name!r} was stopped while it was {self.verb}")
+            raise ClusterError(f"{self.prog}: {self.name!r} was stopped while it was {self.verb}")
         return self.info
 
     def wait_in_use(self) -> None:

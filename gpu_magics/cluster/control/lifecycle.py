@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from IPython.core.error import UsageError
-
 from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.closing import Closing
@@ -46,6 +44,7 @@ from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
+from gpu_magics.text.errors import ServiceError
 from gpu_magics.text.units import dropped, one_line
 
 # The lifecycle's own verbs, and the answers given here too (``queries``; ``reading.answers``: status, dashboard, the
@@ -343,7 +342,7 @@ def adapt(minimum: int, maximum: int) -> ClusterInfo:
 
 def free_workers() -> tuple[int, int, list[str]]:
     """Have every worker of the cluster in use give back what its pool caches on its GPU: (bytes released,
-    workers that answered, why some memory stays); ``UsageError`` without a cluster."""
+    workers that answered, why some memory stays); ``NoCluster`` without a cluster."""
     from gpu_magics.cluster.telemetry.pools import free_workers as free_on_workers
 
     client = require_active("free").client
@@ -351,7 +350,7 @@ def free_workers() -> tuple[int, int, list[str]]:
         return free_on_workers(client)
     except (OSError, RuntimeError, AttributeError) as error:  # the scheduler silent or gone, the loop or client closed
         dropped("freeing the workers' memory", error)  # (a worker's own failure comes back as its answer)
-        raise UsageError(f"{PROG} free: the workers did not answer ({one_line(error)})") from None
+        raise ServiceError(f"{PROG} free: the workers did not answer ({one_line(error)})") from None
 
 
 def _watch_idle(current: ActiveCluster, timeout: float) -> None:

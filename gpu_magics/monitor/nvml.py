@@ -169,7 +169,7 @@ class NvmlSource:
             if device.handle is not None:
                 try:
                     found[device.uuid] = self._processes(device.handle)
-                except Exception:  # a driver may fail this any way (no permission is common): processes unknown
+                except self._nv.NVMLError:  # the device was lost meanwhile: processes unknown
                     found[device.uuid] = None
         return found
 
@@ -193,14 +193,14 @@ class NvmlSource:
                 return
         try:
             nv.nvmlInit()
-        except Exception as exc:  # the monitor says why NVML did not start, whatever it raised
+        except (nv.NVMLError, OSError) as exc:  # the monitor says why NVML did not start
             self._fail(_init_reason(nv, exc))
             return
         self._nv = nv
         self._fatal = tuple(cls for name in _DEVICE_FATAL if isinstance(cls := getattr(nv, name, None), type))
         try:
             gpus = [self._discover(i) for i in range(nv.nvmlDeviceGetCount())]
-        except Exception as exc:  # the monitor says why the GPUs could not be listed, whatever it raised
+        except nv.NVMLError as exc:  # the monitor says why the GPUs could not be listed
             self._fail(f"listing GPUs failed: {_describe(exc)}")
             with contextlib.suppress(nv.NVMLError):
                 nv.nvmlShutdown()
@@ -224,7 +224,7 @@ class NvmlSource:
             uuid = _text(self._call("nvmlDeviceGetUUID", handle)) or uuid
             gpu = _Device(index, handle, name, uuid)
             return _Gpu(gpu, self._discover_migs(gpu))
-        except Exception as exc:  # this GPU cannot be opened; the others still can
+        except self._nv.NVMLError as exc:  # this GPU cannot be opened; the others still can
             return _Gpu(_Device(index, None, name, uuid, error=_describe(exc)))
 
     def _discover_migs(self, gpu: _Device) -> tuple[_Device, ...]:
@@ -268,7 +268,7 @@ class NvmlSource:
             return _failed(index, device, device.error or "device could not be opened")
         try:
             return self._read_fields(index, device, slow)
-        except Exception as exc:  # the GPU's row says why, whatever the driver raised
+        except self._nv.NVMLError as exc:  # lost, reset or uninitialized: the GPU's row says why
             return _failed(index, device, _describe(exc))
 
     def _read_fields(self, index: int, device: _Device, slow: bool) -> GpuReading:

@@ -3,7 +3,8 @@
 ``start`` registers the ``GpuTelemetry`` worker plugin (the scheduler installs it on every worker, also on those
 that join or restart later) and subscribes to its topic. Each report replaces that worker's previous one; a
 worker that says it is leaving, or has not reported for a few intervals (killed, or its host gone), drops out.
-From the reports come: the cluster's GPUs, each counted once and named by host (``members``, ``gpu_readings``),
+From the reports come: the cluster's GPUs, each counted once and named by host (``members``, ``gpu_readings``;
+what one is, in ``telemetry.members``),
 what each worker process holds on them, and a snapshot feed with the sampler's interface (``feed``), which the
 live panel and the cell summary read for ``%%gpurun multi-gpu`` and which ``%gpumonitor`` shows.
 
@@ -21,14 +22,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.info import WorkerGpu
+from gpu_magics.cluster.telemetry.members import ClusterGpu, Member, gpu_json, worker_gpu
 from gpu_magics.cluster.telemetry.reports import TOPIC, ReportedGpu, WorkerReport, host_labels, is_this_host
 from gpu_magics.cluster.telemetry.sharing import KernelHeld, others_by_gpu
 from gpu_magics.monitor.availability import OtherUse
-from gpu_magics.monitor.models import GpuReading, HostReading, Snapshot
+from gpu_magics.monitor.models import HostReading, Snapshot
 from gpu_magics.text.units import one_line
 
 if TYPE_CHECKING:
@@ -43,34 +44,6 @@ MIN_STALE_S = 3.0
 REMOTE_INDEX_BASE = 1000  # keys of GPUs the kernel cannot see itself start here (theirs: 0, 1, ...)
 HISTORY = 600  # snapshots kept for the feed
 REUSE_S = 0.5  # seconds a computed view is reused while no new report came
-
-
-@dataclass(frozen=True)
-class ClusterGpu:
-    """One GPU of the cluster, counted once: which worker uses it and how views name it."""
-
-    key: int  # unique in this kernel: the kernel's own GPU index where it sees the GPU, else from 1000
-    host: str  # the address host of the worker
-    host_label: str | None  # None when the kernel sees this GPU itself (then it is "GPU <key>")
-    worker: str  # the address of the worker that uses it
-    gpu: ReportedGpu
-
-    @property
-    def label(self) -> str:
-        return self.reading().label
-
-    def reading(self) -> GpuReading:
-        return self.gpu.reading(index=self.key, host=self.host_label)
-
-
-@dataclass(frozen=True)
-class Member:
-    """A worker with the GPUs it uses (each GPU under exactly one worker)."""
-
-    report: WorkerReport
-    host_label: str
-    gpus: tuple[ClusterGpu, ...]
-    received: float  # time.time() in the kernel when its last report came
 
 
 class ClusterTelemetry:
@@ -119,12 +92,14 @@ class ClusterTelemetry:
         if not self._started:
             return
         self._started = False
+        from distributed.client import ClosedClientError
+
         from gpu_magics.cluster.telemetry.plugin import PLUGIN_NAME
 
-        with contextlib.suppress(Exception):  # not subscribed, or the client closed (distributed's own error)
+        with contextlib.suppress(ValueError, RuntimeError, ClosedClientError):  # not subscribed; the client closed
             self.client.unsubscribe_topic(TOPIC)
-        if unregister:
-            with contextlib.suppress(Exception):  # a worker's teardown may fail any way: the plugin goes with it
+        if unregister:  # a worker's failed teardown comes back as its answer, not raised: the plugin goes with it
+            with contextlib.suppress(ValueError, RuntimeError, OSError, ClosedClientError):  # gone; the comm closed
                 self.client.unregister_worker_plugin(PLUGIN_NAME)
         with self._lock:
             self._subscribers.clear()
@@ -295,7 +270,7 @@ class ClusterTelemetry:
         return {
             member.report.worker: (
                 member.host_label,
-                tuple(_worker_gpu(gpu, others.get((gpu.host, gpu.gpu.uuid))) for gpu in member.gpus),
+                tuple(worker_gpu(gpu, others.get((gpu.host, gpu.gpu.uuid))) for gpu in member.gpus),
             )
             for member in members
         }
@@ -387,47 +362,6 @@ class ClusterTelemetry:
             unwatch()
 
         return unsubscribe
-
-
-def _worker_gpu(gpu: ClusterGpu, others: OtherUse | None) -> WorkerGpu:
-    reported = gpu.gpu
-    return WorkerGpu(
-        label=gpu.label,
-        name=reported.name,
-        uuid=reported.uuid,
-        memory_used=reported.memory_used,
-        memory_total=reported.memory_total,
-        gpu_util=reported.gpu_util,
-        process_memory=reported.process_memory,
-        error=reported.error,
-        array_memory=reported.array_memory,
-        cached_memory=reported.cached_memory,
-        context_memory=reported.context_memory,
-        others_memory=None if others is None else others.bytes,
-        others_pids=() if others is None else others.pids,
-    )
-
-
-def gpu_json(gpu: ClusterGpu, others: OtherUse | None = None) -> dict[str, Any]:
-    """One member GPU as the record holds it (types.ts: IMemberGpu)."""
-    reported = gpu.gpu
-    return {
-        "index": reported.index,
-        "nvml_index": reported.nvml_index,
-        "uuid": reported.uuid,
-        "name": reported.name,
-        "label": gpu.label,
-        "memory_total": reported.memory_total,
-        "memory_used": reported.memory_used,
-        "gpu_util": reported.gpu_util,
-        "process_memory": reported.process_memory,
-        "process_memory_source": reported.process_memory_source,
-        "error": reported.error,
-        "array_memory": reported.array_memory,
-        "cached_memory": reported.cached_memory,
-        "context_memory": reported.context_memory,
-        "others": None if others is None else others.to_json(),
-    }
 
 
 def _natural(name: str) -> tuple[int, int | str]:

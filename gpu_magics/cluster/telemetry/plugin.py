@@ -80,10 +80,8 @@ class GpuTelemetry(WorkerPlugin):
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             sampler.close()
-        try:
+        if self._worker is not None:
             self._send(WorkerReport(**self._identity(), gone=True))
-        except Exception as error:  # the worker may be closing its stream already
-            dropped("the worker's last GPU report", error)
 
     def _identity(self) -> dict[str, Any]:
         worker = self._worker
@@ -112,7 +110,8 @@ class GpuTelemetry(WorkerPlugin):
             return
         try:
             worker.log_event(TOPIC, report.to_message())
-        except (OSError, TypeError):  # its stream closed (CommClosedError), a message msgpack refuses: dropped
+        except (OSError, RuntimeError, TypeError):  # its stream (CommClosedError) or loop closed, a message msgpack
+            # refuses: dropped
             _log.debug("sending GPU telemetry failed", exc_info=True)
 
 

@@ -108,7 +108,7 @@ class WarmUp(WorkerPlugin):
             worker = self._worker
             _registered(worker, WARM_TIMEOUT)  # before that the worker drops what it is asked to send
             worker.log_event(WARM_TOPIC, {**said, "address": worker.address, "name": str(worker.name)})
-        except Exception as error:  # the worker may be closing: the kernel's wait says who did not report
+        except (OSError, RuntimeError) as error:  # stream or loop closed: the kernel's wait says who did not report
             dropped("sending the warm-up's report", error)
 
     def wait(self, timeout: float) -> dict[str, Any]:
@@ -179,15 +179,24 @@ WARM_TIMEOUT = 120.0  # seconds; a worker that dies while warming must not hang 
 def import_here(gpu: bool) -> None:
     """Import here what the first result needs: dask.array and distributed's serializers, and for GPU workers
     CuPy (results come back as CuPy arrays). Creates no CUDA context."""
-    try:
-        import dask.array  # noqa: F401
-        import distributed.protocol.numpy
+    _or_dropped("importing what the first result needs", lambda: _import_results_need(gpu))
 
-        if gpu:
-            import cupy  # noqa: F401
-            import distributed.protocol.cupy  # noqa: F401
-    except Exception as error:  # any failure (broken CUDA): the task imports again, and says why
-        dropped("importing what the first result needs", error)
+
+def _import_results_need(gpu: bool) -> None:
+    import dask.array  # noqa: F401
+    import distributed.protocol.numpy
+
+    if gpu:
+        import cupy  # noqa: F401
+        import distributed.protocol.cupy  # noqa: F401
+
+
+def _or_dropped(what: str, step: Callable[[], None]) -> None:
+    """Run ``step``; a failure only leaves the first cell slower (the task does it again, and says why)."""
+    try:
+        step()
+    except Exception as error:  # a broken CUDA install fails any way, at import or at its first call
+        dropped(what, error)
 
 
 def prepare_here(gpu: bool, made: threading.Event) -> None:
@@ -198,17 +207,18 @@ def prepare_here(gpu: bool, made: threading.Event) -> None:
     Off the critical path: this process mostly waits for its workers (their CUDA contexts, then their warm-up)
     meanwhile; a cell may use CuPy here at the same time (CUDA's context is shared by the process's threads)."""
     import_here(gpu)
-    try:
-        if gpu:
-            import cupy
-
-            start_cuda_without_the_gil()
-            cupy.zeros(1).sum()
-            cupy.cuda.runtime.deviceSynchronize()
-    except Exception as error:  # a warm-up that fails any way only leaves the first cell slower
-        dropped("warming CuPy in the scheduler's process", error)
+    if gpu:
+        _or_dropped("warming CuPy in the scheduler's process", _warm_cupy_here)
     made.wait(timeout=WARM_TIMEOUT)
     gc.collect()
+
+
+def _warm_cupy_here() -> None:
+    import cupy
+
+    start_cuda_without_the_gil()
+    cupy.zeros(1).sum()
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 def start_cuda_without_the_gil() -> None:

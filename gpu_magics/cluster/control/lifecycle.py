@@ -123,15 +123,15 @@ def begin(
         if current is not None and seen.phase is Phase.IN_USE and current.client.status not in _ALIVE:
             stop(only=current)  # it died under us: clean up, then start afresh
             continue
-        running = seen.pending if seen.phase is Phase.STARTING else current
+        running = seen.pending or current
         reuse = running is not None and not options.replace
         if opened_for is not reuse:
             manager.open(reuse=reuse)  # before anything stops: a bad line leaves what runs running
             opened_for = reuse
-        if reuse and seen.phase is Phase.STARTING and seen.pending is not None:
-            refuse_another(manager, options, seen.pending.manager, None, seen.pending.name)
+        if reuse and seen.pending is not None:  # a start, restart or scale under way: the cluster this asks for
+            refuse_another(manager, options, seen.pending.manager or _manager(current), None, seen.pending.name)
             manager.finish(options.cluster_name, keep=True)  # what it opened (a gateway's client) is let go
-            return seen.pending  # the start under way is the cluster this asks for
+            return seen.pending
         if reuse and current is not None:
             return _reuse(manager, options, current, idle_timeout)
         if running is not None:
@@ -154,6 +154,10 @@ def begin(
     else:
         handle.run_here(job)
     return handle
+
+
+def _manager(current: ActiveCluster | None) -> ClusterManager | None:
+    return None if current is None else current.manager
 
 
 def _words(manager: ClusterManager) -> str:

@@ -10,8 +10,8 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from gpu_magics.display import array_view
-from gpu_magics.display.array_view import ArrayView, array_info
+from gpu_magics.display.objects import array_view
+from gpu_magics.display.objects.array_view import ArrayView, array_info
 
 GIB = 2**30  # GPU memory, as NVML reports it
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.display.cupy_view import CupyView, preview_index
+from gpu_magics.display.objects.cupy_view import CupyView, preview_index
 
 ndarray: Any = None  # the stand-in class, made per test
 

@@ -14,7 +14,8 @@ import pytest
 SCRIPT = r"""
 import json
 import dask, dask.array as da, numpy as np
-from gpu_magics.display import array_view, graph_summary, ArrayView
+from gpu_magics.display import ArrayView, graph_summary
+from gpu_magics.display.objects import array_view
 assert da.array_expr_enabled()
 array_view.set_gpu_memory_probe(lambda: (80 * 2**30,))
 calls = []

@@ -10,7 +10,8 @@ import dask.array as da
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.display import array_view, formatters
+from gpu_magics.display import formatters
+from gpu_magics.display.objects import array_view
 
 
 @pytest.fixture(autouse=True)

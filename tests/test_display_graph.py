@@ -14,7 +14,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.display import graph_view
-from gpu_magics.display.graph_view import LayerInfo, graph_summary, group_layers
+from gpu_magics.display.graph_view import LayerInfo, graph_summary
+from gpu_magics.display.objects import graph_groups
+from gpu_magics.display.objects.graph_groups import group_layers
 
 
 def seed(n: int, chunk: int) -> Any:
@@ -74,7 +76,7 @@ def test_chain_of_same_op_collapses() -> None:
     x = da.ones((10, 10), chunks=5)
     for _ in range(100):
         x = x + 1
-    groups = graph_view.group_layers(graph_summary(x).layers)
+    groups = graph_groups.group_layers(graph_summary(x).layers)
     assert [g.label for g in groups] == ["ones_like", "add ×100"]
 
 
@@ -84,7 +86,7 @@ def test_many_distinct_layers_collapse_to_bounded_dag() -> None:
         x = x.map_blocks(lambda b: b, name=f"step{i}", meta=np.empty((0, 0)))
     summary = graph_summary(x)
     groups = summary.groups()
-    assert len(groups) <= graph_view.MAX_NODES
+    assert len(groups) <= graph_groups.MAX_NODES
     assert sum(g.tasks for g in groups) == summary.tasks
     root = ET.fromstring(summary.to_svg())
     assert float(root.attrib["width"]) <= 760

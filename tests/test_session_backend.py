@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.display.array_view import ArrayView
+from gpu_magics.display.objects.array_view import ArrayView
 from gpu_magics.gpurun import backends
 from gpu_magics.gpurun.session import plain_cells as session
 from tests.test_gpurun import NO_GPU, inventory

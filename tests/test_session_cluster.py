@@ -17,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster.control import lifecycle as cluster
-from gpu_magics.display.array_view import ArrayView
+from gpu_magics.display.objects.array_view import ArrayView
 from gpu_magics.gpurun.session import plain_cells as session
 from tests.test_gpurun import NO_GPU, inventory
 from tests.test_session_backend import SEED_CELL, WHERE_CELL, cell, line

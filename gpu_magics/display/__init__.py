@@ -5,10 +5,10 @@ Importing this package imports neither dask, CuPy, ipywidgets nor NVML; each is 
 
 from __future__ import annotations
 
-from gpu_magics.display.array_view import ArrayView, array_info, set_gpu_memory_probe, visible_gpu_memory
-from gpu_magics.display.cupy_view import CupyView, cupy_info
 from gpu_magics.display.formatters import as_widget, set_mode
 from gpu_magics.display.graph_view import GraphSummary, graph_summary
+from gpu_magics.display.objects.array_view import ArrayView, array_info, set_gpu_memory_probe, visible_gpu_memory
+from gpu_magics.display.objects.cupy_view import CupyView, cupy_info
 
 __all__ = [
     "ArrayView",

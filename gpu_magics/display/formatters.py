@@ -84,13 +84,13 @@ def _printer(shell: InteractiveShell, make_view: Callable[[Any], Any]) -> Callab
 
 
 def _dask_view(obj: Any) -> Any:
-    from gpu_magics.display.array_view import ArrayView
+    from gpu_magics.display.objects.array_view import ArrayView
 
     return ArrayView(obj)
 
 
 def _cupy_view(obj: Any) -> Any:
-    from gpu_magics.display.cupy_view import CupyView
+    from gpu_magics.display.objects.cupy_view import CupyView
 
     return CupyView(obj)
 

@@ -306,11 +306,11 @@ def _kernel_shares() -> dict[str, str]:
     reports = queries.telemetry()
     if reports is None:
         return {}
-    try:
-        return advice.kernel_on_workers(reports.worker_gpus(), queries.kernel_held_by_uuid())
-    except Exception as error:  # advice is a courtesy: never fail a cell over it
-        dropped("reading which GPUs this kernel shares with the workers", error)
-        return {}
+    return advice.courteous(
+        "reading which GPUs this kernel shares with the workers",
+        lambda: advice.kernel_on_workers(reports.worker_gpus(), queries.kernel_held_by_uuid()),
+        {},
+    )
 
 
 def advice_for(
@@ -330,11 +330,11 @@ def advice_for(
     shares: dict[str, str] = {}
     if plan.client is not None and split.gpu and advice.lopsided(split) is not None:
         shares = _kernel_shares()  # NVML's process lists: read only where one GPU did most of the work
-    try:
-        return advice.advise(split, arrays, costs, cold=cold, kernel_shares=shares)
-    except Exception as error:  # advice is a courtesy: never fail a cell over it
-        dropped("advice on the cell's time", error)
-        return None
+    return advice.courteous(
+        "advice on the cell's time",
+        lambda: advice.advise(split, arrays, costs, cold=cold, kernel_shares=shares),
+        None,
+    )
 
 
 def chunk_mismatches(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan) -> list[str]:

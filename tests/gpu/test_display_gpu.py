@@ -9,10 +9,11 @@ import dask.array as da
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.display import array_view, svg
-from gpu_magics.display.array_view import ArrayView
-from gpu_magics.display.cupy_view import CupyView
+from gpu_magics.display import svg
 from gpu_magics.display.graph_view import graph_summary
+from gpu_magics.display.objects import array_view
+from gpu_magics.display.objects.array_view import ArrayView
+from gpu_magics.display.objects.cupy_view import CupyView
 
 cupy: Any = pytest.importorskip("cupy")
 

@@ -253,7 +253,7 @@ def current(shell: InteractiveShell | None) -> Session | None:
 
 def uninstall(shell: InteractiveShell) -> None:
     """End the session and remove its hooks (``%unload_ext``)."""
-    from gpu_magics.display import array_view
+    from gpu_magics.display.objects import array_view
 
     array_view.set_placement_probe(None)
     made = current(shell)
@@ -269,7 +269,7 @@ def uninstall(shell: InteractiveShell) -> None:
 
 def install(shell: InteractiveShell) -> None:
     """At ``%load_ext``: the array display says where an array is computed as this shell's session stands."""
-    from gpu_magics.display import array_view
+    from gpu_magics.display.objects import array_view
     from gpu_magics.gpurun.session import placement
 
     def computed_on(chunk_library: str) -> tuple[str, str | None] | None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpu_magics.arrays import chunk_advice
 from gpu_magics.arrays.philox import CALL
@@ -35,6 +35,18 @@ BUSIEST = 1.5  # one worker computing this many times its even share (1/N of the
 LOW_COMPUTE_SHARE = 0.6  # below this share of busy GPU time, fixed costs dominate
 
 MAX_ADVICE = 160  # characters: advice is read at a glance
+
+Found = TypeVar("Found")
+
+
+def courteous(what: str, ask: Callable[[], Found], failed: Found) -> Found:
+    """``ask()``, or ``failed`` where it fails (``what`` failed, in the debug log): advice is a courtesy, and a
+    cell never fails over it."""
+    try:
+        return ask()
+    except Exception as error:  # advice is a courtesy: never fail a cell over it, whatever went wrong
+        dropped(what, error)
+        return failed
 
 
 @dataclass(frozen=True)
@@ -100,11 +112,8 @@ def arrays_made(
         nbytes = float(itemsize)
         for size in sizes:
             nbytes *= size
-        try:
-            draws = xorwow_draws(value, numpy_means_device)
-        except Exception as error:  # advice is a courtesy: never fail a cell over it
-            dropped("counting a chunk's random draws", error)
-            draws = {}
+        count = functools.partial(xorwow_draws, value, numpy_means_device)
+        draws: dict[str, int] = courteous("counting a chunk's random draws", count, {})
         found.append(ArrayChunks(name, dims, sizes, nbytes, draws))
     return sorted(found, key=lambda item: -item.chunk_bytes * _count(item))
 
@@ -247,14 +256,14 @@ def draw_seconds(elements: int) -> tuple[float, float]:
 @functools.cache
 def local_draw_seconds(device: int, elements: int) -> tuple[float, float] | None:
     """``draw_seconds`` on ``device`` in this process, measured once per chunk size."""
-    try:
-        import cupy
+    return courteous("timing random draws on the GPU", functools.partial(_draw_seconds_on, device, elements), None)
 
-        with cupy.cuda.Device(device):
-            return draw_seconds(elements)
-    except Exception as error:  # advice is a courtesy: never fail a cell over it
-        dropped("timing random draws on the GPU", error)
-        return None
+
+def _draw_seconds_on(device: int, elements: int) -> tuple[float, float]:
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return draw_seconds(elements)
 
 
 _cluster_costs: dict[tuple[int, str, int], tuple[float, float] | None] = {}
@@ -278,11 +287,12 @@ def cluster_draw_seconds(
     key = (id(client), candidates[0], elements)
     _asked[asked] = key
     if key not in _cluster_costs:
-        try:
-            answer = client.run(draw_seconds, elements, workers=[candidates[0]])
-            xorwow, philox = next(iter(answer.values()))
-            _cluster_costs[key] = (float(xorwow), float(philox))
-        except Exception as error:  # advice is a courtesy: never fail a cell over it
-            dropped("timing random draws on a worker", error)
-            _cluster_costs[key] = None
+        ask = functools.partial(_draw_seconds_of, client, elements, candidates[0])
+        _cluster_costs[key] = courteous("timing random draws on a worker", ask, None)
     return _cluster_costs[key]
+
+
+def _draw_seconds_of(client: Client, elements: int, worker: str) -> tuple[float, float]:
+    answer = client.run(draw_seconds, elements, workers=[worker])
+    xorwow, philox = next(iter(answer.values()))
+    return float(xorwow), float(philox)

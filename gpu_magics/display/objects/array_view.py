@@ -6,10 +6,11 @@ metadata only: it never computes the array nor materializes its task graph.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpu_magics.arrays import chunk_advice
 from gpu_magics.display import svg
@@ -48,14 +49,24 @@ def set_placement_probe(probe: PlacementProbe | None) -> None:
     _placement = probe
 
 
-def _computed_on(chunk_library: str) -> tuple[str, str | None] | None:
-    if _placement is None:
-        return None
+Found = TypeVar("Found")
+
+
+def _unless_failing(what: str, ask: Callable[[], Found], failed: Found) -> Found:
+    """``ask()``, or ``failed`` where it fails (``what`` failed, in the debug log): the view shows less, never
+    breaks."""
     try:
-        return _placement(chunk_library)
-    except Exception as error:  # never break the display over it
-        dropped("asking where the array is computed", error)
+        return ask()
+    except Exception as error:  # a probe (no GPU, broken CUDA) or a graph's layers may fail any way when read
+        dropped(what, error)
+        return failed
+
+
+def _computed_on(chunk_library: str) -> tuple[str, str | None] | None:
+    placement = _placement
+    if placement is None:
         return None
+    return _unless_failing("asking where the array is computed", lambda: placement(chunk_library), None)
 
 
 def set_gpu_memory_probe(probe: GpuMemoryProbe | None) -> None:
@@ -68,11 +79,7 @@ def set_gpu_memory_probe(probe: GpuMemoryProbe | None) -> None:
 def visible_gpu_memory() -> tuple[int, ...] | None:
     """Total bytes of each visible GPU (asked once, then cached), or None when unknown."""
     if not _cache:
-        try:
-            _cache.append(_probe())
-        except Exception as error:  # a probe may fail any way (no GPU, broken CUDA): the view shows none
-            dropped("asking the visible GPUs' memory", error)
-            _cache.append(None)
+        _cache.append(_unless_failing("asking the visible GPUs' memory", _probe, None))
     return _cache[0]
 
 
@@ -95,7 +102,7 @@ def _axis_max(chunks: Sequence[float]) -> float:
 
 def graph_size(array: Any) -> tuple[int, int, bool]:
     """(tasks, layers, estimated) of a dask array's graph, without materializing it."""
-    from gpu_magics.display.graph_view import expr_layers, expr_of, hlg_counts
+    from gpu_magics.display.objects.graph_layers import expr_layers, expr_of, hlg_counts
 
     expr = expr_of(array)
     if expr is not None:
@@ -108,7 +115,7 @@ def graph_size(array: Any) -> tuple[int, int, bool]:
 
 
 def _is_expression(array: Any) -> bool:
-    from gpu_magics.display.graph_view import expr_of
+    from gpu_magics.display.objects.graph_layers import expr_of
 
     return expr_of(array) is not None
 
@@ -278,19 +285,21 @@ GONE_HINT = (
 def data_gone(collection: Any, look_at: int = 64) -> bool:
     """Whether ``collection`` was persisted on a cluster and its data is gone: the futures in its graph were
     cancelled or lost, or their client closed (looks at its first ``look_at`` graph values only)."""
-    try:
-        graph = collection.__dask_graph__()
-        layers = getattr(graph, "layers", {"": graph}).values()
-        kept = [layer for layer in layers if getattr(layer, "is_materialized", lambda: True)()]  # not built here
-        values = [value for layer in kept for _, value in zip(range(look_at), layer.values(), strict=False)]
-    except Exception as error:  # a graph's layers may fail any way when read: the view says nothing of them
-        dropped("looking for futures in the graph", error)
-        return False
+    read = functools.partial(_first_values, collection, look_at)
+    values: list[Any] = _unless_failing("looking for futures in the graph", read, [])
     for value in values:
         if type(value).__name__ == "Future" and type(value).__module__.startswith("distributed"):
             client = getattr(value, "client", None)
             return value.status in ("cancelled", "lost") or getattr(client, "status", "running") == "closed"
     return False
+
+
+def _first_values(collection: Any, look_at: int) -> list[Any]:
+    """The first ``look_at`` values of each layer of ``collection``'s graph that is built already."""
+    graph = collection.__dask_graph__()
+    layers = getattr(graph, "layers", {"": graph}).values()
+    kept = [layer for layer in layers if getattr(layer, "is_materialized", lambda: True)()]  # not built here
+    return [value for layer in kept for _, value in zip(range(look_at), layer.values(), strict=False)]
 
 
 class ArrayView:

@@ -17,7 +17,7 @@ from IPython.utils.capture import capture_output
 from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.control import queries
 from gpu_magics.gpurun import backends
-from gpu_magics.gpurun.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor
+from gpu_magics.gpurun.live.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor
 from gpu_magics.monitor.sampler import Sampler
 from gpu_magics.monitor.sources import make_source
 from tests.test_gpurun import NO_GPU, inventory

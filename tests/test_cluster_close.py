@@ -149,7 +149,7 @@ def test_scheduler_gone_while_a_cell_runs_is_one_line(
 def test_a_cancellation_while_the_cluster_runs_is_the_users_own(shell: InteractiveShell) -> None:
     from distributed.client import FutureCancelledError
 
-    from gpu_magics.gpurun import cluster_loss
+    from gpu_magics.gpurun.live import cluster_loss
 
     shell.run_line_magic("gpucluster", "--cpu-workers 1 --no-dashboard --name cancelling")
     client = lifecycle.require_client()
@@ -165,7 +165,7 @@ def test_a_cancellation_while_the_cluster_runs_is_the_users_own(shell: Interacti
 def test_lost_scheduler_reasons_in_groups() -> None:
     from distributed.client import CancelledFuturesGroup, FutureCancelledError, FuturesCancelledError
 
-    from gpu_magics.gpurun import cluster_loss
+    from gpu_magics.gpurun.live import cluster_loss
 
     lost = cluster_loss.LOST_CONNECTION
     group = CancelledFuturesGroup([FutureCancelledError("k", lost)], lost)

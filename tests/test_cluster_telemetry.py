@@ -102,7 +102,7 @@ def test_the_feed_makes_snapshots_only_while_watched() -> None:
 def test_a_cells_figures_come_from_the_reports_of_its_own_window() -> None:
     """Workers report every interval, so the report that covers a cell's end comes after it: the figures wait
     for it (bounded), and a reading taken before the cell, or after the next one began, is not in them."""
-    from gpu_magics.gpurun.cell_monitor import figures_from, within_cell
+    from gpu_magics.gpurun.live.cell_monitor import figures_from, within_cell
 
     seen = ClusterTelemetry(None, interval=0.2, local_hostname="jupyter-host")  # type: ignore[arg-type]
     seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=95.0),), t=time.time()))  # the last cell's

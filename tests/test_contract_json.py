@@ -25,7 +25,7 @@ from gpu_magics.monitor.fake import FakeSource
 from gpu_magics.monitor.sampler import Sampler
 from gpu_magics.server import handlers
 from gpu_magics.server.config import GpuMagicsServer
-from gpu_magics.server.owners import GpuHolder
+from gpu_magics.server.ownership.owners import GpuHolder
 from gpu_magics.server.service import MonitorService
 
 try:

@@ -9,7 +9,7 @@ import dask.array as da
 import pytest
 
 from gpu_magics.display.live import LivePanel
-from gpu_magics.gpurun.progress import QUIET_FOR, Progress, ProgressState
+from gpu_magics.gpurun.live.progress import QUIET_FOR, Progress, ProgressState
 from gpu_magics.monitor.sampler import Sampler
 from gpu_magics.monitor.sources import make_source
 

@@ -15,7 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.display.live import LivePanel
 from gpu_magics.gpurun import backends
-from gpu_magics.gpurun.cell_monitor import CellMonitor, MonitorFigures, figures_from
+from gpu_magics.gpurun.live.cell_monitor import CellMonitor, MonitorFigures, figures_from
 from gpu_magics.monitor.sampler import Sampler, get_sampler, shutdown_sampler
 from gpu_magics.monitor.sources import make_source
 

@@ -333,7 +333,7 @@ def test_summarize_pcie_and_nvlink_both_ways() -> None:
     (summary,) = summarize(snapshots).values()
     assert summary.peak_pcie == 8 * gib and summary.mean_pcie == pytest.approx(5 * gib)
     assert summary.peak_nvlink == 0.0 and summary.mean_nvlink == 0.0  # read once, as zero
-    from gpu_magics.gpurun.cell_monitor import figures_from
+    from gpu_magics.gpurun.live.cell_monitor import figures_from
 
     line = str(figures_from(snapshots, "gpu", 0.0))
     assert line.endswith(", PCIe peak 8.0 GiB/s (mean 5.0 GiB/s), NVLink peak 0 B/s (mean 0 B/s)")

@@ -3,7 +3,7 @@ them, uneven shares are evened out by moving the fewest bytes, copies the receiv
 
 from __future__ import annotations
 
-from gpu_magics.spmd.kernel.chunk_plan import plan
+from gpu_magics.spmd.kernel.data.chunk_plan import plan
 
 A, B, C = "tcp://a:1", "tcp://b:1", "tcp://c:1"
 MB = 1_000_000

@@ -20,7 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster.control import lifecycle as cluster
-from gpu_magics.spmd.kernel import cell as spmd_cell
+from gpu_magics.spmd.kernel import cell_run
 from gpu_magics.spmd.kernel import ranks as rank_sets
 from gpu_magics.spmd.worker import host
 from tests.test_gpurun import NO_GPU, inventory
@@ -104,7 +104,7 @@ def test_an_interrupt_or_exit_landing_while_the_rows_are_drawn_stops_every_rank(
     """Ctrl-C lands wherever the kernel's main thread is, drawing the rows included; a SystemExit that surfaces
     there (a signal handler's, a library's) ends the cell the same way."""
     before = rank_pids()
-    draw = spmd_cell._CellRun.view
+    draw = cell_run.CellRun.view
     calls: list[int] = []
 
     def view(self: Any, finished: bool = False) -> Any:
@@ -113,7 +113,7 @@ def test_an_interrupt_or_exit_landing_while_the_rows_are_drawn_stops_every_rank(
             raise landing()
         return draw(self, finished)
 
-    monkeypatch.setattr(spmd_cell._CellRun, "view", view)
+    monkeypatch.setattr(cell_run.CellRun, "view", view)
     result, text = interrupted(shell, SLEEPS, after_s=60.0)  # no Ctrl-C of the test's own
     monkeypatch.undo()
     assert_stopped_in_place(shell, result, text, before)

@@ -10,8 +10,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from gpu_magics.display.format import STRIPES
-from gpu_magics.spmd.kernel.output import LineMerger, is_noise
-from gpu_magics.spmd.kernel.results import (
+from gpu_magics.spmd.kernel.view.output import LineMerger, is_noise
+from gpu_magics.spmd.kernel.view.results import (
     RankOutcome,
     RankState,
     SpmdResult,
@@ -23,7 +23,7 @@ from gpu_magics.spmd.kernel.results import (
     leading,
     other_line,
 )
-from gpu_magics.spmd.kernel.stalls import describe
+from gpu_magics.spmd.kernel.view.stalls import describe
 from gpu_magics.spmd.kernel.world import Member, World, check_ranks, order
 from gpu_magics.spmd.messages import NEVER_RAN, ended_reply, stopped_reply
 from gpu_magics.spmd.rank.repl import _describe, building, library, run_cell
@@ -278,7 +278,7 @@ def test_a_line_redrawn_with_carriage_returns_keeps_its_last_state() -> None:
 
 
 def test_live_progress_bars_keep_their_rank_and_alike_bars_merge() -> None:
-    from gpu_magics.spmd.kernel.output import progress_lines
+    from gpu_magics.spmd.kernel.view.output import progress_lines
 
     bar = " 45%|####5     | 45/100"
     live = {0: {"err": bar}, 1: {"err": bar}, 2: {"err": " 40%|####      | 40/100"}, 3: {"err": ""}}
@@ -287,7 +287,7 @@ def test_live_progress_bars_keep_their_rank_and_alike_bars_merge() -> None:
 
 
 def test_a_finished_bar_keeps_its_ranks_place_above_the_ranks_next_bar() -> None:
-    from gpu_magics.spmd.kernel.output import progress_lines
+    from gpu_magics.spmd.kernel.view.output import progress_lines
 
     first = "100%|##########| 100/100 [00:01<00:00, 98.0it/s]"
     live = {0: {"err": " 10%|#         | 10/100"}, 1: {"err": " 95%|#########5| 95/100"}}
@@ -334,7 +334,7 @@ def test_cpu_ranks_tell_accelerate_to_use_gloo_as_its_cpu_launcher_does() -> Non
 
 
 def test_a_package_missing_on_the_ranks_is_named_with_its_pip_command() -> None:
-    from gpu_magics.spmd.kernel.shown import missing_line, missing_module
+    from gpu_magics.spmd.kernel.view.shown import missing_line, missing_module
 
     error = {"type": "ModuleNotFoundError", "message": "No module named 'lightning.fabric'"}
     assert missing_module(error) == "lightning.fabric"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpu_magics.spmd.kernel.stalls import describe
+from gpu_magics.spmd.kernel.view.stalls import describe
 from gpu_magics.spmd.rank import collectives
 
 pytest.importorskip("torch")

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics.gpurun.options import parse_run_line
 from gpu_magics.spmd.kernel import world as worlds
-from gpu_magics.spmd.kernel.output import LineMerger, rank_list
+from gpu_magics.spmd.kernel.view.output import LineMerger, rank_list
 from gpu_magics.spmd.kernel.world import Member, World
 
 
@@ -229,7 +229,7 @@ def test_finished_ranks_are_not_waited_for_and_lines_are_taken_once() -> None:
 
 
 def test_the_status_rows_show_a_gpu_column_only_where_a_rank_has_a_gpu() -> None:
-    from gpu_magics.spmd.kernel.results import RankOutcome, RankState, StatusView
+    from gpu_magics.spmd.kernel.view.results import RankOutcome, RankState, StatusView
 
     outcomes = [
         RankOutcome(0, "a · CPU", RankState.DONE, seconds=0.01),

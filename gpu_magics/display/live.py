@@ -28,7 +28,7 @@ def can_show_widgets(shell: InteractiveShell | None) -> bool:
 
 
 class ProgressSource(Protocol):
-    """What the panel shows under its title while a cell runs (``gpurun.progress.Progress``)."""
+    """What the panel shows under its title while a cell runs (``gpurun.live.progress.Progress``)."""
 
     def text(self) -> str | None: ...
 

@@ -13,9 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +22,7 @@ from IPython.core.error import UsageError
 
 from gpu_magics import gpus
 from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
-from gpu_magics.gpurun import gpuless
+from gpu_magics.gpurun import device_pools, gpuless
 from gpu_magics.gpurun.graphs import kernel_tail, tuning
 from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
@@ -310,7 +308,7 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
         chunk_type="cupy",
         config={
             "scheduler": "threads",
-            "pool": device_pool(index, threads),
+            "pool": device_pools.device_pool(index, threads),
             "num_workers": threads,
             "array.backend": "cupy",
             **tuning.gpu_graph_defaults(),
@@ -381,44 +379,6 @@ _BUILDERS: dict[str, Callable[[int | None, int | None, Preferences], BackendPlan
     "gpu": _gpu,
     "multi-gpu": _multi_gpu,
 }
-
-_pools: dict[tuple[int, int], Executor] = {}
-_pools_lock = threading.Lock()
-
-
-def device_pool(index: int, threads: int) -> Executor:
-    """A thread pool (kept for the process) whose threads run their CUDA work on device ``index``.
-
-    CuPy's current device is per thread, so the device is set as each pool thread starts.
-    """
-    from dask.threaded import ContextAwareThreadPoolExecutor
-
-    with _pools_lock:
-        pool = _pools.get((index, threads))
-        if pool is None:
-            pool = ContextAwareThreadPoolExecutor(
-                threads,
-                thread_name_prefix=f"gpu-magics-gpu{index}",
-                initializer=_use_device,
-                initargs=(index,),
-            )
-            _pools[(index, threads)] = pool
-        return pool
-
-
-def shutdown_pools() -> None:
-    """Stop the per-device thread pools (on ``%unload_ext``)."""
-    with _pools_lock:
-        pools = list(_pools.values())
-        _pools.clear()
-    for pool in pools:
-        pool.shutdown(wait=False)
-
-
-def _use_device(index: int) -> None:
-    import cupy
-
-    cupy.cuda.Device(index).use()
 
 
 def _synchronize_worker_device() -> None:

@@ -15,9 +15,9 @@ import numpy as np
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.gpurun import cluster_loss
 from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.graphs import kernel_tail
+from gpu_magics.gpurun.live import cluster_loss
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.gpurun.timing.time_split import TimeSplit

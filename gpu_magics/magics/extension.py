@@ -25,14 +25,14 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:register",
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
-    "gpu_magics.gpurun.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
+    "gpu_magics.gpurun.live.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
     "gpu_magics.magics.cell_gate:install",  # a start that failed in the background stops the next cell
 )
 UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:unregister",
     "gpu_magics.cluster.records.kernel_report:uninstall",
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
-    "gpu_magics.gpurun.interrupt_view:uninstall",
+    "gpu_magics.gpurun.live.interrupt_view:uninstall",
     "gpu_magics.magics.cell_gate:uninstall",
     "gpu_magics.cluster.background.start_logs:package_logs_back",
 )

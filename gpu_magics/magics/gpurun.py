@@ -13,7 +13,8 @@ from traitlets import Bool, CaselessStrEnum, Float, Int
 
 from gpu_magics.cluster.background import ahead
 from gpu_magics.display.live import can_show_widgets
-from gpu_magics.gpurun import backends, execute, progress
+from gpu_magics.gpurun import backends, device_pools, execute
+from gpu_magics.gpurun.live import progress
 from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_run_line, parse_session_line
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session import placement, plain_cells, spmd_cells
@@ -380,7 +381,7 @@ class GpuMagics(Magics, FreeGpuSettings):
     def _observer(self, options: RunOptions, plan: backends.BackendPlan) -> execute.CellObserver | None:
         if not (options.monitor and self.monitor):
             return None
-        from gpu_magics.gpurun.cell_monitor import CellMonitor
+        from gpu_magics.gpurun.live.cell_monitor import CellMonitor
 
         quiet = options.quiet and not options.output  # nobody looks at its figures: sampled once it runs a while
         return CellMonitor(self._shell, show_live=not options.quiet, keep_static=not options.compare, lazy=quiet)
@@ -402,7 +403,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         ranks = sys.modules.get("gpu_magics.spmd.kernel.ranks")
         if ranks is not None:
             ranks.end_all()
-        backends.shutdown_pools()
+        device_pools.shutdown_pools()
 
 
 def _as_line_magic(message: str) -> str:

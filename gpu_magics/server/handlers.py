@@ -18,8 +18,15 @@ from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.records.record import ClusterRecord, list_kernel_records, list_records
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.jsonutil import dumps
-from gpu_magics.server.kernels import elsewhere_json, kernel_paths, kernel_pids, not_ours, ours, running_kernel_ids
-from gpu_magics.server.owners import map_owners, others_on_gpus, with_self_reports
+from gpu_magics.server.ownership.kernels import (
+    elsewhere_json,
+    kernel_paths,
+    kernel_pids,
+    not_ours,
+    ours,
+    running_kernel_ids,
+)
+from gpu_magics.server.ownership.owners import map_owners, others_on_gpus, with_self_reports
 from gpu_magics.server.service import MonitorService
 from gpu_magics.text import hints
 

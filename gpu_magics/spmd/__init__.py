@@ -10,7 +10,7 @@ connection per rank, opened by its worker with a token the kernel gets through t
 
 from __future__ import annotations
 
-from gpu_magics.spmd.kernel.transfer import pull, push
+from gpu_magics.spmd.kernel.data.transfer import pull, push
 from gpu_magics.spmd.rank.shards import shards
 
 __all__ = ["pull", "push", "shards"]

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
 BUSY = "%%gpurun cpu-threads\nsum(i * i for i in range(3_000_000))"
 GPU_SUMMARY = """import time
-from gpu_magics.gpurun.cell_monitor import figures_from
+from gpu_magics.gpurun.live.cell_monitor import figures_from
 from gpu_magics.monitor.sampler import Sampler
 from gpu_magics.monitor.sources import make_source
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from gpu_magics.display.monitor_view import links_line
-from gpu_magics.gpurun.cell_monitor import figures_from
+from gpu_magics.gpurun.live.cell_monitor import figures_from
 from gpu_magics.monitor.models import HostReading, Snapshot
 from gpu_magics.monitor.sources import make_source
 

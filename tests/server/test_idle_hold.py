@@ -16,8 +16,8 @@ import pytest
 from tornado.httpclient import HTTPResponse
 
 from gpu_magics.cluster.records import record as records
-from gpu_magics.server.kernels import kernel_pids
 from gpu_magics.server.metrics.holds import Hold, holds
+from gpu_magics.server.ownership.kernels import kernel_pids
 from tests.server.helpers import delete_kernel
 from tests.server.test_metrics import BUSY, IDLE, SPEC, holding, inputs, kernel_record, reading, snapshot
 

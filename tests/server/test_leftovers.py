@@ -26,9 +26,9 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from gpu_magics.monitor import fake_pools
 from gpu_magics.monitor.models import GpuProcess, HostReading, Snapshot
-from gpu_magics.server.kernels import kernel_pids
 from gpu_magics.server.leftovers import store
 from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started, process_table, summary
+from gpu_magics.server.ownership.kernels import kernel_pids
 from tests.server.helpers import delete_kernel
 from tests.server.test_metrics import SPEC, reading
 from tests.waiting import wait_for

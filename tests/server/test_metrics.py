@@ -31,7 +31,7 @@ from gpu_magics.server.metrics.frame import Frame, build
 from gpu_magics.server.metrics.gather import Holding, Inputs, busiest, gather
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Place
-from gpu_magics.server.owners import GpuHolder
+from gpu_magics.server.ownership.owners import GpuHolder
 from tests.server.helpers import server_kernel
 
 Fetch = Callable[..., Awaitable[HTTPResponse]]

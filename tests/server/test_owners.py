@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpu_magics.cluster.records.record import ClusterRecord
 from gpu_magics.monitor.models import GpuProcess, GpuReading, HostReading, Snapshot
-from gpu_magics.server.owners import map_owners, with_self_reports
+from gpu_magics.server.ownership.owners import map_owners, with_self_reports
 
 
 def _gpu(index: int, *pids: int) -> GpuReading:

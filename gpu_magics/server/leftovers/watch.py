@@ -8,9 +8,9 @@ from typing import Any
 
 from tornado.ioloop import IOLoop, PeriodicCallback
 
-from gpu_magics.server.kernels import kernel_pids
 from gpu_magics.server.leftovers import store
 from gpu_magics.server.leftovers.registry import KernelProcesses, Leftover, Started
+from gpu_magics.server.ownership.kernels import kernel_pids
 from gpu_magics.server.service import MonitorService
 
 INTERVAL = 2.0  # seconds between looks at the kernels' processes (a process started and orphaned in between is missed)

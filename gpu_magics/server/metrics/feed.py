@@ -21,13 +21,13 @@ from typing import Any
 from prometheus_client.core import Metric
 
 from gpu_magics.monitor.models import Snapshot
-from gpu_magics.server.kernels import kernel_paths, kernel_pids, running_kernel_ids
 from gpu_magics.server.leftovers.registry import Leftover
 from gpu_magics.server.metrics.collector import detach
 from gpu_magics.server.metrics.frame import Frame, build
 from gpu_magics.server.metrics.gather import Inputs, gather
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Place
+from gpu_magics.server.ownership.kernels import kernel_paths, kernel_pids, running_kernel_ids
 from gpu_magics.server.reclaim.reclaimer import IdleReclaim
 from gpu_magics.server.service import MonitorService
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from gpu_magics.cluster.records.record import ClusterRecord, list_kernel_records, list_records
 from gpu_magics.monitor.models import GpuReading, Snapshot
-from gpu_magics.server.kernels import ours
 from gpu_magics.server.leftovers.registry import Leftover
-from gpu_magics.server.owners import GpuHolder, map_owners, psutil_ancestry, with_self_reports
+from gpu_magics.server.ownership.kernels import ours
+from gpu_magics.server.ownership.owners import GpuHolder, map_owners, psutil_ancestry, with_self_reports
 
 _log = logging.getLogger(__name__)
 RANK_MODULE = "gpu_magics.spmd.rank"  # a rank process's command line: python -u -m gpu_magics.spmd.rank ...

@@ -9,8 +9,8 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from gpu_magics.server.handlers import GpuMagicsHandler
-from gpu_magics.server.kernels import running_kernel_ids
 from gpu_magics.server.metrics.feed import FEED_KEY, MetricsFeed
+from gpu_magics.server.ownership.kernels import running_kernel_ids
 
 
 class IdleHoldHandler(GpuMagicsHandler):

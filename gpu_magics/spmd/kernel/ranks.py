@@ -1,5 +1,5 @@
-"""This kernel's ranks on the cluster in use: the world, the rank processes, the process groups, and the calls
-that reach them (through the cluster's ``Client``, never through the cluster engine's internals).
+"""This kernel's ranks on the cluster in use: the world, the rank processes and the process groups (the calls
+that reach them are ``rank_calls``, through the cluster's ``Client``, never the cluster engine's internals).
 
 The world is made on the first SPMD cell and kept while the cluster's workers stay the same; a worker that
 joins, leaves or restarts makes a new world (new rank processes, new ports) at the next cell, said in one line.
@@ -9,7 +9,6 @@ processes; ``%gpucluster stop`` and a kernel that leaves end them too.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import os
@@ -20,10 +19,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from IPython.core.error import UsageError
 
-from gpu_magics.spmd.channel import Caller, connect_all
-from gpu_magics.spmd.kernel import results
+from gpu_magics.spmd.kernel.rank_calls import RankCalls
+from gpu_magics.spmd.kernel.view import results
 from gpu_magics.spmd.kernel.world import PROG, USER_SET, Member, Rank, World, check_gpus, order
-from gpu_magics.spmd.messages import Command, Event, ExitedEvent, Line, LinesEvent
+from gpu_magics.spmd.messages import Event, ExitedEvent, Line, LinesEvent
 from gpu_magics.spmd.worker import host
 from gpu_magics.text.units import dropped
 
@@ -35,12 +34,11 @@ STOP_GRACE_S = 3.0  # seconds a rank has to stop after an interrupt before its p
 LineHandler = Callable[[int, str | None, list[Line], dict[str, str]], None]  # rank, cell, lines, live progress
 
 
-class Ranks:
+class Ranks(RankCalls):
     """The ranks of one kernel (one client) on the cluster in use."""
 
     def __init__(self, client: Client) -> None:
-        self.client = client
-        self.owner = str(client.id)
+        super().__init__(client)
         self.topic = f"gpu-magics-spmd-{self.owner}"
         self.world: World | None = None
         self.groups: set[str] = set()
@@ -54,81 +52,6 @@ class Ranks:
         self._lock = threading.Lock()
         client.subscribe_topic(self.topic, self._on_event)
         self._watched = False
-        self._direct = True
-        self._callers: dict[str, Caller] = {}  # worker address -> the cell channel to its rank (this world's)
-
-    # -- calls to the workers -----------------------------------------------------------------------------------
-    def call(self, function: Callable[..., Any], *args: Any, workers: Sequence[str]) -> concurrent.futures.Future[Any]:
-        """``function(*args)`` on ``workers`` (each as ``dask_worker``); a future of address -> result or error.
-        One worker is asked directly (one hop, as the client fetches results), falling back to the scheduler
-        where the kernel cannot reach the worker (a gateway's proxy); several through the scheduler."""
-        loop: Any = self.client.loop
-        return asyncio.run_coroutine_threadsafe(self._call(function, args, workers), loop.asyncio_loop)
-
-    def _call(self, function: Callable[..., Any], args: tuple[Any, ...], workers: Sequence[str]) -> Any:
-        if len(workers) == 1 and self._direct:
-            return self._run_direct(function, args, workers[0])
-        return self.client._run(function, *args, workers=list(workers), on_error="return")
-
-    def ask_each(self, ranks: Sequence[Rank], message: Command) -> dict[int, concurrent.futures.Future[Any]]:
-        """Hand ``message`` to every rank of ``ranks`` at once, each straight to its worker, with one hand-over to
-        the client's event loop for all of them (a cell's cost grows little with the ranks); rank -> a future of
-        address -> reply, as ``call`` gives."""
-        futures: dict[int, concurrent.futures.Future[Any]] = {rank.rank: concurrent.futures.Future() for rank in ranks}
-
-        async def one(rank: Rank) -> None:
-            future = futures[rank.rank]
-            try:
-                result = await self._ask(rank.member.address, message)
-            except BaseException as error:  # the call's failure, of any kind, is that rank's answer
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(error)
-                return
-            if future.set_running_or_notify_cancel():
-                future.set_result(result)
-
-        async def fan_out() -> None:
-            await asyncio.gather(*(one(rank) for rank in ranks))
-
-        loop: Any = self.client.loop
-        asyncio.run_coroutine_threadsafe(fan_out(), loop.asyncio_loop)
-        return futures
-
-    async def _ask(self, address: str, message: Command) -> dict[str, Any]:
-        """One rank's command, on its cell channel where it has one (else through ``Client.run``)."""
-        caller = self._callers.get(address)
-        if caller is None or caller.broken is not None:
-            return dict(await self._call(host.ask, (self.owner, message), [address]))
-        try:
-            return {address: await caller.ask(message)}
-        except ConnectionError as error:  # the worker went away mid-command: that rank's answer, as Client.run's
-            return {address: error}
-
-    async def _run_direct(self, function: Callable[..., Any], args: tuple[Any, ...], address: str) -> dict[str, Any]:
-        from distributed.comm.core import CommClosedError
-        from distributed.protocol.pickle import dumps, loads
-
-        try:
-            response = await self.client.rpc(address).run(
-                function=dumps(function), args=dumps(args), kwargs=dumps({}), wait=True
-            )
-        except (OSError, CommClosedError):
-            self._direct = False  # this kernel does not reach the workers: through the scheduler from now on
-            return dict(await self.client._run(function, *args, workers=[address], on_error="return"))
-        except Exception as error:  # the worker's failure, of any kind, is that rank's answer
-            return {address: error}
-        if response.get("status") == "OK":
-            return {address: response.get("result")}
-        exception = response.get("exception")
-        return {address: loads(exception) if isinstance(exception, bytes) else RuntimeError(str(response))}
-
-    def call_wait(self, function: Callable[..., Any], *args: Any, workers: Sequence[str], timeout: float) -> dict:
-        future = self.call(function, *args, workers=workers)
-        try:
-            return dict(future.result(timeout))
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
 
     # -- output events ------------------------------------------------------------------------------------------
     def listen(self, handler: LineHandler | None) -> None:
@@ -173,7 +96,9 @@ class Ranks:
         workers = inspection.scheduler_workers(self.client)
         if self.world is not None and set(workers) == self.world.addresses:
             return self.world, []
-        return self.prepare(workers, cpu_only=_cpu_workers_only(queries.active()), cell=cell)
+        # CPU workers (``--cpu-workers`` too) give ranks that see no GPU even where the host has some; otherwise each
+        # worker says whether it has a GPU (its ``CUDA_VISIBLE_DEVICES``)
+        return self.prepare(workers, cpu_only=queries.workers_kind() == "cpu", cell=cell)
 
     def prepare(
         self, workers: dict[str, dict[str, Any]], *, cpu_only: bool = False, cell: bool = True
@@ -268,18 +193,7 @@ class Ranks:
             raise UsageError(f"{PROG}: the rank processes did not start ({'; '.join(failed[:3])})")
         with self._lock:
             self.pids = pids
-        loop: Any = self.client.loop
-        try:
-            self._callers = asyncio.run_coroutine_threadsafe(connect_all(endpoints), loop.asyncio_loop).result(10)
-        except concurrent.futures.TimeoutError:  # the channels stay shut: the cells go through Client.run
-            self._callers = {}
-
-    def _close_callers(self) -> None:
-        callers, self._callers = self._callers, {}
-        loop: Any = self.client.loop
-        for caller in callers.values():
-            with contextlib.suppress(RuntimeError):  # the client's loop closed: its connections went with it
-                loop.asyncio_loop.call_soon_threadsafe(caller.close)
+        self._connect(endpoints)
 
     def end(self) -> None:
         """End every rank process of this kernel (their variables and groups go with them)."""
@@ -365,14 +279,6 @@ class Ranks:
             self.client.unsubscribe_topic(self.topic)
 
 
-def _cpu_workers_only(current: Any) -> bool:
-    """Whether the cluster's workers were asked to be CPU workers (``--cpu-workers``): their ranks see no GPU even
-    where the host has some. Otherwise each worker says whether it has a GPU (its ``CUDA_VISIBLE_DEVICES``)."""
-    if current is None:
-        return False
-    return current.kind == "cpu" or bool(getattr(current.options, "cpu_workers", None))
-
-
 _by_client: dict[str, Ranks] = {}
 _listening: list[Callable[[], None]] = []
 
@@ -435,7 +341,7 @@ def where_cells_run(ranks: Sequence[int] | None, shown: Sequence[int] | None = N
     """Where ``%gpurun spmd``'s cells run, in words (``every rank (2 ranks on 1 host (CPU))``, ``rank 1 of 2``); a
     one-line ``UsageError`` for ``--ranks`` or ``--output`` (``shown``) outside the world, where the world is
     known now."""
-    from gpu_magics.spmd.kernel.output import rank_list
+    from gpu_magics.spmd.kernel.view.output import rank_list
     from gpu_magics.spmd.kernel.world import check_ranks
 
     found = world_now()

@@ -18,7 +18,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.spmd.kernel.results import load_value
+from gpu_magics.spmd.kernel.view.results import load_value
 from gpu_magics.spmd.messages import PullCommand, PushCommand, Reply
 
 TIMEOUT_S = 300.0
@@ -71,7 +71,7 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
         raise UsageError("spmd.push: name the values, for example spmd.push(config=config)")
     import cloudpickle
 
-    from gpu_magics.spmd.kernel import dask_data
+    from gpu_magics.spmd.kernel.data import dask_data
 
     arrays = {name: value for name, value in values.items() if dask_data.is_collection(value)}
     for name, value in arrays.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_magics.spmd.kernel.output import rank_list
+from gpu_magics.spmd.kernel.view.output import rank_list
 from gpu_magics.spmd.messages import Collective, Where
 
 BACKENDS = {"nccl": "NCCL", "gloo": "gloo", "mpi": "MPI", "ucc": "UCC"}

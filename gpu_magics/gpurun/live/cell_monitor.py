@@ -266,7 +266,7 @@ class CellMonitor:
         else:  # a quiet cell costs nothing to watch until it has run a while
             _later.call(QUIET_SAMPLING_AFTER_S, self._begin_sampling)
         from gpu_magics.display.live import LivePanel, can_show_widgets
-        from gpu_magics.gpurun.progress import Progress
+        from gpu_magics.gpurun.live.progress import Progress
 
         if self.show_live and can_show_widgets(self.shell):
             progress = Progress(plan.client)

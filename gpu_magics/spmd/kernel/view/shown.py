@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_magics.spmd.kernel.output import Shown, progress_lines
-from gpu_magics.spmd.kernel.results import ProgressView, StatusView
+from gpu_magics.spmd.kernel.view.output import Shown, progress_lines
+from gpu_magics.spmd.kernel.view.results import ProgressView, StatusView
 
 PROGRESS_S = 0.2  # seconds between two updates of the live progress bars
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from gpu_magics.spmd.kernel import chunk_plan
+from gpu_magics.spmd.kernel.data import chunk_plan
 from gpu_magics.spmd.rank.shards import Chunk, DaskShards
 from gpu_magics.text.units import format_bytes
 
@@ -202,7 +202,7 @@ def _move(client: Client, futures: list[Future], moves: Sequence[chunk_plan.Move
 
 def _line(name: str, handle: DaskShards, made: chunk_plan.Plan, ranks: Sequence[Rank]) -> str:
     """``spmd.push: x: 8 chunks (6.1 MiB) over ranks 0-1 (4 + 4 chunks), ...; 3.1 MiB (4 chunks) moved ...``."""
-    from gpu_magics.spmd.kernel.output import rank_list
+    from gpu_magics.spmd.kernel.view.output import rank_list
 
     counts = " + ".join(str(count) for count in made.counts())
     where = f"rank{'s' * (len(ranks) != 1)} {rank_list([rank.rank for rank in ranks])} ({counts} chunks)"

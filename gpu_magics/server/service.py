@@ -14,6 +14,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from tornado.ioloop import IOLoop
 
@@ -108,11 +109,7 @@ class MonitorService:
         """Stop sampling and release the source (server shutdown)."""
         self._closed = True
         callbacks, self._on_close = self._on_close, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # each callback runs, whatever the one before raised
-                _log.exception("closing what reads the GPU monitor failed")
+        _call_each([(callback, ()) for callback in callbacks], "closing what reads the GPU monitor failed")
         self._listeners.clear()
         self._cancel_idle_check()
         sampler, self._sampler = self._sampler, None
@@ -196,11 +193,9 @@ class MonitorService:
             loop.add_callback(self._dispatch, snapshot)
 
     def _dispatch(self, snapshot: Snapshot) -> None:
-        for listener, _ in list(self._listeners.values()):
-            try:
-                listener(snapshot)
-            except Exception:  # a listener never stops the snapshots
-                _log.exception("GPU snapshot listener failed")
+        _call_each(
+            [(listener, (snapshot,)) for listener, _ in list(self._listeners.values())], "GPU snapshot listener failed"
+        )
 
     # -- idle stop -------------------------------------------------------------------------------------
 
@@ -252,3 +247,12 @@ def close_all() -> None:
     """Close every service of this process (at exit; tests call it after each server)."""
     for service in list(_live):
         service.close()
+
+
+def _call_each(calls: list[tuple[Callable[..., None], tuple[Any, ...]]], failed: str) -> None:
+    """Make each call, whatever the one before raised (logged as ``failed``)."""
+    for function, args in calls:
+        try:
+            function(*args)
+        except Exception:  # a listener or a closing callback never stops the others, whatever it raised
+            _log.exception(failed)

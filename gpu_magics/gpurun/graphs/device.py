@@ -35,9 +35,9 @@ def library() -> ModuleType | None:
 
         if gpus.inventory().unavailable_reason() is not None:  # no GPU, simulated ones, or no CuPy
             return None
-    try:
+    try:  # CuPy that fails any way at import (a broken CUDA install) was said by the inventory's reason above
         return importlib.import_module(name)
-    except Exception as error:  # a broken CUDA install fails any way at import: no device module
+    except ImportError as error:  # the named stand-in, or CuPy, is not installed here: no device module
         dropped(f"importing {name}", error)
         return None
 

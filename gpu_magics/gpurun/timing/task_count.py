@@ -195,7 +195,7 @@ def scheduler_progress(client: Client) -> tuple[int, int] | None:
     installed."""
     if not plugin_installed(client):
         return None
-    counts = _answer(lambda: client.run_on_scheduler(read_progress))
+    counts = _answer(READING, lambda: client.run_on_scheduler(read_progress))
     return None if counts is None else (int(counts[0]), int(counts[1]))
 
 
@@ -251,12 +251,14 @@ def plugin_installed(client: Client) -> bool:
     import this package)."""
     if client in _registered:
         return True
-    try:
-        client.register_plugin(_scheduler_counter_class()())
-    except Exception as error:  # the scheduler may refuse it any way (it cannot import this package): no counts
-        dropped("installing the task counter on the scheduler", error)
-        return False
+    if not _answer("installing the task counter on the scheduler", lambda: _install(client)):
+        return False  # the scheduler refused it (it cannot import this package): no counts
     _registered.add(client)
+    return True
+
+
+def _install(client: Client) -> bool:
+    client.register_plugin(_scheduler_counter_class()())
     return True
 
 
@@ -264,23 +266,27 @@ def scheduler_mark(client: Client) -> tuple[int, int, int, float] | None:
     """The scheduler's counts before a cell (``read_mark``), or ``None`` where the plugin cannot be installed."""
     if not plugin_installed(client):
         return None
-    answer: tuple[int, int, int, float] | None = _answer(lambda: _on_scheduler(client, read_mark))
+    answer: tuple[int, int, int, float] | None = _answer(READING, lambda: _on_scheduler(client, read_mark))
     return answer
 
 
 def _read_since(client: Client, mark: tuple[int, int, int, float]) -> dict[str, Any] | None:
     answer: dict[str, Any] | None = _answer(
-        lambda: _on_scheduler(client, read_since, records=mark[1], arrivals=mark[2])
+        READING, lambda: _on_scheduler(client, read_since, records=mark[1], arrivals=mark[2])
     )
     return answer
 
 
-def _answer(ask: Callable[[], Any]) -> Any:
-    """What ``ask`` (a read of the counting plugin on the scheduler) returns, or ``None`` when it fails."""
+READING = "reading the task counts on the scheduler"
+
+
+def _answer(what: str, ask: Callable[[], Any]) -> Any:
+    """What ``ask`` (installing or reading the counting plugin on the scheduler) returns, or ``None`` when it
+    fails (``what`` failed, once in the debug log)."""
     try:
         return ask()
     except Exception as error:  # the scheduler's comm or the plugin there may fail any way: counts unknown
-        dropped("reading the task counts on the scheduler", error, once=True)
+        dropped(what, error, once=True)
         return None
 
 

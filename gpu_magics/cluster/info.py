@@ -117,6 +117,14 @@ class ClusterFacts:
         )
 
 
+def started_here(facts: Any, kind: str) -> bool:
+    """Whether the kernel that wrote a cluster's record started that cluster: its manager's word (``facts``, as the
+    record holds them), else, in a record of an older kernel without them, the one fallback on the cluster's kind
+    left (an attached cluster was not started there)."""
+    found = ClusterFacts.from_json(facts)
+    return found.owned if found is not None else kind != "attached"
+
+
 @dataclass(frozen=True)
 class ClusterInfo:
     """A cluster's state at one moment."""

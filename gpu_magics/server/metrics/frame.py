@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_magics.cluster.info import ClusterFacts
+from gpu_magics.cluster.info import started_here
 from gpu_magics.monitor.models import GpuReading
 from gpu_magics.server.metrics.gather import Inputs
 from gpu_magics.server.metrics.holds import Hold, holds
@@ -203,8 +203,7 @@ def _clusters(series: dict[str, list[Series]], inputs: Inputs, place: Place) -> 
         owner = kernel or None
         series["gpu_magics_cluster_workers"].append(Series(labels, float(record.workers), kernel_id=owner))
         series["gpu_magics_cluster_gpus"].append(Series(labels, float(len(record.gpus)), kernel_id=owner))
-        facts = ClusterFacts.from_json(record.facts)  # its manager's word; an older kernel's record: the kind
-        owned = facts.owned if facts is not None else record.kind != "attached"
+        owned = started_here(record.facts, record.kind)
         info = (*labels, ("kind", clean(record.kind)), ("started_here", str(owned).lower()))
         series["gpu_magics_cluster_info"].append(Series(info, 1.0, kernel_id=owner))
         if record.idle_timeout is not None:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_magics.cluster.info import ClusterFacts
+from gpu_magics.cluster.info import started_here
 from gpu_magics.server.metrics.gather import Inputs
 from gpu_magics.text.units import format_age, format_bytes
 
@@ -75,8 +75,7 @@ def holds(inputs: Inputs, kernels: Iterable[str], since: Mapping[str, float | No
         where.setdefault(kernel, set()).add(holder.gpu_label or holder.gpu_uuid)
     clusters = {}
     for record in inputs.records:
-        facts = ClusterFacts.from_json(record.facts)
-        if record.kernel_id and (facts.owned if facts is not None else record.kind != "attached"):
+        if record.kernel_id and started_here(record.facts, record.kind):
             clusters[record.kernel_id] = record.name
     found = []
     for kernel in sorted(held):

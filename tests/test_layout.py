@@ -111,7 +111,7 @@ def test_only_the_inventory_and_the_monitor_source_enumerate_devices() -> None:
     assert strays == []
 
 
-PURE = ("gpu_magics.gpurun.options", "gpu_magics.cluster.options", "gpu_magics.cluster.info")
+PURE: tuple[str, ...] = ("gpu_magics.gpurun.options", "gpu_magics.cluster.options", "gpu_magics.cluster.info")
 PURE += ("gpu_magics.cluster.records.record", "gpu_magics.monitor.models", "gpu_magics.text.argparsing")
 PURE += ("gpu_magics.spmd.messages", "gpu_magics.text.errors")
 
@@ -363,7 +363,7 @@ def test_no_two_folders_import_each_other() -> None:
     found = folders_importing_each_other()
     new = {pair: imports_ for pair, imports_ in found.items() if pair not in FOLDERS_BOTH_WAYS}
     gone = sorted(FOLDERS_BOTH_WAYS - set(found))
-    assert (new, gone) == ({}, []), "new: import one way; gone: drop it from FOLDERS_BOTH_WAYS"
+    assert (new, gone) == ({}, []), f"import one way: {new}; gone, drop from FOLDERS_BOTH_WAYS: {gone}"
 
 
 def test_the_folder_check_sees_two_folders_importing_each_other(tmp_path: Path) -> None:
@@ -582,7 +582,7 @@ def test_no_branch_on_the_clusters_kind_outside_the_managers() -> None:
         if (name, expression) not in KIND_READS
     }
     gone = sorted(pair for pair in KIND_READS if pair not in found)
-    assert (strays, gone) == ({}, []), "strays: read the manager's facts; gone: drop it from KIND_READS"
+    assert (strays, gone) == ({}, []), f"read the manager's facts: {strays}; gone, drop from KIND_READS: {gone}"
 
 
 def test_the_kind_check_sees_a_branch_on_the_kind(tmp_path: Path) -> None:

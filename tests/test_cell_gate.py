@@ -18,7 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.managers import needs
-from gpu_magics.cluster.managers.local import LocalManager
+from gpu_magics.cluster.managers.local.cpu import LocalCpuManager
 from gpu_magics.cluster.options import parse_cluster_line
 
 SLOW_IMPORT = "gpu_magics_slow_import_for_test"
@@ -76,7 +76,7 @@ def test_a_count_of_cpu_workers_the_host_cannot_start_is_refused_before_anything
     assert said.startswith("%gpucluster --cpu-workers 100000: this machine can start at most ") and "\n" not in said
     assert lifecycle.active() is None and lifecycle.start_under_way() is None
     with pytest.raises(UsageError, match=r"^%gpucluster scale 100000: this machine can start at most"):
-        LocalManager(parse_cluster_line("--cpu-workers 1")).check_scale(100000, "scale")
+        LocalCpuManager(parse_cluster_line("--cpu-workers 1")).check_scale(100000, "scale")
 
 
 def test_a_protocol_without_its_package_fails_the_magics_own_cell(shell: InteractiveShell) -> None:

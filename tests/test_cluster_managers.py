@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.managers import slurm
 from gpu_magics.cluster.managers.adopted import adopt
+from gpu_magics.cluster.managers.slurm.manager import job_arguments
 from gpu_magics.cluster.options import parse_cluster_line
 
 
 def arguments(line: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
-    return slurm.job_arguments(parse_cluster_line(line), config or {})
+    return job_arguments(parse_cluster_line(line), config or {})
 
 
 def test_cpu_workers_per_job() -> None:
@@ -142,7 +142,7 @@ def test_help_names_the_managers() -> None:
 def test_the_status_shows_each_job_and_the_adapt_bounds() -> None:
     from gpu_magics.cluster.info import ClusterInfo, JobInfo
     from gpu_magics.cluster.managers.adopted import AdoptedManager
-    from gpu_magics.cluster.managers.slurm import SlurmManager
+    from gpu_magics.cluster.managers.slurm.manager import SlurmManager
     from gpu_magics.cluster.options import parse_cluster_line
     from gpu_magics.display.cluster_view import ClusterView
 

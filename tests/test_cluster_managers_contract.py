@@ -13,8 +13,11 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster.managers.base import ClusterManager
+from gpu_magics.cluster.managers.local.cpu import LocalCpuManager
+from gpu_magics.cluster.managers.local.gpu import LocalGpuManager
 from gpu_magics.cluster.managers.opening import make_manager
 from gpu_magics.cluster.options import parse_cluster_line
+from gpu_magics.text.errors import LineError
 
 CONTRACT = {
     # open and check (and whether the line names the running cluster), start, wait for workers (with what the
@@ -25,7 +28,9 @@ CONTRACT = {
     # the one way to end, with keep or not
     "finish",
     # the facts (item 1 of the views): what every view reads, and the flags they are made from
-    "facts", "source", "taken", "title", "owned", "scalable", "background", "keepable", "since",
+    "facts", "source", "taken", "title", "owned", "scalable", "background", "keepable", "since", "hardware_note",
+    # what the workers are: as asked for, else as they said
+    "declared_workers", "workers_kind",
 }  # fmt: skip
 REQUIRED = {"start", "finish", "source", "taken", "title"}
 
@@ -108,3 +113,40 @@ def test_a_manager_that_only_opened_ends_without_a_cluster() -> None:
     manager = make_manager(parse_cluster_line("--cpu-workers 1"), {})
     manager.open()
     assert manager.expected_workers() == 0 and manager.finish("t", keep=True) == "%gpucluster: stopped cluster 't'"
+
+
+def test_the_local_gpu_and_cpu_cases_are_their_own_classes() -> None:
+    gpu, cpu = (make_manager(parse_cluster_line(line), {}) for line in ("", "--cpu-workers 2"))
+    assert isinstance(gpu, LocalGpuManager) and isinstance(cpu, LocalCpuManager)
+    assert (gpu.title, cpu.title) == ("GPU cluster", "CPU cluster")
+    assert gpu.same_as(cpu, None) and cpu.same_as(gpu, None)  # a line naming one while the other runs uses it
+    assert not cpu.same_as(make_manager(parse_cluster_line("--address tcp://127.0.0.1:9"), {}), None)
+    cpu.check_scale(1, "scale")
+    with pytest.raises(LineError, match="may use 0 GPU"):  # no GPU chosen: ``open`` chooses them
+        gpu.check_scale(1, "scale")
+
+
+GPU_SEEN = {"w0": {"gpu_name": "H200", "cupy": True}}
+NO_CUPY = {"w0": {"gpu_name": "H200", "cupy": False}}  # a GPU its chunks cannot use
+CPU_SEEN = {"w0": {"gpu_name": None}}
+DECLARED = {
+    "": "gpu",
+    "--cpu-workers 2": "cpu",
+    "--slurm --jobs 2 --cpu-workers 1": "cpu",  # CPU workers, whatever GPUs the node has
+    "--slurm --gpus-per-job 2": None,
+    "--address tcp://127.0.0.1:9": None,
+    "--gateway http://127.0.0.1:9": None,
+    "--from t_c": None,
+}
+
+
+@pytest.mark.parametrize(("line", "declared"), DECLARED.items())
+def test_what_the_workers_are_by_how_they_were_asked_for(line: str, declared: str | None) -> None:
+    manager = make_manager(parse_cluster_line(line), {})
+    assert manager.declared_workers == declared
+    said: dict[str, dict[str, dict[str, Any]]] = {"gpu": GPU_SEEN, "no cupy": NO_CUPY, "cpu": CPU_SEEN, "nothing": {}}
+    kinds = {what: manager.workers_kind(devices) for what, devices in said.items()}
+    if declared is None:
+        assert kinds == {"gpu": "gpu", "no cupy": "cpu", "cpu": "cpu", "nothing": "cpu"}
+    else:
+        assert set(kinds.values()) == {declared}

@@ -10,6 +10,9 @@ from gpu_magics.cluster.options import (
     DEFAULT_ATTACH_TIMEOUT,
     GPU_WORKER_THREADS,
     ClusterOptions,
+    GatewayOptions,
+    LocalOptions,
+    SlurmOptions,
     parse_cluster_line,
 )
 
@@ -19,7 +22,7 @@ def test_bare_line_starts_gpu_workers_on_localhost() -> None:
     assert options == ClusterOptions()
     assert options.action == "start" and options.kind == "gpu"
     assert options.host == "127.0.0.1" and options.dashboard and options.protocol == "tcp"
-    assert options.gpus is None and options.threads == GPU_WORKER_THREADS
+    assert options.local.gpus is None and options.threads == GPU_WORKER_THREADS
     assert options.cluster_name == "gpu"
 
 
@@ -28,15 +31,15 @@ def test_gpu_options() -> None:
         "start --gpus 0,2,3 --threads-per-worker 2 --device-memory-limit 10GB --rmm-pool-size 0.5 "
         "--protocol ucx --no-dashboard --name big --client c --replace --host 0.0.0.0"
     )
-    assert options.gpus == (0, 2, 3)
+    assert options.local.gpus == (0, 2, 3)
     assert options.threads == 2
-    assert options.device_memory_limit == 10 * 10**9
-    assert options.rmm_pool_size == 0.5
+    assert options.local.device_memory_limit == 10 * 10**9
+    assert options.local.rmm_pool_size == 0.5
     assert options.protocol == "ucx" and not options.dashboard
     assert options.cluster_name == "big" and options.client_name == "c" and options.replace
     assert options.host == "0.0.0.0"
-    assert parse_cluster_line("--gpus all").gpus is None
-    assert parse_cluster_line("--device-memory-limit 512MiB").device_memory_limit == 512 * 2**20
+    assert parse_cluster_line("--gpus all").local.gpus is None
+    assert parse_cluster_line("--device-memory-limit 512MiB").local.device_memory_limit == 512 * 2**20
 
 
 def test_cpu_workers_and_attach() -> None:
@@ -124,18 +127,30 @@ def test_bad_lines_are_one_line_usage_errors(line: str) -> None:
 
 
 def test_free_gpus_idle_timeout_and_free_parse() -> None:
-    assert parse_cluster_line("--gpus free").free_gpus == 0
+    assert parse_cluster_line("--gpus free").local.free_gpus == 0
     options = parse_cluster_line("--gpus FREE:2 --idle-timeout 30m --replace")
-    assert (options.free_gpus, options.gpus, options.idle_timeout) == (2, None, 1800.0)
+    assert (options.local.free_gpus, options.local.gpus, options.idle_timeout) == (2, None, 1800.0)
     assert {"gpus", "idle_timeout"} <= options.given
     assert parse_cluster_line("--idle-timeout 90s").idle_timeout == 90.0
     assert parse_cluster_line("--idle-timeout 2h").idle_timeout == 7200.0
     assert parse_cluster_line("--idle-timeout off").idle_timeout == 0.0
     assert parse_cluster_line("--address tcp://h:1 --idle-timeout 5s").idle_timeout == 5.0
-    assert parse_cluster_line("--gpus 0,1").free_gpus is None
+    assert parse_cluster_line("--gpus 0,1").local.free_gpus is None
     for line, target in (("free", "all"), ("free kernel", "kernel"), ("free Workers", "workers")):
         options = parse_cluster_line(line)
         assert (options.action, options.free_target) == ("free", target)
+
+
+def test_options_are_grouped_by_the_manager_that_reads_them() -> None:
+    line = "--slurm --jobs 2 --gpus-per-job 4 --partition gpu --job-option --exclusive --threads-per-worker 2"
+    slurm = parse_cluster_line(line)
+    assert slurm.slurm == SlurmOptions(jobs=2, gpus_per_job=4, partition="gpu", job_options=("--exclusive",))
+    assert slurm.gateway is None and slurm.local == LocalOptions() and slurm.threads_per_worker == 2
+    assert slurm.given == {"slurm", "jobs", "gpus_per_job", "partition", "job_options", "threads_per_worker"}
+    assert slurm.kind == "slurm" and slurm.gpu_workers
+    bare = parse_cluster_line("")
+    assert bare.slurm is None and bare.gateway is None and bare.local == LocalOptions()
+    assert parse_cluster_line("--gpus 1 --rmm-pool-size 0.5").local == LocalOptions(gpus=(1,), rmm_pool_size=0.5)
 
 
 def test_options_are_frozen() -> None:
@@ -146,21 +161,25 @@ def test_options_are_frozen() -> None:
 
 def test_gateway_lines() -> None:
     options = parse_cluster_line("--gateway")
-    assert options.kind == "gateway" and options.gateway == "" and options.cluster_name == "gateway"
+    assert options.kind == "gateway" and options.gateway == GatewayOptions() and options.cluster_name == "gateway"
     options = parse_cluster_line(
         "--gateway https://hub.example.org/services/dask-gateway/ --workers 4 --gateway-option worker_cores=2 "
         "--gateway-option 'image=pangeo/ml:2026' --wait 120 --name gpus"
     )
-    assert options.gateway == "https://hub.example.org/services/dask-gateway"
-    assert options.workers == 4 and options.start_wait == 120 and options.cluster_name == "gpus"
-    assert options.gateway_options == (("worker_cores", "2"), ("image", "pangeo/ml:2026"))
+    assert options.gateway == GatewayOptions(
+        address="https://hub.example.org/services/dask-gateway",
+        cluster_options=(("worker_cores", "2"), ("image", "pangeo/ml:2026")),
+        workers=4,
+    )
+    assert options.start_wait == 120 and options.cluster_name == "gpus"
     listed = parse_cluster_line("--gateway --list")
-    assert listed.list_clusters and listed.kind == "gateway"
+    assert listed.gateway == GatewayOptions(list_clusters=True) and listed.kind == "gateway"
     connect = parse_cluster_line("--gateway --connect default.3f2a9c --workers 2")
-    assert connect.connect_name == "default.3f2a9c" and connect.cluster_name == "default.3f2a9c"
+    assert connect.gateway == GatewayOptions(connect_name="default.3f2a9c", workers=2)
+    assert connect.cluster_name == "default.3f2a9c"
     assert parse_cluster_line("stop --keep").keep
     long = parse_cluster_line("--gateway --connect default.5b4e57c3f8a1429b9d4a7e0c2f6b8d1e")
-    assert long.connect_name == "default.5b4e57c3f8a1429b9d4a7e0c2f6b8d1e"  # the gateway is asked by its full name
+    assert long.gateway == GatewayOptions(connect_name="default.5b4e57c3f8a1429b9d4a7e0c2f6b8d1e")  # its full name
     assert long.cluster_name == "default.5b4e57c3"  # the card and the side panel name it short
     assert (
         parse_cluster_line("--gateway --connect default.5b4e57c3f8a1429b9d4a7e0c2f6b8d1e --name gw").cluster_name

@@ -129,7 +129,7 @@ def test_a_record_says_its_connection_file_and_host_and_an_older_one_invents_no_
 
 
 def test_the_managers_facts_travel_in_the_record_and_bad_ones_are_dropped() -> None:
-    from gpu_magics.cluster.managers.gateway import GatewayManager
+    from gpu_magics.cluster.managers.gateway.manager import GatewayManager
     from gpu_magics.cluster.options import parse_cluster_line
 
     connected = GatewayManager(parse_cluster_line("--gateway --connect default.5b4e57c3")).facts("gpu").to_json()

@@ -47,13 +47,14 @@ def facts_of(kind: str) -> ClusterFacts:
     """What the manager of a cluster of ``kind`` says of it (the managers themselves, made without a cluster)."""
     from gpu_magics.cluster.managers.adopted import AdoptedManager
     from gpu_magics.cluster.managers.attached import AttachedManager
-    from gpu_magics.cluster.managers.gateway import GatewayManager
-    from gpu_magics.cluster.managers.local import LocalManager
+    from gpu_magics.cluster.managers.gateway.manager import GatewayManager
+    from gpu_magics.cluster.managers.local.cpu import LocalCpuManager
+    from gpu_magics.cluster.managers.local.gpu import LocalGpuManager
     from gpu_magics.cluster.options import parse_cluster_line
 
     managers = {
-        "gpu": lambda: LocalManager(parse_cluster_line("")),
-        "cpu": lambda: LocalManager(parse_cluster_line("--cpu-workers 2")),
+        "gpu": lambda: LocalGpuManager(parse_cluster_line("")),
+        "cpu": lambda: LocalCpuManager(parse_cluster_line("--cpu-workers 2")),
         "attached": lambda: AttachedManager("tcp://10.0.0.5:8786"),
         "adopted": lambda: AdoptedManager(None, "KubeCluster"),
         "gateway": lambda: GatewayManager(parse_cluster_line("--gateway --workers 2")),  # made here

@@ -51,4 +51,4 @@ def test_a_documented_line_parses_as_printed(line: str) -> None:
 
 def test_a_job_option_given_as_its_own_word_is_one_directive() -> None:
     options = parse_cluster_line('--slurm --jobs 1 --cpu-workers 1 --job-option "--constraint=a100" --job-option=-x')
-    assert options.job_options == ("--constraint=a100", "-x")
+    assert options.slurm is not None and options.slurm.job_options == ("--constraint=a100", "-x")

@@ -193,7 +193,7 @@ def test_a_running_cluster_reused_is_not_chosen_again(ip: InteractiveShell, sour
     source()
     magics = ClusterMagics(shell=ip)
     options = magics._choose_free_gpus(__import__("gpu_magics.cluster.options", fromlist=["x"]).parse_cluster_line(""))
-    assert options.free_gpus is None and options.gpus is None
+    assert options.local.free_gpus is None and options.local.gpus is None
     magics.close()
 
 

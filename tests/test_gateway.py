@@ -19,7 +19,7 @@ from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
 from gpu_magics.cluster.control import lifecycle as cluster
-from gpu_magics.cluster.managers import gateway as gateway_manager
+from gpu_magics.cluster.managers.gateway import service
 from gpu_magics.cluster.options import gateway_short_name
 from gpu_magics.gpurun.graphs import device
 from tests.gateway_server import PASSWORD, GatewayServer, free_port, gateway_server, gateway_without_workers
@@ -78,7 +78,7 @@ def _shut_down(server: GatewayServer, name: str) -> None:
     try:
         gateway.stop_cluster(name)
     finally:
-        gateway_manager.close_gateway(gateway)
+        service.close_gateway(gateway)
 
 
 def magic(ip: InteractiveShell, line: str) -> str:
@@ -205,7 +205,7 @@ def test_from_a_gateway_cluster_waits_for_the_workers_it_asked_for(
         magic(shell, "stop --close")
     finally:
         made.close(shutdown=True)
-        gateway_manager.close_gateway(made.gateway)
+        service.close_gateway(made.gateway)
     assert server.clusters() == []
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import dask
 import pytest
 
-from gpu_magics.cluster.managers import factories
+from gpu_magics.cluster.managers.local import factories
 from gpu_magics.cluster.workers import forkserver
 from gpu_magics.cluster.workers import warmup as worker_warmup
 

@@ -1,14 +1,12 @@
 """Pure parsing of the ``%gpucluster`` line into a frozen ``ClusterOptions``; every mistake is a one-line
-``UsageError``. Nothing here looks at the machine: checks against the visible GPUs live in ``lifecycle``."""
+``LineError``. Nothing here looks at the machine: checks against the visible GPUs live in ``managers.local``."""
 
 from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass, field
-from typing import Literal
-
-from IPython.core.error import UsageError
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from gpu_magics.text.argparsing import (
     FreeGpus,
@@ -30,6 +28,7 @@ from gpu_magics.text.argparsing import (
     positive_int,
     walltime,
 )
+from gpu_magics.text.errors import LineError
 
 PROG = "%gpucluster"
 Action = Literal["start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free"]
@@ -52,67 +51,23 @@ DEFAULT_ATTACH_TIMEOUT = 5.0
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_WAIT = 60.0  # --slurm, --from: seconds to wait for the workers before returning with the jobs' states
 
-_GATEWAY_ONLY = ("gateway_options", "workers", "list_clusters", "connect_name")
-_SLURM_ONLY = (
-    "jobs",
-    "gpus_per_job",
-    "gpu_directive",
-    "partition",
-    "account",
-    "walltime",
-    "job_options",
-    "memory",
-    "interface",
-)
-_START_ONLY = (
-    "gpus",
-    "cpu_workers",
-    "address",
-    "threads_per_worker",
-    "device_memory_limit",
-    "rmm_pool_size",
-    "protocol",
-    "dashboard",
-    "name",
-    "host",
-    "replace",
-    "timeout",
-    "idle_timeout",
-    "slurm",
-    "from_name",
-    "wait",
-    "gateway",
-    *_SLURM_ONLY,
-    *_GATEWAY_ONLY,
-)
-_GPU_ONLY = ("gpus", "device_memory_limit", "rmm_pool_size")
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """What only a cluster of GPU workers started here reads (``--gpus``, dask-cuda's memory settings)."""
+
+    gpus: tuple[int, ...] | None = None  # None: every visible GPU (or the free ones, with free_gpus)
+    free_gpus: int | None = None  # --gpus free (0: every free GPU) or free:N (the N freest)
+    device_memory_limit: int | float | None = None  # bytes, or a fraction of the device's memory
+    rmm_pool_size: int | float | None = None
 
 
 @dataclass(frozen=True)
-class ClusterOptions:
-    """What one ``%gpucluster`` line asks for."""
+class SlurmOptions:
+    """What only ``--slurm`` reads: the jobs to submit."""
 
-    action: Action = "start"
-    scale_to: int | None = None
-    gpus: tuple[int, ...] | None = None  # None: every visible GPU (or the free ones, with free_gpus)
-    free_gpus: int | None = None  # --gpus free (0: every free GPU) or free:N (the N freest)
-    free_target: FreeTarget = "all"  # %gpucluster free [kernel|workers]
-    idle_timeout: float | None = None  # seconds without a task before it closes; 0: never; None: the config's
-    cpu_workers: int | None = None
-    address: str | None = None
-    threads_per_worker: int | None = None  # None: GPU_WORKER_THREADS or CPU_WORKER_THREADS
-    device_memory_limit: int | float | None = None  # bytes, or a fraction of the device's memory
-    rmm_pool_size: int | float | None = None
-    protocol: Literal["tcp", "ucx", "ucxx"] = "tcp"  # ucx and ucxx: one choice, UCX through distributed-ucxx
-    dashboard: bool = True
-    name: str | None = None
-    host: str = "127.0.0.1"
-    client_name: str | None = None
-    replace: bool = False
-    timeout: float | None = None
-    slurm: bool = False  # --slurm: workers from SLURM jobs (dask-jobqueue)
-    jobs: int | None = None  # --slurm: how many jobs (default 1)
-    gpus_per_job: int | None = None  # --slurm: GPUs per job, one dask-cuda worker each
+    jobs: int | None = None  # how many jobs (default 1)
+    gpus_per_job: int | None = None  # GPUs per job, one dask-cuda worker each
     gpu_directive: GpuDirective = "gres"  # how a job asks for its GPUs: --gres=gpu:G or --gpus=G
     partition: str | None = None
     account: str | None = None
@@ -120,17 +75,65 @@ class ClusterOptions:
     job_options: tuple[str, ...] = ()  # further #SBATCH directives
     memory: str | None = None  # host memory per job (default: the config's, else per worker)
     interface: str | None = None  # network interface the scheduler and workers use (ib0, eth0)
-    wait: float | None = None  # seconds to wait for the workers (--slurm, --from); None: DEFAULT_WAIT
-    from_name: str | None = None  # --from NAME: adopt the cluster manager in the user's namespace
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """What only ``--gateway [ADDRESS]`` reads: the gateway, and the cluster to make there or connect to."""
+
+    address: str = ""  # as the line gave it; "" takes the address from dask-gateway's config
+    cluster_options: tuple[tuple[str, str], ...] = ()  # --gateway-option KEY=VALUE: the gateway's cluster options
+    workers: int | None = None  # how many workers to ask for (default 1)
+    list_clusters: bool = False  # --list: the user's clusters on the gateway
+    connect_name: str | None = None  # --connect NAME: a running gateway cluster
+
+
+# the options of each group, as the line names them (``given``); each belongs to a start
+_GPU_ONLY = ("gpus", "device_memory_limit", "rmm_pool_size")
+_SLURM_ONLY = tuple(field.name for field in fields(SlurmOptions))
+_GATEWAY_ONLY = ("gateway_options", "workers", "list_clusters", "connect_name")
+_START_ONLY: tuple[str, ...] = (
+    "cpu_workers",
+    "address",
+    "threads_per_worker",
+    "protocol",
+    "dashboard",
+    "name",
+    "host",
+    "replace",
+)
+_START_ONLY += ("timeout", "idle_timeout", "slurm", "from_name", "wait", "gateway", *_GPU_ONLY, *_SLURM_ONLY)
+_START_ONLY += _GATEWAY_ONLY
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """What one ``%gpucluster`` line asks for: what the control and every manager read at the top, what one manager
+    reads in its group (``local``; ``slurm`` and ``gateway``, ``None`` unless the line chose that manager)."""
+
+    action: Action = "start"
+    scale_to: int | None = None
+    adapt_range: tuple[int, int] | None = None  # adapt MIN MAX
+    free_target: FreeTarget = "all"  # %gpucluster free [kernel|workers]
     close: bool = False  # stop --close: close an adopted cluster rather than detach
     keep: bool = False  # stop --keep: leave a gateway cluster made here running (it outlives the kernel)
-    gateway: str | None = None  # --gateway [ADDRESS]: "" takes the address from dask-gateway's config
-    gateway_options: tuple[tuple[str, str], ...] = ()  # --gateway-option KEY=VALUE: the gateway's cluster options
-    workers: int | None = None  # --gateway: how many workers to ask for (default 1)
-    list_clusters: bool = False  # --gateway --list: the user's clusters on the gateway
-    connect_name: str | None = None  # --gateway --connect NAME: a running gateway cluster
-    adapt_range: tuple[int, int] | None = None  # adapt MIN MAX
-    given: frozenset[str] = field(default_factory=frozenset)  # the options the line named
+    name: str | None = None
+    client_name: str | None = None
+    replace: bool = False
+    timeout: float | None = None
+    wait: float | None = None  # seconds to wait for the workers (--slurm, --from, --gateway); None: DEFAULT_WAIT
+    idle_timeout: float | None = None  # seconds without a task before it closes; 0: never; None: the config's
+    host: str = "127.0.0.1"
+    protocol: Literal["tcp", "ucx", "ucxx"] = "tcp"  # ucx and ucxx: one choice, UCX through distributed-ucxx
+    dashboard: bool = True
+    threads_per_worker: int | None = None  # None: GPU_WORKER_THREADS or CPU_WORKER_THREADS
+    cpu_workers: int | None = None  # CPU workers started here, or per SLURM job
+    address: str | None = None  # --address: attach to the scheduler there
+    from_name: str | None = None  # --from NAME: adopt the cluster manager in the user's namespace
+    local: LocalOptions = LocalOptions()
+    slurm: SlurmOptions | None = None  # --slurm: workers from SLURM jobs (dask-jobqueue)
+    gateway: GatewayOptions | None = None  # --gateway: a cluster from a Dask Gateway
+    given: frozenset[str] = field(default_factory=frozenset)  # the options the line named (flat: gpus, jobs, ...)
 
     @property
     def kind(self) -> Kind:
@@ -141,14 +144,14 @@ class ClusterOptions:
             return "adopted"
         if self.gateway is not None:
             return "gateway"
-        if self.slurm:
+        if self.slurm is not None:
             return "slurm"
         return "cpu" if self.cpu_workers is not None else "gpu"
 
     @property
     def gpu_workers(self) -> bool:
         """Whether the workers started for this line are GPU workers (a SLURM job's: with --gpus-per-job)."""
-        return self.gpus_per_job is not None if self.slurm else self.kind == "gpu"
+        return self.slurm.gpus_per_job is not None if self.slurm is not None else self.kind == "gpu"
 
     @property
     def start_wait(self) -> float:
@@ -174,7 +177,8 @@ class ClusterOptions:
         """``--name``, or the adopted variable's name, or the gateway cluster's (short), or the kind of cluster."""
         if self.name or self.from_name:
             return self.name or self.from_name or ""
-        return gateway_short_name(self.connect_name) if self.connect_name else self.kind
+        connect_name = self.gateway.connect_name if self.gateway is not None else None
+        return gateway_short_name(connect_name) if connect_name else self.kind
 
 
 _GATEWAY_NAME = re.compile(r"^(?P<namespace>[^.]+\.)?(?P<id>[0-9a-f]{32})$")
@@ -231,7 +235,7 @@ _PARSER = _build_parser()
 
 
 def parse_cluster_line(line: str) -> ClusterOptions:
-    """Parse a ``%gpucluster`` line; raises ``UsageError`` with one line naming the valid choices."""
+    """Parse a ``%gpucluster`` line; raises ``LineError`` with one line naming the valid choices."""
     namespace = _PARSER.parse_line(line)
     values = {key: value for key, value in vars(namespace).items() if key != "words"}
     given = frozenset(key for key, value in values.items() if value is not None)
@@ -241,42 +245,65 @@ def parse_cluster_line(line: str) -> ClusterOptions:
     free_target: FreeTarget = argument if isinstance(argument, str) else "all"
 
     if "close" in given and action != "stop":
-        raise UsageError(f"{PROG}: --close belongs to stop (%gpucluster stop --close closes an adopted cluster)")
+        raise LineError(f"{PROG}: --close belongs to stop (%gpucluster stop --close closes an adopted cluster)")
     if "keep" in given and action != "stop":
-        raise UsageError(f"{PROG}: --keep belongs to stop (%gpucluster stop --keep leaves a gateway cluster running)")
+        raise LineError(f"{PROG}: --keep belongs to stop (%gpucluster stop --keep leaves a gateway cluster running)")
     if "keep" in given and "close" in given:
-        raise UsageError(f"{PROG} stop: choose one of --close (close it) or --keep (leave it running)")
+        raise LineError(f"{PROG} stop: choose one of --close (close it) or --keep (leave it running)")
     if action != "start":
         misplaced = sorted(given & set(_START_ONLY))
         if misplaced:
-            raise UsageError(f"{PROG} {action}: {_belong(misplaced)} to start, not to {action}")
+            raise LineError(f"{PROG} {action}: {_belong(misplaced)} to start, not to {action}")
     _check_managers(given, namespace.gateway)
     if "cpu_workers" in given and "address" in given:
-        raise UsageError(f"{PROG}: choose one of --cpu-workers N (start CPU workers) or --address (attach)")
+        raise LineError(f"{PROG}: choose one of --cpu-workers N (start CPU workers) or --address (attach)")
     if given & {"cpu_workers", "address", "slurm", "from_name", "gateway"}:
         wrong = sorted(given & set(_GPU_ONLY))
         if wrong:
             what = next(_flag(key) for key in _KINDS if key in given)
             hint = " (a job's GPUs: --gpus-per-job G)" if what == "--slurm" else ""
-            raise UsageError(f"{PROG}: {_belong(wrong)} to GPU clusters, not to {what}{hint}")
+            raise LineError(f"{PROG}: {_belong(wrong)} to GPU clusters, not to {what}{hint}")
     if "address" in given and given & {"threads_per_worker", "protocol", "dashboard", "host"}:
-        raise UsageError(
+        raise LineError(
             f"{PROG}: --address attaches to a running scheduler; it takes only --name, --client, "
             "--timeout, --idle-timeout and --replace"
         )
     if namespace.host is not None and not namespace.host.strip():
-        raise UsageError(f"{PROG}: --host needs an address to bind to, like 127.0.0.1 or 0.0.0.0")
+        raise LineError(f"{PROG}: --host needs an address to bind to, like 127.0.0.1 or 0.0.0.0")
 
     present = {key: value for key, value in values.items() if value is not None}
-    if "job_options" in present:
-        present["job_options"] = tuple(present["job_options"])
-    if "gateway_options" in present:
-        present["gateway_options"] = tuple(present["gateway_options"])
-    if isinstance(present.get("gpus"), FreeGpus):
-        present["free_gpus"] = present.pop("gpus").count
-    return ClusterOptions(
-        action=action, scale_to=scale_to, adapt_range=adapt_range, free_target=free_target, given=given, **present
-    )
+    present.update(local=_local(present), slurm=_slurm(present), gateway=_gateway(present))  # each takes its own
+    present.update(action=action, scale_to=scale_to, adapt_range=adapt_range, free_target=free_target, given=given)
+    return ClusterOptions(**present)
+
+
+def _local(present: dict[str, Any]) -> LocalOptions:
+    """The GPU cluster's options, taken out of ``present`` (the line's values by option)."""
+    local = {key: present.pop(key) for key in _GPU_ONLY if key in present}
+    if isinstance(local.get("gpus"), FreeGpus):
+        local["free_gpus"] = local.pop("gpus").count
+    return LocalOptions(**local)
+
+
+def _slurm(present: dict[str, Any]) -> SlurmOptions | None:
+    """``--slurm``'s options, taken out of ``present``; ``None`` without ``--slurm``."""
+    job = {key: present.pop(key) for key in _SLURM_ONLY if key in present}
+    if not present.pop("slurm", False):
+        return None
+    if "job_options" in job:
+        job["job_options"] = tuple(job["job_options"])
+    return SlurmOptions(**job)
+
+
+def _gateway(present: dict[str, Any]) -> GatewayOptions | None:
+    """``--gateway``'s options, taken out of ``present``; ``None`` without ``--gateway``."""
+    found = {key: present.pop(key) for key in _GATEWAY_ONLY if key in present}
+    address = present.pop("gateway", None)
+    if address is None:
+        return None
+    if "gateway_options" in found:
+        found["cluster_options"] = tuple(found.pop("gateway_options"))
+    return GatewayOptions(address=address, **found)
 
 
 _KINDS = ("slurm", "from_name", "gateway", "address", "cpu_workers")
@@ -304,26 +331,26 @@ def _check_managers(given: frozenset[str], address: str | None = None) -> None:
     """--slurm, --from and --gateway: what goes with what, each mistake one line."""
     chosen = [key for key in ("slurm", "from_name", "gateway", "address") if key in given]
     if len(chosen) > 1:
-        raise UsageError(
+        raise LineError(
             f"{PROG}: choose one of --slurm (SLURM jobs), --from NAME (adopt), --gateway (a Dask Gateway) or "
             "--address (attach)"
         )
     _check_gateway(given, address)
     slurm_only = sorted(given & set(_SLURM_ONLY))
     if slurm_only and "slurm" not in given:
-        raise UsageError(f"{PROG}: {_belong(slurm_only)} to --slurm (workers from SLURM jobs)")
+        raise LineError(f"{PROG}: {_belong(slurm_only)} to --slurm (workers from SLURM jobs)")
     if "gpus_per_job" in given and "cpu_workers" in given:
-        raise UsageError(f"{PROG} --slurm: choose one of --gpus-per-job G (GPU workers) or --cpu-workers K per job")
+        raise LineError(f"{PROG} --slurm: choose one of --gpus-per-job G (GPU workers) or --cpu-workers K per job")
     if "gpu_directive" in given and "gpus_per_job" not in given:
-        raise UsageError(f"{PROG} --slurm: --gpu-directive goes with --gpus-per-job G")
+        raise LineError(f"{PROG} --slurm: --gpu-directive goes with --gpus-per-job G")
     if "wait" in given and not given & {"slurm", "from_name", "gateway"}:
-        raise UsageError(
+        raise LineError(
             f"{PROG}: --wait belongs to --slurm, --from and --gateway (clusters whose workers may come late)"
         )
     if "from_name" in given:
         wrong = sorted(given & {"cpu_workers", "threads_per_worker", "protocol", "dashboard", "host", "timeout"})
         if wrong:
-            raise UsageError(
+            raise LineError(
                 f"{PROG} --from: {_belong(wrong)} to clusters started here; the adopted cluster keeps its own "
                 "settings (--from takes --name, --client, --wait, --idle-timeout and --replace)"
             )
@@ -333,13 +360,13 @@ def _check_gateway(given: frozenset[str], address: str | None) -> None:
     """--gateway (``address``: as typed, "" when not) and its options: what goes with what, each mistake one line."""
     gateway_only = sorted(given & set(_GATEWAY_ONLY))
     if gateway_only and "gateway" not in given:
-        raise UsageError(f"{PROG}: {_belong(gateway_only)} to --gateway (a cluster from a Dask Gateway)")
+        raise LineError(f"{PROG}: {_belong(gateway_only)} to --gateway (a cluster from a Dask Gateway)")
     if "gateway" not in given:
         return
     wrong = sorted(given & {"cpu_workers", "threads_per_worker", "protocol", "dashboard", "host"})
     if wrong:
         listing = " ".join(part for part in (f"{PROG} --gateway", address, "--list") if part)
-        raise UsageError(
+        raise LineError(
             f"{PROG} --gateway: {_belong(wrong)} to clusters started here; the gateway sets up its workers from its "
             f"own options: give them as --gateway-option KEY=VALUE ({listing} lists the options it offers)"
         )
@@ -348,9 +375,9 @@ def _check_gateway(given: frozenset[str], address: str | None) -> None:
         if extra:
             goes = "goes" if len(extra) == 1 else "go"
             flags = ", ".join(_flag(key) for key in extra)
-            raise UsageError(f"{PROG} --gateway --list: only lists; {flags} {goes} with a start")
+            raise LineError(f"{PROG} --gateway --list: only lists; {flags} {goes} with a start")
     if "connect_name" in given and "gateway_options" in given:
-        raise UsageError(
+        raise LineError(
             f"{PROG} --gateway --connect: the cluster keeps the options it was made with; leave --gateway-option out"
         )
 
@@ -361,34 +388,34 @@ def _action(words: list[str]) -> tuple[Action, int | tuple[int, int] | FreeTarge
         return "start", None
     word = words[0].lower()
     if word not in ACTIONS:
-        raise UsageError(f"{PROG}: unknown action {words[0]!r}; choose one of {choices}")
+        raise LineError(f"{PROG}: unknown action {words[0]!r}; choose one of {choices}")
     if word == "scale":
         if len(words) != 2:
-            raise UsageError(f"{PROG} scale: give the number of workers, like: {PROG} scale 2")
+            raise LineError(f"{PROG} scale: give the number of workers, like: {PROG} scale 2")
         try:
             count = int(words[1])
         except ValueError:
-            raise UsageError(f"{PROG} scale: expected a whole number of workers, got {words[1]!r}") from None
+            raise LineError(f"{PROG} scale: expected a whole number of workers, got {words[1]!r}") from None
         if count < 1:
-            raise UsageError(f"{PROG} scale: expected at least 1 worker, got {count}")
+            raise LineError(f"{PROG} scale: expected at least 1 worker, got {count}")
         return "scale", count
     if word == "adapt":
         return "adapt", _adapt_range(words[1:])
     if word == "free" and len(words) == 2:
         target = words[1].lower()
         if target not in FREE_TARGETS:
-            raise UsageError(f"{PROG} free: choose kernel, workers or all (the default), not {words[1]!r}")
+            raise LineError(f"{PROG} free: choose kernel, workers or all (the default), not {words[1]!r}")
         return "free", target
     if len(words) > 1:
-        raise UsageError(f"{PROG} {word}: unexpected {' '.join(words[1:])!r}")
+        raise LineError(f"{PROG} {word}: unexpected {' '.join(words[1:])!r}")
     return word, None
 
 
 def _adapt_range(words: list[str]) -> tuple[int, int]:
     """``adapt MIN MAX``: at least MIN and at most MAX workers."""
     if len(words) != 2 or not all(word.isdigit() for word in words):
-        raise UsageError(f"{PROG} adapt: give the least and most workers, like: {PROG} adapt 0 8")
+        raise LineError(f"{PROG} adapt: give the least and most workers, like: {PROG} adapt 0 8")
     minimum, maximum = int(words[0]), int(words[1])
     if maximum < 1 or minimum > maximum:
-        raise UsageError(f"{PROG} adapt: expected MIN <= MAX and MAX at least 1, got {minimum} {maximum}")
+        raise LineError(f"{PROG} adapt: expected MIN <= MAX and MAX at least 1, got {minimum} {maximum}")
     return minimum, maximum

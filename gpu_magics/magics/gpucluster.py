@@ -177,8 +177,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
             self._forget_client_names()
             print(lifecycle.stop(close=options.close, keep=options.keep))
             return
-        if options.list_clusters:
-            print(lifecycle.list_gateway_clusters(options.gateway))
+        if options.gateway is not None and options.gateway.list_clusters:
+            print(lifecycle.list_gateway_clusters(options.gateway.address))
             return
         if action == "free":
             print(self._free(options.free_target))
@@ -302,16 +302,17 @@ class ClusterMagics(Magics, FreeGpuSettings):
 
     def _choose_free_gpus(self, options: ClusterOptions) -> ClusterOptions:
         """``--gpus free[:N]``: the free GPUs, said in one line (not when a running cluster is reused)."""
-        if options.free_gpus is None:
+        free_gpus = options.local.free_gpus
+        if free_gpus is None:
             return options
         current = lifecycle.active()
         if current is not None and not options.replace:
             return options
-        what = f"{PROG} --gpus free" + (f":{options.free_gpus}" if options.free_gpus else "")
+        what = f"{PROG} --gpus free" + (f":{free_gpus}" if free_gpus else "")
         exclude = own_descendants() if current is not None and current.owned else set()
-        chosen, line = choose_free(what, options.free_gpus, self.free_rule, config="ClusterMagics", exclude=exclude)
+        chosen, line = choose_free(what, free_gpus, self.free_rule, config="ClusterMagics", exclude=exclude)
         print(line)
-        return dataclasses.replace(options, gpus=chosen, free_gpus=None)
+        return dataclasses.replace(options, local=dataclasses.replace(options.local, gpus=chosen, free_gpus=None))
 
     def _free(self, target: FreeTarget) -> str:
         """``%gpucluster free``: the kernel's pools and the workers' give back what they cache."""

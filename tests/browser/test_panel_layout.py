@@ -64,10 +64,10 @@ def start_kernel(lab: Lab) -> str:
 
 def local_gpu_facts() -> dict[str, object]:
     """What the manager of a GPU cluster started here says of it (it scales, restarts, closes)."""
-    from gpu_magics.cluster.managers.local import LocalManager
+    from gpu_magics.cluster.managers.local.gpu import LocalGpuManager
     from gpu_magics.cluster.options import parse_cluster_line
 
-    return LocalManager(parse_cluster_line("")).facts("gpu").to_json()
+    return LocalGpuManager(parse_cluster_line("")).facts("gpu").to_json()
 
 
 def write_cluster_record(runtime: Path, kernel_id: str) -> Path:

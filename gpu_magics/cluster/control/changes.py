@@ -13,7 +13,7 @@ from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
 from gpu_magics.cluster.info import ClusterInfo
-from gpu_magics.cluster.managers import factories
+from gpu_magics.cluster.managers.local import factories
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.reading.running import ActiveCluster

@@ -396,7 +396,8 @@ def _close_idle(watched: ActiveCluster) -> None:
 
 def list_gateway_clusters(address: str | None) -> str:
     """``--gateway --list``: the user's clusters on the gateway (the one in use here marked)."""
-    from gpu_magics.cluster.managers.gateway import GatewayManager, list_clusters
+    from gpu_magics.cluster.managers.gateway.listing import list_clusters
+    from gpu_magics.cluster.managers.gateway.manager import GatewayManager
 
     current = kernel_cluster.in_use()
     manager = current.manager if current is not None else None

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.error import UsageError
-
 from gpu_magics.cluster.info import JobInfo
 from gpu_magics.cluster.managers.base import ClusterManager, same_address
-from gpu_magics.cluster.managers.squeue import job_workers, submits_with
+from gpu_magics.cluster.managers.slurm.squeue import job_workers, submits_with
 from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.text.errors import LineError
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
@@ -69,7 +68,7 @@ class AdoptedManager(ClusterManager):
     def await_workers(self, client: Client, options: ClusterOptions, starting: Starting) -> str | None:
         """Wait for the workers the manager was asked for: its plan, or where it keeps none (a ``GatewayCluster``)
         what its scheduler's gateway service was asked for."""
-        from gpu_magics.cluster.managers.gateway import asked_workers
+        from gpu_magics.cluster.managers.gateway.manager import asked_workers
 
         expected = self.expected_workers() or asked_workers(client)
         starting.update(expected=expected)
@@ -77,7 +76,7 @@ class AdoptedManager(ClusterManager):
 
     def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
         if submits_with(self.cluster, "sbatch"):
-            from gpu_magics.cluster.managers.slurm import slurm_jobs
+            from gpu_magics.cluster.managers.slurm.manager import slurm_jobs
 
             return slurm_jobs(self.cluster, workers)
         return _local_jobs(self.cluster, workers)
@@ -91,32 +90,32 @@ class AdoptedManager(ClusterManager):
 
 
 def adopt(name: str, namespace: dict[str, Any]) -> AdoptedManager:
-    """The manager the variable ``name`` holds; a one-line ``UsageError`` when there is none or it is not one."""
+    """The manager the variable ``name`` holds; a one-line ``LineError`` when there is none or it is not one."""
     manager = AdoptedManager(None, None, name, namespace)
     manager.open()
     return manager
 
 
 def find(name: str, namespace: dict[str, Any]) -> Any:
-    """The cluster manager the variable ``name`` holds; a one-line ``UsageError`` when there is none or it is not
+    """The cluster manager the variable ``name`` holds; a one-line ``LineError`` when there is none or it is not
     one, or it is closed."""
     what = f"{PROG} --from {name}"
     if name not in namespace:
-        raise UsageError(
+        raise LineError(
             f"{what}: no variable {name!r} in this notebook; make the cluster manager first, like "
             f"{name} = SLURMCluster(...)"
         )
     cluster = namespace[name]
     missing = [attribute for attribute in NEEDED if not _has(cluster, attribute)]
     if missing:
-        raise UsageError(
+        raise LineError(
             f"{what}: {name} ({type(cluster).__name__}) is not a Dask cluster manager (it lacks "
             f"{', '.join(missing)}); give a cluster object such as SLURMCluster, KubeCluster, GatewayCluster or "
             "LocalCluster"
         )
     status = str(getattr(getattr(cluster, "status", None), "name", "")).lower()
     if status in ("closing", "closed", "failed"):
-        raise UsageError(f"{what}: {name} is {status}; make a new one")
+        raise LineError(f"{what}: {name} is {status}; make a new one")
     return cluster
 
 

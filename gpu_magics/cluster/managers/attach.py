@@ -6,10 +6,9 @@ import contextlib
 import socket
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.error import UsageError
-
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import inspection
+from gpu_magics.text.errors import ServiceError
 from gpu_magics.text.units import dropped, one_line
 
 if TYPE_CHECKING:
@@ -20,7 +19,7 @@ HANDSHAKE_GRACE_S = 2.0  # beyond --timeout, for what answered there to say it i
 
 
 def connect(address: str, timeout: float) -> Client:
-    """A client of the scheduler at ``address``; a one-line ``UsageError`` when none answers there in
+    """A client of the scheduler at ``address``; a one-line ``ServiceError`` when none answers there in
     ``timeout`` seconds, or when what answers is not a Dask scheduler (a web server, say: distributed would wait
     for its handshake forever)."""
     from distributed import Client
@@ -29,28 +28,28 @@ def connect(address: str, timeout: float) -> Client:
     try:
         client = Client(address, timeout=timeout, set_as_default=True)
     except (OSError, TimeoutError):
-        raise UsageError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s") from None
+        raise ServiceError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s") from None
     except Exception as error:  # something answered, but not in Dask's protocol
         dropped("attaching to a scheduler", error)
-        raise UsageError(f"{not_dask} ({one_line(error)})") from None
+        raise ServiceError(f"{not_dask} ({one_line(error)})") from None
     if not _is_scheduler(client):
         try:
             client.close(timeout=2)
         except Exception as error:  # a close that fails any way: the line says what answered
             dropped("closing the client of what is not a scheduler", error)
-        raise UsageError(not_dask)
+        raise ServiceError(not_dask)
     return client
 
 
 def check_answers(address: str, timeout: float) -> str:
-    """A one-line ``UsageError`` unless something answers at ``address`` within ``timeout`` seconds with a Dask
+    """A one-line ``ServiceError`` unless something answers at ``address`` within ``timeout`` seconds with a Dask
     handshake (where the scheme can be probed); returns the line for what answers but is not a scheduler."""
     not_dask = f"{PROG} --address {address}: what answered there is not a Dask scheduler"
     refused = probe(address, timeout)
     if refused == NOT_DASK:
-        raise UsageError(not_dask)
+        raise ServiceError(not_dask)
     if refused is not None:
-        raise UsageError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s{refused}")
+        raise ServiceError(f"{PROG} --address {address}: no scheduler answered within {timeout:g} s{refused}")
     return not_dask
 
 
@@ -130,14 +129,14 @@ def _why(error: BaseException, location: str) -> str:
 
 def connect_manager(cluster: Any, timeout: float) -> Client:
     """A client of a cluster manager object's scheduler (with its security, as ``Client(cluster)`` takes it);
-    a one-line ``UsageError`` when the scheduler does not answer."""
+    a one-line ``ServiceError`` when the scheduler does not answer."""
     from distributed import Client
 
     try:
         return Client(cluster, timeout=timeout, set_as_default=True)
     except (OSError, ValueError) as error:  # no answer in time, a refused address; else the start's one line
         dropped("connecting to a cluster manager's scheduler", error)
-        raise UsageError(
+        raise ServiceError(
             f"{PROG}: the scheduler of {type(cluster).__name__} did not answer within {timeout:g} s ({one_line(error)})"
         ) from None
 

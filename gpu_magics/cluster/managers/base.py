@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpu_magics.cluster.info import ClusterFacts, JobInfo
-from gpu_magics.cluster.options import ClusterOptions, Kind
+from gpu_magics.cluster.options import ClusterOptions
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.text.units import format_duration
 
@@ -50,9 +50,10 @@ class ClusterManager(abc.ABC):
 
     # -- open and check, start, wait for workers ------------------------------------------------------------------
     def open(self, reuse: bool = False) -> None:
-        """Check the line before anything stops or starts: a one-line ``UsageError`` for what its start would fail
-        on (a start in the background would say it only later). ``reuse``: the running cluster is used instead,
-        so only what the line changes is checked. Starts nothing; ``finish`` lets go of what it opened."""
+        """Check the line before anything stops or starts: a one-line ``LineError`` (or ``ServiceError``) for what
+        its start would fail on (a start in the background would say it only later). ``reuse``: the running cluster
+        is used instead, so only what the line changes is checked. Starts nothing; ``finish`` lets go of what it
+        opened."""
         del reuse  # by default nothing to check: the start says what fails
 
     def same_as(self, running: ClusterManager | None, address: str | None) -> bool:
@@ -80,7 +81,9 @@ class ClusterManager(abc.ABC):
 
     @property
     def declared_workers(self) -> Literal["gpu", "cpu"] | None:
-        """What the workers are by how they were asked for (``None``: only what the workers say tells)."""
+        """What the workers are by how they were asked for: a cluster of GPU or CPU workers started here, or
+        ``--cpu-workers`` (CPU workers, whatever GPUs their host has). ``None``: only what the workers say tells
+        (attached, adopted, a gateway's, SLURM jobs without ``--cpu-workers``)."""
         return None
 
     def workers_kind(self, devices: Mapping[str, Mapping[str, Any]]) -> Literal["gpu", "cpu"]:
@@ -103,7 +106,7 @@ class ClusterManager(abc.ABC):
 
     # -- scale, adapt, jobs ---------------------------------------------------------------------------------------
     def check_scale(self, count: int, verb: str) -> None:
-        """A one-line ``UsageError`` where ``count`` workers cannot be (``verb``: scale or adapt)."""
+        """A one-line ``LineError`` where ``count`` workers cannot be (``verb``: scale or adapt)."""
         del count, verb  # by default any count: the manager's own scale says what fails
 
     def scale(self, client: Client, count: int, options: ClusterOptions) -> str | None:
@@ -183,18 +186,16 @@ class ClusterManager(abc.ABC):
         self, client: Client, options: ClusterOptions, devices: dict[str, dict[str, Any]], starting: Starting
     ) -> dict[str, dict[str, Any]] | None:
         """Warm the workers (a round trip to each, then one round across the cluster); what each saw, by name
-        (``None``: the start does not warm them). CPU workers where the line asked for them, else what the
-        workers said about their GPUs (``devices``)."""
+        (``None``: the start does not warm them), as what they are (``workers_kind``: as asked for, else what they
+        said about their GPUs in ``devices``)."""
         from gpu_magics.cluster.workers import warmup
 
-        gpu = options.cpu_workers is None and any(seen.get("gpu_name") for seen in devices.values())
-        kind: Kind = "gpu" if gpu else "cpu"
-        seen, _ = warmup.warm_workers(client, kind)
+        seen, _ = warmup.warm_workers(client, self.workers_kind(devices))
         return seen
 
     def _check_started(self, seen: set[str]) -> None:
-        """``UsageError`` when workers can no longer come (a job ended before its workers did); ``seen``: the
-        names of the workers that have come up so far."""
+        """``StartFailed`` (or ``ServiceError``) when workers can no longer come (a job ended before its workers
+        did); ``seen``: the names of the workers that have come up so far."""
         del seen  # by default workers can always still come
 
     def _ask(self, count: int) -> None:
@@ -209,7 +210,7 @@ class ClusterManager(abc.ABC):
         self, client: Client, wait: float, count: int | None = None, starting: Starting | None = None
     ) -> str | None:
         """Wait up to ``wait`` seconds for ``count`` workers (default: the manager's plan); ``None`` when they
-        came, else one line saying how many are up and what the rest wait for. ``UsageError`` when some can
+        came, else one line saying how many are up and what the rest wait for. ``StartFailed`` when some can
         no longer come (``_check_started``)."""
         deadline = time.monotonic() + wait
         expected = self.expected_workers() if count is None else count

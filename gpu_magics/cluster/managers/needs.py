@@ -22,8 +22,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TypeVar
 
-from IPython.core.error import UsageError
-
+from gpu_magics.text.errors import LineError
 from gpu_magics.text.units import one_line
 
 T = TypeVar("T")
@@ -38,7 +37,7 @@ UCXX_INSTALL = (
 
 
 def comm_protocol(requested: str, prog: str = "%gpucluster") -> str:
-    """The protocol to give distributed for ``--protocol requested``; ``UsageError`` when UCX is asked for and
+    """The protocol to give distributed for ``--protocol requested``; ``LineError`` when UCX is asked for and
     no installed package provides it."""
     if requested not in UCX_SPELLINGS:
         return requested
@@ -48,7 +47,7 @@ def comm_protocol(requested: str, prog: str = "%gpucluster") -> str:
             return scheme
     if legacy_ucx_py():
         return "ucx"
-    raise UsageError(
+    raise LineError(
         f"{prog} --protocol {requested}: UCX needs the distributed-ucxx package, which is not installed "
         f"({UCXX_INSTALL}); or leave --protocol out for tcp"
     )
@@ -99,14 +98,14 @@ def is_missing(error: ImportError, module: str) -> bool:
 
 
 def require(module: str, what: str, missing: str) -> ModuleType:
-    """``module`` imported; a ``UsageError`` line ``what: missing`` when its package is not installed, and
+    """``module`` imported; a ``LineError`` line ``what: missing`` when its package is not installed, and
     ``what: importing MODULE failed (...)`` when it is but its import fails."""
     try:
         return importlib.import_module(module)
     except ImportError as error:
         if is_missing(error, module):
-            raise UsageError(f"{what}: {missing}") from None
-        raise UsageError(
+            raise LineError(f"{what}: {missing}") from None
+        raise LineError(
             f"{what}: {module.split('.')[0]} is installed but importing {module} failed ({one_line(error)})"
         ) from None
 

@@ -1,25 +1,28 @@
-"""A cluster started here: dask-cuda's ``LocalCUDACluster`` (one worker per chosen GPU) or distributed's
-``LocalCluster`` (``--cpu-workers N``), its worker processes forked from this package's worker server, warmed
-while they start. Closed on ``stop``, ``%unload_ext`` and interpreter exit; its worker processes exit by
-themselves when this process dies (each watches a pipe from its parent: ``distributed.process.AsyncProcess``)."""
+"""What a cluster started here is, whatever its workers: its scheduler in this process, its worker processes forked
+from this package's worker server and warmed while they start (``LocalClusterManager``; ``gpu`` and ``cpu`` say
+which cluster and which workers). Closed on ``stop``, ``%unload_ext`` and interpreter exit; its worker processes exit
+by themselves when this process dies (each watches a pipe from its parent: ``distributed.process.AsyncProcess``)."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
-from IPython.core.error import UsageError
 
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.managers import factories
+from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
+from gpu_magics.cluster.managers.local import factories
+from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.workers import forkserver
 from gpu_magics.text.argparsing import check_threads
+from gpu_magics.text.errors import StartFailed
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
@@ -29,46 +32,45 @@ if TYPE_CHECKING:
 CANCEL_CHECK_S = 0.1  # how often a start that waits for its workers looks whether it was stopped
 
 
-class LocalManager(ClusterManager):
-    """The ``LocalCluster`` this kernel starts (``cluster`` is ``None`` until ``connect``)."""
+class LocalClusterManager(ClusterManager):
+    """The ``LocalCluster`` this kernel starts (``cluster`` is ``None`` until ``start``); a subclass says which
+    workers it starts (``_workers_are``), how it makes the cluster (``_factory``) and what a scale may ask for."""
 
     owned = True
     background = True
+    _workers_are: Literal["gpu", "cpu"]
 
     def __init__(self, options: ClusterOptions) -> None:
         super().__init__(None, None)
         self.options = options
-        self.kind: Kind = "gpu" if options.kind == "gpu" else "cpu"
-        self.gpu_ids: tuple[str, ...] = ()  # CUDA devices given to the workers (GPU clusters), chosen by ``open``
         self._made = threading.Event()
         self._helper: threading.Thread | None = None
         self._watch: Any = None  # warmup.WarmWatch, from the workers' start to their warm-up's end
 
     def open(self, reuse: bool = False) -> None:
-        """The protocol, a count of CPU workers this host can start, and the GPUs (``--gpus``) with dask-cuda,
-        which GPU workers need: checked before a running cluster stops, so a bad line leaves it running (a line
-        that reuses the cluster and names no GPUs needs none). Where a GPU cluster will start, one line here, in
-        the cell that asked, when this kernel already holds memory on its GPUs."""
-        from gpu_magics.cluster.managers import needs
-
+        """The protocol, the count of workers (``_check_count``) and the threads per worker: checked before a running
+        cluster stops, so a bad line leaves it running."""
+        del reuse  # what the line gives is checked for a reuse too
         needs.comm_protocol(self.options.protocol, PROG)
-        if self.kind == "cpu" and self.options.cpu_workers is not None:
-            factories.check_cpu_workers(self.options.cpu_workers, f"{PROG} --cpu-workers")
+        self._check_count()
         if self.options.threads_per_worker is not None:
             check_threads(self.options.threads_per_worker, f"{PROG} --threads-per-worker")
-        if self.kind != "gpu" or (reuse and "gpus" not in self.options.given):
-            return
-        self.gpu_ids = factories.choose_gpus(self.options.gpus)
-        if not needs.has("dask_cuda"):  # said here, before the magic returns, not by the start in the background
-            raise UsageError(f"{PROG}: {factories.dask_cuda_missing()}")
-        if not reuse:
-            from gpu_magics.cluster.workers import kernel_context
 
-            kernel_context.report(self.gpu_ids, PROG)
+    def same_as(self, running: ClusterManager | None, address: str | None) -> bool:
+        """A cluster started here, whatever its workers: a line that names one while one runs uses it."""
+        del address
+        return isinstance(running, LocalClusterManager)
+
+    def _check_count(self) -> None:
+        """A one-line error for a count of workers the line gives that this host cannot start."""
+
+    @abc.abstractmethod
+    def _factory(self, options: ClusterOptions) -> Callable[[], LocalCluster]:
+        """What makes the cluster, with its scheduler only."""
 
     @property
     def declared_workers(self) -> Literal["gpu", "cpu"]:
-        return "gpu" if self.kind == "gpu" else "cpu"
+        return self._workers_are
 
     @property
     def source(self) -> str:
@@ -77,10 +79,6 @@ class LocalManager(ClusterManager):
     @property
     def taken(self) -> str:
         return "up since"
-
-    @property
-    def title(self) -> str:
-        return "GPU cluster" if self.kind == "gpu" else "CPU cluster"
 
     @property
     def _local_cluster(self) -> LocalCluster | None:
@@ -97,11 +95,8 @@ class LocalManager(ClusterManager):
         forkserver.start_server()  # unless %load_ext did: its imports overlap this process's from here on
         from distributed import Client
 
-        if self.kind == "gpu":
-            make = factories.gpu_cluster_factory(options, self.gpu_ids)
-        else:
-            make = factories.cpu_cluster_factory(options)
-        with factories.worker_start_config(self.kind):
+        make = self._factory(options)
+        with factories.worker_start_config(self._workers_are):
             self.cluster = make()
         return Client(self.cluster, set_as_default=True)
 
@@ -110,15 +105,16 @@ class LocalManager(ClusterManager):
         CUDA context; a worker that cannot start is the start's failure, in one line."""
         from gpu_magics.cluster.workers import warmup
 
+        gpu = self._workers_are == "gpu"  # what each worker warms, and what this process prepares
         expected = self.expected_workers() or int(options.cpu_workers or 1)
         scheduler = self.cluster.scheduler
-        self._watch = warmup.WarmWatch(client, self.kind == "gpu", lambda count: starting.update(warm=count))
+        self._watch = warmup.WarmWatch(client, gpu, lambda count: starting.update(warm=count))
         started = self.cluster.begin_workers(expected)
         starting.counting(lambda: len(scheduler.workers))
-        warmup.import_here(self.kind == "gpu")
+        warmup.import_here(gpu)
         starting.imports_done.set()
         self._helper = threading.Thread(
-            target=warmup.prepare_here, args=(self.kind == "gpu", self._made), name="gpu-magics-prepare", daemon=True
+            target=warmup.prepare_here, args=(gpu, self._made), name="gpu-magics-prepare", daemon=True
         )
         self._helper.start()
         deadline = time.monotonic() + options.start_timeout
@@ -154,25 +150,7 @@ class LocalManager(ClusterManager):
         return seen
 
     def learn(self, client: Client, devices: dict[str, dict[str, Any]], addresses: set[str]) -> None:
-        """Nothing to ask: the kind of cluster says what the workers have, and their warm-up what they saw."""
-
-    def expected_workers(self) -> int:
-        return len(self.gpu_ids) if self.kind == "gpu" else 0
-
-    def check_scale(self, count: int, verb: str) -> None:
-        if self.kind == "cpu":
-            factories.check_cpu_workers(count, f"{PROG} {verb}")
-        if self.kind != "gpu" or count <= len(self.gpu_ids):
-            return
-        if verb == "adapt":
-            raise UsageError(
-                f"{PROG} adapt: the cluster may use {len(self.gpu_ids)} GPU(s), one worker each; give at most "
-                f"{len(self.gpu_ids)}"
-            )
-        raise UsageError(
-            f"{PROG} scale {count}: the cluster may use {len(self.gpu_ids)} GPU(s) ({','.join(self.gpu_ids)}), one "
-            f"worker each; start it with --gpus all --replace for more"
-        )
+        """Nothing to ask: the class says what the workers are, and their warm-up what they saw."""
 
     def scale(self, client: Client, count: int, options: ClusterOptions) -> str | None:
         if self.adaptive is not None:
@@ -183,7 +161,7 @@ class LocalManager(ClusterManager):
             try:
                 inspection.wait_for_count(client, count, options.start_timeout)
             except TimeoutError as error:
-                raise UsageError(f"{PROG} scale {count}: {error}") from None
+                raise StartFailed(f"{PROG} scale {count}: {error}") from None
         return None
 
     def finish(self, name: str, keep: bool | None = None) -> str:

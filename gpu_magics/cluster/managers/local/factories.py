@@ -17,14 +17,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from IPython.core.error import UsageError
-
 from gpu_magics import gpus
 from gpu_magics.cluster.dashboard.close import forget_scheduler, stop_dashboard
 from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.workers import forkserver
 from gpu_magics.text import hints
+from gpu_magics.text.errors import LineError
 
 if TYPE_CHECKING:
     from distributed import LocalCluster
@@ -152,7 +151,7 @@ def check_cpu_workers(count: int, what: str) -> None:
     """A count of CPU worker processes above what this host can start is one line."""
     most = most_cpu_workers()
     if count > most:
-        raise UsageError(
+        raise LineError(
             f"{what} {count}: this machine can start at most {most} CPU worker processes ({os.cpu_count()} CPU "
             f"cores, four workers each, and memory for each); give at most {most}, or attach to a larger cluster "
             f"with {PROG} --address"
@@ -164,10 +163,10 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
     from dask_cuda import LocalCUDACluster
 
     extra: dict[str, Any] = {}
-    if options.device_memory_limit is not None:
-        extra["device_memory_limit"] = options.device_memory_limit
-    if options.rmm_pool_size is not None:
-        extra["rmm_pool_size"] = options.rmm_pool_size
+    if options.local.device_memory_limit is not None:
+        extra["device_memory_limit"] = options.local.device_memory_limit
+    if options.local.rmm_pool_size is not None:
+        extra["rmm_pool_size"] = options.local.rmm_pool_size
     plugins = worker_plugins(gpu=True)
 
     class WarmingCUDACluster(LocalCUDACluster):
@@ -212,12 +211,12 @@ def choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
     inventory = gpus.inventory()
     visible = inventory.devices()
     if not visible:
-        raise UsageError(
+        raise LineError(
             f"{PROG}: no GPU is visible on this machine; use {hints.cpu_cluster_command()} for CPU workers, "
             f"or {PROG} --address <scheduler address> to attach to one"
         )
     if inventory.simulated:
-        raise UsageError(
+        raise LineError(
             f"{PROG}: {gpus.simulated_reason(len(visible), None)}; use {hints.cpu_cluster_command()} for CPU workers"
         )
     if indices is None:
@@ -225,7 +224,7 @@ def choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
     missing = [index for index in indices if index >= len(visible)]
     if missing:
         names = ", ".join(str(index) for index in range(len(visible)))
-        raise UsageError(
+        raise LineError(
             f"{PROG} --gpus {','.join(map(str, indices))}: no GPU {','.join(map(str, missing))} here; "
             f"the {len(visible)} visible GPU(s) are {names}"
         )

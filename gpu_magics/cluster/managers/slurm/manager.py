@@ -11,15 +11,15 @@ import contextlib
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from IPython.core.error import UsageError
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpu_magics.cluster.info import JobInfo
-from gpu_magics.cluster.managers import needs, squeue
+from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.managers.base import ClusterManager
-from gpu_magics.cluster.managers.squeue import job_workers
-from gpu_magics.cluster.options import PROG, ClusterOptions
+from gpu_magics.cluster.managers.slurm import squeue
+from gpu_magics.cluster.managers.slurm.squeue import job_workers
+from gpu_magics.cluster.options import PROG, ClusterOptions, SlurmOptions
+from gpu_magics.text.errors import LineError, ServiceError, StartFailed
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
@@ -40,18 +40,19 @@ _ERROR_LOG = re.compile(r"^#SBATCH -e (\S+)$", re.MULTILINE)
 def job_arguments(options: ClusterOptions, config: dict[str, Any]) -> dict[str, Any]:
     """``SLURMCluster``'s arguments for ``options``; ``config`` is the site's ``jobqueue.slurm`` section, which
     gives what the line leaves out (pure: no I/O)."""
-    gpu = options.gpus_per_job is not None
-    per_job = options.gpus_per_job or options.cpu_workers or 1
+    job = options.slurm or SlurmOptions()
+    gpu = job.gpus_per_job is not None
+    per_job = job.gpus_per_job or options.cpu_workers or 1
     cores = config.get("cores")
     if cores is None or "threads_per_worker" in options.given:
         cores = per_job * options.threads
     per_worker_gb = GPU_JOB_MEMORY_GB if gpu else CPU_JOB_MEMORY_GB
-    memory = options.memory or config.get("memory") or f"{per_job * per_worker_gb}GB"
+    memory = job.memory or config.get("memory") or f"{per_job * per_worker_gb}GB"
     directives = list(config.get("job-extra-directives") or ())
     if gpu:
-        form = "--gpus" if options.gpu_directive == "gpus" else "--gres=gpu"
-        directives.append(f"{form}={options.gpus_per_job}" if form == "--gpus" else f"{form}:{options.gpus_per_job}")
-    directives += options.job_options
+        form = "--gpus" if job.gpu_directive == "gpus" else "--gres=gpu"
+        directives.append(f"{form}={job.gpus_per_job}" if form == "--gpus" else f"{form}:{job.gpus_per_job}")
+    directives += job.job_options
     scheduler = dict(config.get("scheduler-options") or {})
     if options.dashboard:
         scheduler.setdefault("dashboard_address", ":0")
@@ -74,10 +75,10 @@ def job_arguments(options: ClusterOptions, config: dict[str, Any]) -> dict[str, 
     if "protocol" in options.given:
         arguments["protocol"] = needs.comm_protocol(options.protocol, PROG)
     for key, value in (
-        ("queue", options.partition),
-        ("account", options.account),
-        ("walltime", options.walltime),
-        ("interface", options.interface),
+        ("queue", job.partition),
+        ("account", job.account),
+        ("walltime", job.walltime),
+        ("interface", job.interface),
     ):
         if value is not None:
             arguments[key] = value
@@ -99,6 +100,12 @@ class SlurmManager(ClusterManager):
         self.failures: list[str] = []  # what sbatch said when a submission failed
 
     @property
+    def declared_workers(self) -> Literal["gpu", "cpu"] | None:
+        """CPU workers where the line asked for them (``--cpu-workers K`` per job: they stay CPU workers on a node
+        with GPUs); else what the workers say (``--gpus-per-job``: dask-cuda's, where CuPy is there)."""
+        return "cpu" if self.options.cpu_workers is not None else None
+
+    @property
     def source(self) -> str:
         return "from SLURM jobs"
 
@@ -112,27 +119,27 @@ class SlurmManager(ClusterManager):
 
     def open(self, reuse: bool = False) -> None:
         """dask-jobqueue and the protocol; for a start also ``sbatch`` on PATH and the job script, which SLURM
-        checks without queueing it (``sbatch --test-only``). One-line ``UsageError``s; nothing is queued."""
+        checks without queueing it (``sbatch --test-only``). One-line errors; nothing is queued."""
         needs.comm_protocol(self.options.protocol, PROG)
         if not needs.has("dask_jobqueue"):
-            raise UsageError(f"{WHAT}: dask-jobqueue is not installed ({INSTALL})")
+            raise LineError(f"{WHAT}: dask-jobqueue is not installed ({INSTALL})")
         if reuse:
             return
         if squeue.sbatch_path() is None:
-            raise UsageError(
+            raise ServiceError(
                 f"{WHAT}: no sbatch on PATH: run this where SLURM's commands work (a login node), or attach to a "
                 f"scheduler with {PROG} --address"
             )
         refused = squeue.test_submit(job_script(_arguments(self.options)))
         if refused is not None:
-            raise UsageError(f"{WHAT}: SLURM refused the job: {refused}")
+            raise ServiceError(f"{WHAT}: SLURM refused the job: {refused}")
 
     def start(self, options: ClusterOptions, starting: Starting) -> Client:
         """Make the ``SLURMCluster`` (its scheduler starts here), submit ``--jobs`` jobs and connect."""
         from gpu_magics.cluster.managers import attach
 
         self.cluster = make_cluster(_arguments(options), self.submitted, self.failures)
-        self.cluster.scale(jobs=options.jobs or 1)
+        self.cluster.scale(jobs=(options.slurm or SlurmOptions()).jobs or 1)
         self._submit(options.start_timeout)
         return attach.connect_manager(self.cluster, options.start_timeout)
 
@@ -148,26 +155,27 @@ class SlurmManager(ClusterManager):
             asyncio.run_coroutine_threadsafe(correct(), cluster.loop.asyncio_loop).result(timeout)
         except RuntimeError:  # a refused submission: SLURM's own words, as dask-jobqueue's job kept them
             if self.failures:
-                raise UsageError(f"{WHAT}: SLURM refused a job: {self.failures[0]}") from None
+                raise ServiceError(f"{WHAT}: SLURM refused a job: {self.failures[0]}") from None
             raise
 
     def expected_workers(self) -> int:
         if self.cluster is not None:
             return super().expected_workers()
-        return (self.options.jobs or 1) * (self.options.gpus_per_job or self.options.cpu_workers or 1)
+        job = self.options.slurm or SlurmOptions()
+        return (job.jobs or 1) * (job.gpus_per_job or self.options.cpu_workers or 1)
 
     def jobs(self, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:
         return slurm_jobs(self.cluster, workers) if self.cluster is not None else ()
 
     def _check_started(self, seen: set[str]) -> None:
         if self.failures:
-            raise UsageError(f"{WHAT}: SLURM refused a job: {self.failures[0]}")
+            raise ServiceError(f"{WHAT}: SLURM refused a job: {self.failures[0]}")
         waiting = [job_id for job_id, names in job_workers(self.cluster).items() if not names & seen]
         for queued in squeue.states(waiting).values():  # one squeue for all of them
             if queued.state in squeue.ENDED:
                 log = log_path(self.cluster, queued.job_id)
                 said = _last_line(log)
-                raise UsageError(
+                raise StartFailed(
                     f"{WHAT}: job {queued.job_id} ended ({queued.state}) before its workers started"
                     + (f": {said}" if said else "")
                     + (f"; its log: {log}" if log else "")
@@ -202,7 +210,7 @@ def _arguments(options: ClusterOptions) -> dict[str, Any]:
 def job_script(arguments: dict[str, Any]) -> str:
     """The batch script ``SLURMCluster(**arguments)`` would submit, made without a cluster (no scheduler starts):
     dask-jobqueue's own job with its placeholder scheduler address, as its ``job_script()`` gives before the
-    scheduler runs. One-line ``UsageError`` for arguments it refuses."""
+    scheduler runs. One-line ``LineError`` for arguments it refuses."""
     import dask
     from dask_jobqueue.slurm import SLURMJob
 
@@ -213,7 +221,7 @@ def job_script(arguments: dict[str, Any]) -> str:
         made = SLURMJob("tcp://<insert-scheduler-address-here>:8786", name="dummy-name", config_name="slurm", **job)
         return str(made.job_script())
     except (ValueError, TypeError, OSError) as error:  # what dask-jobqueue says of an argument it refuses
-        raise UsageError(f"{WHAT}: {_one_line(error)}") from None
+        raise LineError(f"{WHAT}: {_one_line(error)}") from None
 
 
 def make_cluster(arguments: dict[str, Any], submitted: set[str], failures: list[str]) -> Any:
@@ -241,7 +249,7 @@ def make_cluster(arguments: dict[str, Any], submitted: set[str], failures: list[
     try:
         return SLURMCluster(job_cls=RecordedJob, **arguments)  # type: ignore[arg-type]
     except (ValueError, TypeError, OSError) as error:
-        raise UsageError(f"{WHAT}: {_one_line(error)}") from None
+        raise LineError(f"{WHAT}: {_one_line(error)}") from None
 
 
 def slurm_jobs(cluster: Any, workers: dict[str, dict[str, Any]]) -> tuple[JobInfo, ...]:

@@ -10,14 +10,14 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { clusterCommand, FREE_NOTEBOOK_COMMAND, runInKernel } from './clusters';
+import { clusterCommand, FREE_NOTEBOOK_COMMAND, runInKernel } from './model/clusters';
 import { endLeftovers } from './server/api';
 import { MonitorConnection } from './server/connection';
-import { GpuPanelModel } from './model';
+import { GpuPanelModel } from './model/panelModel';
 import { GpuPanel } from './panel';
 import { GpuStatusItem } from './statusBar/item';
-import { askAdapt, askWorkers, confirmRestart, confirmStop } from './views/dialogs';
-import { confirmEndLeftovers } from './views/leftoverDialogs';
+import { askAdapt, askWorkers, confirmRestart, confirmStop } from './views/dialogs/clusters';
+import { confirmEndLeftovers } from './views/dialogs/leftovers';
 import gpuSvg from '../style/icons/gpu.svg';
 
 /** The plugin id; also the settings id (`schema/plugin.json`). */

@@ -1,6 +1,6 @@
 /**
  * The side panel: a status line and banner, the GPU cards, the clusters with their members and buttons, and GPU
- * memory by notebook, each a view of its own (`views/`); this widget composes them and renders what the model
+ * memory by notebook, each a view of its own (`views/sections/`); this widget composes them and renders what the model
  * says changed, at most once per frame.
  */
 import type { Message } from '@lumino/messaging';
@@ -8,12 +8,12 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { el } from './views/dom';
-import { GpuPanelModel, ModelChange } from './model';
-import { ClustersView, IClusterActions } from './views/clusters';
-import { GpuCardsView } from './views/gpuCards';
-import { ILeftoverActions, LeftoversView } from './views/leftovers';
-import { IMemoryActions, MemoryView } from './views/memory';
-import { StatusView } from './views/status';
+import { GpuPanelModel, ModelChange } from './model/panelModel';
+import { ClustersView, IClusterActions } from './views/sections/clusters';
+import { GpuCardsView } from './views/sections/gpuCards';
+import { ILeftoverActions, LeftoversView } from './views/sections/leftovers';
+import { IMemoryActions, MemoryView } from './views/sections/memory';
+import { StatusView } from './views/sections/status';
 
 /** What the panel's buttons and links do (injected: the panel runs no kernel code and opens nothing itself). */
 export type IPanelActions = IClusterActions & IMemoryActions & ILeftoverActions;

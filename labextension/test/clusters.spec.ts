@@ -11,7 +11,7 @@ import {
   parseAdapt,
   parseWorkers,
   scaleProblem
-} from '../src/clusters';
+} from '../src/model/clusters';
 import type { ICluster } from '../src/types';
 import { cluster, factsOf, member, memberGpu } from './fixtures';
 

@@ -1,5 +1,5 @@
 import { errorStatus, MonitorConnection } from '../src/server/connection';
-import { forbiddenMessage, GpuPanelModel } from '../src/model';
+import { forbiddenMessage, GpuPanelModel } from '../src/model/panelModel';
 import { reading, snapshot } from './fixtures';
 
 jest.mock('@jupyterlab/services', () => ({

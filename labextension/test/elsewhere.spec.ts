@@ -4,8 +4,8 @@ import {
   elsewhereLine,
   elsewhereSummary,
   elsewhereWhere
-} from '../src/elsewhere';
-import { GpuPanelModel } from '../src/model';
+} from '../src/model/elsewhere';
+import { GpuPanelModel } from '../src/model/panelModel';
 import { cluster, elsewhere, holder, processesReply } from './fixtures';
 
 describe('elsewhereSummary', () => {

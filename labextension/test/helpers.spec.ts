@@ -3,7 +3,7 @@
 
 import { Backoff } from '../src/server/backoff';
 import { chartSpanLabel, sparklinePath } from '../src/views/chart';
-import { clusterCommand } from '../src/clusters';
+import { clusterCommand } from '../src/model/clusters';
 import { readFileSync } from 'fs';
 import { join } from 'path';
 
@@ -17,7 +17,7 @@ import {
   formatPercent,
   memoryPercent
 } from '../src/format';
-import { Ring } from '../src/ring';
+import { Ring } from '../src/model/ring';
 
 describe('Backoff', () => {
   it('doubles up to the maximum and resets', () => {

@@ -1,4 +1,4 @@
-import { GpuPanelModel, leftoverGroups, ModelChange } from '../src/model';
+import { GpuPanelModel, leftoverGroups, ModelChange } from '../src/model/panelModel';
 import { idleHold, leftover } from './fixtures';
 
 const GIB = 2 ** 30;

@@ -5,7 +5,7 @@ import {
   holderSourceTag,
   ModelChange,
   ownerLabel
-} from '../src/model';
+} from '../src/model/panelModel';
 import type { IHolder, IServerConfig } from '../src/types';
 import { cluster as clusterFixture, holder as holderFixture, reading, snapshot } from './fixtures';
 

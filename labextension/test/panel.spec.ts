@@ -1,7 +1,7 @@
 /** @jest-environment jsdom */
 import './jsdomShim';
 
-import { GpuPanelModel } from '../src/model';
+import { GpuPanelModel } from '../src/model/panelModel';
 import { GpuPanel, IPanelActions } from '../src/panel';
 import { cluster, holder, reading, snapshot } from './fixtures';
 

@@ -19,7 +19,7 @@ import {
   socketUrl
 } from './api';
 import { Backoff } from './backoff';
-import { forbiddenMessage, GpuPanelModel } from '../model';
+import { forbiddenMessage, GpuPanelModel } from '../model/panelModel';
 import type { ServerMessage } from '../types';
 
 const POLL_MS = 2000;

@@ -2,8 +2,8 @@
 /** A cluster's card: what Stop does is said on it, a Restart that is off says why, workers named by an id read. */
 import '../jsdomShim';
 
-import { buttonsHint, memberNames, restartOff } from '../../src/clusters';
-import { ClustersView, IClusterActions } from '../../src/views/clusters';
+import { buttonsHint, memberNames, restartOff } from '../../src/model/clusters';
+import { ClustersView, IClusterActions } from '../../src/views/sections/clusters';
 import type { ICluster } from '../../src/types';
 import { cluster, factsOf, member, memberGpu } from '../fixtures';
 

@@ -1,7 +1,7 @@
 /** @jest-environment jsdom */
-import type { ClusterAction } from '../../src/clusters';
+import type { ClusterAction } from '../../src/model/clusters';
 import type { ICluster } from '../../src/types';
-import { ClustersView, IClusterActions, IClustersState } from '../../src/views/clusters';
+import { ClustersView, IClusterActions, IClustersState } from '../../src/views/sections/clusters';
 import { cluster, facts, member, memberGpu } from '../fixtures';
 
 function text(node: Element | null | undefined): string {

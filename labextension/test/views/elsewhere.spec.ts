@@ -1,7 +1,7 @@
 /** @jest-environment jsdom */
 import type { ICluster, IClusterElsewhere } from '../../src/types';
-import { ClustersView, IClusterActions } from '../../src/views/clusters';
-import { MemoryView } from '../../src/views/memory';
+import { ClustersView, IClusterActions } from '../../src/views/sections/clusters';
+import { MemoryView } from '../../src/views/sections/memory';
 import { cluster, elsewhere, holder } from '../fixtures';
 
 const actions: IClusterActions = {

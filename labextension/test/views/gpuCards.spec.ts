@@ -1,6 +1,6 @@
 /** @jest-environment jsdom */
-import { GpuPanelModel } from '../../src/model';
-import { cardLabel, GpuCardsView, gpuCard } from '../../src/views/gpuCards';
+import { GpuPanelModel } from '../../src/model/panelModel';
+import { cardLabel, GpuCardsView, gpuCard } from '../../src/views/sections/gpuCards';
 import { reading, snapshot } from '../fixtures';
 
 function text(node: Element | null | undefined): string {

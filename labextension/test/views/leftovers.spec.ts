@@ -1,9 +1,9 @@
 /** @jest-environment jsdom */
-import type { ILeftoverGroup } from '../../src/model';
-import { leftoverGroups } from '../../src/model';
+import type { ILeftoverGroup } from '../../src/model/panelModel';
+import { leftoverGroups } from '../../src/model/panelModel';
 import type { IEndLeftoversReply, IIdleHold } from '../../src/types';
-import { ClustersView } from '../../src/views/clusters';
-import { ILeftoverActions, ILeftoversState, LeftoversView, outcomeLines, processesText } from '../../src/views/leftovers';
+import { ClustersView } from '../../src/views/sections/clusters';
+import { ILeftoverActions, ILeftoversState, LeftoversView, outcomeLines, processesText } from '../../src/views/sections/leftovers';
 import { cluster, idleHold, leftover } from '../fixtures';
 
 const LINE = 'left by a kernel that has ended: 2 processes hold 8.0 GiB on GPU 1';

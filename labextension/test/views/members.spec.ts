@@ -1,5 +1,5 @@
 /** @jest-environment jsdom */
-import { membersView } from '../../src/views/members';
+import { membersView } from '../../src/views/sections/members';
 import { member, memberGpu } from '../fixtures';
 
 function lines(view: HTMLElement): string[] {

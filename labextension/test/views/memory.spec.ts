@@ -1,6 +1,6 @@
 /** @jest-environment jsdom */
-import { GpuPanelModel } from '../../src/model';
-import { MemoryView, gpuList } from '../../src/views/memory';
+import { GpuPanelModel } from '../../src/model/panelModel';
+import { MemoryView, gpuList } from '../../src/views/sections/memory';
 import type { IHolder } from '../../src/types';
 import { holder, holder as holderFixture, reading, snapshot } from '../fixtures';
 

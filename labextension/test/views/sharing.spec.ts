@@ -3,15 +3,15 @@
  * The side panel on a shared GPU server: GPUs others use (marked on the cards and the members), what each process
  * says it holds (arrays, cached, context), "Free cached" per notebook and per cluster, and the idle time left.
  */
-import { clusterCached, clusterCommand, FREE_NOTEBOOK_COMMAND, idleText } from '../../src/clusters';
-import type { ClusterAction } from '../../src/clusters';
+import { clusterCached, clusterCommand, FREE_NOTEBOOK_COMMAND, idleText } from '../../src/model/clusters';
+import type { ClusterAction } from '../../src/model/clusters';
 import { formatDuration } from '../../src/format';
-import { GpuPanelModel, IOwnerTotal, othersText, splitText } from '../../src/model';
+import { GpuPanelModel, IOwnerTotal, othersText, splitText } from '../../src/model/panelModel';
 import type { ICluster, IGpuOtherUse } from '../../src/types';
-import { ClustersView, IClusterActions } from '../../src/views/clusters';
-import { GpuCardsView } from '../../src/views/gpuCards';
-import { membersView } from '../../src/views/members';
-import { MemoryView } from '../../src/views/memory';
+import { ClustersView, IClusterActions } from '../../src/views/sections/clusters';
+import { GpuCardsView } from '../../src/views/sections/gpuCards';
+import { membersView } from '../../src/views/sections/members';
+import { MemoryView } from '../../src/views/sections/memory';
 import { cluster, holder, member, memberGpu, processesReply, reading, snapshot } from '../fixtures';
 
 const GIB = 2 ** 30;

@@ -1,6 +1,6 @@
 /** @jest-environment jsdom */
-import type { IConnectionState } from '../../src/model';
-import { IStatusState, StatusView, statusProblems, statusText } from '../../src/views/status';
+import type { IConnectionState } from '../../src/model/panelModel';
+import { IStatusState, StatusView, statusProblems, statusText } from '../../src/views/sections/status';
 
 function state(connection: Partial<IConnectionState>, overrides: Partial<IStatusState> = {}): IStatusState {
   return {

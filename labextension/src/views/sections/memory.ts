@@ -4,11 +4,11 @@
  * `%gpucluster free` in the notebook's kernel (as the clusters' buttons run their magic there): its kernel and its
  * cluster's workers give back what their pools cache.
  */
-import { el } from './dom';
-import { formatBytes } from '../format';
-import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal, splitText } from '../model';
-import type { IHolder } from '../types';
-import { button, splitView } from './controls';
+import { el } from '../dom';
+import { formatBytes } from '../../format';
+import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal, splitText } from '../../model/panelModel';
+import type { IHolder } from '../../types';
+import { button, splitView } from '../controls';
 import { ElsewhereHoldersFold } from './elsewhere';
 
 export interface IMemoryActions {

@@ -3,8 +3,8 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { adaptProblem, clusterFacts, parseAdapt, parseWorkers, scaleProblem } from '../clusters';
-import type { ICluster } from '../types';
+import { adaptProblem, clusterFacts, parseAdapt, parseWorkers, scaleProblem } from '../../model/clusters';
+import type { ICluster } from '../../types';
 
 export async function askWorkers(cluster: ICluster): Promise<number | null> {
   const result = await showDialog({

@@ -1,7 +1,7 @@
 /**
  * The clusters the kernels started, one row each: name and what gives its workers, notebook, scheduler, uptime, dashboard, the
  * members by host, the batch jobs behind them (SLURM), and Stop / Restart / Scale / Adapt, which act through the
- * owning kernel (see `../clusters`).
+ * owning kernel (see `../../model/clusters`).
  */
 import {
   adaptText,
@@ -15,12 +15,12 @@ import {
   idleText,
   jobLines,
   restartOff
-} from '../clusters';
-import { Child, el } from './dom';
-import { formatAge, formatBytes } from '../format';
-import type { ConnectionPhase } from '../model';
-import type { ICluster, IClusterElsewhere } from '../types';
-import { button, link } from './controls';
+} from '../../model/clusters';
+import { Child, el } from '../dom';
+import { formatAge, formatBytes } from '../../format';
+import type { ConnectionPhase } from '../../model/panelModel';
+import type { ICluster, IClusterElsewhere } from '../../types';
+import { button, link } from '../controls';
 import { addIdleHold } from './leftovers';
 import { membersView } from './members';
 import { ElsewhereFold } from './elsewhere';

@@ -1,8 +1,8 @@
 /** The dialog that asks before "End them" ends what a kernel that has ended left on a GPU. */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 
-import type { ILeftoverGroup } from '../model';
-import { LISTED, processTexts } from './leftovers';
+import type { ILeftoverGroup } from '../../model/panelModel';
+import { LISTED, processTexts } from '../sections/leftovers';
 
 export async function confirmEndLeftovers(group: ILeftoverGroup): Promise<boolean> {
   const count = new Set(group.processes.map(p => p.pid)).size;

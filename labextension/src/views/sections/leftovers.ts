@@ -3,11 +3,11 @@
  * (confirmed, then the server ends the processes by pid and start time, and the view says what it did); and the
  * lines for GPU memory held while idle: on the cluster card of the kernel they belong to, else here.
  */
-import { formatBytes } from '../format';
-import type { ILeftoverGroup } from '../model';
-import type { ICluster, IEndedLeftover, IEndLeftoversReply, IIdleHold } from '../types';
-import { button } from './controls';
-import { Child, el } from './dom';
+import { formatBytes } from '../../format';
+import type { ILeftoverGroup } from '../../model/panelModel';
+import type { ICluster, IEndedLeftover, IEndLeftoversReply, IIdleHold } from '../../types';
+import { button } from '../controls';
+import { Child, el } from '../dom';
 
 /** Processes named under a line, and in its dialog, at most (a DataLoader may leave dozens). */
 export const LISTED = 6;

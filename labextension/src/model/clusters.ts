@@ -4,8 +4,8 @@
  */
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 
-import { formatDuration } from './format';
-import type { ICluster, IClusterFacts, IClusterMember, IMemberGpu } from './types';
+import { formatDuration } from '../format';
+import type { ICluster, IClusterFacts, IClusterMember, IMemberGpu } from '../types';
 
 export type ClusterAction =
   | { action: 'stop' }

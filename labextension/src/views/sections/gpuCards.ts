@@ -1,6 +1,6 @@
 /** The GPU cards: per GPU its name, four metrics, a memory bar and a chart of utilization and memory over time. */
-import { chartSpanLabel, sparklinePath } from './chart';
-import { el, svg } from './dom';
+import { chartSpanLabel, sparklinePath } from '../chart';
+import { el, svg } from '../dom';
 import {
   formatBytes,
   formatBytesPair,
@@ -9,11 +9,11 @@ import {
   formatPercent,
   formatRate,
   memoryPercent
-} from '../format';
-import { othersText } from '../model';
-import type { IGpuView } from '../model';
-import type { IGpuOtherUse, IGpuReading } from '../types';
-import { barFill } from './controls';
+} from '../../format';
+import { othersText } from '../../model/panelModel';
+import type { IGpuView } from '../../model/panelModel';
+import type { IGpuOtherUse, IGpuReading } from '../../types';
+import { barFill } from '../controls';
 
 const CHART_W = 240;
 const CHART_H = 40;

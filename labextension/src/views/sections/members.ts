@@ -1,10 +1,10 @@
 /** A cluster's workers with their GPUs, live: a heading per host, a line per GPU (or one for a worker without). */
-import { gpuShortLabel, memberNames, membersByHost, memberWithoutGpus } from '../clusters';
-import { el } from './dom';
-import { formatBytes, formatBytesPair, formatPercent } from '../format';
-import { othersText, splitText } from '../model';
-import type { IClusterMember, IMemberGpu } from '../types';
-import { barFill, splitView } from './controls';
+import { gpuShortLabel, memberNames, membersByHost, memberWithoutGpus } from '../../model/clusters';
+import { el } from '../dom';
+import { formatBytes, formatBytesPair, formatPercent } from '../../format';
+import { othersText, splitText } from '../../model/panelModel';
+import type { IClusterMember, IMemberGpu } from '../../types';
+import { barFill, splitView } from '../controls';
 
 export function membersView(members: IClusterMember[]): HTMLElement {
   const view = el('div', { class: 'jp-GpuMagics-members' });

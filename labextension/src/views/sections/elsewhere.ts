@@ -2,9 +2,9 @@
  * Folded under the cluster cards and the memory list: the clusters, and the processes holding GPU memory, of kernels
  * this server does not run, with where each kernel is.
  */
-import { elsewhereHolderLine, elsewhereHoldersSummary, elsewhereLine, elsewhereSummary, elsewhereWhere } from '../elsewhere';
-import type { IClusterElsewhere, IHolder } from '../types';
-import { Child, el } from './dom';
+import { elsewhereHolderLine, elsewhereHoldersSummary, elsewhereLine, elsewhereSummary, elsewhereWhere } from '../../model/elsewhere';
+import type { IClusterElsewhere, IHolder } from '../../types';
+import { Child, el } from '../dom';
 
 /** A `<details>` fold that stays open or closed across renders (each refresh of a list draws it again). */
 class Fold {

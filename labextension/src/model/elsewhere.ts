@@ -4,9 +4,9 @@
  * are listed folded, each with where its kernel runs, so that the user can find it (and stop it there); so are the
  * processes of those kernels that hold GPU memory (the user's, not others' work, but not this server's notebooks').
  */
-import { formatBytes } from './format';
-import { holderGpuLabel } from './model';
-import type { IClusterElsewhere, IHolder } from './types';
+import { formatBytes } from '../format';
+import { holderGpuLabel } from './panelModel';
+import type { IClusterElsewhere, IHolder } from '../types';
 
 /** "1 cluster of a kernel this server does not run", "2 clusters of kernels this server does not run". */
 export function elsewhereSummary(clusters: readonly IClusterElsewhere[]): string {

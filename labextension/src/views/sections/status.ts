@@ -1,8 +1,8 @@
 /** The panel's status line (live, connecting, reconnecting...) and the banner that says what is wrong, if anything. */
-import { el } from './dom';
-import type { IConnectionState } from '../model';
-import type { IServerConfig } from '../types';
-import { button } from './controls';
+import { el } from '../dom';
+import type { IConnectionState } from '../../model/panelModel';
+import type { IServerConfig } from '../../types';
+import { button } from '../controls';
 
 /** What the status line and banner show (the panel's model has it). */
 export interface IStatusState {

@@ -4,7 +4,7 @@
  */
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { formatBytes, memoryPercent } from './format';
+import { formatBytes, memoryPercent } from '../format';
 import { Ring } from './ring';
 import type {
   ICluster,
@@ -20,7 +20,7 @@ import type {
   IProcessesReply,
   IServerConfig,
   ISnapshot
-} from './types';
+} from '../types';
 
 /** `forbidden`: the server refused this user (401/403); no retry until the user asks for one. */
 export type ConnectionPhase =

@@ -22,7 +22,7 @@ def test_bare_line_starts_gpu_workers_on_localhost() -> None:
     assert options == ClusterOptions()
     assert options.action == "start" and options.kind == "gpu"
     assert options.host == "127.0.0.1" and options.dashboard and options.protocol == "tcp"
-    assert options.local.gpus is None and options.threads == GPU_WORKER_THREADS
+    assert options.local.gpus is None and options.worker_threads(gpu=True) == GPU_WORKER_THREADS
     assert options.cluster_name == "gpu"
 
 
@@ -32,7 +32,7 @@ def test_gpu_options() -> None:
         "--protocol ucx --no-dashboard --name big --client c --replace --host 0.0.0.0"
     )
     assert options.local.gpus == (0, 2, 3)
-    assert options.threads == 2
+    assert options.worker_threads(gpu=True) == options.worker_threads(gpu=False) == 2
     assert options.local.device_memory_limit == 10 * 10**9
     assert options.local.rmm_pool_size == 0.5
     assert options.protocol == "ucx" and not options.dashboard
@@ -44,7 +44,7 @@ def test_gpu_options() -> None:
 
 def test_cpu_workers_and_attach() -> None:
     cpu = parse_cluster_line("--cpu-workers 3")
-    assert cpu.kind == "cpu" and cpu.cpu_workers == 3 and cpu.threads == CPU_WORKER_THREADS
+    assert cpu.kind == "cpu" and cpu.cpu_workers == 3 and cpu.worker_threads(gpu=False) == CPU_WORKER_THREADS
     attached = parse_cluster_line("--address 10.0.0.5:8786")
     assert attached.kind == "attached" and attached.address == "tcp://10.0.0.5:8786"
     assert attached.start_timeout == DEFAULT_ATTACH_TIMEOUT
@@ -147,7 +147,7 @@ def test_options_are_grouped_by_the_manager_that_reads_them() -> None:
     assert slurm.slurm == SlurmOptions(jobs=2, gpus_per_job=4, partition="gpu", job_options=("--exclusive",))
     assert slurm.gateway is None and slurm.local == LocalOptions() and slurm.threads_per_worker == 2
     assert slurm.given == {"slurm", "jobs", "gpus_per_job", "partition", "job_options", "threads_per_worker"}
-    assert slurm.kind == "slurm" and slurm.gpu_workers
+    assert slurm.kind == "slurm"
     bare = parse_cluster_line("")
     assert bare.slurm is None and bare.gateway is None and bare.local == LocalOptions()
     assert parse_cluster_line("--gpus 1 --rmm-pool-size 0.5").local == LocalOptions(gpus=(1,), rmm_pool_size=0.5)

@@ -92,18 +92,9 @@ class GatewayOptions:
 _GPU_ONLY = ("gpus", "device_memory_limit", "rmm_pool_size")
 _SLURM_ONLY = tuple(field.name for field in fields(SlurmOptions))
 _GATEWAY_ONLY = ("gateway_options", "workers", "list_clusters", "connect_name")
-_START_ONLY: tuple[str, ...] = (
-    "cpu_workers",
-    "address",
-    "threads_per_worker",
-    "protocol",
-    "dashboard",
-    "name",
-    "host",
-    "replace",
-)
-_START_ONLY += ("timeout", "idle_timeout", "slurm", "from_name", "wait", "gateway", *_GPU_ONLY, *_SLURM_ONLY)
-_START_ONLY += _GATEWAY_ONLY
+_START_ONLY: tuple[str, ...] = ("cpu_workers", "address", "threads_per_worker", "protocol", "dashboard", "name")
+_START_ONLY += ("host", "replace", "timeout", "idle_timeout", "slurm", "from_name", "wait", "gateway", *_GPU_ONLY)
+_START_ONLY += (*_SLURM_ONLY, *_GATEWAY_ONLY)
 
 
 @dataclass(frozen=True)
@@ -149,28 +140,23 @@ class ClusterOptions:
         return "cpu" if self.cpu_workers is not None else "gpu"
 
     @property
-    def gpu_workers(self) -> bool:
-        """Whether the workers started for this line are GPU workers (a SLURM job's: with --gpus-per-job)."""
-        return self.slurm.gpus_per_job is not None if self.slurm is not None else self.kind == "gpu"
-
-    @property
     def start_wait(self) -> float:
         """--slurm, --from, --gateway: seconds to wait for the workers before saying which jobs still wait."""
         return DEFAULT_WAIT if self.wait is None else self.wait
 
-    @property
-    def threads(self) -> int:
-        """Threads per worker, with the tuned default for the kind."""
+    def worker_threads(self, gpu: bool) -> int:
+        """Threads per worker: the line's, else the tuned default for GPU workers (``gpu``) or CPU workers (the
+        manager that starts them knows which)."""
         if self.threads_per_worker is not None:
             return self.threads_per_worker
-        return GPU_WORKER_THREADS if self.gpu_workers else CPU_WORKER_THREADS
+        return GPU_WORKER_THREADS if gpu else CPU_WORKER_THREADS
 
     @property
     def start_timeout(self) -> float:
         """Seconds to wait for a scheduler to answer (attach) or for every worker to come up (start)."""
         if self.timeout is not None:
             return self.timeout
-        return DEFAULT_ATTACH_TIMEOUT if self.kind == "attached" else DEFAULT_START_TIMEOUT
+        return DEFAULT_ATTACH_TIMEOUT if self.address is not None else DEFAULT_START_TIMEOUT
 
     @property
     def cluster_name(self) -> str:

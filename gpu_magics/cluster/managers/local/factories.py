@@ -87,12 +87,13 @@ def worker_plugins(gpu: bool) -> tuple[Any, ...]:
     return (WarmUp(gpu),)
 
 
-def _common_kwargs(options: ClusterOptions) -> dict[str, Any]:
+def _common_kwargs(options: ClusterOptions, gpu: bool) -> dict[str, Any]:
+    """The arguments of either cluster (``gpu``: of GPU workers)."""
     host = options.host
     dashboard_host = f"[{host}]" if ":" in host else host
     return {
         "name": options.cluster_name,
-        "threads_per_worker": options.threads,
+        "threads_per_worker": options.worker_threads(gpu),
         "host": host,
         "dashboard_address": f"{dashboard_host}:0" if options.dashboard else None,
         "protocol": needs.comm_protocol(options.protocol, PROG),
@@ -125,7 +126,7 @@ def cpu_cluster_factory(options: ClusterOptions) -> Callable[[], LocalCluster]:
         memory_limit=parse_memory_limit("auto", 1, int(options.cpu_workers or 1), logger=logging.getLogger(__name__)),
         processes=True,
         plugins=worker_plugins(gpu=False),
-        **_common_kwargs(options),
+        **_common_kwargs(options, gpu=False),
     )
     return needs.quiet_ucx_deprecations(factory, options.protocol)
 
@@ -200,7 +201,7 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
         WarmingCUDACluster,
         CUDA_VISIBLE_DEVICES=list(gpu_ids),
         n_workers=len(gpu_ids),
-        **_common_kwargs(options),
+        **_common_kwargs(options, gpu=True),
         **extra,
     )
     return needs.quiet_ucx_deprecations(factory, options.protocol)

@@ -45,7 +45,7 @@ def job_arguments(options: ClusterOptions, config: dict[str, Any]) -> dict[str, 
     per_job = job.gpus_per_job or options.cpu_workers or 1
     cores = config.get("cores")
     if cores is None or "threads_per_worker" in options.given:
-        cores = per_job * options.threads
+        cores = per_job * options.worker_threads(gpu)
     per_worker_gb = GPU_JOB_MEMORY_GB if gpu else CPU_JOB_MEMORY_GB
     memory = job.memory or config.get("memory") or f"{per_job * per_worker_gb}GB"
     directives = list(config.get("job-extra-directives") or ())

@@ -20,6 +20,7 @@ __all__ = [
     "active",
     "active_client",
     "adapting",
+    "cpu_workers_asked",
     "describe_hardware",
     "expected_gpu_workers",
     "gpu_worker_devices",
@@ -137,6 +138,13 @@ def workers_kind() -> WorkersKind:
     else as they said); ``cpu`` without a cluster."""
     current = in_use()
     return "cpu" if current is None else current.workers_kind
+
+
+def cpu_workers_asked() -> bool:
+    """Whether the workers of the cluster in use were asked for as CPU workers (a CPU cluster started here,
+    ``--cpu-workers``): they stay CPU workers on a host with GPUs. A GPU without CuPy still counts as a GPU here."""
+    current = in_use()
+    return current is not None and current.manager.declared_workers == "cpu"
 
 
 def telemetry() -> ClusterTelemetry | None:

@@ -98,7 +98,7 @@ class Ranks(RankCalls):
             return self.world, []
         # CPU workers (``--cpu-workers`` too) give ranks that see no GPU even where the host has some; otherwise each
         # worker says whether it has a GPU (its ``CUDA_VISIBLE_DEVICES``)
-        return self.prepare(workers, cpu_only=queries.workers_kind() == "cpu", cell=cell)
+        return self.prepare(workers, cpu_only=queries.cpu_workers_asked(), cell=cell)
 
     def prepare(
         self, workers: dict[str, dict[str, Any]], *, cpu_only: bool = False, cell: bool = True

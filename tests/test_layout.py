@@ -554,6 +554,8 @@ KIND_READS: dict[tuple[str, str], str] = {
     ("gpu_magics.cluster.control.steps", "options.kind"): "the running cluster's kind, as the line asked",
     ("gpu_magics.cluster.reading.cluster_state", "current.kind"): "the status's kind",
     ("gpu_magics.cluster.control.record_writer", "current.kind"): "the record's kind",
+    # the line's own default name: ``%gpucluster --cpu-workers 2`` makes a cluster called "cpu"
+    ("gpu_magics.cluster.options", "self.kind"): "the line's default cluster name",
     # a ``record.kind`` read in ``records/`` would join here only as the named fallback for older kernels' records
 }
 

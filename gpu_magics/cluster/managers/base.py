@@ -1,6 +1,6 @@
-"""The one interface ``lifecycle`` uses for every cluster, whatever gives its workers: a cluster started here
-(``local``), a scheduler attached to (``attached``), SLURM jobs (``slurm``), the user's manager object
-(``adopted``) or a Dask Gateway (``gateway``).
+"""The one interface the control (``cluster.control``) uses for every cluster, whatever gives its workers: a
+cluster started here (``local``), a scheduler attached to (``attached``), SLURM jobs (``slurm``), the user's manager
+object (``adopted``) or a Dask Gateway (``gateway``).
 
 The contract: making a manager does nothing but keep the line's choices; ``open`` checks the line (asking the
 manager's service where it must: a gateway, SLURM) before a running cluster stops; ``start`` makes the cluster and

@@ -1,7 +1,7 @@
 """Describing the cluster in use for ``%gpucluster``: the scheduler's view joined with the workers' reports.
 
 ``read`` is the one read at the end of a verb: the scheduler's workers and the manager's jobs, asked once, into
-one ``ClusterState`` from which the output (``describe``), the record (``writer.write_record``) and the status
+one ``ClusterState`` from which the output (``describe``), the record (``control.record_writer``) and the status
 are made."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ CONTRACT = {
     # the facts (item 1 of the views): what every view reads, and the flags they are made from
     "facts", "source", "taken", "title", "owned", "scalable", "background", "keepable", "since", "hardware_note",
     # what the workers are: as asked for, else as they said
-    "declared_workers", "workers_kind",
+    "declared_workers", "workers_kind", "workers_words",
 }  # fmt: skip
 REQUIRED = {"start", "finish", "source", "taken", "title"}
 
@@ -119,6 +119,9 @@ def test_the_local_gpu_and_cpu_cases_are_their_own_classes() -> None:
     gpu, cpu = (make_manager(parse_cluster_line(line), {}) for line in ("", "--cpu-workers 2"))
     assert isinstance(gpu, LocalGpuManager) and isinstance(cpu, LocalCpuManager)
     assert (gpu.title, cpu.title) == ("GPU cluster", "CPU cluster")
+    assert (gpu.workers_words, cpu.workers_words) == ("GPU workers", "CPU workers")
+    slurm = make_manager(parse_cluster_line("--slurm --cpu-workers 1"), {})
+    assert slurm.workers_words == "workers" and slurm.declared_workers == "cpu"  # the start's line as it was
     assert gpu.same_as(cpu, None) and cpu.same_as(gpu, None)  # a line naming one while the other runs uses it
     assert not cpu.same_as(make_manager(parse_cluster_line("--address tcp://127.0.0.1:9"), {}), None)
     cpu.check_scale(1, "scale")

@@ -86,6 +86,12 @@ class ClusterManager(abc.ABC):
         (attached, adopted, a gateway's, SLURM jobs without ``--cpu-workers``)."""
         return None
 
+    @property
+    def workers_words(self) -> str:
+        """What a start's line calls the workers it waits for ("0 of 3 workers up"): ``workers`` where the kind of
+        cluster alone does not say what they are (SLURM's CPU workers too, whose count comes from their jobs)."""
+        return "workers"
+
     def workers_kind(self, devices: Mapping[str, Mapping[str, Any]]) -> Literal["gpu", "cpu"]:
         """What the workers are: as asked for, else ``gpu`` where one said it has a GPU its chunks can use."""
         declared = self.declared_workers

@@ -24,6 +24,10 @@ class LocalCpuManager(LocalClusterManager):
             factories.check_cpu_workers(self.options.cpu_workers, f"{PROG} --cpu-workers")
 
     @property
+    def workers_words(self) -> str:
+        return "CPU workers"
+
+    @property
     def title(self) -> str:
         return "CPU cluster"
 

@@ -40,6 +40,10 @@ class LocalGpuManager(LocalClusterManager):
             kernel_context.report(self.gpu_ids, PROG)
 
     @property
+    def workers_words(self) -> str:
+        return "GPU workers"
+
+    @property
     def title(self) -> str:
         return "GPU cluster"
 

@@ -55,8 +55,9 @@ def unload_ipython_extension(shell: InteractiveShell) -> None:
 def client() -> Client:
     """The distributed ``Client`` of the cluster that ``%gpucluster`` started or attached to."""
     from gpu_magics.cluster.control import queries
+    from gpu_magics.text.errors import said_in_one_line
 
-    return queries.require_client()
+    return said_in_one_line(queries.require_client)()
 
 
 def philox_random_state(seed: Any = None) -> Any:

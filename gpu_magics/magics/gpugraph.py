@@ -6,6 +6,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from gpu_magics.display.graph_view import GraphSummary, graph_summary, is_collection
+from gpu_magics.text.errors import said_in_one_line
 
 
 @magics_class
@@ -13,6 +14,7 @@ class GraphMagics(Magics):
     """Task-graph summaries of dask collections."""
 
     @line_magic
+    @said_in_one_line
     def gpugraph(self, line: str) -> GraphSummary:
         """Summarize the task graph of a dask collection without computing it.
 

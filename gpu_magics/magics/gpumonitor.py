@@ -13,6 +13,7 @@ from gpu_magics.display.monitor_view import live_panel_text
 from gpu_magics.monitor.sampler import MIN_INTERVAL, Sampler, get_sampler, shutdown_sampler
 from gpu_magics.monitor.sources import source_from_env
 from gpu_magics.text.argparsing import MagicArgumentParser, positive_float
+from gpu_magics.text.errors import said_in_one_line
 
 
 def _parser() -> MagicArgumentParser:
@@ -32,6 +33,7 @@ class MonitorMagics(Magics):
         self._parser = _parser()
 
     @line_magic
+    @said_in_one_line
     def gpumonitor(self, line: str = "") -> None:
         """Show a live panel of every GPU: utilization, memory, temperature, power and recent history.
 

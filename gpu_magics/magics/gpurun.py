@@ -19,6 +19,7 @@ from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_ru
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session import placement, plain_cells, spmd_cells
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
+from gpu_magics.text.errors import said_in_one_line
 from gpu_magics.text.units import format_seconds
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class GpuMagics(Magics, FreeGpuSettings):
         return self.shell
 
     @line_cell_magic
+    @said_in_one_line
     def gpurun(self, line: str, cell: str | None = None) -> Any:
         """Run the cell on a backend, time it, and show a one-line summary.
 

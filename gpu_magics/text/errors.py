@@ -1,9 +1,10 @@
 """The package's own error types (as an HTTP client has its own): each one is a line the user can act on, raised
 where the package finds what cannot be done, and caught by what it names.
 
-They are IPython's ``UsageError`` underneath, so that wherever one reaches the notebook (a magic, a cell's hook, a
-plain cell that a session runs) the notebook shows its one line and no traceback, as it does for a magic's bad line:
-the magics need no translation of their own, and a caller that expects one kind catches that kind only.
+They are IPython's ``UsageError`` underneath, so a caller that expected one before still catches them, and a caller
+that expects one kind catches that kind only. The notebook shows only IPython's own ``UsageError`` as one line (a
+subclass gets its traceback), so every entry point the notebook calls (the magics, the cell hooks, ``client()``) is
+wrapped in ``said_in_one_line``, which turns the package's error into that one line.
 
     GpuMagicsError          anything this package says in one line
     ├── LineError           the line asks for what cannot be (an option's value, a name not there, a count too big)
@@ -16,7 +17,14 @@ the magics need no translation of their own, and a caller that expects one kind 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
 from IPython.core.error import UsageError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class GpuMagicsError(UsageError):
@@ -46,3 +54,17 @@ class StartFailed(ClusterError):
 
 class ServiceError(ClusterError):
     """A service the workers come from (a scheduler, a gateway, SLURM) refused or did not answer."""
+
+
+def said_in_one_line(entry: Callable[P, R]) -> Callable[P, R]:
+    """Wrap an entry point the notebook calls (a magic, a cell hook): the package's errors leave it as IPython's
+    own ``UsageError``, which the notebook shows as the one line, without a traceback."""
+
+    @functools.wraps(entry)
+    def said(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return entry(*args, **kwargs)
+        except GpuMagicsError as error:
+            raise UsageError(str(error)) from None
+
+    return said

@@ -141,7 +141,7 @@ def begin(
         if closing is not None:  # its release puts dask's settings back: before this start makes its own
             closing.finished.wait(WOUND_DOWN_WAIT_S)
         handle = Starting(
-            PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, _words(manager)
+            PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, manager.workers_words
         )
         handle.manager = manager
         if owner.change(functools.partial(kernel_cluster.kernel_cluster().begin_start, handle, seen)):
@@ -158,11 +158,6 @@ def begin(
 
 def _manager(current: ActiveCluster | None) -> ClusterManager | None:
     return None if current is None else current.manager
-
-
-def _words(manager: ClusterManager) -> str:
-    """What the start's line calls the workers: as the manager asked for them."""
-    return {"gpu": "GPU workers", "cpu": "CPU workers"}.get(manager.declared_workers or "", "workers")
 
 
 def _reuse(manager: ClusterManager, options: ClusterOptions, current: ActiveCluster, idle_timeout: float) -> Starting:

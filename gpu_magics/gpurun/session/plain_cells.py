@@ -29,6 +29,7 @@ from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session.spmd_cells import SpmdCells
 from gpu_magics.gpurun.timing import task_count
+from gpu_magics.text.errors import said_in_one_line
 from gpu_magics.text.units import dropped
 
 PROG = "%gpurun"
@@ -144,6 +145,7 @@ class Session:
                 self._apply()
 
     # -- around each plain cell ------------------------------------------------------------------------------
+    @said_in_one_line
     def before_cell(self, info: Any) -> None:
         """IPython's ``pre_run_cell``: the chunk-type notes, annotations and, with the summary on, recording."""
         plan = self.plan
@@ -169,6 +171,7 @@ class Session:
             cell.gathered = kernel_tail.gathered()
         self._cell = cell
 
+    @said_in_one_line
     def after_cell(self, result: Any) -> None:
         """IPython's ``post_run_cell``: the summary, and after an interrupt on a cluster what still runs there."""
         cell, self._cell = self._cell, None

@@ -14,11 +14,16 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_magics.text.units import dropped
 
+if TYPE_CHECKING:
+    from distributed import Client
+
 _WRAPPED = "_gpu_magics_original_do_shutdown"
+QUIET_WAIT_S = 10.0  # how long an adopted LocalCluster's workers may take to quiet their logs before it closes
+CLOSE_WAIT_S = 20.0  # how long its close may go on (ipykernel's clean-up allows tens of seconds)
 
 
 def close_everything(shell: Any = None) -> None:
@@ -42,7 +47,12 @@ def close_local_adopted() -> None:
     """An adopted cluster whose workers are this kernel's own processes (``LocalCluster`` or ``LocalCUDACluster``
     made in the notebook, ``%gpucluster --from c``) closes here, quietly: ipykernel would end its worker processes
     next with SIGTERM, and each would print a nanny's ``CancelledError`` traceback in the server's terminal. Any
-    other adopted cluster (its workers elsewhere) is only detached by ``stop``, as always."""
+    other adopted cluster (its workers elsewhere) is only detached by ``stop``, as always.
+
+    Its workers' own logs go quiet first: a worker that closes while its heartbeat is in flight cuts that heartbeat
+    off itself, and distributed logs it as an error with a traceback, however orderly the close. The close (workers
+    first, then the scheduler) is then waited for, also where ``stop`` leaves it going on in the background (a
+    restart or scale under way): the kernel never exits under its workers."""
     from distributed import LocalCluster
 
     from gpu_magics.cluster.control import lifecycle
@@ -50,15 +60,30 @@ def close_local_adopted() -> None:
 
     current = in_use()
     manager = None if current is None else current.manager
-    if manager is None or manager.owned or not isinstance(manager.cluster, LocalCluster):
+    if current is None or manager is None or manager.owned or not isinstance(manager.cluster, LocalCluster):
         return
     quiet = logging.getLogger("distributed")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # its nannies' words about workers ending as they close
     try:
+        _quiet_workers(current.client)
         lifecycle.stop(close=True)
+        lifecycle.wait_wound_down(CLOSE_WAIT_S)
     finally:
-        quiet.setLevel(level)
+        quiet.setLevel(level)  # (workers that are threads of this process logged through this logger too)
+
+
+def _quiet_workers(client: Client) -> None:
+    """Every worker's ``distributed`` logs say nothing below CRITICAL from now on."""
+    try:  # callback_timeout: the client's own bound on the call (no worker answers, nothing waits longer)
+        client.run(_quiet_here, on_error="ignore", callback_timeout=QUIET_WAIT_S)
+    except (OSError, TimeoutError, RuntimeError, AttributeError) as error:  # the scheduler silent or gone, the loop
+        dropped("quieting the workers' logs before the close", error)  # or client closed: the close goes on
+
+
+def _quiet_here() -> None:
+    """Run in a worker."""
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
 def install(shell: Any) -> bool:

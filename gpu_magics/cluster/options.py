@@ -31,8 +31,19 @@ from gpu_magics.text.argparsing import (
 from gpu_magics.text.errors import LineError
 
 PROG = "%gpucluster"
-Action = Literal["start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free"]
-ACTIONS: tuple[Action, ...] = ("start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free")
+Action = Literal["start", "status", "stop", "restart", "scale", "adapt", "dashboard", "free", "park", "resume"]
+ACTIONS: tuple[Action, ...] = (
+    "start",
+    "status",
+    "stop",
+    "restart",
+    "scale",
+    "adapt",
+    "dashboard",
+    "free",
+    "park",
+    "resume",
+)
 # gpu, cpu: started here (LocalCUDACluster, LocalCluster); attached: --address; slurm: --slurm (dask-jobqueue's
 # SLURMCluster, started here); adopted: --from NAME (a cluster manager the user made); gateway: --gateway (a
 # cluster from a Dask Gateway, made here or connected to by name)
@@ -369,7 +380,7 @@ def _check_gateway(given: frozenset[str], address: str | None) -> None:
 
 
 def _action(words: list[str]) -> tuple[Action, int | tuple[int, int] | FreeTarget | None]:
-    choices = "start, status, stop, restart, scale N, dashboard, free, adapt MIN MAX"
+    choices = "start, status, stop, restart, scale N, dashboard, free, adapt MIN MAX, park, resume"
     if not words:
         return "start", None
     word = words[0].lower()

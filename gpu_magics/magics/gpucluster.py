@@ -16,7 +16,7 @@ from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.control import changes, lifecycle
 from gpu_magics.cluster.control.queries import no_cluster_message
-from gpu_magics.cluster.control.verbs import shutdown
+from gpu_magics.cluster.control.verbs import parking, shutdown
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
@@ -25,6 +25,7 @@ from gpu_magics.display.live import can_show_widgets
 from gpu_magics.display.start_line import StartLine
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free, own_descendants
 from gpu_magics.text.argparsing import duration
+from gpu_magics.text.errors import said_in_one_line
 
 
 @magics_class
@@ -94,6 +95,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
                 ahead.import_after_this_cell(shell)
 
     @line_magic
+    @said_in_one_line
     def gpucluster(self, line: str = "") -> None:
         """Start, inspect, scale or stop this kernel's Dask cluster.
 
@@ -108,6 +110,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
           %gpucluster --gateway --list | --connect NAME   your gateway clusters; connect to one
           %gpucluster status | stop [--close|--keep] | restart | scale N | adapt MIN MAX | dashboard
           %gpucluster free [kernel|workers]   give back what CuPy's pools cache (default: both)
+          %gpucluster park | resume         give the workers' GPUs back to the server, their data kept (the
+                                    next cell that sends the cluster work resumes them); bring them back now
 
         Start options:
           --gpus all|0,2,3          GPUs to use, one worker each (default: all visible)
@@ -182,6 +186,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
             return
         if action == "free":
             print(self._free(options.free_target))
+            return
+        if action in ("park", "resume"):
+            print(parking.park() if action == "park" else parking.resume())
             return
         if action == "start":
             info = self._start(options)

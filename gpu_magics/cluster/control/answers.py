@@ -17,6 +17,7 @@ from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import cluster_state, inspection
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.text.errors import NoCluster, NotOurs
+from gpu_magics.text.units import format_bytes, format_clock
 
 
 def status(notice: str | None = None) -> ClusterInfo:
@@ -29,6 +30,8 @@ def status(notice: str | None = None) -> ClusterInfo:
         raise NoCluster(f"{PROG} status: {no_cluster_message()}")
     if progress is not None:
         notice = notice or progress.line()
+    elif current.parked is not None:
+        notice = notice or parked_line(current)
     elif current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
         current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
     workers = inspection.scheduler_workers(current.client)
@@ -46,6 +49,17 @@ def status(notice: str | None = None) -> ClusterInfo:
             fix = "start some"
         notice = f"{PROG}: the cluster has no workers: {fix}"
     return cluster_state.describe(current, cluster_state.read(current, workers), notice=notice)
+
+
+def parked_line(current: ActiveCluster) -> str:
+    """``%gpucluster status``'s line for a parked cluster: since when, what it gave back, what resumes it."""
+    parked = current.parked
+    count = len(parked.processes)
+    return (
+        f"{PROG}: {current.name!r} is parked since {format_clock(parked.since, time.time())}: {count} worker"
+        f"{'s' if count != 1 else ''} gave {format_bytes(parked.released)} of GPU memory back to the server; the next "
+        f"cell that sends it work resumes {'them' if count != 1 else 'it'} ({PROG} resume: now)"
+    )
 
 
 def dashboard_url() -> str | None:

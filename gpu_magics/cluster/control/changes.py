@@ -30,6 +30,7 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
     """``restart`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
     from gpu_magics.cluster.workers import warmup
 
+    lifecycle.resume_first()
     current = lifecycle.require_owned("restart")
 
     def job(change: Starting) -> ClusterInfo:
@@ -68,6 +69,7 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     """``scale`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
     from gpu_magics.cluster.control import steps
 
+    lifecycle.resume_first()
     current = lifecycle.require_owned("scale", scalable=True)
     current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
 

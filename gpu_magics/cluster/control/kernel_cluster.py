@@ -8,17 +8,19 @@
        │ │     start_ended   │    │ claim_stop           │   ▼                │ change_ended
        │ └───────────────────┘    │                      │  CHANGING ─────────┘
        │                          ▼          claim_stop  │   │ claim_stop
-       └──────────────────── CLOSING ◀───────────────────┘◀──┘
-              wound_down        │ begin_start (a new start that waited for the close as long as it would)
-                                └────────────────────────────▶ STARTING
+       └──────────────────── CLOSING ◀───────────────────┘◀──┘◀─── PARKED
+              wound_down        │ begin_start                park │   ▲ │ unpark
+                                └──────────▶ STARTING     IN_USE ──┘   └──▶ IN_USE
+
+(a new start from CLOSING waited for the close as long as it would; a stop of a PARKED cluster resumed it first).
 
 A verb reads the phase (``view``), does its network work on its own thread, then asks the owner for the transition
 it needs, naming the view it decided from: the owner refuses (``PhaseRefused``) a transition its phase does not
 allow, and ``begin_start`` refuses a start when anything changed since that view (the verb looks again). So a start
 racing a stop from another thread ends in one phase that both agree on. A start's cluster may be in use (its
 scheduler answered) while the phase is still ``STARTING``: cells may send it tasks while its workers come. A start
-that failed is kept (``failed``) until a cell or a verb said its line. A later phase (a park of the GPUs) joins here
-as one more member and its transitions.
+that failed is kept (``failed``) until a cell or a verb said its line. ``PARKED`` is entered with ``park`` and left
+with ``unpark``: the cluster's workers gave their GPUs back (``parking``), and the next work resumes them.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Phase(enum.Enum):
     IN_USE = "in use"  # a cluster in use, nothing under way
     CHANGING = "changing"  # a restart or scale of the cluster in use under way
     CLOSING = "closing"  # a stopped start or cluster whose processes still end; a new start waits for it
+    PARKED = "parked"  # the cluster in use gave its GPUs back (its data kept); the next work resumes it
 
 
 class PhaseRefused(RuntimeError):
@@ -164,6 +167,22 @@ class KernelCluster:
         self.pending = None
         return True
 
+    # -- a park ---------------------------------------------------------------------------------------------------
+    def park(self, cluster: ActiveCluster) -> None:
+        """IN_USE → PARKED for ``cluster`` (still the one in use): nothing else changes it while its workers park;
+        ``unpark`` undoes it where the park fails."""
+        owner.require_owner("parking")
+        if self.cluster is not cluster:
+            raise PhaseRefused("parking: the cluster it parks is no longer in use")
+        self._move(Phase.PARKED, (Phase.IN_USE,), "parking")
+
+    def unpark(self, cluster: ActiveCluster) -> None:
+        """PARKED → IN_USE: ``cluster``'s workers run again (resumed, or their park failed and was undone)."""
+        owner.require_owner("resuming")
+        if self.cluster is cluster and self.phase is Phase.PARKED:
+            self._move(Phase.IN_USE, (Phase.PARKED,), "resuming")
+            cluster.parked = None
+
     # -- a stop ---------------------------------------------------------------------------------------------------
     def claim_stop(
         self, only: ActiveCluster | None = None, keep_check: Callable[[ActiveCluster], None] | None = None
@@ -181,11 +200,11 @@ class KernelCluster:
             self.pending, self.winding = None, start
             self._use(None)
             return StopClaim(start=start)
-        if self.phase in (Phase.IN_USE, Phase.CHANGING) and self.cluster is not None:
+        if self.phase in (Phase.IN_USE, Phase.CHANGING, Phase.PARKED) and self.cluster is not None:
             if keep_check is not None:
                 keep_check(self.cluster)
             cluster, during = self.cluster, self.pending
-            self._move(Phase.CLOSING, (Phase.IN_USE, Phase.CHANGING), "stopping")
+            self._move(Phase.CLOSING, (Phase.IN_USE, Phase.CHANGING, Phase.PARKED), "stopping")
             self.pending, self.winding = None, None
             self._use(None)
             return StopClaim(cluster=cluster, during=during)
@@ -254,6 +273,13 @@ def set_figures(cluster: ActiveCluster, **figures: Any) -> None:
     on the owner: every reader sees the old figures or the new ones, never half of them."""
     owner.require_owner("replacing the cluster's figures")
     cluster.figures = dataclasses.replace(cluster.figures, **figures)
+
+
+def set_parked(cluster: ActiveCluster, parked: Any) -> None:
+    """On the owner: what ``cluster``'s park holds (``parking.Parked``), once every worker parked."""
+    owner.require_owner("recording a park")
+    if _the.cluster is cluster and _the.phase is Phase.PARKED:
+        cluster.parked = parked
 
 
 def _tell_listeners(cluster: ActiveCluster | None) -> None:

@@ -44,7 +44,7 @@ from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
-from gpu_magics.text.errors import ServiceError
+from gpu_magics.text.errors import ClusterError, ServiceError
 from gpu_magics.text.units import dropped, one_line
 
 # The lifecycle's own verbs, and the answers given here too (``queries``; ``reading.answers``: status, dashboard, the
@@ -279,6 +279,7 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
     it made is closed). ``only``: stop only if that cluster is still in use. Says what it did, within about
     ``STOP_WAIT_S`` seconds whatever runs: what has not ended by then goes on ending in the background."""
+    resume_first(said_here=False)  # a parked cluster's workers end as usual once resumed
     if keep and kernel_cluster.phase() is Phase.STARTING:
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
     claim = owner.change(
@@ -325,6 +326,23 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     return said
 
 
+def resume_first(said_here: bool = True) -> None:
+    """Before a verb that asks the workers: resume a parked cluster (its line printed here, where ``said_here``)."""
+    if kernel_cluster.phase() is not Phase.PARKED:
+        return
+    from gpu_magics.cluster.control.verbs import parking
+
+    try:
+        said = parking.resume(asked=False)
+    except ClusterError as error:
+        if said_here:
+            raise
+        dropped("resuming the parked cluster before it stops", error)  # it stops all the same: its workers end
+        return
+    if said is not None and said_here:
+        print(said)
+
+
 def wait_wound_down(timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for what the last stop left to end its processes; whether it did."""
     winding = kernel_cluster.winding_down()
@@ -333,6 +351,7 @@ def wait_wound_down(timeout: float) -> bool:
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
+    resume_first()
     current = require_owned("adapt", scalable=True)
     from gpu_magics.cluster.control import steps
 
@@ -344,6 +363,7 @@ def free_workers() -> tuple[int, int, list[str]]:
     workers that answered, why some memory stays); ``NoCluster`` without a cluster."""
     from gpu_magics.cluster.telemetry.pools import free_workers as free_on_workers
 
+    resume_first()
     client = require_active("free").client
     try:
         return free_on_workers(client)

@@ -92,6 +92,16 @@ class ClusterManager(abc.ABC):
         cluster alone does not say what they are (SLURM's CPU workers too, whose count comes from their jobs)."""
         return "workers"
 
+    def park_targets(self) -> dict[str, int]:
+        """The worker processes a park gives the GPUs of (worker name -> pid): those on this host that this kernel
+        started; none by default (``why_not_parkable`` says why)."""
+        return {}
+
+    @property
+    def why_not_parkable(self) -> str:
+        """Why ``park_targets`` is empty, as the end of ``%gpucluster park``'s line."""
+        return "only the GPU workers of a cluster started here can be parked; this one's workers run elsewhere"
+
     def workers_kind(self, devices: Mapping[str, Mapping[str, Any]]) -> Literal["gpu", "cpu"]:
         """What the workers are: as asked for, else ``gpu`` where one said it has a GPU its chunks can use."""
         declared = self.declared_workers

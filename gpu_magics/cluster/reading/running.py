@@ -56,6 +56,7 @@ class ActiveCluster:
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
+    parked: Any = None  # while its workers are parked: what the park holds (``control.parking.Parked``)
 
     @property
     def devices(self) -> Mapping[str, Mapping[str, Any]]:

@@ -1,2 +1,3 @@
-"""In the kernel: what happens to the cluster from outside a verb: the kernel's shutdown, an interrupt, the idle
-reclaim asked by the server."""
+"""In the kernel: what acts on the cluster in use besides the lifecycle's own verbs: parking its workers and
+resuming them (``parking``), the kernel's shutdown, an interrupted cell's tasks, the idle reclaim the server asks
+for."""

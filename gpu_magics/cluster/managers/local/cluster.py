@@ -184,12 +184,20 @@ class LocalClusterManager(ClusterManager):
         return f"{PROG}: stopped cluster {name!r}"
 
 
+def worker_pids(cluster: Any) -> dict[str, int]:
+    """The process of each worker of ``cluster``'s nannies now, by the worker's name."""
+    found = {}
+    for name, nanny in dict(getattr(cluster, "workers", {})).items():
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid is not None:
+            found[str(name)] = int(pid)
+    return found
+
+
 def worker_processes(cluster: Any) -> list[psutil.Process]:
     """The worker processes of ``cluster``'s nannies now (a nanny's worker is a child of the fork server)."""
     found = []
-    for nanny in list(getattr(cluster, "workers", {}).values()):
-        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
-        if pid is not None:
-            with contextlib.suppress(psutil.Error):
-                found.append(psutil.Process(pid))
+    for pid in worker_pids(cluster).values():
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid))
     return found

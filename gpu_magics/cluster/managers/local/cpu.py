@@ -31,6 +31,10 @@ class LocalCpuManager(LocalClusterManager):
     def title(self) -> str:
         return "CPU cluster"
 
+    @property
+    def why_not_parkable(self) -> str:
+        return "its workers are CPU workers: they hold no GPU memory to give back"
+
     def _factory(self, options: ClusterOptions) -> Callable[[], LocalCluster]:
         return factories.cpu_cluster_factory(options)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpu_magics.cluster.managers import needs
 from gpu_magics.cluster.managers.local import factories
-from gpu_magics.cluster.managers.local.cluster import LocalClusterManager
+from gpu_magics.cluster.managers.local.cluster import LocalClusterManager, worker_pids
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.text.errors import LineError
 
@@ -49,6 +49,10 @@ class LocalGpuManager(LocalClusterManager):
 
     def _factory(self, options: ClusterOptions) -> Callable[[], LocalCluster]:
         return factories.gpu_cluster_factory(options, self.gpu_ids)
+
+    def park_targets(self) -> dict[str, int]:
+        """Each GPU worker's process, by the worker's name."""
+        return worker_pids(self.cluster)
 
     def expected_workers(self) -> int:
         return len(self.gpu_ids)

@@ -1,0 +1,206 @@
+"""In the kernel: ``%gpucluster park`` and ``resume``: the GPU workers of the cluster started here give their GPUs
+back to the server while the notebook idles, their data kept, and take them again when work reaches them.
+
+Park: the owner moves the cluster IN_USE → PARKED (refused while a start, restart or scale is under way, and while
+tasks run on it); every worker process is then locked and checkpointed at once (``workers.checkpoint``: its GPU
+memory goes to host memory, the GPU is released). A process the driver refuses is named with the reason and keeps
+running, and those already parked are resumed: a failed park loses nothing and leaves the cluster in use. Resume:
+every process restored and unlocked at once; PARKED → IN_USE. A resume that cannot get a GPU back leaves the
+cluster parked and says so; the next try starts again. Work that reaches the scheduler while the cluster is parked
+resumes it first (``resume_on_work``, a scheduler plugin), and so does a ``%%gpurun`` cell on it; a cell that sends
+it nothing resumes nothing. A stop of a parked cluster resumes it first, so its workers end as usual.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_magics.cluster.control import kernel_cluster, owner
+from gpu_magics.cluster.control.answers import require_active
+from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.workers import checkpoint
+from gpu_magics.text.errors import ClusterError, NotOurs
+from gpu_magics.text.units import format_bytes, format_seconds
+
+PLUGIN_NAME = "gpu-magics-resume-on-work"
+
+
+@dataclass(frozen=True)
+class Parked:
+    """What a park holds: each worker's process (name → pid), the GPU memory they gave back, and when."""
+
+    processes: dict[str, int]
+    released: int
+    since: float
+
+
+def park() -> str:
+    """Park the GPU workers of the cluster in use; one line says what was given back and how long it took."""
+    current = require_active("park")
+    targets = current.manager.park_targets()
+    if not targets:
+        raise NotOurs(f"{PROG} park: {current.manager.why_not_parkable}")
+    try:
+        owner.change(functools.partial(kernel_cluster.kernel_cluster().park, current))
+    except kernel_cluster.PhaseRefused:
+        raise ClusterError(_refused("park", current)) from None
+    running = _running_tasks(current)
+    if running:
+        owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+        raise ClusterError(
+            f"{PROG} park: {running} task(s) run on {current.name!r} now; park it once the cell that sent them is done"
+        )
+    began = time.perf_counter()
+    held = _gpu_bytes(targets.values())
+    failed = _all_at_once(lambda pid: _park_one(pid), targets)
+    if failed:
+        parked = {name: pid for name, pid in targets.items() if name not in failed}
+        undone = _all_at_once(lambda pid: _resume_one(pid), parked)
+        owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+        names = "; ".join(f"{name} (pid {targets[name]}): {why}" for name, why in failed.items())
+        left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
+        raise ClusterError(f"{PROG} park: nothing parked, the workers keep their GPUs: {names}{left}")
+    took = time.perf_counter() - began
+    state = Parked(dict(targets), sum(held.values()), time.time())
+    owner.change(functools.partial(kernel_cluster.set_parked, current, state))
+    _watch_for_work(current)
+    count = len(targets)
+    return (
+        f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}: "
+        f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}; the next cell "
+        f"that sends it work resumes {'them' if count != 1 else 'it'}"
+    )
+
+
+def resume(*, asked: bool = True) -> str | None:
+    """Resume the parked workers of the cluster in use; one line with the time (``None`` where nothing was parked
+    and ``asked`` is false: a cell's own resume that had nothing to do)."""
+    current = kernel_cluster.in_use()
+    state = None if current is None else current.parked
+    if current is None or state is None:
+        if not asked:
+            return None
+        if current is None:
+            require_active("resume")
+        raise ClusterError(f"{PROG} resume: {current.name!r} is not parked" if current else "nothing is parked")
+    with _resuming:
+        if current.parked is None:  # another thread resumed it meanwhile
+            return None
+        began = time.perf_counter()
+        failed = _all_at_once(lambda pid: _resume_one(pid), state.processes)
+        if failed:
+            names = "; ".join(f"{name}: {why}" for name, why in failed.items())
+            raise ClusterError(
+                f"{PROG} resume: {len(failed)} of {len(state.processes)} worker(s) of {current.name!r} could not take "
+                f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
+            )
+        owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+    count = len(state.processes)
+    return (
+        f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r} in "
+        f"{format_seconds(time.perf_counter() - began)}"
+    )
+
+
+def resume_for_work() -> None:
+    """Before work goes to the cluster in use: resume it where it is parked, saying so in one line."""
+    said = resume(asked=False)
+    if said is not None:
+        print(said)
+
+
+_resuming = threading.Lock()  # one resume at a time: the magic's, a cell's, the plugin's
+
+
+def _refused(verb: str, current: ActiveCluster) -> str:
+    phase = kernel_cluster.phase()
+    if phase is kernel_cluster.Phase.PARKED:
+        return f"{PROG} {verb}: {current.name!r} is parked already; {PROG} resume brings it back"
+    return f"{PROG} {verb}: {current.name!r} is {phase.value}; wait for it, then run this again"
+
+
+def _park_one(pid: int) -> None:
+    driver = checkpoint.driver()
+    driver.lock(pid)
+    try:
+        driver.checkpoint(pid)
+    except checkpoint.CheckpointError:
+        driver.unlock(pid)  # locked only: it goes on as it was
+        raise
+
+
+def _resume_one(pid: int) -> None:
+    """From wherever the process got (a resume tried before may have brought some back): running again."""
+    driver = checkpoint.driver()
+    state = driver.state(pid)
+    if state == "checkpointed":
+        driver.restore(pid)
+        state = "locked"
+    if state == "locked":
+        driver.unlock(pid)
+
+
+def _all_at_once(step: Callable[[int], None], processes: dict[str, int]) -> dict[str, str]:
+    """Run ``step`` on every process at once; the ones it failed for, with the reason."""
+    if not processes:
+        return {}
+    failed: dict[str, str] = {}
+    with concurrent.futures.ThreadPoolExecutor(len(processes), thread_name_prefix="gpu-magics-park") as pool:
+        futures = {pool.submit(step, pid): name for name, pid in processes.items()}
+        for future in concurrent.futures.as_completed(futures):
+            error = future.exception()
+            if isinstance(error, checkpoint.CheckpointError):
+                failed[futures[future]] = str(error)
+            elif error is not None:
+                raise error
+    return failed
+
+
+def _gpu_bytes(pids: Any) -> dict[int, int]:
+    """The GPU memory each process holds now (NVML's process lists), by pid."""
+    from gpu_magics.cluster.workers.kernel_context import process_memory
+
+    return {pid: sum(used or 0 for used in process_memory(pid).values()) for pid in pids}
+
+
+def _running_tasks(current: ActiveCluster) -> int:
+    """How many tasks run on the cluster's workers now (the scheduler in this process: no round trip)."""
+    from gpu_magics.cluster.reading import inspection
+
+    scheduler = inspection.local_scheduler(current.client)
+    if scheduler is None:
+        return 0
+    return sum(len(worker.processing) for worker in scheduler.workers.values())
+
+
+def _watch_for_work(current: ActiveCluster) -> None:
+    """Have the cluster's scheduler resume it before it sends any work on (the scheduler runs in this process)."""
+    from gpu_magics.cluster.reading import inspection
+
+    scheduler = inspection.local_scheduler(current.client)
+    if scheduler is not None and PLUGIN_NAME not in scheduler.plugins:
+        scheduler.add_plugin(resume_on_work(), name=PLUGIN_NAME)
+
+
+def resume_on_work() -> Any:
+    """A scheduler plugin: a graph that arrives while the cluster is parked resumes it first (on the scheduler's
+    thread, before its tasks go to any worker)."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class ResumeOnWork(SchedulerPlugin):
+        name = PLUGIN_NAME
+
+        def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
+            del scheduler, kwargs
+            current = kernel_cluster.in_use()
+            if current is not None and current.parked is not None:
+                resume_for_work()
+
+    return ResumeOnWork()

@@ -1,0 +1,158 @@
+"""In the kernel: the CUDA driver's checkpoint of another process's GPU state (driver 570 and later).
+
+A process is parked in two steps, each a driver call made from another process: ``lock`` (its CUDA calls wait from
+then on) and ``checkpoint`` (its GPU memory goes to host memory and the GPU is released: NVML lists it no more);
+``restore`` (its memory back on the same GPU) and ``unlock`` (its CUDA calls go on) resume it. Its Python threads
+run on meanwhile, so a parked Dask worker keeps its heartbeats and its data's keys; only a CUDA call waits. The
+driver refuses a process that uses managed memory or CUDA IPC, and a restore that cannot get its memory back.
+
+``driver()`` gives the driver's own calls (``libcuda`` through ctypes, loaded on first use, never at import) or,
+where the GPUs are simulated (``$GPU_MAGICS_SOURCE`` ``fake:N``), a stand-in that keeps each process's state in
+this process and fails where ``$GPU_MAGICS_CHECKPOINT_FAIL`` names a step and a pid (``checkpoint:1234``), so the
+choices and lines above it are tested on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Protocol
+
+DRIVER_LIBRARY = "libcuda.so.1"
+NEWEST_WITHOUT_IT = 12080  # cuDriverGetVersion's number of the last driver without the calls (CUDA 12.8: 570)
+LOCK_TIMEOUT_MS = 10_000  # how long a lock waits for the process's work under way on its GPU
+FAIL_ENV = "GPU_MAGICS_CHECKPOINT_FAIL"
+STATES = {0: "running", 1: "locked", 2: "checkpointed", 3: "failed"}
+
+
+class CheckpointError(Exception):
+    """A driver call refused a process; the message says why, in words."""
+
+
+class ProcessCheckpoint(Protocol):
+    """The driver's four steps on a process, and its state ("running", "locked", "checkpointed", "failed")."""
+
+    def state(self, pid: int) -> str: ...
+    def lock(self, pid: int) -> None: ...
+    def checkpoint(self, pid: int) -> None: ...
+    def restore(self, pid: int) -> None: ...
+    def unlock(self, pid: int) -> None: ...
+
+
+class _LockArgs(ctypes.Structure):
+    _fields_ = [("timeoutMs", ctypes.c_uint), ("reserved0", ctypes.c_uint), ("reserved1", ctypes.c_uint64 * 7)]
+
+
+# what the driver's refusals mean for a user (CUresult numbers)
+_REASONS = {
+    1: "the driver refused the call (invalid value)",
+    3: "the CUDA driver is not started in this kernel",
+    201: "it has no CUDA context",
+    401: "its state does not allow it (illegal state)",
+    801: "the driver does not support it here (managed memory, CUDA IPC, or a MIG slice)",
+    2: "the GPU has not enough free memory to take it back",
+}
+
+
+class CudaCheckpoint:
+    """The driver's own calls, through ``libcuda``; a driver without them is said at the first call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._library: ctypes.CDLL | None = None
+
+    def _driver(self) -> ctypes.CDLL:
+        with self._lock:
+            if self._library is None:
+                try:
+                    library = ctypes.CDLL(DRIVER_LIBRARY)
+                except OSError as error:
+                    raise CheckpointError(f"no CUDA driver on this host ({error})") from None
+                version = ctypes.c_int(0)
+                library.cuInit(0)
+                library.cuDriverGetVersion(ctypes.byref(version))
+                if version.value <= NEWEST_WITHOUT_IT or not hasattr(library, "cuCheckpointProcessLock"):
+                    raise CheckpointError(
+                        f"the NVIDIA driver (CUDA {version.value // 1000}.{version.value % 1000 // 10}) cannot park a "
+                        "process: it takes driver 570 or later"
+                    )
+                self._library = library
+            return self._library
+
+    def _call(self, name: str, pid: int, *args: object) -> None:
+        result = getattr(self._driver(), name)(ctypes.c_int(pid), *args)
+        if result != 0:
+            raise CheckpointError(_REASONS.get(result, f"the driver answered error {result}"))
+
+    def state(self, pid: int) -> str:
+        found = ctypes.c_int(-1)
+        self._call("cuCheckpointProcessGetState", pid, ctypes.byref(found))
+        return STATES.get(found.value, "unknown")
+
+    def lock(self, pid: int) -> None:
+        self._call("cuCheckpointProcessLock", pid, ctypes.byref(_LockArgs(timeoutMs=LOCK_TIMEOUT_MS)))
+
+    def checkpoint(self, pid: int) -> None:
+        self._call("cuCheckpointProcessCheckpoint", pid, None)
+
+    def restore(self, pid: int) -> None:
+        self._call("cuCheckpointProcessRestore", pid, None)
+
+    def unlock(self, pid: int) -> None:
+        self._call("cuCheckpointProcessUnlock", pid, None)
+
+
+class StandInCheckpoint:
+    """The four steps for simulated GPUs: each process's state kept here, the same refusals as the driver's for a
+    step its state does not allow, and the failures ``$GPU_MAGICS_CHECKPOINT_FAIL`` asks for (``step:pid``,
+    comma-separated)."""
+
+    def __init__(self) -> None:
+        self._states: dict[int, str] = {}
+        self._guard = threading.Lock()
+
+    def _step(self, step: str, pid: int) -> None:
+        wanted = {part.strip() for part in os.environ.get(FAIL_ENV, "").split(",") if part.strip()}
+        if f"{step}:{pid}" in wanted:
+            raise CheckpointError(f"the driver refused to {step} it (asked by ${FAIL_ENV})")
+        before, after = _STEPS[step]
+        with self._guard:
+            if self._states.get(pid, "running") != before:
+                raise CheckpointError(_REASONS[401])
+            self._states[pid] = after
+
+    def state(self, pid: int) -> str:
+        with self._guard:
+            return self._states.get(pid, "running")
+
+    def lock(self, pid: int) -> None:
+        self._step("lock", pid)
+
+    def checkpoint(self, pid: int) -> None:
+        self._step("checkpoint", pid)
+
+    def restore(self, pid: int) -> None:
+        self._step("restore", pid)
+
+    def unlock(self, pid: int) -> None:
+        self._step("unlock", pid)
+
+
+_STEPS = {  # each step: the state it needs, the state it leaves (the driver's own state machine)
+    "lock": ("running", "locked"),
+    "checkpoint": ("locked", "checkpointed"),
+    "restore": ("checkpointed", "locked"),
+    "unlock": ("locked", "running"),
+}
+_chosen: ProcessCheckpoint | None = None
+
+
+def driver() -> ProcessCheckpoint:
+    """The driver's calls for this kernel: the stand-in where the GPUs are simulated, else ``libcuda``'s."""
+    global _chosen
+    if _chosen is None:
+        from gpu_magics.monitor.sources import source_from_env
+
+        _chosen = StandInCheckpoint() if source_from_env().kind == "fake" else CudaCheckpoint()
+    return _chosen

@@ -1,0 +1,167 @@
+"""``%gpucluster park`` and ``resume`` with the driver's stand-in (simulated GPUs): a real IPython shell, a real
+``LocalCluster`` with worker processes whose pids the park is given (as a GPU cluster's are), persisted data that is
+there after the resume, the resume that work reaching the scheduler brings, and the failures: a process the driver
+refuses (nothing stays parked), a resume that cannot get its GPU back (the cluster stays parked and the next try
+works), parking twice, resuming what is not parked, a park while tasks run, a stop while parked.
+
+The driver's own calls (``CudaCheckpoint``) run on the GPU machines (``tests/gpu``); here, on a host without a CUDA
+driver, they say so in one line."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from gpu_magics.cluster.control import kernel_cluster
+from gpu_magics.cluster.control.kernel_cluster import Phase
+from gpu_magics.cluster.managers.base import ClusterManager
+from gpu_magics.cluster.managers.local import cluster as local_cluster
+from gpu_magics.cluster.managers.local.cpu import LocalCpuManager
+from gpu_magics.cluster.workers import checkpoint
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_stand_in_follows_the_drivers_states_and_fails_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = checkpoint.StandInCheckpoint()
+    driver.lock(11)
+    driver.checkpoint(11)
+    assert driver.state(11) == "checkpointed"
+    with pytest.raises(checkpoint.CheckpointError, match="illegal state"):
+        driver.unlock(11)  # a checkpointed process is restored first
+    driver.restore(11)
+    driver.unlock(11)
+    assert driver.state(11) == "running"
+    monkeypatch.setenv(checkpoint.FAIL_ENV, "lock:12")
+    with pytest.raises(checkpoint.CheckpointError, match="refused to lock"):
+        driver.lock(12)
+    assert driver.state(12) == "running"
+
+
+def test_without_a_cuda_driver_the_drivers_calls_say_so() -> None:
+    with pytest.raises(checkpoint.CheckpointError, match="no CUDA driver on this host"):
+        checkpoint.CudaCheckpoint().state(1)
+
+
+@pytest.fixture(scope="module")
+def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
+    """The shell with a cluster of two worker processes up, ``t_x`` persisted on them, and the stand-in driver."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("GPU_MAGICS_SOURCE", "fake:2")
+    patch.setattr(checkpoint, "_chosen", None)
+    patch.setattr(LocalCpuManager, "park_targets", lambda self: local_cluster.worker_pids(self.cluster))
+    loaded_shell.magics_manager.registry["ClusterMagics"].wait_for_workers = True
+    assert loaded_shell.run_cell("%gpucluster --cpu-workers 2 --name t_parked").error_in_exec is None
+    setup = "import dask.array as da\nt_x = da.arange(1000, chunks=100).persist()\nt_total = int(t_x.sum().compute())"
+    assert loaded_shell.run_cell(setup).error_in_exec is None
+    try:
+        yield loaded_shell
+    finally:
+        loaded_shell.run_line_magic("gpucluster", "stop")
+        patch.undo()
+
+
+def one_line(shell: InteractiveShell, line: str, capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    shell.run_line_magic("gpucluster", line)
+    return capsys.readouterr().out.strip()
+
+
+def refused(shell: InteractiveShell, line: str) -> str:
+    result = shell.run_cell(f"%gpucluster {line}")
+    assert type(result.error_in_exec) is UsageError  # IPython's own: the notebook shows its one line
+    return str(result.error_in_exec)
+
+
+def states() -> set[str]:
+    current = kernel_cluster.in_use()
+    assert current is not None
+    pids = current.manager.park_targets().values()
+    return {checkpoint.driver().state(pid) for pid in pids}
+
+
+def test_a_park_parks_every_worker_and_work_resumes_them_with_their_data(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said = one_line(shell, "park", capsys)
+    assert said.startswith("%gpucluster: parked 2 workers of 't_parked': ")
+    assert "of GPU memory back to the server in " in said and said.endswith(
+        "the next cell that sends it work resumes them"
+    )
+    assert kernel_cluster.phase() is Phase.PARKED and states() == {"checkpointed"}
+    assert "is parked already" in refused(shell, "park")
+    status = one_line(shell, "status", capsys)
+    assert "'t_parked' is parked since " in status and "(%gpucluster resume: now)" in status
+    assert states() == {"checkpointed"}  # asking how it is resumes nothing
+    assert shell.run_cell("t_again = int(t_x.sum().compute())").error_in_exec is None
+    out = capsys.readouterr().out
+    assert "%gpucluster: resumed 2 workers of 't_parked' in " in out
+    assert shell.user_ns["t_again"] == shell.user_ns["t_total"]
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+    assert "'t_parked' is not parked" in refused(shell, "resume")
+
+
+def test_a_park_the_driver_refuses_for_one_worker_leaves_every_worker_running(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    current = kernel_cluster.in_use()
+    assert current is not None
+    name, pid = sorted(current.manager.park_targets().items())[1]
+    monkeypatch.setenv(checkpoint.FAIL_ENV, f"checkpoint:{pid}")
+    said = refused(shell, "park")
+    assert said.startswith("%gpucluster park: nothing parked, the workers keep their GPUs: ")
+    assert f"{name} (pid {pid}): the driver refused to checkpoint it" in said
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+
+
+def test_a_resume_that_cannot_get_a_gpu_back_keeps_the_cluster_parked_and_the_next_try_resumes_it(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    current = kernel_cluster.in_use()
+    assert current is not None
+    name, pid = sorted(current.manager.park_targets().items())[0]
+    one_line(shell, "park", capsys)
+    monkeypatch.setenv(checkpoint.FAIL_ENV, f"restore:{pid}")
+    said = refused(shell, "resume")
+    assert f"1 of 2 worker(s) of 't_parked' could not take their GPU back ({name}: " in said
+    assert said.endswith("they stay parked, with their data: run %gpucluster resume to try again")
+    assert kernel_cluster.phase() is Phase.PARKED
+    monkeypatch.delenv(checkpoint.FAIL_ENV)
+    assert one_line(shell, "resume", capsys).startswith("%gpucluster: resumed 2 workers of 't_parked' in ")
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+    assert shell.run_cell("assert int(t_x.sum().compute()) == t_total").error_in_exec is None
+
+
+def test_a_park_while_tasks_run_is_refused_and_changes_nothing(shell: InteractiveShell) -> None:
+    code = "import time\nt_slow = t_x.map_blocks(lambda b: (time.sleep(3), b)[1]).sum().persist()"
+    assert shell.run_cell(code).error_in_exec is None
+    deadline = time.monotonic() + 30
+    from gpu_magics.cluster.reading import inspection
+
+    current = kernel_cluster.in_use()
+    assert current is not None
+    scheduler = inspection.local_scheduler(current.client)
+    while not any(worker.processing for worker in scheduler.workers.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    said = refused(shell, "park")
+    assert "task(s) run on 't_parked' now; park it once the cell that sent them is done" in said
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+    assert shell.run_cell("t_slow.compute()").error_in_exec is None
+
+
+def test_a_stop_while_parked_resumes_first_and_a_cpu_cluster_is_not_parked(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one_line(shell, "park", capsys)
+    said = one_line(shell, "stop", capsys)
+    assert said.startswith("%gpucluster: stopped cluster 't_parked'; the ") and said.endswith(" are gone")
+    assert kernel_cluster.phase() in (Phase.IDLE, Phase.CLOSING) and kernel_cluster.in_use() is None
+    assert shell.run_cell("%gpucluster --cpu-workers 1 --name t_cpu").error_in_exec is None
+    monkeypatch.setattr(LocalCpuManager, "park_targets", ClusterManager.park_targets)  # as it is: none
+    assert refused(shell, "park") == (
+        "%gpucluster park: its workers are CPU workers: they hold no GPU memory to give back"
+    )

@@ -165,3 +165,30 @@ def test_a_stop_while_parked_resumes_first_and_a_cpu_cluster_is_not_parked(
     assert refused(shell, "park") == (
         "%gpucluster park: its workers are CPU workers: they hold no GPU memory to give back"
     )
+
+
+def test_park_after_parks_an_idle_cluster_and_again_after_work_resumed_it(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_line_magic("gpucluster", "stop")
+    magics = shell.magics_manager.registry["ClusterMagics"]
+    magics.park_after = "1s"
+    try:
+        assert shell.run_cell("%gpucluster --cpu-workers 2 --name t_idle").error_in_exec is None
+    finally:
+        magics.park_after = "off"
+    assert shell.run_cell("t_y = da.arange(100, chunks=10).persist()").error_in_exec is None
+
+    def parked_within(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while kernel_cluster.phase() is not Phase.PARKED and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return kernel_cluster.phase() is Phase.PARKED
+
+    assert parked_within(30)
+    assert states() == {"checkpointed"}
+    assert shell.run_cell("assert int(t_y.sum().compute()) == 4950").error_in_exec is None
+    out = capsys.readouterr().out
+    assert "%gpucluster: parked 2 workers of 't_idle' after 1 s without a task (ClusterMagics.park_after): " in out
+    assert "%gpucluster: resumed 2 workers of 't_idle' in " in out
+    assert parked_within(30)  # idle as long again: parked again

@@ -14,9 +14,9 @@ from traitlets import Bool, Float, TraitError, Unicode, validate
 
 from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.control import changes, lifecycle
+from gpu_magics.cluster.control import lifecycle, parking
 from gpu_magics.cluster.control.queries import no_cluster_message
-from gpu_magics.cluster.control.verbs import parking, shutdown
+from gpu_magics.cluster.control.verbs import changes, shutdown
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
@@ -77,12 +77,21 @@ class ClusterMagics(Magics, FreeGpuSettings):
         ),
     ).tag(config=True)
 
-    @validate("idle_timeout")
-    def _check_idle_timeout(self, proposal: dict[str, Any]) -> str:
+    park_after = Unicode(
+        "off",
+        help=(
+            "Park the GPU workers of a cluster started here after this long without a task (like '30m'; 'off' "
+            "never), and again each time it idles that long: their GPUs go back to the server, their data stays, and "
+            "the next cell that sends the cluster work resumes them (%gpucluster park does it at once)."
+        ),
+    ).tag(config=True)
+
+    @validate("idle_timeout", "park_after")
+    def _check_duration(self, proposal: dict[str, Any]) -> str:
         try:
             duration(str(proposal["value"]))
         except argparse.ArgumentTypeError as error:
-            raise TraitError(f"idle_timeout: {error}") from None
+            raise TraitError(f"{proposal['trait'].name}: {error}") from None
         return str(proposal["value"])
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -111,7 +120,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
           %gpucluster status | stop [--close|--keep] | restart | scale N | adapt MIN MAX | dashboard
           %gpucluster free [kernel|workers]   give back what CuPy's pools cache (default: both)
           %gpucluster park | resume         give the workers' GPUs back to the server, their data kept (the
-                                    next cell that sends the cluster work resumes them); bring them back now
+                                    next cell that sends the cluster work resumes them); bring them back now;
+                                    %config ClusterMagics.park_after = "30m" parks them after that long idle
 
         Start options:
           --gpus all|0,2,3          GPUs to use, one worker each (default: all visible)
@@ -245,6 +255,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
                 telemetry_interval=max(0.0, self.telemetry_interval),
                 idle_timeout=idle,
                 namespace=namespace,
+                park_after=duration(self.park_after),
                 background=background,
                 listen=listen,
             ),

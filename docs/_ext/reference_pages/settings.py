@@ -48,6 +48,9 @@ ENVIRONMENT = (
     ("GPU_MAGICS_SOURCE", "you", "Where GPU readings come from: unset or `nvml` for real GPUs; `fake:N` for N "
      "simulated GPUs (panels, `%gpumonitor`, the inventory, the server's `/metrics`: demos and tests), "
      "`fake:spec.json` for GPUs as a spec file describes them. Simulated GPUs never run cells."),
+    ("GPU_MAGICS_CHECKPOINT_FAIL", "you", "With simulated GPUs (`GPU_MAGICS_SOURCE=fake:N`), the park's stand-in "
+     "for the CUDA driver refuses the steps named here (`checkpoint:PID`, `restore:PID`, comma-separated), so a "
+     "refused park or resume can be tried without a GPU."),
     ("GPU_MAGICS_RUNTIME_DIR", "you", "Where kernels and servers keep their discovery records (the clusters the side "
      "panel and `/metrics` list); default: Jupyter's runtime directory."),
     ("GPU_MAGICS_DEVICE_ARRAYS", "you", "The device array module a cluster's chunks are made with on the workers "

@@ -86,3 +86,13 @@ def require_owned(action: str, *, scalable: bool = False) -> ActiveCluster:
             f"it, so it does not {action} its workers; do that where it was started"
         )
     return current
+
+
+def list_gateway_clusters(address: str | None) -> str:
+    """``--gateway --list``: the user's clusters on the gateway (the one in use here marked)."""
+    from gpu_magics.cluster.managers.gateway.listing import list_clusters
+    from gpu_magics.cluster.managers.gateway.manager import GatewayManager
+
+    current = in_use()
+    manager = current.manager if current is not None else None
+    return list_clusters(address, manager.name if isinstance(manager, GatewayManager) else None)

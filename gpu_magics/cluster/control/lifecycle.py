@@ -18,8 +18,14 @@ from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import StartCancelled, Starting, StartProgress
-from gpu_magics.cluster.control import kernel_cluster, owner, record_writer, release
-from gpu_magics.cluster.control.answers import dashboard_url, require_active, require_owned, status
+from gpu_magics.cluster.control import kernel_cluster, owner, parking, record_writer, release
+from gpu_magics.cluster.control.answers import (
+    dashboard_url,
+    list_gateway_clusters,
+    require_active,
+    require_owned,
+    status,
+)
 from gpu_magics.cluster.control.kernel_cluster import Phase
 from gpu_magics.cluster.control.queries import (
     active,
@@ -44,7 +50,7 @@ from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
 from gpu_magics.cluster.workers import forkserver
-from gpu_magics.text.errors import ClusterError, ServiceError
+from gpu_magics.text.errors import ServiceError
 from gpu_magics.text.units import dropped, one_line
 
 # The lifecycle's own verbs, and the answers given here too (``queries``; ``reading.answers``: status, dashboard, the
@@ -59,6 +65,7 @@ __all__ = [
     "free_workers",
     "gpu_worker_devices",
     "has_gpu_workers",
+    "list_gateway_clusters",
     "prestart_processes",
     "require_active",
     "require_client",
@@ -90,10 +97,11 @@ def start(
     telemetry_interval: float = DEFAULT_TELEMETRY_INTERVAL,
     idle_timeout: float = 0.0,
     namespace: dict[str, Any] | None = None,
+    park_after: float = 0.0,
 ) -> ClusterInfo:
     """Start (or attach to) a cluster as ``options`` say, and return once every worker is up and warm (``begin``
     returns once the start is under way); an interrupt stops the start."""
-    handle = begin(options, telemetry_interval, idle_timeout, namespace)
+    handle = begin(options, telemetry_interval, idle_timeout, namespace, park_after=park_after)
     return cast(ClusterInfo, handle.wait())
 
 
@@ -105,12 +113,14 @@ def begin(
     *,
     background: bool = False,
     listen: Callable[[Starting], None] | None = None,
+    park_after: float = 0.0,
 ) -> Starting:
     """Start (or attach to) a cluster as ``options`` say (reusing a running one unless ``options.replace``); with
     ``background``, a cluster started here starts in a thread and this returns at once (cells that need it wait).
     Returns the start's handle (``info``: the status once ready); ``listen`` gets it before it runs. Workers
     report their GPUs every ``telemetry_interval`` s (0: never); after ``idle_timeout`` s without a task (0:
-    never) the cluster closes (attached, adopted: detached). ``namespace``: where ``--from NAME`` looks.
+    never) the cluster closes (attached, adopted: detached); after ``park_after`` s (0: never) its GPU workers park.
+    ``namespace``: where ``--from NAME`` looks.
 
     The line is checked (``open``) before anything stops, so a bad line leaves what runs running; the owner then
     decides from the phase: reuse what runs or starts, or begin this start where nothing changed meanwhile."""
@@ -148,7 +158,7 @@ def begin(
             break  # decided on the owner: nothing began or stopped since ``seen``
     if listen is not None:
         listen(handle)
-    job = functools.partial(_start_job, manager, options, began, telemetry_interval, idle_timeout)
+    job = functools.partial(_start_job, manager, options, began, telemetry_interval, (idle_timeout, park_after))
     if background and manager.background:
         handle.run_in_background(job)
     else:
@@ -183,17 +193,20 @@ def _start_job(
     options: ClusterOptions,
     began: float,
     reports_every: float,
-    idle_timeout: float,
+    idle_after: tuple[float, float],
     handle: Starting,
 ) -> ClusterInfo:
     """The start itself (``steps.start``), with distributed's own lines in the log file rather than the notebook;
-    the cluster is in use from the moment its scheduler answers. Its end, whatever it is, is the owner's to say."""
+    the cluster is in use from the moment its scheduler answers (``idle_after``: the idle timeout and the idle park,
+    in seconds). Its end, whatever it is, is the owner's to say."""
     from gpu_magics.cluster.control import steps
 
     def take_into_use(started: ActiveCluster) -> None:
         if reports_every > 0:  # set before the owner takes it: a start stopped meanwhile lets all of it go
             started.telemetry = start_collecting(started.client, reports_every, manager.declared_workers == "cpu")
+        idle_timeout, park_after = idle_after
         started.idle = _idle_watcher(started, idle_timeout)
+        started.idle_park = parking.watch_idle(started, park_after)
 
         def take() -> bool:  # on the owner: a stop asked meanwhile comes first, and this start ends as stopped
             if not kernel_cluster.kernel_cluster().take_into_use(handle, started):
@@ -279,7 +292,7 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
     it made is closed). ``only``: stop only if that cluster is still in use. Says what it did, within about
     ``STOP_WAIT_S`` seconds whatever runs: what has not ended by then goes on ending in the background."""
-    resume_first(said_here=False)  # a parked cluster's workers end as usual once resumed
+    parking.resume_first(said_here=False)  # a parked cluster's workers end as usual once resumed
     if keep and kernel_cluster.phase() is Phase.STARTING:
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
     claim = owner.change(
@@ -326,23 +339,6 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     return said
 
 
-def resume_first(said_here: bool = True) -> None:
-    """Before a verb that asks the workers: resume a parked cluster (its line printed here, where ``said_here``)."""
-    if kernel_cluster.phase() is not Phase.PARKED:
-        return
-    from gpu_magics.cluster.control.verbs import parking
-
-    try:
-        said = parking.resume(asked=False)
-    except ClusterError as error:
-        if said_here:
-            raise
-        dropped("resuming the parked cluster before it stops", error)  # it stops all the same: its workers end
-        return
-    if said is not None and said_here:
-        print(said)
-
-
 def wait_wound_down(timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for what the last stop left to end its processes; whether it did."""
     winding = kernel_cluster.winding_down()
@@ -351,7 +347,7 @@ def wait_wound_down(timeout: float) -> bool:
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
-    resume_first()
+    parking.resume_first()
     current = require_owned("adapt", scalable=True)
     from gpu_magics.cluster.control import steps
 
@@ -363,7 +359,7 @@ def free_workers() -> tuple[int, int, list[str]]:
     workers that answered, why some memory stays); ``NoCluster`` without a cluster."""
     from gpu_magics.cluster.telemetry.pools import free_workers as free_on_workers
 
-    resume_first()
+    parking.resume_first()
     client = require_active("free").client
     try:
         return free_on_workers(client)
@@ -407,16 +403,6 @@ def _close_idle(watched: ActiveCluster) -> None:
     if waited is None or stop(only=watched) == NO_CLUSTER:
         return
     print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, waited))
-
-
-def list_gateway_clusters(address: str | None) -> str:
-    """``--gateway --list``: the user's clusters on the gateway (the one in use here marked)."""
-    from gpu_magics.cluster.managers.gateway.listing import list_clusters
-    from gpu_magics.cluster.managers.gateway.manager import GatewayManager
-
-    current = kernel_cluster.in_use()
-    manager = current.manager if current is not None else None
-    return list_clusters(address, manager.name if isinstance(manager, GatewayManager) else None)
 
 
 def _register_atexit() -> None:

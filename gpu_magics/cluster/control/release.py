@@ -39,6 +39,8 @@ def release(current: ActiveCluster) -> None:
     and close its client; its manager is left to the caller. Off the owner: it waits for threads and the network."""
     if current.idle is not None:
         current.idle.stop()
+    if current.idle_park is not None:
+        current.idle_park.stop()
     if current.refresher is not None:
         current.refresher.stop()
     owner.change(functools.partial(forget_record, current))

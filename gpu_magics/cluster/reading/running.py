@@ -57,6 +57,7 @@ class ActiveCluster:
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
     parked: Any = None  # while its workers are parked: what the park holds (``control.parking.Parked``)
+    idle_park: Any = None  # parks it after a while without a task (``control.parking.IdlePark``), if asked
 
     @property
     def devices(self) -> Mapping[str, Mapping[str, Any]]:

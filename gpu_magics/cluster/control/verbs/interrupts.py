@@ -62,7 +62,8 @@ def running_after_stop(client: Client, wait: float = STOP_WAIT) -> int | None:
 def after_interrupt(client: Client, *, restart: bool) -> str:
     """One line for the user after an interrupt; with ``restart``, restart the workers of a cluster started
     here first (tasks still running stop, their memory is freed)."""
-    from gpu_magics.cluster.control import changes, lifecycle
+    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control.verbs import changes
 
     count = running_after_stop(client)
     current = lifecycle.active()

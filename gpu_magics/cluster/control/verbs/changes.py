@@ -11,7 +11,7 @@ from typing import cast
 
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
+from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner, parking
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.local import factories
 from gpu_magics.cluster.options import PROG
@@ -30,7 +30,7 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
     """``restart`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
     from gpu_magics.cluster.workers import warmup
 
-    lifecycle.resume_first()
+    parking.resume_first()
     current = lifecycle.require_owned("restart")
 
     def job(change: Starting) -> ClusterInfo:
@@ -69,7 +69,7 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     """``scale`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
     from gpu_magics.cluster.control import steps
 
-    lifecycle.resume_first()
+    parking.resume_first()
     current = lifecycle.require_owned("scale", scalable=True)
     current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
 

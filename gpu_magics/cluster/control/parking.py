@@ -21,13 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.control import kernel_cluster, owner
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.workers import checkpoint
 from gpu_magics.text.errors import ClusterError, NotOurs
-from gpu_magics.text.units import format_bytes, format_seconds
+from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds
 
 PLUGIN_NAME = "gpu-magics-resume-on-work"
 
@@ -41,8 +42,9 @@ class Parked:
     since: float
 
 
-def park() -> str:
-    """Park the GPU workers of the cluster in use; one line says what was given back and how long it took."""
+def park(idle_s: float | None = None) -> str:
+    """Park the GPU workers of the cluster in use; one line says what was given back and how long it took
+    (``idle_s``: parked by ``IdlePark`` after that long without a task)."""
     current = require_active("park")
     targets = current.manager.park_targets()
     if not targets:
@@ -51,7 +53,7 @@ def park() -> str:
         owner.change(functools.partial(kernel_cluster.kernel_cluster().park, current))
     except kernel_cluster.PhaseRefused:
         raise ClusterError(_refused("park", current)) from None
-    running = _running_tasks(current)
+    running = running_tasks(current)
     if running:
         owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
         raise ClusterError(
@@ -72,8 +74,9 @@ def park() -> str:
     owner.change(functools.partial(kernel_cluster.set_parked, current, state))
     _watch_for_work(current)
     count = len(targets)
+    idle = "" if idle_s is None else f" after {format_duration(idle_s)} without a task (ClusterMagics.park_after)"
     return (
-        f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}: "
+        f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}{idle}: "
         f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}; the next cell "
         f"that sends it work resumes {'them' if count != 1 else 'it'}"
     )
@@ -102,6 +105,8 @@ def resume(*, asked: bool = True) -> str | None:
                 f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
             )
         owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+    if current.idle_park is not None:  # idle from now on: parked again after as long
+        current.idle_park.arm()
     count = len(state.processes)
     return (
         f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r} in "
@@ -113,6 +118,21 @@ def resume_for_work() -> None:
     """Before work goes to the cluster in use: resume it where it is parked, saying so in one line."""
     said = resume(asked=False)
     if said is not None:
+        print(said)
+
+
+def resume_first(said_here: bool = True) -> None:
+    """Before a verb that asks the workers: resume a parked cluster (its line printed here, where ``said_here``)."""
+    if kernel_cluster.phase() is not kernel_cluster.Phase.PARKED:
+        return
+    try:
+        said = resume(asked=False)
+    except ClusterError as error:
+        if said_here:
+            raise
+        dropped("resuming the parked cluster before it stops", error)  # it stops all the same: its workers end
+        return
+    if said is not None and said_here:
         print(said)
 
 
@@ -170,7 +190,7 @@ def _gpu_bytes(pids: Any) -> dict[int, int]:
     return {pid: sum(used or 0 for used in process_memory(pid).values()) for pid in pids}
 
 
-def _running_tasks(current: ActiveCluster) -> int:
+def running_tasks(current: ActiveCluster) -> int:
     """How many tasks run on the cluster's workers now (the scheduler in this process: no round trip)."""
     from gpu_magics.cluster.reading import inspection
 
@@ -204,3 +224,44 @@ def resume_on_work() -> Any:
                 resume_for_work()
 
     return ResumeOnWork()
+
+
+class IdlePark:
+    """Parks ``current`` after ``after_s`` seconds without a task (``%config ClusterMagics.park_after``), and again
+    each time it idles that long after a resume (which arms it again). The line goes to the notebook of the cell
+    that started the cluster, as the idle timeout's does."""
+
+    def __init__(self, current: ActiveCluster, after_s: float) -> None:
+        self.current, self.after_s = current, after_s
+        self._watcher: IdleWatcher | None = None
+
+    def arm(self) -> None:
+        """Watch from now on (a watch under way is replaced)."""
+        self.stop()
+        self._watcher = IdleWatcher(self.current.client, self.after_s, self._idle)
+
+    def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+
+    def _idle(self) -> None:
+        """The watcher's end (on its thread): park, where the cluster is still in use and nothing is under way."""
+        if kernel_cluster.in_use() is not self.current or kernel_cluster.phase() is not kernel_cluster.Phase.IN_USE:
+            return
+        try:
+            print(park(idle_s=self.after_s))
+        except ClusterError as error:
+            print(error)
+            if running_tasks(self.current):  # tasks began meanwhile: watch for the next idle stretch
+                self.arm()
+
+
+def watch_idle(current: ActiveCluster, after_s: float) -> IdlePark | None:
+    """An armed ``IdlePark`` for ``current`` (``None`` where ``after_s`` is 0); a cluster whose workers cannot be
+    parked says so once, when it first idles that long."""
+    if after_s <= 0:
+        return None
+    idle_park = IdlePark(current, after_s)
+    idle_park.arm()
+    return idle_park

@@ -236,7 +236,7 @@ def test_an_idle_cluster_is_closed_and_cached_memory_freed_and_the_notebook_says
     reclaiming: JupyterServer, kernel: Kernel
 ) -> None:
     before = counts(reclaiming)
-    assert set(before) == {"freed_cache", "stopped_cluster", "kept_cluster", "failed"}
+    assert set(before) == {"freed_cache", "stopped_cluster", "parked_cluster", "kept_cluster", "failed"}
     workers = kernel.start_cluster("--cpu-workers 1 --name reclaim\nkeep = 41")
     wait_for(lambda: counts(reclaiming)["stopped_cluster"] > before["stopped_cluster"], 90, "the cluster to close")
     after = counts(reclaiming)

@@ -167,6 +167,29 @@ def test_a_stop_while_parked_resumes_first_and_a_cpu_cluster_is_not_parked(
     )
 
 
+def test_the_servers_reclaim_parks_the_cluster_where_asked_and_leaves_a_parked_one_alone(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the kernel does for ``GpuMagicsServer.idle_reclaim_park``: the expression the server sends, run here."""
+    from gpu_magics.cluster.control.verbs import reclaim
+    from gpu_magics.server.reclaim.reclaimer import expression
+
+    assert shell.run_cell("%gpucluster --cpu-workers 2 --name t_reclaimed --replace").error_in_exec is None
+    answer = eval(expression(60.0, park=True))  # as the server's silent request evaluates it in the kernel
+    assert (answer["parked"], answer["stopped"], answer["kept"]) == (True, False, None)
+    assert kernel_cluster.phase() is Phase.PARKED and states() == {"checkpointed"}
+    assert answer["line"] == (
+        "%gpucluster: idle GPUs for 1 min: the server (GpuMagicsServer.idle_reclaim_min) parked cluster "
+        "'t_reclaimed': its GPUs are back on the server and your data is kept; the next cell that sends it work "
+        "resumes it"
+    )
+    again = reclaim.run(60.0, park=True)
+    assert (again["parked"], again["stopped"], again["line"]) == (False, False, None)  # nothing more to give back
+    assert shell.run_cell("print('next cell')").error_in_exec is None
+    assert answer["line"] in capsys.readouterr().out  # said at the top of the next cell
+    shell.run_line_magic("gpucluster", "stop")
+
+
 def test_park_after_parks_an_idle_cluster_and_again_after_work_resumed_it(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:

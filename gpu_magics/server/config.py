@@ -79,6 +79,13 @@ class GpuMagicsServer(Configurable):
         "default) turns it off; fractions of a minute are allowed.",
     ).tag(config=True)
 
+    idle_reclaim_park = Bool(
+        False,
+        help="With idle_reclaim_min on, park the kernel's cluster rather than close it or leave it running: its GPU "
+        "workers give their GPUs back, their data kept, and the notebook's next cell that sends the cluster work "
+        "resumes them (%gpucluster park). A cluster that cannot be parked is treated as without it.",
+    ).tag(config=True)
+
     @default("source")
     def _default_source(self) -> str:
         return source_from_env().kind

@@ -24,7 +24,8 @@ def install(serverapp: Any, service: Any, leftovers: Any = None) -> None:
     from gpu_magics.server.reclaim.reclaimer import IdleReclaim
 
     after_min = float(service.config.idle_reclaim_min)
-    reclaim = IdleReclaim(serverapp.kernel_manager, after_min, serverapp.log) if after_min > 0 else None
+    park = bool(service.config.idle_reclaim_park)
+    reclaim = IdleReclaim(serverapp.kernel_manager, after_min, serverapp.log, park=park) if after_min > 0 else None
     feed = MetricsFeed(
         service,
         kernel_manager=serverapp.kernel_manager,

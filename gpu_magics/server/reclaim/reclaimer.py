@@ -19,20 +19,21 @@ from gpu_magics.server.reclaim.kernel_call import KernelCallError, evaluate
 _log = logging.getLogger(__name__)
 
 COUNTER = "gpu_magics_idle_reclaims"  # exposed as gpu_magics_idle_reclaims_total
-ACTIONS = ("freed_cache", "stopped_cluster", "kept_cluster", "failed")  # the label's only values
+ACTIONS = ("freed_cache", "stopped_cluster", "parked_cluster", "kept_cluster", "failed")  # the label's only values
 HELP = (
     "What GpuMagicsServer.idle_reclaim_min did to kernels whose GPU memory sat on idle GPUs: freed_cache (their "
     "pools gave back what they cached), stopped_cluster (an idle cluster that held none of the user's data), "
-    "kept_cluster (left running: it holds the user's data, or runs), failed (the kernel did not answer)."
+    "parked_cluster (its GPU workers gave their GPUs back, their data kept: idle_reclaim_park), kept_cluster (left "
+    "running: it holds the user's data, or runs), failed (the kernel did not answer)."
 )
 CALL_TIMEOUT_S = 120.0  # closing a cluster takes seconds; a kernel that takes longer is counted failed
 RUN = "__import__('gpu_magics.cluster.control.verbs.reclaim', fromlist=['run']).run"
 LOADED = "'gpu_magics.cluster' in __import__('sys').modules"  # a kernel that never loaded it is not made to
 
 
-def expression(idle_s: float) -> str:
+def expression(idle_s: float, park: bool = False) -> str:
     """What the kernel evaluates: the reclaim where the kernel uses gpu_magics, else ``None``."""
-    return f"{RUN}({float(idle_s)!r}) if {LOADED} else None"
+    return f"{RUN}({float(idle_s)!r}, park={bool(park)!r}) if {LOADED} else None"
 
 
 def due(holds: Iterable[Hold], running: set[str], after_s: float, now: float, done: dict[str, float]) -> list[Hold]:
@@ -51,8 +52,11 @@ def due(holds: Iterable[Hold], running: set[str], after_s: float, now: float, do
 class IdleReclaim:
     """The server's side of the reclaim; ``consider`` is called on the event loop after each refresh."""
 
-    def __init__(self, kernel_manager: Any, after_min: float, log: logging.Logger | None = None) -> None:
+    def __init__(
+        self, kernel_manager: Any, after_min: float, log: logging.Logger | None = None, *, park: bool = False
+    ) -> None:
         self.kernel_manager = kernel_manager
+        self.park = park  # idle_reclaim_park: park the cluster rather than close it or leave it running
         self.log = log or _log  # the server's own log, where its admin reads
         self.after_s = float(after_min) * 60
         self.counts = dict.fromkeys(ACTIONS, 0)
@@ -79,7 +83,7 @@ class IdleReclaim:
 
     async def _ask(self, hold: Hold, idle_s: float) -> None:
         try:
-            answer = await evaluate(self.kernel_manager, hold.kernel_id, expression(idle_s), CALL_TIMEOUT_S)
+            answer = await evaluate(self.kernel_manager, hold.kernel_id, expression(idle_s, self.park), CALL_TIMEOUT_S)
         except KeyError:  # the kernel ended meanwhile: nothing to give back
             return
         except (KernelCallError, Exception) as error:  # any failure of the request: counted, the server goes on
@@ -90,6 +94,7 @@ class IdleReclaim:
             return
         for action, happened in (("freed_cache", (answer.get("freed") or 0) > 0),
                                  ("stopped_cluster", bool(answer.get("stopped"))),
+                                 ("parked_cluster", bool(answer.get("parked"))),
                                  ("kept_cluster", bool(answer.get("kept")))):  # fmt: skip
             self.counts[action] += happened
         if answer.get("line"):

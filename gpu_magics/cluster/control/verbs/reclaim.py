@@ -20,22 +20,30 @@ import sys
 from typing import Any
 
 from gpu_magics.cluster.options import PROG
+from gpu_magics.text.errors import ClusterError
 from gpu_magics.text.units import dropped, format_bytes, format_duration, one_line
 
 SETTING = "GpuMagicsServer.idle_reclaim_min"
 _pending: list[str] = []
 
 
-def run(idle_s: float) -> dict[str, Any]:
-    """Free the cached memory, close the idle cluster where that loses nothing, say so at the next cell; returns
-    ``{"freed": bytes, "cluster": name or None, "stopped": bool, "kept": why or None, "line": str or None}``."""
+def run(idle_s: float, park: bool = False) -> dict[str, Any]:
+    """Free the cached memory, close the idle cluster where that loses nothing (``park``: park its GPU workers
+    instead, their data kept, where they can be), say so at the next cell; returns ``{"freed": bytes, "cluster": name
+    or None, "stopped": bool, "parked": bool, "kept": why or None, "line": str or None}``."""
     from gpu_magics.cluster.control import lifecycle
     from gpu_magics.cluster.control.kernel_cluster import in_use
 
     freed = _free_kernel()
     current = in_use()
     name = None if current is None else str(current.name)
-    stopped, kept = False, None
+    stopped, parked, kept = False, False, None
+    if current is not None and current.parked is not None:  # parked already: its workers hold no GPU memory
+        current = None
+    if current is not None and park and current.manager.park_targets():
+        freed += _free_workers(current.client)
+        parked, kept = _park(current)
+        current = None
     if current is not None:
         kept = why_kept(current) if current.owned else None
         if current.owned and kept is None:
@@ -48,10 +56,21 @@ def run(idle_s: float) -> dict[str, Any]:
             stopped = kept is None and in_use() is None
         if not stopped:
             freed += _free_workers(current.client)
-    line = said(idle_s, freed, name if (stopped or kept) else None, stopped, kept)
+    line = said(idle_s, freed, name if (stopped or parked or kept) else None, stopped, kept, parked)
     if line is not None:
         say_at_next_cell(line)
-    return {"freed": freed, "cluster": name, "stopped": stopped, "kept": kept, "line": line}
+    return {"freed": freed, "cluster": name, "stopped": stopped, "parked": parked, "kept": kept, "line": line}
+
+
+def _park(current: Any) -> tuple[bool, str | None]:
+    """Park ``current``'s GPU workers: (parked, why not)."""
+    from gpu_magics.cluster.control import parking
+
+    try:
+        parking.park()
+    except ClusterError as error:  # tasks run, or the driver refused: the line says why it stays as it was
+        return False, str(error).split(": ", 1)[-1]
+    return True, None
 
 
 def why_kept(current: Any) -> str | None:
@@ -89,10 +108,17 @@ def held_on_scheduler(dask_scheduler: Any = None) -> tuple[int, int]:
     return wanted, busy
 
 
-def said(idle_s: float, freed: int, cluster: str | None, stopped: bool, kept: str | None) -> str | None:
+def said(
+    idle_s: float, freed: int, cluster: str | None, stopped: bool, kept: str | None, parked: bool = False
+) -> str | None:
     """The one line: what was done after ``idle_s`` seconds on idle GPUs (``None`` where nothing was)."""
     done = [f"gave back {format_bytes(freed)} of cached GPU memory"] if freed > 0 else []
-    if cluster is not None and stopped:
+    if cluster is not None and parked:
+        done.append(
+            f"parked cluster {cluster!r}: its GPUs are back on the server and your data is kept; the next cell that "
+            "sends it work resumes it"
+        )
+    elif cluster is not None and stopped:
         done.append(f"closed cluster {cluster!r}, which held none of your data; start a new one with {PROG}")
     elif cluster is not None and kept is not None:
         done.append(f"left cluster {cluster!r} running: {kept}")

@@ -101,7 +101,8 @@ def test_the_line_updates_in_place_and_ends_as_the_cluster(kernel: Kernel) -> No
     updates = [m for m in messages if m["msg_type"] == "update_display_data"]
     assert updates and all(m["content"]["transient"]["display_id"] == display_id for m in updates)
     assert "Cluster 'live'" in text_of(updates[-1]) and "2 workers running" in text_of(updates[-1])
-    assert not [m for m in messages if m["msg_type"] in ("stream", "error") and "distributed" in text_of(m)]
+    leaked = [text_of(m) for m in messages if m["msg_type"] in ("stream", "error") and "distributed" in text_of(m)]
+    assert not leaked, leaked
 
 
 def gone(pids: set[int], seconds: float) -> set[int]:

@@ -83,25 +83,36 @@ _package_file.setFormatter(logging.Formatter(FORMAT))
 _before: list[tuple[bool, int]] = []  # the logger's propagate and level before ``package_logs_to_file``
 
 
+GC_NOTES = "distributed.gc"  # the scheduler this kernel hosts notes slow garbage collections here (a busy host)
+
+
 def package_logs_to_file(shell: object = None) -> None:
     """At ``%load_ext``: the ``gpu_magics`` logger writes every record (debug included, unless its level was set)
-    to this kernel's log file and nowhere else (not to the notebook's stderr)."""
+    to this kernel's log file and nowhere else (not to the notebook's stderr); so do the garbage-collection notes of
+    a scheduler this kernel hosts ("full garbage collections took 12% CPU time recently"), which say nothing a
+    cell can act on."""
     if _package_file in units.logger.handlers:
         return
-    _before[:] = [(units.logger.propagate, units.logger.level)]
-    units.logger.addHandler(_package_file)
-    units.logger.propagate = False
+    gc_notes = logging.getLogger(GC_NOTES)
+    _before[:] = [(units.logger.propagate, units.logger.level), (gc_notes.propagate, gc_notes.level)]
+    for logger in (units.logger, gc_notes):
+        logger.addHandler(_package_file)
+        logger.propagate = False
     if units.logger.level == logging.NOTSET:
         units.logger.setLevel(logging.DEBUG)
 
 
 def package_logs_back(shell: object = None) -> None:
-    """At ``%unload_ext``: the ``gpu_magics`` logger as it was before ``package_logs_to_file``."""
+    """At ``%unload_ext``: the ``gpu_magics`` logger and the garbage-collection notes as they were before
+    ``package_logs_to_file``."""
     if _package_file not in units.logger.handlers:
         return
-    units.logger.removeHandler(_package_file)
-    units.logger.propagate, level = _before.pop() if _before else (True, logging.NOTSET)
-    units.logger.setLevel(level)
+    before = list(_before) or [(True, logging.NOTSET), (True, logging.NOTSET)]
+    _before.clear()
+    for logger, (propagate, level) in zip((units.logger, logging.getLogger(GC_NOTES)), before, strict=False):
+        logger.removeHandler(_package_file)
+        logger.propagate = propagate
+        logger.setLevel(level)
 
 
 def last_error(path: Path, since: int) -> str | None:

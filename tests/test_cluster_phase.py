@@ -234,5 +234,6 @@ def test_a_real_start_racing_a_stop_from_another_thread_ends_in_one_phase() -> N
     assert said and said[0].startswith("%gpucluster: stopped")
     assert kernel_cluster.phase() is Phase.IDLE
     assert kernel_cluster.in_use() is None and kernel_cluster.under_way() is None
-    assert start.progress().phase in ("stopped", "ready")  # the stop came first, or just after it was ready
+    # the stop came first (its job ends as stopped, or fails on what the stop closed), or just after it was ready
+    assert start.progress().phase in ("stopped", "failed", "ready")
     assert lifecycle.stop() == lifecycle.NO_CLUSTER

@@ -215,3 +215,15 @@ def test_park_after_parks_an_idle_cluster_and_again_after_work_resumed_it(
     assert "%gpucluster: parked 2 workers of 't_idle' after 1 s without a task (ClusterMagics.park_after): " in out
     assert "%gpucluster: resumed 2 workers of 't_idle' in " in out
     assert parked_within(30)  # idle as long again: parked again
+
+
+def test_bad_park_lines_and_settings_are_one_line(loaded_shell: InteractiveShell) -> None:
+    from traitlets import TraitError
+
+    result = loaded_shell.run_cell("%gpucluster park now")
+    assert type(result.error_in_exec) is UsageError
+    assert str(result.error_in_exec) == "%gpucluster park: unexpected 'now'"
+    magics = loaded_shell.magics_manager.registry["ClusterMagics"]
+    with pytest.raises(TraitError, match=r"^park_after: "):
+        magics.park_after = "soon"
+    assert magics.park_after == "off"

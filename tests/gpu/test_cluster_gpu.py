@@ -6,32 +6,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
 
 import psutil
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
 from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.options import GPU_WORKER_THREADS
-from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
-
-
-@pytest.fixture(scope="module")
-def magics(_session_shell: InteractiveShell, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterMagics]:
-    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
-    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(tmp_path_factory.mktemp("runtime"))
-    instance = ClusterMagics(shell=_session_shell)
-    yield instance
-    instance.close()
-    if previous is None:
-        del os.environ[cluster_records.RUNTIME_DIR_ENV]
-    else:
-        os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
 
 
 @pytest.fixture(scope="module")

@@ -8,38 +8,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster.control import kernel_cluster
 from gpu_magics.cluster.control import lifecycle as cluster
-from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.cluster.workers.kernel_context import process_memory
 from gpu_magics.magics.gpucluster import ClusterMagics
+from tests.gpu.test_cluster_gpu import gpucluster
 
 GIB = 1 << 30
-
-
-@pytest.fixture(scope="module")
-def magics(_session_shell: InteractiveShell, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterMagics]:
-    previous = os.environ.get(cluster_records.RUNTIME_DIR_ENV)
-    os.environ[cluster_records.RUNTIME_DIR_ENV] = str(tmp_path_factory.mktemp("runtime"))
-    instance = ClusterMagics(shell=_session_shell)
-    yield instance
-    instance.close()
-    if previous is None:
-        del os.environ[cluster_records.RUNTIME_DIR_ENV]
-    else:
-        os.environ[cluster_records.RUNTIME_DIR_ENV] = previous
-
-
-def gpucluster(magics: ClusterMagics, line: str) -> str:
-    with capture_output() as captured:
-        magics.gpucluster(line)
-    return captured.stdout + "\n".join(o.data.get("text/plain", "") for o in captured.outputs)
 
 
 def test_a_parked_cluster_gives_its_gpus_back_and_work_resumes_it_with_its_data(magics: ClusterMagics) -> None:

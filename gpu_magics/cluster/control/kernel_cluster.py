@@ -223,12 +223,6 @@ class KernelCluster:
             self._move(Phase.IDLE, (Phase.CLOSING,), "ending a close")
             self.winding = None
 
-    def said(self, handle: Starting) -> None:
-        """The failed start ``handle`` was said: it is not kept any more."""
-        owner.require_owner("forgetting a failed start")
-        if self.failed is handle:
-            self.failed = None
-
 
 _the = KernelCluster()
 

@@ -17,7 +17,7 @@ import concurrent.futures
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,10 +61,10 @@ def park(idle_s: float | None = None) -> str:
         )
     began = time.perf_counter()
     held = _gpu_bytes(targets.values())
-    failed = _all_at_once(lambda pid: _park_one(pid), targets)
+    failed = _all_at_once(_park_one, targets)
     if failed:
         parked = {name: pid for name, pid in targets.items() if name not in failed}
-        undone = _all_at_once(lambda pid: _resume_one(pid), parked)
+        undone = _all_at_once(_resume_one, parked)
         owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
         names = "; ".join(f"{name} (pid {targets[name]}): {why}" for name, why in failed.items())
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
@@ -97,7 +97,7 @@ def resume(*, asked: bool = True) -> str | None:
         if current.parked is None:  # another thread resumed it meanwhile
             return None
         began = time.perf_counter()
-        failed = _all_at_once(lambda pid: _resume_one(pid), state.processes)
+        failed = _all_at_once(_resume_one, state.processes)
         if failed:
             names = "; ".join(f"{name}: {why}" for name, why in failed.items())
             raise ClusterError(
@@ -183,11 +183,11 @@ def _all_at_once(step: Callable[[int], None], processes: dict[str, int]) -> dict
     return failed
 
 
-def _gpu_bytes(pids: Any) -> dict[int, int]:
-    """The GPU memory each process holds now (NVML's process lists), by pid."""
-    from gpu_magics.cluster.workers.kernel_context import process_memory
+def _gpu_bytes(pids: Iterable[int]) -> dict[int, int]:
+    """The GPU memory each process holds now, by pid (one read of NVML's process lists)."""
+    from gpu_magics.cluster.workers.kernel_context import processes_memory
 
-    return {pid: sum(used or 0 for used in process_memory(pid).values()) for pid in pids}
+    return {pid: sum(used or 0 for used in held.values()) for pid, held in processes_memory(pids).items()}
 
 
 def running_tasks(current: ActiveCluster) -> int:

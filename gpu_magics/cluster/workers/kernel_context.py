@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from gpu_magics.cluster.telemetry.process_memory import cuda_loaded, primary_contexts
@@ -85,17 +85,22 @@ def report(gpu_ids: Collection[str], prog: str = "%gpucluster") -> None:
 def process_memory(pid: int) -> dict[str, int | None]:
     """GPU UUID -> bytes that process ``pid`` holds there, for each GPU where NVML lists it: NVML's process lists
     alone where the source reads them apart (a full read also waits on each GPU's PCIe counters, 20 ms each)."""
+    return processes_memory([pid])[pid]
+
+
+def processes_memory(pids: Iterable[int]) -> dict[int, dict[str, int | None]]:
+    """``process_memory`` for each of ``pids``, from one read of NVML's process lists."""
     from gpu_magics.monitor.models import process_lists
     from gpu_magics.monitor.sources import default_source
 
+    found: dict[int, dict[str, int | None]] = {pid: {} for pid in pids}
     source = default_source()
     try:
         by_uuid = process_lists(source)
     finally:
         source.close()
-    found: dict[str, int | None] = {}
     for uuid, processes in by_uuid.items():
         for process in processes or ():
-            if process.pid == pid:
-                found[uuid] = process.used_memory
+            if process.pid in found:
+                found[process.pid][uuid] = process.used_memory
     return found

@@ -190,6 +190,36 @@ def test_the_servers_reclaim_parks_the_cluster_where_asked_and_leaves_a_parked_o
     shell.run_line_magic("gpucluster", "stop")
 
 
+def test_an_idle_park_that_comes_during_a_change_waits_for_it_then_parks(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scheduler can be idle while a start or a scale still brings workers: the idle park waits for the phase
+    to settle rather than giving up (a loaded machine's start took longer than ``park_after``, and nothing parked)."""
+    from gpu_magics.cluster.background.starting import Starting
+    from gpu_magics.cluster.control import owner, parking
+
+    assert shell.run_cell("%gpucluster --cpu-workers 2 --name t_settling --replace").error_in_exec is None
+    current = kernel_cluster.in_use()
+    assert current is not None and kernel_cluster.phase() is Phase.IN_USE
+    changing = Starting("%gpucluster", current.name, 2, verb="scaling")
+    owner.change(lambda: kernel_cluster.kernel_cluster().begin_change(changing, current))
+    idle_park = parking.IdlePark(current, 0.3)
+    try:
+        idle_park.arm()
+        time.sleep(2.0)  # idle for longer than park_after, while the change is under way
+        assert kernel_cluster.phase() is Phase.CHANGING and states() == {"running"}
+        assert owner.change(lambda: kernel_cluster.kernel_cluster().change_ended(changing))
+        deadline = time.monotonic() + 30
+        while kernel_cluster.phase() is not Phase.PARKED and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert kernel_cluster.phase() is Phase.PARKED and states() == {"checkpointed"}
+    finally:
+        idle_park.stop()
+    assert one_line(shell, "resume", capsys).startswith("%gpucluster: resumed 2 workers of 't_settling' in ")
+    assert kernel_cluster.phase() is Phase.IN_USE
+    shell.run_line_magic("gpucluster", "stop")
+
+
 def test_park_after_parks_an_idle_cluster_and_again_after_work_resumed_it(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:

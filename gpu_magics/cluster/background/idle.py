@@ -75,6 +75,10 @@ class IdleWatcher:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
+    def stopped_within(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` (from ``on_idle``, on the watch's thread); ``True`` once the watch was stopped."""
+        return self._stop.wait(seconds)
+
     def poll_interval(self) -> float:
         return min(MAX_POLL_S, max(MIN_POLL_S, self.timeout / 10))
 

@@ -31,6 +31,7 @@ from gpu_magics.text.errors import ClusterError, NotOurs
 from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds
 
 PLUGIN_NAME = "gpu-magics-resume-on-work"
+SETTLE_POLL_S = 0.25  # how often an idle park waits on a start or change still under way
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,18 @@ class IdlePark:
             self._watcher = None
 
     def _idle(self) -> None:
-        """The watcher's end (on its thread): park, where the cluster is still in use and nothing is under way."""
+        """The watcher's end (on its thread): park, where the cluster is still in use and nothing is under way. A
+        start or change still under way (the scheduler can be idle while workers come) is waited for, then the
+        scheduler is asked again from a new watch."""
+        watcher = self._watcher
+        settling = (kernel_cluster.Phase.STARTING, kernel_cluster.Phase.CHANGING)
+        if kernel_cluster.in_use() is self.current and kernel_cluster.phase() in settling:
+            while kernel_cluster.in_use() is self.current and kernel_cluster.phase() in settling:
+                if watcher is None or watcher.stopped_within(SETTLE_POLL_S):
+                    return
+            if kernel_cluster.in_use() is self.current and kernel_cluster.phase() is kernel_cluster.Phase.IN_USE:
+                self.arm()
+            return
         if kernel_cluster.in_use() is not self.current or kernel_cluster.phase() is not kernel_cluster.Phase.IN_USE:
             return
         try:

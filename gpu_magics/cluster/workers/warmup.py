@@ -104,8 +104,10 @@ class WarmUp(WorkerPlugin):
             self._error = error
             said = {"error": f"{type(error).__name__}: {error}"}
         self._done.set()
+        worker = self._worker
+        if worker is None:  # set up without a worker (called directly): nobody to report to but wait()
+            return
         try:  # thread-safe: the worker sends it from its own event loop
-            worker = self._worker
             _registered(worker, WARM_TIMEOUT)  # before that the worker drops what it is asked to send
             worker.log_event(WARM_TOPIC, {**said, "address": worker.address, "name": str(worker.name)})
         except (OSError, RuntimeError) as error:  # stream or loop closed: the kernel's wait says who did not report

@@ -136,6 +136,27 @@ def test_a_resume_that_cannot_get_a_gpu_back_keeps_the_cluster_parked_and_the_ne
     assert shell.run_cell("assert int(t_x.sum().compute()) == t_total").error_in_exec is None
 
 
+def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_next_cell_resumes_it(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    current = kernel_cluster.in_use()
+    assert current is not None
+    name, pid = sorted(current.manager.park_targets().items())[1]
+    one_line(shell, "park", capsys)
+    monkeypatch.setenv(checkpoint.FAIL_ENV, f"restore:{pid}")
+    result = shell.run_cell("t_failed = int(t_x.sum().compute())")  # a plain cell: the scheduler's plugin resumes
+    assert type(result.error_in_exec) is UsageError  # IPython's own: the notebook shows its one line
+    said = str(result.error_in_exec)
+    assert said.startswith("%gpucluster resume: 1 of 2 worker(s) of 't_parked' could not take their GPU back (")
+    assert f"{name}: " in said and said.endswith("run %gpucluster resume to try again")
+    assert kernel_cluster.phase() is Phase.PARKED and "t_failed" not in shell.user_ns
+    monkeypatch.delenv(checkpoint.FAIL_ENV)
+    assert shell.run_cell("t_again = int(t_x.sum().compute())").error_in_exec is None  # tried again: resumed
+    assert "%gpucluster: resumed 2 workers of 't_parked' in " in capsys.readouterr().out
+    assert shell.user_ns["t_again"] == shell.user_ns["t_total"]
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+
+
 def test_a_park_while_tasks_run_is_refused_and_changes_nothing(shell: InteractiveShell) -> None:
     code = "import time\nt_slow = t_x.map_blocks(lambda b: (time.sleep(3), b)[1]).sum().persist()"
     assert shell.run_cell(code).error_in_exec is None

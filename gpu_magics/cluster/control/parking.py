@@ -6,13 +6,14 @@ tasks run on it); every worker process is then locked and checkpointed at once (
 memory goes to host memory, the GPU is released). A process the driver refuses is named with the reason and keeps
 running, and those already parked are resumed: a failed park loses nothing and leaves the cluster in use. Resume:
 every process restored and unlocked at once; PARKED → IN_USE. A resume that cannot get a GPU back leaves the
-cluster parked and says so; the next try starts again. Work that reaches the scheduler while the cluster is parked
+cluster parked and says so (work that brought it fails with that line); the next try starts again. Work that reaches the scheduler while the cluster is parked
 resumes it first (``resume_on_work``, a scheduler plugin), and so does a ``%%gpurun`` cell on it; a cell that sends
 it nothing resumes nothing. A stop of a parked cluster resumes it first, so its workers end as usual.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
 import threading
@@ -218,13 +219,34 @@ def resume_on_work() -> Any:
     class ResumeOnWork(SchedulerPlugin):
         name = PLUGIN_NAME
 
-        def update_graph(self, scheduler: Any, **kwargs: Any) -> None:
-            del scheduler, kwargs
+        def update_graph(
+            self, scheduler: Any, client: str | None = None, keys: Iterable[Any] = (), **kwargs: Any
+        ) -> None:
+            del kwargs
             current = kernel_cluster.in_use()
-            if current is not None and current.parked is not None:
+            if current is None or current.parked is None:
+                return
+            try:
                 resume_for_work()
+            except ClusterError as error:  # the graph fails with the line, once its tasks were made (the next tries)
+                if client is not None:
+                    asyncio.get_running_loop().call_soon(_fail_graph, scheduler, client, list(keys), str(error))
 
     return ResumeOnWork()
+
+
+def _fail_graph(scheduler: Any, client: str, keys: list[Any], line: str) -> None:
+    """The graph ``client`` just sent fails with ``line`` (a resume failed): its futures raise IPython's
+    ``UsageError`` (the notebook shows its one line) and the scheduler lets its tasks go, so none waits on a parked
+    worker. On the scheduler's event loop, right after the graph's own transitions."""
+    from distributed.core import error_message
+    from IPython.core.error import UsageError
+
+    exception = error_message(UsageError(line))["exception"]
+    for key in keys:
+        scheduler.report({"op": "task-erred", "key": key, "exception": exception, "traceback": None}, client=client)
+    if client in scheduler.clients:
+        scheduler.client_releases_keys(keys, client, stimulus_id=f"gpu-magics-resume-failed-{time.time()}")
 
 
 class IdlePark:

@@ -9,6 +9,7 @@ driver, they say so in one line."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -84,6 +85,16 @@ def states() -> set[str]:
     return {checkpoint.driver().state(pid) for pid in pids}
 
 
+def parked_in_record() -> int | None:
+    """How many workers the cluster's record file says are parked (``None``: not parked)."""
+    from gpu_magics.cluster.records import record
+
+    current = kernel_cluster.in_use()
+    assert current is not None and current.record is not None
+    written = record.ClusterRecord.from_json(json.loads((record.runtime_dir() / current.record.filename).read_text()))
+    return None if written.parked is None else written.parked["workers"]
+
+
 def test_a_park_parks_every_worker_and_work_resumes_them_with_their_data(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -93,6 +104,7 @@ def test_a_park_parks_every_worker_and_work_resumes_them_with_their_data(
         "the next cell that sends it work resumes them"
     )
     assert kernel_cluster.phase() is Phase.PARKED and states() == {"checkpointed"}
+    assert parked_in_record() == 2  # what the side panel, the status bar and /metrics read
     assert "is parked already" in refused(shell, "park")
     status = one_line(shell, "status", capsys)
     assert "'t_parked' is parked since " in status and "(%gpucluster resume: now)" in status
@@ -102,6 +114,7 @@ def test_a_park_parks_every_worker_and_work_resumes_them_with_their_data(
     assert "%gpucluster: resumed 2 workers of 't_parked' in " in out
     assert shell.user_ns["t_again"] == shell.user_ns["t_total"]
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+    assert parked_in_record() is None
     assert "'t_parked' is not parked" in refused(shell, "resume")
 
 

@@ -197,8 +197,20 @@ export interface ICluster {
   connection_file: string | null;
   /** The host its kernel runs on; null in an older kernel's record. */
   host: string | null;
+  /** Its GPU workers parked (`%gpucluster park`); null (or absent, in an older kernel's record) while they run. */
+  parked?: IClusterParked | null;
   path: string | null;
   kernel_running: boolean;
+}
+
+/** A parked cluster: its GPU workers gave their GPUs back to the server; their data waits in host memory. */
+export interface IClusterParked {
+  /** Since when (seconds since the epoch). */
+  since: number;
+  /** The GPU memory its workers gave back, held in host memory while they are parked. */
+  bytes: number;
+  /** How many workers are parked. */
+  workers: number;
 }
 
 /** A cluster of a kernel this server does not run (another server's, or jupyter_client's): where that kernel is. */

@@ -171,6 +171,20 @@ def test_clusters_their_origin_and_idle_clock() -> None:
     assert found["gpu_magics_cluster_idle_seconds"] == [({"kernel_id": "k1", "cluster": "train"}, 100.0)]
 
 
+def test_a_parked_cluster_says_its_parked_workers_and_the_bytes_it_gave_back() -> None:
+    parked = records.ClusterRecord(name="train", scheduler_address="tcp://127.0.0.1:1", dashboard_url=None,
+                                   kind="gpu", workers=2, gpus=("0", "1"), kernel_id="k1",
+                                   parked={"since": 950.0, "bytes": 9 * GIB, "workers": 2})  # fmt: skip
+    running = records.ClusterRecord(name="other", scheduler_address="tcp://127.0.0.1:2", dashboard_url=None,
+                                    kind="gpu", workers=1, gpus=("2",), kernel_id="k2")  # fmt: skip
+    assert records.ClusterRecord.from_json(parked.to_json()) == parked
+    found = samples(build_frame(inputs(snapshot(), records=(parked, running))))
+    assert found["gpu_magics_cluster_parked_workers"] == [({"kernel_id": "k1", "cluster": "train"}, 2.0),
+                                                          ({"kernel_id": "k2", "cluster": "other"}, 0.0)]  # fmt: skip
+    assert found["gpu_magics_cluster_parked_bytes"] == [({"kernel_id": "k1", "cluster": "train"}, 9.0 * GIB),
+                                                        ({"kernel_id": "k2", "cluster": "other"}, 0.0)]  # fmt: skip
+
+
 def test_the_notebook_label_only_where_the_admin_turns_it_on() -> None:
     data = inputs(snapshot(reading(0, IDLE)), holding("k1", IDLE, GIB), paths={"k1": "work/train.ipynb"})
     (labels, _), *_ = samples(build_frame(data, notebook_label=True))["gpu_magics_kernel_gpu_memory_bytes"]
@@ -308,6 +322,7 @@ def kernel_record(pid: int, kernel_id: str, uuid: str = IDLE, used: int = 3 * GI
     return records.KernelRecord(gpus=(gpu,), pid=pid, kernel_id=kernel_id, started_at=time.time())
 
 
+@pytest.mark.slow  # a real kernel of the server
 async def test_gpus_a_kernel_s_bytes_and_its_idle_hold_and_a_gpu_that_disappears(
     jp_fetch: Fetch, sleeper: subprocess.Popen[bytes]
 ) -> None:
@@ -352,6 +367,7 @@ HOSTILE = {
 }  # fmt: skip
 
 
+@pytest.mark.slow  # a real kernel of the server
 async def test_hostile_and_truncated_records_leave_metrics_answering_and_the_rest_right(
     jp_fetch: Fetch, runtime_dir: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:

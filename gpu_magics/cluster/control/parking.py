@@ -6,9 +6,11 @@ tasks run on it); every worker process is then locked and checkpointed at once (
 memory goes to host memory, the GPU is released). A process the driver refuses is named with the reason and keeps
 running, and those already parked are resumed: a failed park loses nothing and leaves the cluster in use. Resume:
 every process restored and unlocked at once; PARKED → IN_USE. A resume that cannot get a GPU back leaves the
-cluster parked and says so (work that brought it fails with that line); the next try starts again. Work that reaches the scheduler while the cluster is parked
-resumes it first (``resume_on_work``, a scheduler plugin), and so does a ``%%gpurun`` cell on it; a cell that sends
-it nothing resumes nothing. A stop of a parked cluster resumes it first, so its workers end as usual.
+cluster parked and says so (work that brought it fails with that line); the next try starts again. Work that
+reaches the scheduler while the cluster is parked resumes it first (``resume_on_work``, a scheduler plugin), and so
+does a ``%%gpurun`` cell on it; a cell that sends it nothing resumes nothing. A stop of a parked cluster resumes it
+first, so its workers end as usual. The cluster's record says it is parked (the side panel, the status bar,
+``/metrics``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_magics.cluster.background.idle import IdleWatcher
-from gpu_magics.cluster.control import kernel_cluster, owner
+from gpu_magics.cluster.control import kernel_cluster, owner, record_writer
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
@@ -74,6 +76,7 @@ def park(idle_s: float | None = None) -> str:
     took = time.perf_counter() - began
     state = Parked(dict(targets), sum(held.values()), time.time())
     owner.change(functools.partial(kernel_cluster.set_parked, current, state))
+    _record(current)
     _watch_for_work(current)
     count = len(targets)
     idle = "" if idle_s is None else f" after {format_duration(idle_s)} without a task (ClusterMagics.park_after)"
@@ -107,6 +110,7 @@ def resume(*, asked: bool = True) -> str | None:
                 f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
             )
         owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+    _record(current)
     if current.idle_park is not None:  # idle from now on: parked again after as long
         current.idle_park.arm()
     count = len(state.processes)
@@ -139,6 +143,12 @@ def resume_first(said_here: bool = True) -> None:
 
 
 _resuming = threading.Lock()  # one resume at a time: the magic's, a cell's, the plugin's
+
+
+def _record(current: ActiveCluster) -> None:
+    """The cluster's record says whether it is parked (the side panel's card, the status bar, ``/metrics``)."""
+    if current.record is not None:
+        record_writer.write_record(current, refresh=True)
 
 
 def _refused(verb: str, current: ActiveCluster) -> str:

@@ -41,6 +41,7 @@ def write_record(
                 plain_cells=current.plain_cells,
                 **_idle(current),
                 **_jobs(current, None),
+                parked=_parked(current),
             )
             owner.change(functools.partial(_store, current, new_record, durable=False))
             return
@@ -64,6 +65,7 @@ def write_record(
             **_idle(current),
             **_jobs(current, state),
             **record.here(),
+            parked=_parked(current),
         )
         owner.change(functools.partial(_store, current, new_record, durable=not refresh))
     except Exception as error:  # the cluster works without its record; say so once per kernel
@@ -129,6 +131,15 @@ def _idle(current: ActiveCluster) -> dict[str, Any]:
     if watcher is None:
         return {"idle_timeout": None, "idle_since": None}
     return {"idle_timeout": watcher.timeout, "idle_since": watcher.idle_since}
+
+
+def _parked(current: ActiveCluster) -> dict[str, Any] | None:
+    """Its park (``parking.Parked``) as the record says it: since when, the GPU memory its workers gave back (held
+    in host memory meanwhile) and how many; ``None`` where it is not parked."""
+    parked = current.parked
+    if parked is None:
+        return None
+    return {"since": parked.since, "bytes": parked.released, "workers": len(parked.processes)}
 
 
 def _members(current: ActiveCluster) -> list[dict[str, Any]]:

@@ -29,7 +29,8 @@ KERNEL_FILE_PREFIX = "kernel-"  # a connection file named by its kernel's id: ke
 # (--slurm, --from, adapt) and the backend plain cells run on (%gpurun); 5: the manager's facts (owned, how it ends,
 # scalable, restartable, where its workers come from, CPU or GPU workers), which every view reads instead of the kind;
 # 6: the kernel id only where the kernel's connection file names one (``kernel-<id>.json``, as Jupyter's kernel
-# managers write it), the connection file's name and the host (where a kernel no server runs is)
+# managers write it), the connection file's name and the host (where a kernel no server runs is); ``parked`` is
+# optional within 6 (a reader that knows it not reads the record as before)
 SCHEMA_VERSION = 6
 KERNEL_SCHEMA_VERSION = 2  # 2: as SCHEMA_VERSION 6 (the kernel id, connection file and host)
 
@@ -58,6 +59,7 @@ class ClusterRecord:
     facts: dict[str, Any] | None = None  # its manager's facts: info.ClusterFacts, types.ts IClusterFacts
     connection_file: str | None = None  # the kernel's connection file's name ("kernel-<id>.json", "tmpab12.json")
     host: str | None = None  # the host the kernel runs on
+    parked: dict[str, Any] | None = None  # its workers parked (%gpucluster park): since, bytes, workers; None: not
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the file holds, and what the server sends)."""
@@ -95,6 +97,7 @@ class ClusterRecord:
             facts=_facts(data.get("facts")),
             connection_file=connection_file,
             host=_text(data.get("host")),
+            parked=_parked(data.get("parked")),
         )
 
     @property
@@ -194,6 +197,13 @@ def _facts(value: Any) -> dict[str, Any] | None:
 
     facts = ClusterFacts.from_json(value)
     return None if facts is None else facts.to_json()
+
+
+def _parked(value: Any) -> dict[str, Any] | None:
+    """A park as written (``since``, ``bytes``, ``workers``), ``None`` where not parked (or not a dict)."""
+    if not isinstance(value, dict):
+        return None
+    return {"since": float(value["since"]), "bytes": int(value["bytes"]), "workers": int(value["workers"])}
 
 
 def _number(value: Any) -> float | None:

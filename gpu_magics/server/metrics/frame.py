@@ -65,6 +65,10 @@ HELP = {
     "gpu_magics_cluster_info": "A kernel's Dask cluster: its kind and whether it was started here or attached to.",
     "gpu_magics_cluster_idle_seconds": "Seconds since a kernel's Dask cluster last ran a task (0 while it runs "
     "one); only for clusters with an idle timeout.",
+    "gpu_magics_cluster_parked_workers": "Workers of a kernel's Dask cluster parked (%gpucluster park): their GPUs "
+    "given back, their data kept (0 while it runs).",
+    "gpu_magics_cluster_parked_bytes": "GPU memory a kernel's parked Dask cluster gave back, held in host memory "
+    "while it is parked (0 while it runs); NVML and the kernel's GPU memory series no longer count it.",
 }
 
 
@@ -206,6 +210,11 @@ def _clusters(series: dict[str, list[Series]], inputs: Inputs, place: Place) -> 
         owned = started_here(record.facts, record.kind)
         info = (*labels, ("kind", clean(record.kind)), ("started_here", str(owned).lower()))
         series["gpu_magics_cluster_info"].append(Series(info, 1.0, kernel_id=owner))
+        parked = record.parked or {}
+        series["gpu_magics_cluster_parked_workers"].append(
+            Series(labels, float(parked.get("workers", 0)), kernel_id=owner)
+        )
+        series["gpu_magics_cluster_parked_bytes"].append(Series(labels, float(parked.get("bytes", 0)), kernel_id=owner))
         if record.idle_timeout is not None:
             since = _number(record.idle_since)
             series["gpu_magics_cluster_idle_seconds"].append(Series(labels, 0.0, since, kernel_id=owner))

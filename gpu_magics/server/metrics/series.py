@@ -38,6 +38,8 @@ SERIES = (
     Labelled("gpu_magics_cluster_gpus", "gauge", ("kernel_id", "cluster")),
     Labelled("gpu_magics_cluster_info", "gauge", ("kernel_id", "cluster", "kind", "started_here")),
     Labelled("gpu_magics_cluster_idle_seconds", "gauge", ("kernel_id", "cluster")),
+    Labelled("gpu_magics_cluster_parked_workers", "gauge", ("kernel_id", "cluster")),
+    Labelled("gpu_magics_cluster_parked_bytes", "gauge", ("kernel_id", "cluster")),
     Labelled("gpu_magics_idle_reclaims_total", "counter", ("action",)),
 )
 
@@ -54,7 +56,8 @@ LABELS = {
     "cluster": "the cluster's name, as `%gpucluster --name` gave it or its kind",
     "kind": "the kind of cluster: `gpu`, `cpu`, `attached`, `slurm`, `adopted` or `gateway`",
     "started_here": "`true` where the kernel started the cluster, `false` where it attached to or adopted one",
-    "action": "what the idle reclaim did: `freed_cache`, `stopped_cluster`, `kept_cluster` or `failed`",
+    "action": "what the idle reclaim did: `freed_cache`, `stopped_cluster`, `parked_cluster`, `kept_cluster` or "
+    "`failed`",
     "pod": "the server's pod, in Kubernetes",
     "namespace": "the server's namespace, in Kubernetes",
 }

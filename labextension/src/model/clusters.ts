@@ -4,7 +4,7 @@
  */
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 
-import { formatDuration } from '../format';
+import { formatBytes, formatDuration } from '../format';
 import type { ICluster, IClusterFacts, IClusterMember, IMemberGpu } from '../types';
 
 export type ClusterAction =
@@ -256,6 +256,21 @@ export function idleText(cluster: ICluster, now: number): string | null {
   }
   const left = Math.max(0, since + timeout - now);
   return `idle ${formatDuration(now - since)} \u00b7 ${verb} in ${formatDuration(left)}`;
+}
+
+/**
+ * The park's line: "parked 12 min · 9.0 GiB kept in host memory · the next cell that sends it work resumes it";
+ * null while its workers run.
+ */
+export function parkedText(cluster: ICluster, now: number): string | null {
+  const parked = cluster.parked ?? null;
+  if (parked === null) {
+    return null;
+  }
+  return (
+    `parked ${formatDuration(Math.max(0, now - parked.since))} \u00b7 ${formatBytes(parked.bytes)} kept in host ` +
+    'memory \u00b7 the next cell that sends it work resumes it'
+  );
 }
 
 /** 'busy' (it runs tasks), 'idle', or 'closing' (idle, with less than a quarter of the timeout or 5 min left). */

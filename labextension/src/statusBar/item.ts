@@ -8,9 +8,9 @@ import { ServerConnection } from '@jupyterlab/services';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { requestAPI } from '../server/api';
-import { gpuStatus, idleHoldStatus, kernelGpus, newerSnapshot } from './text';
-import type { IIdleHoldReply, IProcessesReply, IServerConfig, ISnapshot } from '../types';
+import { fetchClusters, requestAPI } from '../server/api';
+import { gpuStatus, idleHoldStatus, kernelGpus, newerSnapshot, parkedStatus } from './text';
+import type { ICluster, IIdleHoldReply, IProcessesReply, IServerConfig, ISnapshot } from '../types';
 
 export const STATUS_POLL_MS = 5000;
 
@@ -19,6 +19,7 @@ export class GpuStatusItem extends Widget {
   private _snapshot: ISnapshot | null = null;
   private _processes: IProcessesReply | null = null;
   private _idleHolds: IIdleHoldReply | null = null;
+  private _clusters: ICluster[] | null = null;
 
   /** `kernelId`: the kernel of the notebook (or console) in front; `open`: show the side panel. */
   constructor(
@@ -53,13 +54,20 @@ export class GpuStatusItem extends Widget {
     const kernelId = this._kernelId();
     const status = gpuStatus(this._snapshot?.gpus ?? [], kernelGpus(this._processes, kernelId));
     const idle = idleHoldStatus(this._idleHolds, kernelId);
-    const suffix = document.createElement('span');
-    suffix.className = 'jp-GpuMagics-idleHeld';
-    suffix.textContent = idle.suffix;
-    this.node.replaceChildren(status.text, ...(idle.suffix ? [suffix] : []));
-    this.node.title = idle.lines.length
-      ? `${status.title}\n\nGPU memory held on idle GPUs:\n${idle.lines.join('\n')}`
-      : status.title;
+    const parked = parkedStatus(this._clusters, kernelId, Date.now() / 1000);
+    const suffixes = [
+      suffixOf('jp-GpuMagics-parkedHeld', parked.suffix),
+      suffixOf('jp-GpuMagics-idleHeld', idle.suffix)
+    ].filter((node): node is HTMLSpanElement => node !== null);
+    this.node.replaceChildren(status.text, ...suffixes);
+    const title = [status.title];
+    if (parked.line) {
+      title.push(parked.line);
+    }
+    if (idle.lines.length) {
+      title.push(`GPU memory held on idle GPUs:\n${idle.lines.join('\n')}`);
+    }
+    this.node.title = title.join('\n\n');
   }
 
   override dispose(): void {
@@ -69,14 +77,27 @@ export class GpuStatusItem extends Widget {
 
   private async _refresh(): Promise<void> {
     // `devices` reads the GPUs now (the buffered history stands still while no panel watches)
-    const [devices, processes, idleHolds] = await Promise.all([
+    const [devices, processes, idleHolds, clusters] = await Promise.all([
       requestAPI<{ config: IServerConfig; snapshot: ISnapshot }>('devices', {}, this._settings),
       requestAPI<IProcessesReply>('processes', {}, this._settings).catch(() => null),
-      requestAPI<IIdleHoldReply>('idle-hold', {}, this._settings).catch(() => null)
+      requestAPI<IIdleHoldReply>('idle-hold', {}, this._settings).catch(() => null),
+      fetchClusters(this._settings).catch(() => null)
     ]);
     this._snapshot = newerSnapshot(this._snapshot, devices.snapshot);
     this._processes = processes;
     this._idleHolds = idleHolds;
+    this._clusters = clusters?.clusters ?? null;
     this.render();
   }
+}
+
+/** A suffix of the item's line in its own span (its colour), or null where there is none. */
+function suffixOf(className: string, text: string): HTMLSpanElement | null {
+  if (!text) {
+    return null;
+  }
+  const span = document.createElement('span');
+  span.className = className;
+  span.textContent = text;
+  return span;
 }

@@ -1,6 +1,6 @@
 /** What the status-bar item says: pure functions of the server's readings and processes (no widget, no network). */
 import { formatBytes, formatDuration } from '../format';
-import type { IGpuReading, IIdleHoldReply, IProcessesReply, ISnapshot } from '../types';
+import type { ICluster, IGpuReading, IIdleHoldReply, IProcessesReply, ISnapshot } from '../types';
 
 export interface IGpuStatus {
   /** "GPU 0-1 · 45% · 12.0 / 160 GiB", or "No GPU". */
@@ -88,4 +88,29 @@ export function idleHoldStatus(reply: IIdleHoldReply | null, kernelId: string | 
     ? ` \u00b7 held idle ${formatDuration(front.idle_s ?? 0)}`
     : ` \u00b7 ${warned.length === 1 ? '1 notebook holds' : `${warned.length} notebooks hold`} idle GPUs`;
   return { suffix, lines };
+}
+
+/** What the item adds where the notebook in front has its cluster parked: a short suffix, and its tooltip line. */
+export interface IParkedStatus {
+  /** " · parked" (the kernel in front's cluster), or ''. */
+  suffix: string;
+  /** "Cluster 'gpu' is parked (12 min): 9.0 GiB kept in host memory; ...", or null. */
+  line: string | null;
+}
+
+/** Says so where the cluster of the kernel in front (`kernelId`) is parked (`%gpucluster park`). */
+export function parkedStatus(clusters: ICluster[] | null, kernelId: string | null, now: number): IParkedStatus {
+  const front = (clusters ?? []).find(cluster => cluster.kernel_id === kernelId && cluster.parked);
+  const parked = front?.parked;
+  if (!kernelId || !front || !parked) {
+    return { suffix: '', line: null };
+  }
+  const workers = parked.workers === 1 ? '1 worker' : `${parked.workers} workers`;
+  return {
+    suffix: ' \u00b7 parked',
+    line:
+      `Cluster '${front.name}' is parked (${formatDuration(Math.max(0, now - parked.since))}): its ${workers} gave ` +
+      `their GPUs back, ${formatBytes(parked.bytes)} kept in host memory; the next cell that sends it work ` +
+      'resumes it (%gpucluster resume: now).'
+  };
 }

@@ -14,6 +14,7 @@ import {
   idleState,
   idleText,
   jobLines,
+  parkedText,
   restartOff
 } from '../../model/clusters';
 import { Child, el } from '../dom';
@@ -123,6 +124,21 @@ export class ClustersView {
         ...dashboardLink(cluster)
       )
     );
+    const parked = parkedText(cluster, now);
+    if (parked) {
+      row.append(
+        el(
+          'div',
+          {
+            class: 'jp-GpuMagics-parked',
+            title:
+              'Its GPU workers gave their GPUs back to the server (%gpucluster park); their data waits in host ' +
+              'memory. The next cell that sends the cluster work, or %gpucluster resume, takes the GPUs back.'
+          },
+          parked
+        )
+      );
+    }
     const idle = idleText(cluster, now);
     if (idle) {
       row.append(

@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gpu_magics.cluster.background.ahead import WAITING_LINE
 from tests.test_kernel_faults import Kernel, loaded_kernel
 
 pytestmark = pytest.mark.slow
@@ -101,7 +102,10 @@ def test_the_line_updates_in_place_and_ends_as_the_cluster(kernel: Kernel) -> No
     updates = [m for m in messages if m["msg_type"] == "update_display_data"]
     assert updates and all(m["content"]["transient"]["display_id"] == display_id for m in updates)
     assert "Cluster 'live'" in text_of(updates[-1]) and "2 workers running" in text_of(updates[-1])
-    leaked = [text_of(m) for m in messages if m["msg_type"] in ("stream", "error") and "distributed" in text_of(m)]
+    # distributed's own lines (its loggers' names, its tracebacks) never reach the notebook; the package's line that
+    # says a busy host's first cell waits for the imports %load_ext began names distributed, and is no leak
+    said = [text_of(m).replace(WAITING_LINE, "") for m in messages if m["msg_type"] in ("stream", "error")]
+    leaked = [text for text in said if "distributed" in text or "Traceback" in text]
     assert not leaked, leaked
 
 

@@ -64,13 +64,24 @@ def test_the_package_logger_writes_nowhere_else_in_the_kernel(loaded_shell: Inte
     assert units.logger.getEffectiveLevel() == logging.DEBUG
 
 
-def test_a_hosted_schedulers_garbage_collection_notes_go_to_the_file_not_the_notebook(
-    loaded_shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("logger", "note"),
+    [
+        ("distributed.gc", "full garbage collections took 13%% CPU time recently (t_note)"),
+        ("distributed.batched", "Batched Comm Closed <TCP (closed) local=tcp://127.0.0.1:1> (t_note)"),
+    ],
+)
+def test_a_hosted_schedulers_notes_go_to_the_file_not_the_notebook(
+    loaded_shell: InteractiveShell, capsys: pytest.CaptureFixture[str], logger: str, note: str
 ) -> None:
-    """distributed's scheduler (in this kernel for a cluster started here) notes slow collections on a busy host."""
+    """distributed's scheduler (in this kernel for a cluster started here) notes slow collections on a busy host,
+    and the closed stream of a worker that went (a stop that cancelled its batch job), with a traceback."""
     size = kernel_log().stat().st_size if kernel_log().exists() else 0
     capsys.readouterr()
-    logging.getLogger("distributed.gc").warning("full garbage collections took 13%% CPU time recently (t_note)")
+    try:
+        raise OSError("the worker went")
+    except OSError:
+        logging.getLogger(logger).warning(note, exc_info=True)
     assert "t_note" in kernel_log().read_text(encoding="utf-8")[size:]
     shown = capsys.readouterr()
     assert "t_note" not in shown.out + shown.err
@@ -82,8 +93,9 @@ def test_unloading_gives_the_logger_back(loaded_shell: InteractiveShell) -> None
         assert not [h for h in units.logger.handlers if type(h).__name__ == "_KernelFile"]
         assert units.logger.propagate is True
         assert units.logger.level == logging.NOTSET
-        gc_notes = logging.getLogger("distributed.gc")
-        assert gc_notes.propagate is True and not [h for h in gc_notes.handlers if type(h).__name__ == "_KernelFile"]
+        for name in ("distributed.gc", "distributed.batched"):
+            notes = logging.getLogger(name)
+            assert notes.propagate is True and not [h for h in notes.handlers if type(h).__name__ == "_KernelFile"]
     finally:
         loaded_shell.run_line_magic("load_ext", "gpu_magics")
 

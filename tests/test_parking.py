@@ -108,6 +108,7 @@ def test_a_park_parks_every_worker_and_work_resumes_them_with_their_data(
     assert "is parked already" in refused(shell, "park")
     status = one_line(shell, "status", capsys)
     assert "'t_parked' is parked since " in status and "(%gpucluster resume: now)" in status
+    assert "of GPU memory back to the server, kept in host memory meanwhile; " in status
     assert states() == {"checkpointed"}  # asking how it is resumes nothing
     assert shell.run_cell("t_again = int(t_x.sum().compute())").error_in_exec is None
     out = capsys.readouterr().out
@@ -185,6 +186,38 @@ def test_a_park_while_tasks_run_is_refused_and_changes_nothing(shell: Interactiv
     assert "task(s) run on 't_parked' now; park it once the cell that sent them is done" in said
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
     assert shell.run_cell("t_slow.compute()").error_in_exec is None
+
+
+def test_an_idle_park_that_finds_tasks_running_says_nothing_and_parks_once_they_end(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scheduler's idle clock can lag a graph just sent (a resume's own work): the idle park that then finds
+    tasks running waits for the next idle stretch, without a line in the cell that sent them."""
+    from gpu_magics.cluster.control import parking
+    from gpu_magics.cluster.reading import inspection
+
+    current = kernel_cluster.in_use()
+    assert current is not None
+    code = "import time\nt_slow = t_x.map_blocks(lambda b: (time.sleep(2), b)[1]).sum().persist()"
+    assert shell.run_cell(code).error_in_exec is None
+    scheduler = inspection.local_scheduler(current.client)
+    deadline = time.monotonic() + 30
+    while not any(worker.processing for worker in scheduler.workers.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    capsys.readouterr()
+    idle_park = parking.IdlePark(current, 1.0)
+    try:
+        idle_park._idle()  # as the watch calls it when the scheduler's clock says idle
+        assert kernel_cluster.phase() is Phase.IN_USE and capsys.readouterr().out == ""
+        deadline = time.monotonic() + 30
+        while kernel_cluster.phase() is not Phase.PARKED and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert kernel_cluster.phase() is Phase.PARKED  # once the tasks ended and it idled a second
+    finally:
+        idle_park.stop()
+    assert "%gpucluster: parked 2 workers of 't_parked' after 1 s without a task" in capsys.readouterr().out
+    assert shell.run_cell("t_slow.compute()").error_in_exec is None  # resumes it
+    assert kernel_cluster.phase() is Phase.IN_USE
 
 
 def test_a_stop_while_parked_resumes_first_and_a_cpu_cluster_is_not_parked(

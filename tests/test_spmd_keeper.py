@@ -116,3 +116,28 @@ def test_a_connection_without_the_token_is_closed_before_anything_it_sends_is_re
         await host.end("kernel-a", worker)
 
     on_a_worker(body)
+
+
+def test_rendezvous_ports_are_free_distinct_and_below_the_hosts_ephemeral_range(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A port below the ephemeral range is never handed to another process's ``bind(0)`` or outgoing connection
+    between the probe and the rank's own bind; one in use is passed over; without room, any free port."""
+    import socket
+    from types import SimpleNamespace
+
+    worker = SimpleNamespace(address="tcp://127.0.0.1:1")
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("32768\t60999\n")
+    monkeypatch.setattr(host, "EPHEMERAL", str(ranges))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    try:
+        monkeypatch.setattr(host.random, "sample", lambda span, k: [taken.getsockname()[1], *list(span)[:k]][:k])
+        ports = host.free_ports(2, worker)
+        assert len(set(ports)) == 2 and all(host.FIRST_PORT <= port < 32768 for port in ports)
+        assert taken.getsockname()[1] not in ports
+        ranges.write_text("20000\t60999\n")  # no room below it: the host's own choice
+        assert len(set(host.free_ports(2, worker))) == 2
+    finally:
+        taken.close()

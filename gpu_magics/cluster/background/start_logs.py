@@ -84,18 +84,20 @@ _before: list[tuple[bool, int]] = []  # the logger's propagate and level before 
 
 
 GC_NOTES = "distributed.gc"  # the scheduler this kernel hosts notes slow garbage collections here (a busy host)
+COMM_NOTES = "distributed.batched"  # its stream to a worker that went (a stop, a cancelled batch job): a traceback
+NOTES = (GC_NOTES, COMM_NOTES)
 
 
 def package_logs_to_file(shell: object = None) -> None:
     """At ``%load_ext``: the ``gpu_magics`` logger writes every record (debug included, unless its level was set)
-    to this kernel's log file and nowhere else (not to the notebook's stderr); so do the garbage-collection notes of
-    a scheduler this kernel hosts ("full garbage collections took 12% CPU time recently"), which say nothing a
-    cell can act on."""
+    to this kernel's log file and nowhere else (not to the notebook's stderr); so do the notes of a scheduler this
+    kernel hosts that say nothing a cell can act on: its garbage collections ("full garbage collections took 12%
+    CPU time recently") and the closed stream of a worker that went ("Batched Comm Closed", with a traceback)."""
     if _package_file in units.logger.handlers:
         return
-    gc_notes = logging.getLogger(GC_NOTES)
-    _before[:] = [(units.logger.propagate, units.logger.level), (gc_notes.propagate, gc_notes.level)]
-    for logger in (units.logger, gc_notes):
+    loggers = [units.logger, *(logging.getLogger(name) for name in NOTES)]
+    _before[:] = [(logger.propagate, logger.level) for logger in loggers]
+    for logger in loggers:
         logger.addHandler(_package_file)
         logger.propagate = False
     if units.logger.level == logging.NOTSET:
@@ -103,13 +105,14 @@ def package_logs_to_file(shell: object = None) -> None:
 
 
 def package_logs_back(shell: object = None) -> None:
-    """At ``%unload_ext``: the ``gpu_magics`` logger and the garbage-collection notes as they were before
+    """At ``%unload_ext``: the ``gpu_magics`` logger and the scheduler's notes as they were before
     ``package_logs_to_file``."""
     if _package_file not in units.logger.handlers:
         return
-    before = list(_before) or [(True, logging.NOTSET), (True, logging.NOTSET)]
+    loggers = [units.logger, *(logging.getLogger(name) for name in NOTES)]
+    before = list(_before) or [(True, logging.NOTSET)] * len(loggers)
     _before.clear()
-    for logger, (propagate, level) in zip((units.logger, logging.getLogger(GC_NOTES)), before, strict=False):
+    for logger, (propagate, level) in zip(loggers, before, strict=False):
         logger.removeHandler(_package_file)
         logger.propagate = propagate
         logger.setLevel(level)

@@ -57,8 +57,9 @@ def parked_line(current: ActiveCluster) -> str:
     count = len(parked.processes)
     return (
         f"{PROG}: {current.name!r} is parked since {format_clock(parked.since, time.time())}: {count} worker"
-        f"{'s' if count != 1 else ''} gave {format_bytes(parked.released)} of GPU memory back to the server; the next "
-        f"cell that sends it work resumes {'them' if count != 1 else 'it'} ({PROG} resume: now)"
+        f"{'s' if count != 1 else ''} gave {format_bytes(parked.released)} of GPU memory back to the server, kept in "
+        f"host memory meanwhile; the next cell that sends it work resumes {'them' if count != 1 else 'it'} "
+        f"({PROG} resume: now)"
     )
 
 

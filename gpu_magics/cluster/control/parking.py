@@ -37,6 +37,10 @@ PLUGIN_NAME = "gpu-magics-resume-on-work"
 SETTLE_POLL_S = 0.25  # how often an idle park waits on a start or change still under way
 
 
+class TasksRunning(ClusterError):
+    """A park refused: tasks run on the cluster (a park waits for none: it loses nothing)."""
+
+
 @dataclass(frozen=True)
 class Parked:
     """What a park holds: each worker's process (name → pid), the GPU memory they gave back, and when."""
@@ -60,7 +64,7 @@ def park(idle_s: float | None = None) -> str:
     running = running_tasks(current)
     if running:
         owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
-        raise ClusterError(
+        raise TasksRunning(
             f"{PROG} park: {running} task(s) run on {current.name!r} now; park it once the cell that sent them is done"
         )
     began = time.perf_counter()
@@ -293,12 +297,15 @@ class IdlePark:
             return
         if kernel_cluster.in_use() is not self.current or kernel_cluster.phase() is not kernel_cluster.Phase.IN_USE:
             return
+        if running_tasks(self.current):  # the scheduler's idle clock lags a graph just sent: the next idle stretch
+            self.arm()
+            return
         try:
             print(park(idle_s=self.after_s))
-        except ClusterError as error:
+        except TasksRunning:  # tasks came meanwhile: nothing to say, watch for the next idle stretch
+            self.arm()
+        except ClusterError as error:  # what cannot be parked is said once; the cluster goes on as it was
             print(error)
-            if running_tasks(self.current):  # tasks began meanwhile: watch for the next idle stretch
-                self.arm()
 
 
 def watch_idle(current: ActiveCluster, after_s: float) -> IdlePark | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 from typing import Any
 
@@ -92,14 +93,30 @@ def probe(dask_worker: Any) -> Probe:
     }
 
 
+FIRST_PORT = 20000  # the rendezvous ports are drawn from here up to the host's ephemeral range
+EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
 def free_ports(count: int, dask_worker: Any) -> list[int]:
-    """``count`` ports free now on this worker's host (all at once, so they differ)."""
+    """``count`` ports free now on this worker's host (all at once, so they differ). They are drawn below the
+    host's ephemeral range where it can: a port the kernel hands out to any ``bind(0)`` or outgoing connection
+    could be taken by another process between this probe and the rank's own bind (``EADDRINUSE``)."""
     from distributed.comm import get_address_host
 
     host = get_address_host(dask_worker.address)
-    probes = []
+    probes: list[socket.socket] = []
     try:
-        for _ in range(count):
+        for port in _candidates(count * 20):
+            if len(probes) == count:
+                break
+            probe_socket = socket.socket()
+            try:
+                probe_socket.bind((host, port))
+            except OSError:  # in use: the next
+                probe_socket.close()
+                continue
+            probes.append(probe_socket)
+        while len(probes) < count:  # no room below the ephemeral range: any port the host gives
             probe_socket = socket.socket()
             probes.append(probe_socket)
             probe_socket.bind((host, 0))
@@ -107,6 +124,17 @@ def free_ports(count: int, dask_worker: Any) -> list[int]:
     finally:
         for item in probes:
             item.close()
+
+
+def _candidates(count: int) -> list[int]:
+    """Up to ``count`` random ports from ``FIRST_PORT`` to below the host's ephemeral range (none where unknown)."""
+    try:
+        with open(EPHEMERAL, encoding="ascii") as file:
+            low = int(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    span = range(FIRST_PORT, low)
+    return random.sample(span, min(count, len(span)))
 
 
 async def start(owner: str, topic: str, env: dict[str, str], dask_worker: Any) -> RankStarted:

@@ -1,4 +1,4 @@
-import { parkedText } from '../src/model/clusters';
+import { clusterCommand, parkedText } from '../src/model/clusters';
 import { parkedStatus } from '../src/statusBar/text';
 import { cluster } from './fixtures';
 
@@ -14,6 +14,7 @@ describe('a parked cluster', () => {
     const older = cluster();
     delete older.parked; // an older kernel's record has no such field
     expect(parkedText(older, 2000)).toBeNull();
+    expect(clusterCommand({ action: 'resume' })).toBe('%gpucluster resume'); // what its Resume runs in the kernel
   });
 
   it('adds "· parked" to the status bar for the notebook in front only', () => {

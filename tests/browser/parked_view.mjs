@@ -1,7 +1,8 @@
 // A parked cluster as a user sees it, at the default sidebar width, light and dark: its card's line ("parked 2 min ·
 // 9.0 GiB kept in host memory · the next cell that sends it work resumes it") and the status bar's "· parked" for
 // the notebook in front. The record is written here as a kernel whose cluster is parked writes it, for the kernel
-// of the notebook this page opened.
+// of the notebook this page opened. Then the notebook parks its own cluster (CPU workers standing in for GPU
+// workers) and the card's Resume takes it back through the kernel.
 // Usage: node parked_view.mjs BASE_URL TOKEN NOTEBOOK RUNTIME_DIR FACTS_JSON. Screenshots: $ARTIFACTS/parked-*.png.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -34,6 +35,7 @@ function writeRecord(kernelId) {
   }; // prettier-ignore
   const file = path.join(runtime, `gpu-magics-cluster-${process.pid}-${CLUSTER}.json`);
   fs.writeFileSync(file, JSON.stringify(record), { mode: 0o600 });
+  return file;
 }
 
 async function main() {
@@ -57,7 +59,7 @@ async function main() {
       { timeout: 120000 }
     );
     const kernelId = await page.evaluate(() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id);
-    writeRecord(kernelId);
+    const recordFile = writeRecord(kernelId);
     step(`record written for kernel ${kernelId.slice(0, 8)}`);
     const width = await page.evaluate(() => document.querySelector('#gpu-magics-panel').getBoundingClientRect().width);
     if (width > 300) problems.push(`the panel is ${width} px wide: not the default sidebar width`);
@@ -101,6 +103,42 @@ async function main() {
       await steadyScreenshot(card, { path: path.join(artifacts, `parked-card-${theme}.png`) });
       await steadyScreenshot(item, { path: path.join(artifacts, `parked-status-${theme}.png`) });
     }
+    await setTheme(page, 'light');
+    fs.unlinkSync(recordFile);
+    await card.waitFor({ state: 'detached', timeout: 60000 });
+    step('parking the notebook\'s own cluster');
+    await page.evaluate(() => {
+      void window.jupyterapp.commands.execute('notebook:run-all-cells');
+    });
+    const live = page.locator('.jp-GpuMagics-cluster[data-cluster="live"]');
+    const liveLine = live.locator('.jp-GpuMagics-parked');
+    try {
+      await liveLine.waitFor({ timeout: 180000 });
+    } catch (error) {
+      const outputs = await page.locator('.jp-OutputArea-output').allTextContents();
+      throw new Error(`the live card never said parked; the notebook printed: ${outputs.join(' | ').slice(0, 2000)}`);
+    }
+    const liveSaid = (await liveLine.textContent()) || '';
+    step(`its card: ${liveSaid}`);
+    step(`the notebook: ${(await page.locator('.jp-OutputArea-output').allTextContents()).slice(-1).join('')}`);
+    if (!/^parked \d+ s \u00b7 .+ kept in host memory \u00b7 the next cell that sends it work resumes it$/.test(liveSaid)) {
+      problems.push(`the live card's line reads "${liveSaid}"`);
+    }
+    await page.waitForFunction(
+      () => /\u00b7 parked$/.test(document.querySelector('.jp-GpuMagics-statusItem')?.textContent ?? ''),
+      null,
+      { timeout: 30000 }
+    );
+    await live.locator('button', { hasText: 'Resume' }).click();
+    await liveLine.waitFor({ state: 'detached', timeout: 60000 });
+    await page.waitForFunction(
+      () => !/parked/.test(document.querySelector('.jp-GpuMagics-statusItem')?.textContent ?? ''),
+      null,
+      { timeout: 30000 }
+    );
+    const failed = await live.locator('.jp-GpuMagics-error').count();
+    if (failed) problems.push(`after Resume the card says "${await live.locator('.jp-GpuMagics-error').textContent()}"`);
+    step('Resume took it back: the card and the status bar no longer say parked');
   } finally {
     await browser.close();
   }

@@ -1,8 +1,8 @@
 """A parked cluster in real JupyterLab in headless Chromium at the default sidebar width, light and dark: the card of
 the notebook's cluster says since when it is parked and what it keeps in host memory, and the status bar adds
-"· parked" for the notebook in front (its tooltip says what the next cell does). The cluster's record is written as
-a parked kernel writes it, for the kernel of the notebook the browser opened. Screenshots:
-``test-artifacts/browser/parked-*.png``."""
+"· parked" for the notebook in front (its tooltip says what the next cell does). The pictures come from a record
+written as a parked kernel writes it (9 GiB parked two minutes ago); then the notebook parks its own cluster for
+real, and the card's Resume takes it back through its kernel. Screenshots: ``test-artifacts/browser/parked-*.png``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,22 @@ from .test_panel_layout import local_gpu_facts
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(400)]
 
 NOTEBOOK = "parked.ipynb"
-EMPTY_NOTEBOOK = {
-    "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": "x = 1"}],
+# the notebook's own cluster, parked for real: CPU workers stand in for GPU workers (their pids are what a park is
+# given) and the server's simulated GPUs choose the driver's stand-in (``workers.checkpoint``)
+CELLS = [
+    "%load_ext gpu_magics\n%config ClusterMagics.wait_for_workers = True",
+    "from gpu_magics.cluster.managers.local import cluster as local_cluster\n"
+    "from gpu_magics.cluster.managers.local.cpu import LocalCpuManager\n"
+    "LocalCpuManager.park_targets = lambda self: local_cluster.worker_pids(self.cluster)",
+    "%gpucluster --cpu-workers 2 --name live",
+    "import dask.array as da\nfrom distributed import wait\nx = da.arange(1000, chunks=100).persist()\nwait(x)",
+    "%gpucluster park",
+]
+PARKED_NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+        for source in CELLS
+    ],
     "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
     "nbformat": 4,
     "nbformat_minor": 5,
@@ -30,7 +44,7 @@ EMPTY_NOTEBOOK = {
 def lab(tmp_path: Path, requirements: None) -> Iterator[Lab]:
     server = Lab(tmp_path)
     server.env["GPU_MAGICS_SOURCE"] = "fake:2"
-    (server.root / NOTEBOOK).write_text(json.dumps(EMPTY_NOTEBOOK), encoding="utf-8")
+    (server.root / NOTEBOOK).write_text(json.dumps(PARKED_NOTEBOOK), encoding="utf-8")
     try:
         server.start()
         yield server

@@ -12,7 +12,8 @@ export type ClusterAction =
   | { action: 'restart' }
   | { action: 'scale'; workers: number }
   | { action: 'adapt'; minimum: number; maximum: number }
-  | { action: 'free' };
+  | { action: 'free' }
+  | { action: 'resume' };
 
 /** What a notebook's "Free cached" runs in its kernel: the kernel's pools and its cluster's give back their cache. */
 export const FREE_NOTEBOOK_COMMAND = '%gpucluster free';
@@ -38,6 +39,8 @@ export function clusterCommand(request: ClusterAction): string {
     }
     case 'free':
       return '%gpucluster free workers';
+    case 'resume':
+      return '%gpucluster resume';
   }
 }
 

@@ -136,6 +136,13 @@ export class ClustersView {
               'memory. The next cell that sends the cluster work, or %gpucluster resume, takes the GPUs back.'
           },
           parked
+        ),
+        el(
+          'div',
+          { class: 'jp-GpuMagics-buttons jp-GpuMagics-parkedButtons' },
+          button('Resume', canAct, () => void this._act(cluster, { action: 'resume' }, 'Resuming'), {
+            title: 'Runs %gpucluster resume in its kernel: its workers take their GPUs back now, with their data'
+          })
         )
       );
     }

@@ -156,6 +156,8 @@ def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_
     current = kernel_cluster.in_use()
     assert current is not None
     name, pid = sorted(current.manager.park_targets().items())[1]
+    code = "from distributed import get_client\nt_client = get_client()\nt_kept = t_client.submit(int, 7, key='t-kept')"
+    assert shell.run_cell(code + "\nt_kept.result(timeout=30)").error_in_exec is None
     one_line(shell, "park", capsys)
     monkeypatch.setenv(checkpoint.FAIL_ENV, f"restore:{pid}")
     result = shell.run_cell("t_failed = int(t_x.sum().compute())")  # a plain cell: the scheduler's plugin resumes
@@ -164,6 +166,13 @@ def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_
     assert said.startswith("%gpucluster resume: 1 of 2 worker(s) of 't_parked' could not take their GPU back (")
     assert f"{name}: " in said and said.endswith("run %gpucluster resume to try again")
     assert kernel_cluster.phase() is Phase.PARKED and "t_failed" not in shell.user_ns
+    # a graph whose result is in memory already (another client asks for it): its data is neither failed nor let go
+    code = "t_other = Client(t_client.scheduler.address, set_as_default=False)\n"
+    code += "t_asked = t_other.submit(int, 7, key='t-kept')"
+    assert shell.run_cell("from distributed import Client\n" + code).error_in_exec is None
+    time.sleep(1.0)  # the graph reached the scheduler and its resume failed
+    assert shell.run_cell("assert t_kept.result(timeout=10) == 7").error_in_exec is None
+    shell.run_cell("t_other.close()")
     monkeypatch.delenv(checkpoint.FAIL_ENV)
     assert shell.run_cell("t_again = int(t_x.sum().compute())").error_in_exec is None  # tried again: resumed
     assert "%gpucluster: resumed 2 workers of 't_parked' in " in capsys.readouterr().out

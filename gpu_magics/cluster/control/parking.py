@@ -252,15 +252,17 @@ def resume_on_work() -> Any:
 def _fail_graph(scheduler: Any, client: str, keys: list[Any], line: str) -> None:
     """The graph ``client`` just sent fails with ``line`` (a resume failed): its futures raise IPython's
     ``UsageError`` (the notebook shows its one line) and the scheduler lets its tasks go, so none waits on a parked
-    worker. On the scheduler's event loop, right after the graph's own transitions."""
+    worker; results already in memory (persisted data the graph asked for again) are neither failed nor let go. On
+    the scheduler's event loop, right after the graph's own transitions."""
     from distributed.core import error_message
     from IPython.core.error import UsageError
 
     exception = error_message(UsageError(line))["exception"]
-    for key in keys:
+    pending = [key for key in keys if getattr(scheduler.tasks.get(key), "state", None) != "memory"]  # data stays
+    for key in pending:
         scheduler.report({"op": "task-erred", "key": key, "exception": exception, "traceback": None}, client=client)
-    if client in scheduler.clients:
-        scheduler.client_releases_keys(keys, client, stimulus_id=f"gpu-magics-resume-failed-{time.time()}")
+    if pending and client in scheduler.clients:
+        scheduler.client_releases_keys(pending, client, stimulus_id=f"gpu-magics-resume-failed-{time.time()}")
 
 
 class IdlePark:

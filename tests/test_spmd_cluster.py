@@ -103,27 +103,29 @@ def test_the_ranks_have_every_variable_a_real_torchrun_gives_its_workers(
     shell: InteractiveShell, tmp_path: Any
 ) -> None:
     import json
-    import socket
     import subprocess
     import sys
+    from types import SimpleNamespace
 
-    script = tmp_path / "env.py"
-    script.write_text("import json, os\nprint(json.dumps(dict(os.environ)))\n")
+    from gpu_magics.spmd.worker import host
+
+    script = tmp_path / "env.py"  # a file each: three processes' prints on one pipe can interleave
+    script.write_text(
+        "import json, os, pathlib\n"
+        f"out = pathlib.Path({str(tmp_path)!r}, 'env-' + os.environ['RANK'] + '.json')\n"
+        "out.write_text(json.dumps(dict(os.environ)))\n"
+    )
     launcher = {
         name: value
         for name, value in os.environ.items()
         if name not in TORCHRUN_SAME and not name.startswith(("TORCHELASTIC_", "MASTER_"))
     }
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    launched = subprocess.run(
+    (port,) = host.free_ports(1, SimpleNamespace(address="tcp://127.0.0.1:1"))  # as the ranks' own are drawn
+    subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=3", f"--master_port={port}", str(script)],
         env=launcher, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
-    workers = sorted(
-        (json.loads(line) for line in launched.stdout.splitlines() if line.startswith("{")), key=lambda env: env["RANK"]
-    )
+    workers = [json.loads((tmp_path / f"env-{rank}.json").read_text()) for rank in range(3)]
     assert len(workers) == 3
     torchruns = set().union(*(env.keys() - launcher.keys() for env in workers))
     assert {"TORCHELASTIC_RUN_ID", "ROLE_NAME", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS"} <= torchruns

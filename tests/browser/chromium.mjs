@@ -44,6 +44,17 @@ export async function hideToasts(page) {
   await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
 }
 
+/** Switch JupyterLab to its light or dark theme (`theme`: "light" or "dark") and wait until it has drawn it. */
+export async function setTheme(page, theme) {
+  const name = theme === 'dark' ? 'JupyterLab Dark' : 'JupyterLab Light';
+  await page.evaluate(n => window.jupyterapp.commands.execute('apputils:change-theme', { theme: n }), name);
+  await page.waitForFunction(light => document.body.dataset.jpThemeLight === light, String(theme !== 'dark'), {
+    timeout: 30000
+  });
+  await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 30000 });
+  await page.waitForTimeout(800);
+}
+
 /** Open `notebook` in JupyterLab at `base` and wait until its kernel is idle. */
 export async function openNotebook(page, base, token, notebook) {
   await page.goto(`${base}lab/tree/${notebook}?token=${token}`);

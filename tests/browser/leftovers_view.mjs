@@ -5,23 +5,13 @@
 // Usage: node leftovers_view.mjs BASE_URL TOKEN "PID PID". Screenshots go to $ARTIFACTS as leftovers-*.png.
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, steadyScreenshot } from './chromium.mjs';
+import { launch, setTheme, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, pidList] = process.argv.slice(2);
 const pids = pidList.split(' ').map(Number);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
 fs.mkdirSync(artifacts, { recursive: true });
 const step = message => console.log(`[leftovers] ${message}`);
-
-async function setTheme(page, theme) {
-  const name = theme === 'dark' ? 'JupyterLab Dark' : 'JupyterLab Light';
-  await page.evaluate(n => window.jupyterapp.commands.execute('apputils:change-theme', { theme: n }), name);
-  await page.waitForFunction(light => document.body.dataset.jpThemeLight === light, String(theme !== 'dark'), {
-    timeout: 30000
-  });
-  await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 30000 });
-  await page.waitForTimeout(800);
-}
 
 /** The panel as it shows, scrolled so that the clusters and what is under them are in view. */
 async function panelShot(page, name) {

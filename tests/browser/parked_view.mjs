@@ -6,7 +6,7 @@
 // Usage: node parked_view.mjs BASE_URL TOKEN NOTEBOOK RUNTIME_DIR FACTS_JSON. Screenshots: $ARTIFACTS/parked-*.png.
 import fs from 'node:fs';
 import path from 'node:path';
-import { launch, steadyScreenshot } from './chromium.mjs';
+import { launch, openNotebook, setTheme, steadyScreenshot } from './chromium.mjs';
 
 const [base, token, notebook, runtime, factsJson] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
@@ -14,16 +14,6 @@ const CLUSTER = 'gpu';
 const GIB = 1024 ** 3;
 fs.mkdirSync(artifacts, { recursive: true });
 const step = message => console.log(`[parked] ${message}`);
-
-async function setTheme(page, theme) {
-  const name = theme === 'dark' ? 'JupyterLab Dark' : 'JupyterLab Light';
-  await page.evaluate(n => window.jupyterapp.commands.execute('apputils:change-theme', { theme: n }), name);
-  await page.waitForFunction(light => document.body.dataset.jpThemeLight === light, String(theme !== 'dark'), {
-    timeout: 30000
-  });
-  await page.waitForSelector('#jupyterlab-splash', { state: 'detached', timeout: 30000 });
-  await page.waitForTimeout(800);
-}
 
 function writeRecord(kernelId) {
   const now = Date.now() / 1000;
@@ -45,7 +35,7 @@ async function main() {
   const errors = [];
   page.on('pageerror', error => errors.push(String(error)));
   try {
-    await page.goto(`${base}lab/tree/${notebook}?token=${token}`);
+    await openNotebook(page, base, token, notebook);
     await page.waitForFunction(() => window.jupyterapp?.commands.hasCommand('gpu-magics:open'), null, {
       timeout: 120000
     });
@@ -53,11 +43,6 @@ async function main() {
       await window.jupyterapp.restored;
       await window.jupyterapp.commands.execute('gpu-magics:open');
     });
-    await page.waitForFunction(
-      () => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle',
-      null,
-      { timeout: 120000 }
-    );
     const kernelId = await page.evaluate(() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id);
     const recordFile = writeRecord(kernelId);
     step(`record written for kernel ${kernelId.slice(0, 8)}`);

@@ -13,7 +13,7 @@ fi
 if [ -x .venv/bin/jupyter ]; then
   echo "gpu-magics: updating .venv (pip, quiet)..."
 else
-  echo "gpu-magics: first start: creating .venv and installing JupyterLab and gpu-magics (4 minutes on a 2-core machine)..."
+  echo "gpu-magics: first start: creating .venv and installing JupyterLab and gpu-magics (about 2 minutes on a 2-core machine)..."
 fi
 bash scripts/setup-env.sh "$extras"
 echo "gpu-magics: installed; looking for GPUs..."

@@ -54,3 +54,27 @@ def test_the_history_words_are_recognised() -> None:
         assert HISTORY_WORDS.search(said), said
     for fine in ("a round trip", "50 interleaved repetitions", "--start-rounds 1", "a `multi-gpu` session"):
         assert not HISTORY_WORDS.search(fine), fine
+
+
+def toctree(section: str) -> list[str]:
+    """The pages the site's toctree of ``docs/SECTION/index.md`` lists, in its order, as README links."""
+    text = (ROOT / "docs" / section / "index.md").read_text(encoding="utf-8")
+    body = text.split("```{toctree}", 1)[1].split("```", 1)[0]
+    return [f"docs/{section}/{line.strip()}.md" for line in body.splitlines() if line.strip() and line[0] not in ":"]
+
+
+def readme_pages(section: str) -> list[str]:
+    """The pages of ``docs/SECTION/`` the README's lists link to (an item and its continuation lines), in order."""
+    items = re.findall(r"^(?:- |  ).*$", README.read_text(encoding="utf-8"), re.MULTILINE)
+    found = re.findall(rf"\]\((docs/{section}/[\w-]+\.md)\)", "\n".join(items))
+    return [page for page in dict.fromkeys(found) if not page.endswith("/index.md")]
+
+
+@pytest.mark.parametrize("section", ["how-to", "explanation"])
+def test_the_readme_lists_the_pages_of_the_site_s_toctree(section: str) -> None:
+    expected = toctree(section)
+    if readme_pages(section) != expected:
+        titles = [(ROOT / page).read_text(encoding="utf-8").splitlines()[0].lstrip("# ") for page in expected]
+        listing = "\n".join(f"- [{title}]({page})" for title, page in zip(titles, expected, strict=True))
+        pytest.fail(f"README.md's {section} list differs from docs/{section}/index.md's toctree; list, in order:\n"
+                    f"{listing}")  # fmt: skip

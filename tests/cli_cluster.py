@@ -8,9 +8,9 @@ and is ended by group, with every wait bounded.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 START_TIMEOUT = 60.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -79,6 +73,17 @@ def _end(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=wait)
 
 
+def _listening(scheduler: subprocess.Popen[bytes], scheduler_file: Path, log: Path) -> str:
+    """The address the scheduler listens on, from its scheduler file (waited for while it starts)."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        with contextlib.suppress(FileNotFoundError, ValueError, KeyError):  # not written yet, or half written
+            return str(json.loads(scheduler_file.read_text())["address"])
+        if scheduler.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the scheduler did not start; its log:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def cli_cluster(
     workers: Mapping[str, tuple[str, Mapping[str, str]]],
@@ -94,16 +99,20 @@ def cli_cluster(
     from distributed import Client
 
     logs.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dashboard_args = ["--dashboard-address", f"127.0.0.1:{free_port()}"] if dashboard else ["--no-dashboard"]
+    # port 0: the scheduler (and its dashboard) listen on ports of their own choosing, which no other process can
+    # take first; its scheduler file says which (written once it listens)
+    dashboard_args = ["--dashboard-address", "127.0.0.1:0"] if dashboard else ["--no-dashboard"]
+    scheduler_file = logs / "scheduler.json"
+    scheduler_file.unlink(missing_ok=True)
     scheduler = _spawn(
-        ["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), *dashboard_args],
+        ["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--scheduler-file", str(scheduler_file), *dashboard_args],
         {},
         logs / "scheduler.log",
-    )
-    cluster = CliCluster(address=address, scheduler=scheduler, logs=logs)
+    )  # fmt: skip
+    cluster = CliCluster(address="", scheduler=scheduler, logs=logs)
     try:
+        cluster.address = address = _listening(scheduler, scheduler_file, logs / "scheduler.log")
         for name, (host, env) in workers.items():
             cluster.workers[name] = _spawn(
                 [

@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.free_ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 USER = "alice"
@@ -111,12 +112,6 @@ class GatewayServer:
         with urllib.request.urlopen(request, timeout=5) as answer:
             found = json.loads(answer.read()).values()
         return [{key: report[key] for key in ("name", "status", "options")} for report in found]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from gpu_magics.cluster.control import record_writer
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
 from gpu_magics.text import hints
+from tests.free_ports import free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(gpu_magics.__file__).resolve().parent.parent
@@ -94,12 +94,6 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 def records(runtime_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted(runtime_dir.glob("gpu-magics-cluster-*.json"))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- one shared cluster ----------------------------------------------------------------------------

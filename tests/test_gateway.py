@@ -22,7 +22,8 @@ from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.managers.gateway import service
 from gpu_magics.cluster.options import gateway_short_name
 from gpu_magics.gpurun.graphs import device
-from tests.gateway_server import PASSWORD, GatewayServer, free_port, gateway_server, gateway_without_workers
+from tests.free_ports import free_port
+from tests.gateway_server import PASSWORD, GatewayServer, gateway_server, gateway_without_workers
 
 pytest.importorskip("dask_gateway_server", reason="needs dask-gateway-server (the test extra)")
 pytest.importorskip("dask_gateway")  # first: its import adds its defaults to dask's config, which a config.set undoes

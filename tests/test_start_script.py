@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.free_ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +32,6 @@ def jupyter_command() -> list[str]:
     line = next(line for line in text.splitlines() if line.startswith("exec .venv/bin/jupyter lab"))
     words = shlex.split(line.split("#")[0])[1:]
     return [word for word in words if not word.startswith("${") and word != "$@"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _first_page(url: str, server: subprocess.Popen[bytes], log: Path) -> str:
@@ -54,10 +49,46 @@ def _first_page(url: str, server: subprocess.Popen[bytes], log: Path) -> str:
             time.sleep(0.5)
 
 
+def make_working_copy(checkout: Path) -> None:
+    """Run start.sh's step that makes ``notebooks/``, the served copy of ``examples/``, in ``checkout``."""
+    text = (REPO / "scripts" / "start.sh").read_text()
+    step = text[text.index("# working copy: begin") : text.index("# working copy: end")]
+    subprocess.run(["bash", "-euo", "pipefail", "-c", step], cwd=checkout, check=True, timeout=60)
+
+
+def test_lab_serves_a_working_copy_git_ignores_that_keeps_the_users_notebooks(tmp_path: Path) -> None:
+    """The examples stay as committed and the suite takes only them: what the user runs and saves in JupyterLab
+    (JupyterLab saves on its own), and the notebooks they make, land in the ignored ``notebooks/``, kept there."""
+    assert "--ServerApp.root_dir=notebooks" in jupyter_command()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "notebooks/Untitled.ipynb"], cwd=REPO, timeout=60)
+    assert ignored.returncode == 0, "notebooks/ is not ignored by git"
+    (tmp_path / "examples").mkdir()
+    for name in ("quickstart.ipynb", "first-steps.ipynb"):
+        (tmp_path / "examples" / name).write_text(f"committed {name}")
+    make_working_copy(tmp_path)
+    served = tmp_path / "notebooks"
+    assert sorted(path.name for path in served.iterdir()) == ["first-steps.ipynb", "quickstart.ipynb"]
+    (served / "quickstart.ipynb").write_text("run and saved by the user")
+    (served / "Untitled.ipynb").write_text("the user's own")
+    (tmp_path / "examples" / "linear-algebra.ipynb").write_text("a new example")
+    make_working_copy(tmp_path)  # the next start: the user's files kept, the new example copied
+    assert (served / "quickstart.ipynb").read_text() == "run and saved by the user"
+    assert (served / "Untitled.ipynb").read_text() == "the user's own"
+    assert (served / "linear-algebra.ipynb").read_text() == "a new example"
+    assert (tmp_path / "examples" / "quickstart.ipynb").read_text() == "committed quickstart.ipynb"
+
+
 def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> None:
     command = jupyter_command()
     assert command[:2] == [".venv/bin/jupyter", "lab"]
     command[0] = str(Path(sys.executable).parent / "jupyter")
+    # the served folder, made by start.sh's own step from the examples, here in a folder of the test's own
+    checkout = tmp_path / "checkout"
+    (checkout / "examples").mkdir(parents=True)
+    (checkout / "examples" / "quickstart.ipynb").write_bytes((REPO / "examples" / "quickstart.ipynb").read_bytes())
+    make_working_copy(checkout)
+    command = [f"--ServerApp.root_dir={checkout / 'notebooks'}" if word.startswith("--ServerApp.root_dir=")
+               else word for word in command]  # fmt: skip
     command += ["--no-browser", f"--port={free_port()}", "--ServerApp.port_retries=0"]
     if os.geteuid() == 0:
         command.append("--allow-root")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.free_ports import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -32,13 +33,6 @@ def missing_requirements() -> str | None:
     if not (LABEXTENSION / "package.json").exists():
         return "the labextension is not built (pip install -e . or jlpm build in labextension/)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _data_dir(tmp: Path) -> Path:
@@ -90,7 +84,7 @@ class Lab:
         self.env = lab_environment(tmp_path)
         self.runtime = Path(self.env["GPU_MAGICS_RUNTIME_DIR"])
         self.token = os.urandom(16).hex()
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log_path = tmp_path / "lab.log"
         self._log = self.log_path.open("a")

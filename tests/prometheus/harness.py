@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from tests.free_ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 REQUIRE_ENV = "GPU_MAGICS_REQUIRE_BROWSER"  # CI: a test that cannot run for want of a program fails
 
@@ -35,13 +36,6 @@ def require_prometheus() -> tuple[str, str]:
             pytest.fail(reason)
         pytest.skip(reason)
     return found[0], found[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _stop(process: subprocess.Popen[bytes] | None) -> None:

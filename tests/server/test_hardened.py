@@ -4,7 +4,6 @@ extension warns of nothing, and it still answers: 200 with the token, 403 withou
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from tornado.websocket import websocket_connect
 
 from gpu_magics.server import _load_jupyter_server_extension
 from gpu_magics.server.routes import ROUTES
+from tests.free_ports import free_port
 
 START_TIMEOUT = 60.0  # seconds for the subprocess server to answer
 
@@ -59,13 +59,6 @@ async def test_hardened_server_refuses_anonymous_clients(
     assert error.value.code == 403
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _get(url: str, token: str | None) -> int:
     request = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
     try:
@@ -79,7 +72,7 @@ def _get(url: str, token: str | None) -> int:
 @pytest.mark.slow
 def test_server_with_runtime_warnings_as_errors(tmp_path: Path) -> None:
     """``python -W error::RuntimeWarning -m jupyter_server``, hardened: the extension loads and answers."""
-    port, token = _free_port(), "hardened-test-token"
+    port, token = free_port(), "hardened-test-token"
     env = {
         **os.environ,
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),

@@ -98,12 +98,16 @@ EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
 def free_ports(count: int, dask_worker: Any) -> list[int]:
-    """``count`` ports free now on this worker's host (all at once, so they differ). They are drawn below the
-    host's ephemeral range where it can: a port the kernel hands out to any ``bind(0)`` or outgoing connection
-    could be taken by another process between this probe and the rank's own bind (``EADDRINUSE``)."""
+    """``count`` ports free now on this worker's host, for the ranks' rendezvous (see ``free_ports_on``)."""
     from distributed.comm import get_address_host
 
-    host = get_address_host(dask_worker.address)
+    return free_ports_on(get_address_host(dask_worker.address), count)
+
+
+def free_ports_on(host: str, count: int) -> list[int]:
+    """``count`` ports free now on ``host`` (all at once, so they differ). They are drawn below the host's
+    ephemeral range where it can: a port the kernel hands out to any ``bind(0)`` or outgoing connection could be
+    taken by another process between this probe and the user's own bind (``EADDRINUSE``)."""
     probes: list[socket.socket] = []
     try:
         for port in _candidates(count * 20):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (once) and open JupyterLab with the gpu-magics extension on examples/quickstart.ipynb.
+# Set up (once) and open JupyterLab with the gpu-magics extension on notebooks/quickstart.ipynb, in notebooks/: a
+# working copy of examples/ that git ignores (the user's own notebooks and saved outputs stay there).
 # With an NVIDIA driver present, CuPy and dask-cuda are installed to match its CUDA version; without a GPU, the
 # notebooks run on the CPU backends. Extra arguments go to `jupyter lab` (for example --no-browser --port 8890).
 set -euo pipefail
@@ -32,11 +33,21 @@ else:
     print(f"gpu-magics: no GPU here ({reason}): the notebooks run on the CPU backends (cpu-single, cpu-threads),")
     print(f"  %%gpurun auto picks cpu-threads, and {cpu_cluster} gives a CPU cluster.")
 PY
+# JupyterLab serves notebooks/, a working copy of examples/ that git ignores: what is run and saved there (JupyterLab
+# saves every 2 minutes), and every notebook made there, stays the user's and out of the commits, and the committed
+# examples stay as they are. An example not there yet is copied; one there is never overwritten (delete it to get
+# the committed one again).
+# working copy: begin
+mkdir -p notebooks
+for example in examples/*.ipynb; do
+  [ -e "notebooks/${example#examples/}" ] || cp "$example" notebooks/
+done
+# working copy: end
 # JupyterLab marks a notebook modified on open when its kernel metadata differs from the running kernel's: give the
 # quickstart this environment's Python version (the rest of its kernelspec is ipykernel's own).
 .venv/bin/python - <<'PY'
 import json, pathlib, platform
-path = pathlib.Path("examples/quickstart.ipynb")
+path = pathlib.Path("notebooks/quickstart.ipynb")
 notebook = json.loads(path.read_text(encoding="utf-8"))
 info = notebook["metadata"].setdefault("language_info", {})
 if info.get("version") != platform.python_version():
@@ -48,10 +59,10 @@ as_root=()
 [ "$(id -u)" -eq 0 ] && as_root=(--allow-root)  # containers often run as root; JupyterLab refuses it otherwise
 # The URL JupyterLab prints (with its token: what to open after --no-browser) and its "/" lead to the quickstart
 # notebook rather than the Launcher.
-# The file browser shows examples/, so the notebook's path there is quickstart.ipynb.
+# The file browser shows notebooks/, so the notebook's path there is quickstart.ipynb.
 # scripts/lab-settings/overrides.json turns off JupyterLab's "get notified about Jupyter news?" popup (and its
 # update check) for this server only.
-echo "gpu-magics: starting JupyterLab on examples/quickstart.ipynb..."
-exec .venv/bin/jupyter lab --ServerApp.root_dir=examples --ServerApp.ip=127.0.0.1 \
+echo "gpu-magics: starting JupyterLab on notebooks/quickstart.ipynb (notebooks/: your copies of examples/, not committed)..."
+exec .venv/bin/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
   --LabApp.default_url=/lab/tree/quickstart.ipynb --LabApp.app_settings_dir=scripts/lab-settings \
   "${as_root[@]}" "$@"

@@ -1,6 +1,7 @@
 """The example notebooks: their shape, the runner's rewrites, and each one run top to bottom on the CPU.
 
-The slow tests execute every ``examples/*.ipynb`` at its small size in a real kernel (nbclient), as
+The slow tests execute every example (the notebooks ``EXPECTED`` lists, each tracked in ``examples/``; another
+notebook there is a user's, not an example) at its small size in a real kernel (nbclient), as
 ``scripts/run_examples.py`` does, and check what the outputs say.
 """
 
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +20,6 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.ipynb"))
 
 # Text each notebook's outputs must contain; a tuple means any one of its strings (CPU or GPU wording).
 EXPECTED: dict[str, list[str | tuple[str, ...]]] = {
@@ -64,6 +66,41 @@ EXPECTED: dict[str, list[str | tuple[str, ...]]] = {
 }
 
 
+# The examples are the notebooks listed above, never whatever lies in examples/: a notebook a user saved there is
+# theirs, not an example (scripts/start.sh serves a git-ignored copy, notebooks/, for them to work in).
+EXAMPLES = [ROOT / "examples" / f"{name}.ipynb" for name in EXPECTED]
+
+
+def tracked_examples(root: Path) -> set[str] | None:
+    """The names of the notebooks git tracks in ``root/examples`` (``None`` outside a git checkout)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", "examples"], cwd=root, capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    paths = [Path(name) for name in listed.stdout.split("\0") if name]
+    return {path.stem for path in paths if path.parent == Path("examples") and path.suffix == ".ipynb"}
+
+
+def listing_problems(root: Path, expected: Iterable[str]) -> list[str]:
+    """What is wrong with the list of examples against ``root``'s checkout: a listed one missing, a tracked one
+    unlisted (an untracked notebook in examples/ is none of the suite's business)."""
+    problems = [
+        f"examples/{name}.ipynb is listed in tests/test_examples.py but missing (git checkout examples/{name}.ipynb)"
+        for name in expected
+        if not (root / "examples" / f"{name}.ipynb").is_file()
+    ]
+    tracked = tracked_examples(root)
+    problems += [
+        f"examples/{name}.ipynb is tracked but not listed in tests/test_examples.py's EXPECTED"
+        for name in sorted((tracked or set()) - set(expected))
+    ]
+    return problems
+
+
 def _load_runner() -> ModuleType:
     spec = importlib.util.spec_from_file_location("run_examples", ROOT / "scripts" / "run_examples.py")
     assert spec is not None and spec.loader is not None
@@ -85,7 +122,31 @@ def _first_line(cell: nbformat.NotebookNode) -> str:
 
 
 def test_every_example_is_listed_here() -> None:
-    assert {path.stem for path in EXAMPLES} == set(EXPECTED)
+    assert not listing_problems(ROOT, EXPECTED), "\n".join(listing_problems(ROOT, EXPECTED))
+
+
+def test_an_untracked_notebook_in_examples_is_no_example_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+
+    (tmp_path / "examples").mkdir()
+    for name in ("quickstart", "first-steps"):
+        (tmp_path / "examples" / f"{name}.ipynb").write_text("{}")
+    (tmp_path / "examples" / "executed").mkdir()
+    (tmp_path / "examples" / "executed" / "quickstart.ipynb").write_text("{}")  # a stored run: no example
+    git("init", "-q")
+    git("add", "examples")
+    (tmp_path / "examples" / "Untitled.ipynb").write_text("{}")  # saved by a user in JupyterLab, never added
+    assert tracked_examples(tmp_path) == {"quickstart", "first-steps"}
+    assert listing_problems(tmp_path, ["quickstart", "first-steps"]) == []
+    (tmp_path / "examples" / "first-steps.ipynb").unlink()
+    assert listing_problems(tmp_path, ["quickstart", "first-steps"]) == [
+        "examples/first-steps.ipynb is listed in tests/test_examples.py but missing "
+        "(git checkout examples/first-steps.ipynb)"
+    ]
+    assert listing_problems(tmp_path, ["first-steps"])[1:] == [
+        "examples/quickstart.ipynb is tracked but not listed in tests/test_examples.py's EXPECTED"
+    ]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[path.stem for path in EXAMPLES])

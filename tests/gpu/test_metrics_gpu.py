@@ -8,6 +8,7 @@ says so."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -58,6 +59,21 @@ def wait(probe: Any, timeout: float, what: str) -> Any:
             return found
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _at_least(value: float | None, least: float) -> float | None:
+    """``value`` where it is ``least`` or more (a figure read before the memory was taken is not yet it)."""
+    return value if value is not None and value >= least else None
+
+
+def recorded(server: JupyterServer, pid: int) -> str | None:
+    """The kernel id the server's record of its kernels' processes gives ``pid`` (None: not recorded yet)."""
+    for path in Path(server.env["GPU_MAGICS_RUNTIME_DIR"]).glob("gpu-magics-server-*-processes.json"):
+        with contextlib.suppress(OSError, ValueError):  # written atomically; a file of an ended server may go
+            for entry in json.loads(path.read_text())["processes"]:
+                if entry["pid"] == pid:
+                    return str(entry["kernel_id"])
+    return None
 
 
 @pytest.fixture
@@ -128,13 +144,19 @@ def test_kernel_bytes_match_nvml_and_a_real_leftover_is_ended(server: JupyterSer
         # a child holding CuPy memory outlives the kernel
         child_pid = int(run(client, CHILD_CELL).strip())
         wait(lambda: child_pid in nvml_processes(), 60, "the child on NVML's list")
+        # the child said "ready" after its 2 GiB were allocated and synchronized; NVML shows them, then /metrics
+        # (the server samples NVML every 0.5 s: its first figure for the child may be of the CUDA context alone)
+        wait(lambda: nvml_processes().get(child_pid, 0) >= 2 * GIB, 60, "the child's 2 GiB on NVML's list")
         # while the kernel lives, its child's memory is the kernel's: part="children"
-        children = wait(lambda: kernel_bytes(server, kernel_id).get("children"), 30, "the child's bytes on /metrics")
+        children = wait(lambda: _at_least(kernel_bytes(server, kernel_id).get("children"), 2 * GIB), 60,
+                        "the child's 2 GiB on /metrics")  # fmt: skip
         assert children >= 2 * GIB
-        time.sleep(5)  # the server records the kernels' processes every 2 s
+        # the server records the kernels' processes (every 2 s, in its runtime dir): the child is the kernel's there
+        wait(lambda: recorded(server, child_pid) == kernel_id, 60, "the child recorded as the kernel's")
         os.kill(kernel_pid, signal.SIGKILL)
         found = wait(lambda: [r for r in server.api("GET", "gpu-magics/api/leftovers")["leftovers"]
-                              if r["pid"] == child_pid], 60, "the leftover listed")  # fmt: skip
+                              if r["pid"] == child_pid and r["used_memory"] >= 2 * GIB], 60,
+                     "the leftover listed with its 2 GiB")  # fmt: skip
         print(f"leftover: {found[0]}, NVML {nvml_processes().get(child_pid)}")
         assert found[0]["kernel_id"] == kernel_id and found[0]["used_memory"] >= 2 * GIB
         assert wait(lambda: "gpu_magics_leftover_processes{" in server.api("GET", "metrics"), 30, "/metrics")

@@ -10,7 +10,6 @@ processes) up for the module, and a second one in the notebook's namespace for `
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from IPython.core.interactiveshell import InteractiveShell
 import gpu_magics
 from gpu_magics.cluster.control import lifecycle
 from gpu_magics.text.argparsing import most_threads
+from tests.free_ports import free_port
 from tests.test_kernel_faults import loaded_kernel
 
 pytestmark = pytest.mark.slow
@@ -63,12 +63,6 @@ def assert_still_in_use(client: Client, pids: set[int]) -> None:
     assert gpu_magics.client() is client and lifecycle.active() is not None
     assert set(client.run(os.getpid).values()) == pids
     assert client.submit(sum, [1, 2]).result(timeout=30) == 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -155,8 +149,17 @@ def test_in_a_kernel_a_line_naming_another_cluster_stops_a_run_all_and_a_failed_
     with loaded_kernel(tmp_path) as kernel:
         kernel.ok("%gpucluster --cpu-workers 1 --name keep", timeout=120)
         kernel.ok("import gpu_magics; gpu_magics.client();", timeout=120)  # its start went on: wait for it
+        # a Run All: the cells after the failing one are queued in the kernel while it is busy. A cell that keeps
+        # the kernel busy until both were sent: sent to an idle kernel instead, the queued cell could arrive after
+        # the failure was dealt with (a busy machine), and a kernel aborts only the requests it holds by then
+        gate = tmp_path / "run-all-sent"
+        busy = kernel.start(
+            f"import pathlib, time\nwhile not pathlib.Path({str(gate)!r}).exists():\n    time.sleep(0.05)"
+        )
         bad = kernel.start("%gpucluster --address tcp://127.0.0.1:1")
         queued = kernel.start("print('queued cell ran')")
+        gate.touch()
+        assert kernel.finish(busy, timeout=60)[0]["status"] == "ok"
         reply, text = kernel.finish(bad, timeout=60)
         assert reply["status"] == "error" and reply["ename"] == "UsageError", text
         assert SWITCH.replace("t_keep", "keep") in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -274,3 +275,61 @@ def test_a_cluster_stopped_mid_cell_leaves_dask_on_its_local_scheduler(shell: In
 
     assert dask.config.get("scheduler", default=None) is None
     assert dask.delayed(sum)([1, 2]).compute() == 3
+
+
+EXITING = """
+import asyncio
+from bokeh.server.tornado import BokehTornado
+from distributed.node import ServerNode
+
+original_stop = BokehTornado.stop
+
+
+def stop(self, wait=True):  # bokeh 3.10's: it refuses to wait on a running event loop
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return original_stop(self, wait)
+    raise RuntimeError("Cannot synchronously wait on a running event loop; use 'await stop_async()'")
+
+
+async def stop_async(self):  # work in the loop's executor, which takes none once the interpreter is exiting
+    await asyncio.get_running_loop().run_in_executor(None, original_stop, self)
+
+
+BokehTornado.stop, BokehTornado.stop_async = stop, stop_async
+if SYNC_STOP:  # distributed up to 2026.7: a synchronous stop() of each web application, on the running loop
+
+    async def old_stop_services(self):
+        for application in self.http_application.applications:
+            application.stop()
+        for service in self.services.values():
+            service.stop()
+
+    ServerNode._stop_services = old_stop_services
+
+if __name__ == "__main__":
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "gpu_magics")
+    shell.run_line_magic("gpucluster", "--cpu-workers 1 --name exiting")
+    from gpu_magics.cluster.control import lifecycle
+
+    print("dashboard:", lifecycle.dashboard_url(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("sync_stop", [True, False], ids=["sync-stop", "async-stop"])
+def test_a_dashboard_left_running_at_interpreter_exit_ends_quietly(tmp_path: Path, sync_stop: bool) -> None:
+    """A process that exits with its cluster and dashboard running: the cluster closes at exit, where the dashboard's
+    ``stop_async()`` cannot finish; neither distributed's stop nor bokeh's refusal is logged."""
+    script = tmp_path / "exiting.py"
+    script.write_text(f"SYNC_STOP = {sync_stop}\n" + EXITING, encoding="utf-8")
+    env = {**os.environ, "GPU_MAGICS_SOURCE": "fake:0", cluster_records.RUNTIME_DIR_ENV: str(tmp_path)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "dashboard: http" in done.stdout, done.stdout  # the cluster ran with its dashboard
+    assert "Cannot synchronously wait" not in done.stderr and "Exception while handling op" not in done.stderr, (
+        done.stderr
+    )

@@ -6,7 +6,10 @@ on the scheduler's own running event loop. From bokeh 3.10 on, ``BokehTornado.st
 a cluster with a dashboard logged that traceback, and the scheduler's close stopped at it. Awaiting
 ``stop_async()`` first, on that loop, and leaving a ``stop()`` with nothing left to do closes the dashboard
 cleanly with every bokeh and distributed version (older bokeh has no ``stop_async`` and stops synchronously
-without complaint; newer distributed awaits ``stop_async`` itself, which then returns at once).
+without complaint; newer distributed awaits ``stop_async`` itself, which then returns at once). Where
+``stop_async()`` fails or does not end in time (at interpreter exit its executor takes no more work), the dashboard is
+left to end with the process, quietly: neither stop is called again, so the scheduler's close goes on without a
+logged traceback.
 """
 
 from __future__ import annotations
@@ -36,14 +39,18 @@ async def stop_dashboard(cluster: Any, timeout: float = STOP_TIMEOUT) -> None:
         try:
             await asyncio.wait_for(stop_async(), timeout)
         except Exception as error:  # the cluster still closes; say why only in the debug log
-            logger.debug("the dashboard did not stop cleanly: %r", error)
-            continue
+            logger.debug("the dashboard did not stop cleanly; it ends with its process: %r", error)
         application._gpu_magics_stopped = True
         application.stop = _already_stopped  # what a distributed that stops synchronously calls next
+        application.stop_async = _already_stopped_async  # what a distributed that awaits it calls next
 
 
 def _already_stopped(wait: bool = True) -> None:
-    """``stop()`` of an application whose ``stop_async()`` has finished: nothing is left to stop."""
+    """``stop()`` of an application whose ``stop_async()`` has run: nothing is left to stop."""
+
+
+async def _already_stopped_async() -> None:
+    """``stop_async()`` of an application whose ``stop_async()`` has run: nothing is left to stop."""
 
 
 def forget_scheduler(scheduler: Any) -> None:

@@ -7,7 +7,8 @@ thread waits for it before an import of a module not yet imported (any ``import`
 code it calls: ``builtins.__import__`` is wrapped meanwhile, and put back when the imports are done), and each magic
 of this package waits before it runs (``wait_for_imports``). Nothing else waits: a cell that imports nothing new
 (``N = 4_000``, ``dask.config.set(...)`` after ``import dask``) runs at once, and so does what shows an error (its
-traceback's imports). A wait that passes a second is said once, in one line; an interrupt ends it in one line.
+traceback's imports). A wait that passes a second is said once, in one line (in a notebook, a line that is gone
+once the wait ends: a saved or executed notebook keeps no trace of it); an interrupt ends it in one line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from IPython import get_ipython
+from IPython.display import DisplayHandle, display
 
 from gpu_magics.text.units import dropped
 
@@ -90,18 +94,30 @@ def wait_for_imports() -> None:
     if thread is None or thread is threading.current_thread():
         return
     began = time.monotonic()
+    shown: DisplayHandle | None = None
     try:
         while thread.is_alive() and not _waits_for_us(thread) and time.monotonic() - began < IMPORT_WAIT_S:
             thread.join(0.1)
             if not _said and thread.is_alive() and time.monotonic() - began > SAY_AFTER_S:
                 _said = True
-                print(WAITING_LINE, flush=True)
+                shown = _say_waiting()
     except KeyboardInterrupt:
         from gpu_magics.cluster.background.starting import short_interrupt
 
         raise short_interrupt(
             "interrupted while waiting for the imports that %load_ext gpu_magics began (dask, distributed)"
         ) from None
+    finally:
+        if shown is not None:
+            shown.update({"text/plain": "", "text/html": ""}, raw=True)  # the wait is over: nothing left to read
+
+
+def _say_waiting() -> DisplayHandle | None:
+    """``WAITING_LINE``: in a kernel an output that the end of the wait empties (returned), else printed."""
+    if getattr(get_ipython(), "kernel", None) is None:
+        print(WAITING_LINE, flush=True)
+        return None
+    return display({"text/plain": WAITING_LINE}, raw=True, display_id=True)
 
 
 def _waits_for_us(thread: threading.Thread) -> bool:

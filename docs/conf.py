@@ -31,6 +31,7 @@ extensions = [
     "notebook_pages",  # _ext/notebook_pages.py: stages the example notebooks under docs/notebooks/
     "reference_pages",  # _ext/reference_pages: the reference pages from the code, under docs/reference/generated/
     "readme_links",  # _ext/readme_links.py: the README's links into docs/ lead to pages of the built site
+    "screenshots",  # _ext/screenshots.py: the pictures the browser tests took last, else the committed ones
 ]
 
 exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints", "_ext", "grafana", "README.md"]

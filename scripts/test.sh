@@ -9,7 +9,8 @@
 # GPU_MAGICS_TEST_WORKERS sets how many (default: one per CPU core, at most 4).
 # Extra arguments go to pytest (for example -k cluster, -m "not browser", or -n 0 for one process).
 # After pytest, the documentation site is built (scripts/docs.sh: warnings are errors, the CPU notebooks run), with
-# the screenshots the browser tests just took.
+# the screenshots the browser tests just took (into docs/_build/screenshots, which git ignores). A run leaves the
+# tracked files as they were: a step after pytest and the docs fails on any tracked file they changed.
 #
 # bash scripts/test.sh --quick: the inner loop, in about a minute on 2 cores, with .venv already set up: ruff, ruff
 # format, mypy, jest and `pytest --quick` (the tests not marked slow, browser or gpu: no real kernel, no cluster
@@ -39,6 +40,10 @@ else
   bash tests/prometheus/setup.sh || { echo "Prometheus test setup failed"; exit 1; }
   bash tests/slurm/setup.sh || { echo "SLURM test setup failed"; exit 1; }
 fi
+tracked() {  # the tracked files' state: which differ from HEAD, and how (a file edited before the run is no fault)
+  { git status --porcelain --untracked-files=no; git diff HEAD --binary; } 2>/dev/null | sha256sum
+}
+tracked_before=$(tracked)
 cores=$(nproc 2>/dev/null || echo 2)
 workers=${GPU_MAGICS_TEST_WORKERS:-$((cores < 4 ? cores : 4))}
 
@@ -54,6 +59,15 @@ else
   step "pytest" .venv/bin/python -m pytest tests -p no:cacheprovider -n "$workers" --dist loadgroup "$@"
   step "docs" bash scripts/docs.sh --no-setup
 fi
+# the tests and the docs build write only where git ignores (test-artifacts/, docs/_build/, temporary folders): a
+# tracked file they changed fails the run, named by git status
+tracked_unchanged() {
+  [ "$(tracked)" = "$tracked_before" ] && return 0
+  echo "the run changed tracked files (git status --porcelain --untracked-files=no):"
+  git status --porcelain --untracked-files=no
+  return 1
+}
+step "tracked files unchanged" tracked_unchanged
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}"

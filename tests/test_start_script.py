@@ -1,6 +1,7 @@
 """``scripts/start.sh``: the JupyterLab command it ends with prints, for ``--no-browser``, the quickstart
-notebook's URL with its token (not the Launcher's), and that URL opens the notebook. Runs the script's own command
-line (set-up skipped) as a real server; every wait is bounded."""
+notebook's URL with its token (not the Launcher's), and that URL opens the notebook; it serves a git-ignored copy of
+the examples that keeps the user's notebooks. Runs the script's own command line (set-up skipped) as a real server;
+every wait is bounded. And ``scripts/test.sh``'s own steps."""
 
 from __future__ import annotations
 
@@ -151,3 +152,35 @@ def test_the_test_scripts_labextension_step_leaves_a_redirected_log_readable(tmp
     text = log.read_bytes()
     assert done.returncode == 0, text.decode(errors="replace")
     assert b"\x00" not in text and text.startswith(b"earlier steps wrote this\n") and b"gpu-magics" in text
+
+
+def test_the_test_script_fails_a_run_that_changed_a_tracked_file(tmp_path: Path) -> None:
+    """test.sh's last step: a tracked file the tests or the docs build changed fails the run, named; files git
+    ignores, untracked ones and edits made before the run do not."""
+    script = (REPO / "scripts" / "test.sh").read_text()
+    functions = [re.search(rf"\n({name}\(\) {{.*?\n}}\n)", script, re.S) for name in ("tracked", "tracked_unchanged")]
+    assert all(functions)
+    defined = "".join(found.group(1) for found in functions if found)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+
+    (tmp_path / ".gitignore").write_text("build/\n")
+    (tmp_path / "kept.png").write_text("committed")
+    (tmp_path / "edited.py").write_text("committed")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "start")
+    (tmp_path / "edited.py").write_text("edited before the run")
+
+    def run(during: str) -> subprocess.CompletedProcess[str]:
+        body = f"{defined}tracked_before=$(tracked)\n{during}\ntracked_unchanged"
+        return subprocess.run(["bash", "-c", body], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+    quiet = run("mkdir -p build && echo x > build/shot.png && echo y > untracked.ipynb")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    changed = run("echo retaken > kept.png")
+    assert changed.returncode == 1 and " M kept.png" in changed.stdout, changed.stdout + changed.stderr
+    again = run("echo edited again > edited.py")  # already edited before: changed again by the run
+    assert again.returncode == 1 and " M edited.py" in again.stdout

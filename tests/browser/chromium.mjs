@@ -66,9 +66,11 @@ export async function openNotebook(page, base, token, notebook) {
   );
 }
 
-/** The documentation's pictures: docs/_static/screenshots/<view>-<theme>.png, taken by the browser tests on every
- * run so that none is older than the view it shows (docs/_static/screenshots/README.md lists them). */
-export const DOCS_SCREENSHOTS = fileURLToPath(new URL('../../docs/_static/screenshots/', import.meta.url));
+/** The documentation's pictures, taken by the browser tests on every run: docs/_build/screenshots/<view>-<theme>.png
+ * (git ignores it: a test run leaves the committed docs/_static/screenshots as they are). The docs build shows these
+ * where they are, else the committed ones; docs/_static/screenshots/README.md lists them and says how to commit
+ * new ones. */
+export const DOCS_SCREENSHOTS = fileURLToPath(new URL('../../docs/_build/screenshots/', import.meta.url));
 
 /** Copy the screenshot at `file` to the documentation's picture of `view` in `theme` ("light" or "dark"). */
 export function docsPicture(file, view, theme) {

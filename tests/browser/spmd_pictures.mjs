@@ -2,7 +2,7 @@
 // default width, light and dark: a cell whose ranks draw tqdm bars (each rank's finished bars stay with the live
 // ones, in its place, never in the stderr block), and a cell in which rank 0 goes quiet while rank 1 is done (its
 // status row says where it waits, on a line under the row: the table keeps four columns and fits the output).
-// Screenshots go to $ARTIFACTS and to docs/_static/screenshots (spmd-progress-*, spmd-status-*).
+// Screenshots go to $ARTIFACTS and to docs/_build/screenshots (spmd-progress-*, spmd-status-*).
 // Usage: node spmd_pictures.mjs BASE_URL TOKEN NOTEBOOK_PATH
 import fs from 'node:fs';
 import path from 'node:path';

@@ -8,7 +8,10 @@
 # Open docs/_build/html/index.html. GPU_MAGICS_DOCS_LINKCHECK=1 also checks the external links (needs a network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${1:-}" != "--no-setup" ] && ! .venv/bin/python -c "import myst_nb, pydata_sphinx_theme, sphinx_design, sphinx_copybutton" 2>/dev/null; then
+# The docs extra: Sphinx and its extensions, and the libraries the SPMD tutorial runs (accelerate, lightning, deepspeed).
+DOCS_MODULES="myst_nb pydata_sphinx_theme sphinx_design sphinx_copybutton accelerate lightning deepspeed"
+if [ "${1:-}" != "--no-setup" ] && ! .venv/bin/python -c "import importlib.util as u, sys
+sys.exit(any(u.find_spec(name) is None for name in sys.argv[1:]))" $DOCS_MODULES 2>/dev/null; then
   bash scripts/setup-env.sh "docs"
 fi
 # The notebooks run on this machine's CPU (simulated GPUs would only confuse a reader): no fake source from outside;

@@ -340,9 +340,9 @@ def test_a_package_missing_on_the_ranks_is_named_with_its_pip_command() -> None:
     assert missing_module(error) == "lightning.fabric"
     assert missing_module({"type": "ImportError", "message": "No module named 'x'"}) is None
     assert missing_line("lightning.fabric", "ranks 0-3") == (
-        "lightning is not installed where ranks 0-3 run: pip install lightning in the workers' environment "
-        "(the ranks import there, not in this kernel)"
-    )
+        "lightning is not installed where ranks 0-3 run: pip install 'gpu-magics[spmd]' in the workers' "
+        "environment (the ranks import there, not in this kernel)"
+    )  # the command the install page gives for the SPMD libraries
     assert missing_line("x", "rank 1").startswith("x is not installed where rank 1 runs: pip install x")
 
 

@@ -124,10 +124,16 @@ def missing_module(error: Mapping[str, Any]) -> str | None:
     return found.group(1) if found else None
 
 
+# The training libraries gpu-magics' spmd extra installs: a rank that lacks one is told the documented command.
+SPMD_EXTRA = ("torch", "accelerate", "lightning", "deepspeed")
+
+
 def missing_line(module: str, where: str) -> str:
-    """``accelerate is not installed where ranks 0,1 run: pip install accelerate in the workers' environment``."""
+    """``accelerate is not installed where ranks 0,1 run: pip install 'gpu-magics[spmd]' in the workers'
+    environment``."""
     package = module.split(".")[0]
+    command = "'gpu-magics[spmd]'" if package in SPMD_EXTRA else package
     return (
-        f"{package} is not installed where {where} run{'s' * where.startswith('rank ')}: pip install {package} in "
+        f"{package} is not installed where {where} run{'s' * where.startswith('rank ')}: pip install {command} in "
         "the workers' environment (the ranks import there, not in this kernel)"
     )

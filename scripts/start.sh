@@ -62,7 +62,10 @@ as_root=()
 # The file browser shows notebooks/, so the notebook's path there is quickstart.ipynb.
 # scripts/lab-settings/overrides.json turns off JupyterLab's "get notified about Jupyter news?" popup (and its
 # update check) for this server only.
+# Its kernels get CurveZMQ keys (jupyter_client's transport_encryption, for kernelspecs that support it, as
+# ipykernel's does): their traffic on 127.0.0.1 is encrypted, and ipykernel no longer warns at every kernel start
+# that it runs over TCP without encryption.
 echo "gpu-magics: starting JupyterLab on notebooks/quickstart.ipynb (notebooks/: your copies of examples/, not committed)..."
 exec .venv/bin/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
   --LabApp.default_url=/lab/tree/quickstart.ipynb --LabApp.app_settings_dir=scripts/lab-settings \
-  "${as_root[@]}" "$@"
+  --KernelManager.transport_encryption=auto "${as_root[@]}" "$@"

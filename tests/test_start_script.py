@@ -5,6 +5,7 @@ every wait is bounded. And ``scripts/test.sh``'s own steps."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,73 @@ def test_no_browser_prints_the_quickstart_url_with_its_token(tmp_path: Path) -> 
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=10)
+
+
+def test_its_kernels_run_encrypted_without_the_plain_tcp_warning(tmp_path: Path) -> None:
+    """start.sh's server gives its kernels CurveZMQ keys: a kernel started through it runs code over the
+    browser's websocket, and ipykernel's "running over TCP without encryption" warning is not in the log."""
+    command = jupyter_command()
+    command[0] = str(Path(sys.executable).parent / "jupyter")
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    command = [f"--ServerApp.root_dir={root}" if word.startswith("--ServerApp.root_dir=") else word
+               for word in command]  # fmt: skip
+    port = free_port()
+    command += ["--no-browser", f"--port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=t0k"]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path)}
+    log = tmp_path / "lab.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _first_page(f"http://127.0.0.1:{port}/api/status?token=t0k", server, log)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/kernels?token=t0k", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            kernel_id = json.loads(response.read())["id"]
+        printed = asyncio.run(_run_code(f"ws://127.0.0.1:{port}/api/kernels/{kernel_id}/channels?token=t0k"))
+        assert printed == "6\n", log.read_text()[-3000:]
+        text = log.read_text()
+        assert f"Kernel started: {kernel_id}" in text, text[-3000:]
+        assert "without encryption" not in text, text[-3000:]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+
+
+async def _run_code(url: str) -> str:
+    """What ``print(2 * 3)`` prints in the kernel at ``url``, run through its websocket as JupyterLab runs a cell
+    (until the kernel is idle again, at most 120 s)."""
+    from tornado.websocket import websocket_connect
+
+    connection = await asyncio.wait_for(websocket_connect(url), 60)
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "t", "session": uuid.uuid4().hex,
+              "date": "", "version": "5.3"}  # fmt: skip
+    content = {"code": "print(2 * 3)", "silent": False, "store_history": False, "user_expressions": {},
+               "allow_stdin": False, "stop_on_error": True}  # fmt: skip
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}
+    connection.write_message(json.dumps(message))
+    printed = ""
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            raw = await asyncio.wait_for(connection.read_message(), max(deadline - time.monotonic(), 0.1))
+            assert raw is not None, "the websocket closed"
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if reply["msg_type"] == "stream":
+                printed += reply["content"]["text"]
+            if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+                return printed  # after its output
+        raise AssertionError(f"no reply from the kernel in 120 s; printed so far: {printed!r}")
+    finally:
+        connection.close()
 
 
 def test_it_says_what_it_does_while_it_installs() -> None:

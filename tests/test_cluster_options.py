@@ -49,6 +49,8 @@ def test_cpu_workers_and_attach() -> None:
     assert attached.kind == "attached" and attached.address == "tcp://10.0.0.5:8786"
     assert attached.start_timeout == DEFAULT_ATTACH_TIMEOUT
     assert parse_cluster_line("--address tls://sched:8786 --timeout 2.5").start_timeout == 2.5
+    assert parse_cluster_line("--cpu-workers 1 --timeout 5m").start_timeout == 300.0  # seconds, or with a unit
+    assert parse_cluster_line("--cpu-workers 1 --timeout 90s").start_timeout == 90.0
 
 
 @pytest.mark.parametrize(
@@ -86,6 +88,10 @@ BAD_LINES = {
     "--name 'a b'": "invalid name",
     "--client 2fast": "invalid variable name",
     "--client class": "invalid variable name",
+    "--client print": "invalid variable name 'print': it would hide Python's built-in print; choose another",
+    "--client 'my client'": "invalid variable name 'my client': it is not a valid Python name",
+    "--timeout 1e12": "expected a timeout of at most 24h (86400 s), got 1e12",
+    "--timeout soon": "expected seconds (90) or a number and a unit (90s, 5m, 2h), got 'soon'",
     "--turbo": "unrecognized arguments: --turbo (valid options: --gpus, --cpu-workers",
     "--name 'open": "No closing quotation",
     "launch": "unknown action 'launch'; choose one of start, status, stop, restart, scale N, dashboard",

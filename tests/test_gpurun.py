@@ -238,6 +238,10 @@ BAD_LINES = {
     "cpu-threads --device 1": "--device applies to the gpu backend only",
     "cpu-single --workers 2": "--workers applies to cpu-threads and gpu only",
     "cpu-single -o 2x": "is not a valid Python name",
+    "cpu-single -o class": "invalid variable name 'class': it is a Python keyword; choose another",
+    "cpu-single -o print": "invalid variable name 'print': it would hide Python's built-in print; choose another",
+    "cpu-single --repeat 1000000000": "expected at most 1000 runs, got 1000000000",
+    "--compare cpu-threads": "--compare needs two backends or more",
     "gpu": "CuPy is not installed; use cpu-threads or auto on this machine",
     "multi-gpu": "%gpucluster",
 }
@@ -283,10 +287,14 @@ def test_compare_all_runs_what_this_machine_can(ip: InteractiveShell) -> None:
     assert html.index("Skipped: gpu") < html.index("<svg")  # under the table, above the bars
 
 
-def test_compare_with_one_backend_is_still_a_comparison(ip: InteractiveShell) -> None:
-    run(ip, "--compare cpu-single -q -o t_cmp", "1")
-    comparison = ip.user_ns["t_cmp"]
-    assert isinstance(comparison, CompareResult) and len(comparison.rows) == 1
+def test_compare_with_one_backend_is_refused(ip: InteractiveShell) -> None:
+    with pytest.raises(UsageError) as caught:
+        run(ip, "--compare cpu-single -q -o t_cmp", "t_ran = True")
+    assert str(caught.value) == (
+        "%%gpurun: --compare needs two backends or more, like --compare cpu-single,gpu (or --compare all); to run "
+        "on cpu-single alone, write %%gpurun cpu-single."
+    )
+    assert "t_cmp" not in ip.user_ns and "t_ran" not in ip.user_ns
 
 
 def test_arrays_the_cell_makes_itself_are_not_flagged(ip: InteractiveShell) -> None:

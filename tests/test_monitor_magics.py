@@ -45,9 +45,10 @@ def test_gpumonitor_in_a_terminal_prints_one_snapshot(
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("--interval 0.05", "at least 0.1 s"),
-        ("--interval soon", "expected a number"),
-        ("--interval -1", "expected a number above 0"),
+        ("--interval 0.05", "expected seconds from 0.1 to 60, got 0.05"),
+        ("--interval soon", "expected a number of seconds"),
+        ("--interval -1", "expected seconds from 0.1 to 60, got -1"),
+        ("--interval 1e9", "expected seconds from 0.1 to 60, got 1e9"),
         ("--stop --interval 1", "--stop takes no --interval"),
         ("--fast", "unrecognized arguments: --fast"),
     ],

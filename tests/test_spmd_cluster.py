@@ -512,7 +512,7 @@ def test_init_jax_runs_a_gloo_collective_between_the_cpu_ranks(shell: Interactiv
         "gathered = multihost_utils.process_allgather(np.array([int(os.environ['RANK'])]))\n"
         "(jax.process_count(), gathered.ravel().tolist())"
     )
-    _, out, err, result = spmd_cell(shell, "--init jax --timeout 1", body)
+    _, out, err, result = spmd_cell(shell, "--init jax --timeout 1m", body)
     assert result.success, out + err
     assert result.result == (3, [0, 1, 2])
     assert "[Gloo]" not in out + err  # gloo's connection lines go to the kernel's log, not the cell

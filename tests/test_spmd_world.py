@@ -143,7 +143,7 @@ def test_ranks_outside_the_world_are_one_line() -> None:
         ("spmd --ranks 0", (0,)),
         ("spmd --ranks 0,2", (0, 2)),
         ("spmd --ranks 1-3", (1, 2, 3)),
-        ("spmd --ranks 0,2-3,2", (0, 2, 3)),
+        ("spmd --ranks 0,2-3", (0, 2, 3)),
     ],
 )
 def test_rank_lists(line: str, expected: tuple[int, ...]) -> None:
@@ -154,6 +154,13 @@ def test_rank_lists(line: str, expected: tuple[int, ...]) -> None:
     ("line", "message"),
     [
         ("spmd --ranks 3-1", "'3-1' counts down; write 1-3"),
+        ("spmd --ranks 0,0", "rank 0 is named twice in '0,0'; name each rank once"),
+        ("spmd --ranks 0,2-3,2", "rank 2 is named twice in '0,2-3,2'"),
+        ("spmd --ranks 0-2,1-3", "rank 1 is named twice"),
+        ("spmd --timeout 1e12", "expected a timeout of at most 24h (86400 s), got 1e12"),
+        ("spmd --timeout 5", "a number alone is seconds now (it was minutes): write 5m for 5 minutes"),
+        ("spmd --timeout soon", "expected seconds (90) or a number and a unit (90s, 5m, 2h), got 'soon'"),
+        ("spmd --timeout 0", "expected a number above 0"),
         ("spmd --ranks x", "expected ranks such as 0, 0,2 or 1-3"),
         ("spmd --init tensorflow", "expected torch or jax"),
         ("gpu --ranks 0", "%%gpurun: --ranks is for spmd cells"),
@@ -180,12 +187,17 @@ def test_output_names_the_ranks_shown_live_and_o_keeps_the_result() -> None:
     assert parse_run_line("spmd").show_ranks is None
 
 
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90.0), ("60", 60.0), ("90s", 90.0), ("5m", 300.0), ("2h", 7200.0)])
+def test_spmd_timeout_is_seconds_or_has_its_unit(text: str, seconds: float) -> None:
+    assert parse_run_line(f"spmd --timeout {text}").timeout_s == seconds
+
+
 def test_spmd_options_parse() -> None:
-    options = parse_run_line("spmd --init TORCH --timeout 2.5 --reset -o res -q")
-    assert (options.spmd, options.init, options.timeout_min, options.reset, options.output, options.quiet) == (
+    options = parse_run_line("spmd --init TORCH --timeout 2.5m --reset -o res -q")
+    assert (options.spmd, options.init, options.timeout_s, options.reset, options.output, options.quiet) == (
         True,
         "torch",
-        2.5,
+        150.0,
         True,
         "res",
         True,

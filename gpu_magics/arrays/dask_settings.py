@@ -30,9 +30,9 @@ def apply(settings: dict[str, Any]) -> dict[str, Any]:
 def config_switch(name: str, *, on: str, off: str) -> bool:
     """A true-or-false dask config setting of this package (default ``True``); any other value is one line that
     says what each choice does (``on``, ``off``)."""
-    from IPython.core.error import UsageError
+    from gpu_magics.text.errors import SettingError
 
     said = dask.config.get(name, default=True)
     if not isinstance(said, bool):
-        raise UsageError(f"dask config {name} is {said!r}: set True ({on}) or False ({off})")
+        raise SettingError(f"dask config {name} is {said!r}: set True ({on}) or False ({off})")
     return said

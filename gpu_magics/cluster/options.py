@@ -24,8 +24,9 @@ from gpu_magics.text.argparsing import (
     parse_address,
     parse_gpus,
     parse_size,
-    positive_float,
     positive_int,
+    timeout_seconds,
+    variable_name,
     walltime,
 )
 from gpu_magics.text.errors import LineError
@@ -202,9 +203,9 @@ def _build_parser() -> MagicArgumentParser:
     parser.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--name", type=name_word)
     parser.add_argument("--host")
-    parser.add_argument("--client", type=identifier, dest="client_name")
+    parser.add_argument("--client", type=variable_name, dest="client_name")
     parser.add_argument("--replace", action="store_true", default=None)
-    parser.add_argument("--timeout", type=positive_float)
+    parser.add_argument("--timeout", type=timeout_seconds)
     parser.add_argument("--idle-timeout", type=duration)
     parser.add_argument("--slurm", action="store_true", default=None)
     parser.add_argument("--jobs", type=positive_int)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import dask
-from IPython.core.error import UsageError
 
 from gpu_magics import gpus
 from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
@@ -28,6 +27,7 @@ from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
 from gpu_magics.text import hints
 from gpu_magics.text.argparsing import check_threads
+from gpu_magics.text.errors import ClusterError, LineError
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def plan(
     default: str = "auto",
     preferences: Preferences | None = None,
 ) -> BackendPlan:
-    """Resolve ``name`` (``None`` = the default backend) into a plan, or raise a one-line ``UsageError``."""
+    """Resolve ``name`` (``None`` = the default backend) into a plan, or raise a one-line ``LineError``."""
     preferences = preferences or Preferences()
     chosen = name or default
     notes: list[str] = []
@@ -197,10 +197,10 @@ def plan(
         if value is not None and chosen not in OPTION_BACKENDS[option]:
             names = OPTION_BACKENDS[option]
             allowed = f"the {names[0]} backend" if len(names) == 1 else " and ".join(names)
-            raise UsageError(f"%%gpurun: --{option} applies to {allowed} only, not {chosen}.")
+            raise LineError(f"%%gpurun: --{option} applies to {allowed} only, not {chosen}.")
     builder = _BUILDERS.get(chosen)
     if builder is None:
-        raise UsageError(f"%%gpurun: unknown backend {chosen!r}; choose one of {', '.join(BACKENDS)}, auto.")
+        raise LineError(f"%%gpurun: unknown backend {chosen!r}; choose one of {', '.join(BACKENDS)}, auto.")
     result = builder(device, workers, preferences)
     if notes:
         result = dataclasses.replace(result, notes=(*notes, *result.notes))
@@ -216,7 +216,7 @@ def plans_for(
     preferences: Preferences | None = None,
 ) -> list[BackendPlan]:
     """Plans for ``names`` in order (``--compare a,b``): an option goes to the backends it applies to; a
-    single backend (or the default) gets every option, so a mismatch is the user's ``UsageError``."""
+    single backend (or the default) gets every option, so a mismatch is the user's ``LineError``."""
     if len(names) == 1:
         return [plan(names[0], device=device, workers=workers, default=default, preferences=preferences)]
     plans = []
@@ -293,11 +293,11 @@ def _gpu(device: int | None, workers: int | None, preferences: Preferences) -> B
     found = inventory.devices()
     reason = inventory.unavailable_reason()
     if reason is not None:
-        raise UsageError(f"%%gpurun gpu: {reason}; use cpu-threads or auto on this machine.")
+        raise LineError(f"%%gpurun gpu: {reason}; use cpu-threads or auto on this machine.")
     index = 0 if device is None else device
     if index >= len(found):
         visible = ", ".join(f"{d.index} ({d.name})" for d in found)
-        raise UsageError(f"%%gpurun gpu: there is no GPU {index}; visible GPUs: {visible}.")
+        raise LineError(f"%%gpurun gpu: there is no GPU {index}; visible GPUs: {visible}.")
     threads = workers or preferences.gpu_threads
     check_threads(threads, "%%gpurun gpu --workers" if workers else "%config GpuMagics.gpu_threads =")
     chosen = found[index]
@@ -328,7 +328,7 @@ def _multi_gpu(device: int | None, workers: int | None, preferences: Preferences
     if queries.worker_count() == 0:
         bounds = queries.adapting()
         if bounds is None or bounds[1] == 0:
-            raise UsageError(
+            raise ClusterError(
                 "%%gpurun multi-gpu: the cluster has no workers; add some with %gpucluster scale N "
                 "(or start a new one with %gpucluster --replace)"
             )

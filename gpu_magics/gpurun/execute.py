@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics.gpurun.backends import BackendPlan
@@ -21,6 +20,7 @@ from gpu_magics.gpurun.live import cluster_loss
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.gpurun.timing.time_split import TimeSplit
+from gpu_magics.text.errors import CellError
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
         return None
     assert isinstance(module, ast.Module)
     if has_top_level_await(module):
-        raise UsageError(TOP_LEVEL_AWAIT)
+        raise CellError(TOP_LEVEL_AWAIT)
     statements = list(module.body)
     last = None
     if statements and isinstance(statements[-1], ast.Expr):

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import dask
-from IPython.core.error import UsageError
 
 from gpu_magics import gpus
 from gpu_magics.gpurun.graphs import device, remote_gpus, tuning
+from gpu_magics.text.errors import ClusterError
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -48,7 +48,7 @@ def settings() -> dict[str, Any]:
 def require_package_on_cluster(installed: bool) -> None:
     """The one-line error when the scheduler cannot import this package (it must run the graph rewrite)."""
     if not installed:
-        raise UsageError(NEEDS_PACKAGE)
+        raise ClusterError(NEEDS_PACKAGE)
 
 
 @contextlib.contextmanager

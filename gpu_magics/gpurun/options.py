@@ -1,4 +1,4 @@
-"""Parsing the ``%%gpurun`` line into a frozen ``RunOptions``; every bad input is a one-line ``UsageError``."""
+"""Parsing the ``%%gpurun`` line into a frozen ``RunOptions``; every bad input is a one-line ``LineError``."""
 
 from __future__ import annotations
 
@@ -6,21 +6,23 @@ import argparse
 import functools
 from dataclasses import dataclass
 
-from IPython.core.error import UsageError
-
 from gpu_magics.text.argparsing import (
     MagicArgumentParser,
     comma_list,
     non_negative_int,
     positive_float,
     positive_int,
+    timeout_seconds,
+    variable_name,
 )
+from gpu_magics.text.errors import LineError
 
 BACKENDS: tuple[str, ...] = ("cpu-single", "cpu-threads", "gpu", "multi-gpu")
 CHOICES: tuple[str, ...] = (*BACKENDS, "auto")
 SPMD = "spmd"  # not a dask backend: the cell runs once on every worker (gpu_magics.spmd)
 GROUP_LIBRARIES: tuple[str, ...] = ("torch", "jax")
 DEFAULT_SPMD_TIMEOUT_MIN = 5.0
+MOST_REPEATS = 1000  # --repeat: the most runs one cell is timed over
 COMPARE_ALL = "all"  # --compare all: every backend this machine can run, in the order of BACKENDS
 ALIASES: dict[str, str] = {
     "cpu": "cpu-threads",
@@ -50,7 +52,7 @@ class RunOptions:
     ranks: tuple[int, ...] | None = None  # spmd: --ranks
     show_ranks: tuple[int, ...] | None = None  # spmd: --output (the ranks whose lines show live)
     init: str | None = None  # spmd: --init torch|jax
-    timeout_min: float | None = None  # spmd: --timeout (minutes) for collectives
+    timeout_s: float | None = None  # spmd: --timeout (seconds) for collectives
     reset: bool = False  # spmd: --reset
 
     @property
@@ -64,16 +66,16 @@ class RunOptions:
 
 
 def normalize_backend(name: str) -> str:
-    """The canonical backend name for ``name``, or a ``UsageError`` naming the valid choices."""
+    """The canonical backend name for ``name``, or a ``LineError`` naming the valid choices."""
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in (*CHOICES, SPMD):
-        raise UsageError(f"%%gpurun: unknown backend {name!r}; choose one of {', '.join((*CHOICES, SPMD))}.")
+        raise LineError(f"%%gpurun: unknown backend {name!r}; choose one of {', '.join((*CHOICES, SPMD))}.")
     return key
 
 
 def rank_spec(text: str) -> tuple[int, ...]:
-    """``0``, ``0,2``, ``1-3``, ``0,2-3``: the ranks, in order, each once."""
+    """``0``, ``0,2``, ``1-3``, ``0,2-3``: the ranks, in order; a rank named twice is refused."""
     found: list[int] = []
     for part in comma_list(text, "ranks"):
         low, dash, high = part.strip().partition("-")
@@ -84,7 +86,10 @@ def rank_spec(text: str) -> tuple[int, ...]:
             raise argparse.ArgumentTypeError(f"expected ranks such as 0, 0,2 or 1-3, got {text!r}") from None
         if last < first:
             raise argparse.ArgumentTypeError(f"{part!r} counts down; write {last}-{first}")
-        found.extend(index for index in range(first, last + 1) if index not in found)
+        twice = [index for index in range(first, last + 1) if index in found]
+        if twice:
+            raise argparse.ArgumentTypeError(f"rank {twice[0]} is named twice in {text!r}; name each rank once")
+        found.extend(range(first, last + 1))
     return tuple(found)
 
 
@@ -102,10 +107,26 @@ def _group_library(text: str) -> str:
     return key
 
 
-def _identifier(text: str) -> str:
-    if not text.isidentifier():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a valid Python name")
-    return text
+def repeat_count(text: str) -> int:
+    """``--repeat N``: from 1 to ``MOST_REPEATS``."""
+    count = positive_int(text)
+    if count > MOST_REPEATS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MOST_REPEATS} runs, got {count}; time a longer loop inside the cell instead"
+        )
+    return count
+
+
+def spmd_timeout(text: str) -> float:
+    """``%%gpurun spmd --timeout``: seconds, as ``%gpucluster --timeout`` takes them (``90``, ``90s``, ``5m``, at
+    most 24h); a bare number under 60 was minutes once, so it needs its unit."""
+    seconds = timeout_seconds(text)
+    if seconds < 60 and text.strip().replace(".", "", 1).isdigit():
+        raise argparse.ArgumentTypeError(
+            f"a number alone is seconds now (it was minutes): write {text}m for {text} minutes, or {text}s for "
+            f"{text} seconds"
+        )
+    return seconds
 
 
 FREE_DEVICE = "free"
@@ -126,16 +147,16 @@ def _parser() -> MagicArgumentParser:
     parser.add_argument("backend", nargs="?")
     parser.add_argument("--device", "-d", type=_device)
     parser.add_argument("--workers", "-w", type=positive_int)
-    parser.add_argument("--repeat", "-r", type=positive_int, default=1)
+    parser.add_argument("--repeat", "-r", type=repeat_count, default=1)
     parser.add_argument("--compare", "-c")
-    parser.add_argument("-o", dest="output", type=_identifier)
+    parser.add_argument("-o", dest="output", type=variable_name)
     parser.add_argument("--output", dest="show_ranks", type=_shown_ranks)
     parser.add_argument("-q", "--quiet", action="store_true")
     parser.add_argument("--no-monitor", dest="monitor", action="store_false")
     parser.add_argument("--rtol", type=positive_float, default=1e-3)
     parser.add_argument("--ranks", type=rank_spec)
     parser.add_argument("--init", type=_group_library)
-    parser.add_argument("--timeout", type=positive_float)
+    parser.add_argument("--timeout", type=spmd_timeout)
     parser.add_argument("--reset", action="store_true")
     return parser
 
@@ -151,19 +172,24 @@ def parse_run_line(line: str) -> RunOptions:
     compare: tuple[str, ...] = ()
     if args.compare is not None:
         if not args.compare.replace(",", "").strip():
-            raise UsageError("%%gpurun: --compare needs backends, for example --compare cpu-threads,gpu.")
+            raise LineError("%%gpurun: --compare needs backends, for example --compare cpu-threads,gpu.")
         try:
             names = comma_list(args.compare, "backends")
         except argparse.ArgumentTypeError as error:
-            raise UsageError(f"%%gpurun: --compare {error}.") from None
+            raise LineError(f"%%gpurun: --compare {error}.") from None
         if [name.strip().lower() for name in names] == [COMPARE_ALL]:
             compare = (COMPARE_ALL,)
         else:
             compare = tuple(normalize_backend(name) for name in names)
         if len(set(compare)) != len(compare):
-            raise UsageError(f"%%gpurun: --compare lists a backend twice: {args.compare}.")
+            raise LineError(f"%%gpurun: --compare lists a backend twice: {args.compare}.")
+        if len(compare) == 1 and compare != (COMPARE_ALL,):
+            raise LineError(
+                f"%%gpurun: --compare needs two backends or more, like --compare {compare[0]},gpu (or --compare "
+                f"all); to run on {compare[0]} alone, write %%gpurun {compare[0]}."
+            )
         if backend is not None:
-            raise UsageError("%%gpurun: give either a backend or --compare, not both.")
+            raise LineError("%%gpurun: give either a backend or --compare, not both.")
     options = RunOptions(
         backend=backend,
         device=args.device if isinstance(args.device, int) else None,
@@ -178,14 +204,14 @@ def parse_run_line(line: str) -> RunOptions:
         ranks=args.ranks,
         show_ranks=args.show_ranks,
         init=args.init,
-        timeout_min=args.timeout,
+        timeout_s=args.timeout,
         reset=args.reset,
     )
     _check_spmd(options)
     return options
 
 
-_SPMD_ONLY = (("ranks", None, "--ranks"), ("init", None, "--init"), ("timeout_min", None, "--timeout"),
+_SPMD_ONLY = (("ranks", None, "--ranks"), ("init", None, "--init"), ("timeout_s", None, "--timeout"),
               ("reset", False, "--reset"), ("show_ranks", None, "--output"))  # fmt: skip
 _NOT_SPMD = (
     ("device", None, "--device: each rank computes on its worker's own GPU"),
@@ -201,13 +227,13 @@ def _check_spmd(options: RunOptions) -> None:
     if not options.spmd:
         for name, default, flag in _SPMD_ONLY:
             if getattr(options, name) != default:
-                raise UsageError(f"%%gpurun: {flag} is for spmd cells (%%gpurun spmd {flag} ...).")
+                raise LineError(f"%%gpurun: {flag} is for spmd cells (%%gpurun spmd {flag} ...).")
         if SPMD in options.compare:
-            raise UsageError("%%gpurun: --compare runs dask backends; spmd runs a cell on every rank instead.")
+            raise LineError("%%gpurun: --compare runs dask backends; spmd runs a cell on every rank instead.")
         return
     for field_name, unset, why in _NOT_SPMD:
         if getattr(options, field_name) != unset:
-            raise UsageError(f"%%gpurun spmd: no {why}.")
+            raise LineError(f"%%gpurun spmd: no {why}.")
 
 
 _CELL_ONLY = (
@@ -226,13 +252,13 @@ _CELL_ONLY = (
 
 def parse_session_line(line: str) -> RunOptions:
     """The options of ``%gpurun BACKEND`` as a line: a backend, ``--device``, ``--workers``; a one-line
-    ``UsageError`` for what only a cell can use."""
+    ``LineError`` for what only a cell can use."""
     options = parse_run_line(line)
     for name, default, why in _CELL_ONLY:
         if getattr(options, name) != default:
-            raise UsageError(f"%gpurun: {why}.")
+            raise LineError(f"%gpurun: {why}.")
     if options.backend is None:
-        raise UsageError(
+        raise LineError(
             "%gpurun: name the backend for plain cells (cpu-single, cpu-threads, gpu, multi-gpu or auto), or off."
         )
     return options

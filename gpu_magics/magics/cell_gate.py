@@ -14,20 +14,20 @@ import ast
 import contextlib
 from typing import Any
 
-from IPython.core.error import UsageError
-
 from gpu_magics.cluster.control.kernel_cluster import unreported
+from gpu_magics.text.errors import StartFailed, said_in_one_line
 
 _CALL = "__import__('gpu_magics.magics.cell_gate', fromlist=['before_cell']).before_cell()"
 _KEY = "_gpu_magics_cell_gate"
 
 
+@said_in_one_line
 def before_cell() -> None:
     """The cell's first statement: raise the failure of a start that no cell has said yet."""
     failed = unreported()
     line = None if failed is None else failed.take_unreported()
     if line is not None:
-        raise UsageError(f"{line} (this cell did not run)")
+        raise StartFailed(f"{line} (this cell did not run)")
 
 
 class CellGate(ast.NodeTransformer):

@@ -27,6 +27,7 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
     "gpu_magics.gpurun.live.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
     "gpu_magics.magics.cell_gate:install",  # a start that failed in the background stops the next cell
+    "gpu_magics.magics.config_gate:install",  # a %config value the magics refuse fails its cell
 )
 UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:unregister",
@@ -34,6 +35,7 @@ UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
     "gpu_magics.gpurun.live.interrupt_view:uninstall",
     "gpu_magics.magics.cell_gate:uninstall",
+    "gpu_magics.magics.config_gate:uninstall",
     "gpu_magics.cluster.background.start_logs:package_logs_back",
 )
 

@@ -7,18 +7,19 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 
-from IPython.core.error import UsageError
 from traitlets import Float, TraitError, validate
-from traitlets.config import Configurable
 
 from gpu_magics import gpus
 from gpu_magics.display.format import format_bytes, format_percent
 from gpu_magics.gpus import GpuDevice
+from gpu_magics.magics.config_gate import CheckedSettings
 from gpu_magics.monitor.availability import Assessment, FreeRule, assess, rank, recent
+from gpu_magics.text.errors import LineError
 
 
-class FreeGpuSettings(Configurable):
-    """When a GPU counts as free (a base of ``ClusterMagics`` and ``GpuMagics``: each has its own values)."""
+class FreeGpuSettings(CheckedSettings):
+    """When a GPU counts as free (a base of ``ClusterMagics`` and ``GpuMagics``: each has its own values; a value
+    ``%config`` gives either that it refuses fails the cell, ``config_gate``)."""
 
     free_memory = Float(
         0.1,
@@ -54,7 +55,7 @@ def choose_free(
     what: str, count: int, rule: FreeRule, *, config: str, exclude: Collection[int] = ()
 ) -> tuple[tuple[int, ...], str]:
     """The indices of the free GPUs (``count`` 0: all of them; else the ``count`` freest) and the line to print;
-    a one-line ``UsageError`` when none (or too few) is free. ``what`` names the request (``"%gpucluster --gpus
+    a one-line ``LineError`` when none (or too few) is free. ``what`` names the request (``"%gpucluster --gpus
     free"``), ``config`` the class whose settings apply (``"ClusterMagics"``); memory that the processes
     ``exclude`` hold does not count."""
     from gpu_magics.monitor.sampler import get_sampler
@@ -62,7 +63,7 @@ def choose_free(
     devices = gpus.inventory().devices()
     if not devices:
         reason = gpus.inventory().unavailable_reason() or "no CUDA device is visible"
-        raise UsageError(f"{what}: no GPU to choose from ({reason})")
+        raise LineError(f"{what}: no GPU to choose from ({reason})")
     snapshots = recent(get_sampler())
     assessed = assess(devices, snapshots, rule, exclude=exclude, me=os.getpid())
     freest = rank(assessed)
@@ -71,7 +72,7 @@ def choose_free(
     if not freest or len(freest) < count:
         found = "no GPU is free" if not freest else f"only {_names(freest, devices)} free, {count} asked"
         fix = f"raise the limits with %config {config}.free_memory (or free_utilization), or name the GPUs"
-        raise UsageError(f"{what}: {found} ({limits}); {_reasons(busy, devices)}; {fix}")
+        raise LineError(f"{what}: {found} ({limits}); {_reasons(busy, devices)}; {fix}")
     chosen = freest[:count] if count else freest
     line = f"{what}: chose {_names(chosen, devices)}, free ({limits} over {_span(snapshots)})"
     spare = [a for a in freest if a not in chosen]

@@ -25,7 +25,9 @@ from gpu_magics.display.live import can_show_widgets
 from gpu_magics.display.start_line import StartLine
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free, own_descendants
 from gpu_magics.text.argparsing import duration
-from gpu_magics.text.errors import said_in_one_line
+from gpu_magics.text.errors import LineError, NoCluster, said_in_one_line
+
+DURATION_TAKES = "a duration in quotes, at least 1s, like '90s', '30m' or '2h', or 'off'"
 
 
 @magics_class
@@ -75,7 +77,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
             "Close a cluster started here after this long without a task (like '30m', '90s' or '2h'; 'off' never); "
             "an attached cluster is only detached. %gpucluster --idle-timeout overrides it for one cluster."
         ),
-    ).tag(config=True)
+    ).tag(config=True, takes=DURATION_TAKES)
 
     park_after = Unicode(
         "off",
@@ -84,7 +86,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
             "never), and again each time it idles that long: their GPUs go back to the server, their data stays, and "
             "the next cell that sends the cluster work resumes them (%gpucluster park does it at once)."
         ),
-    ).tag(config=True)
+    ).tag(config=True, takes=DURATION_TAKES)
 
     @validate("idle_timeout", "park_after")
     def _check_duration(self, proposal: dict[str, Any]) -> str:
@@ -137,10 +139,12 @@ class ClusterMagics(Magics, FreeGpuSettings):
           --dashboard/--no-dashboard   the Dask dashboard, on a free port (default on)
           --host HOST               address to bind scheduler, workers and dashboard (default 127.0.0.1)
           --name NAME               the cluster's name (shown in the JupyterLab panel)
-          --timeout SECONDS         wait this long for a scheduler (attach, default 5) or workers (start, 120)
+          --timeout SECONDS         wait this long for a scheduler (attach, default 5) or workers (start, 120);
+                                    seconds (90) or with a unit (90s, 5m, 2h), at most 24h
           --replace                 stop the running cluster and start a new one, once the new one's needs
                                     are checked (default: reuse it; a line naming another cluster fails)
-          --client NAME             also put the Client in the namespace as NAME (any action)
+          --client NAME             also put the Client in the namespace as NAME (any action): a new name, or
+                                    one that holds a Client already (not a keyword or built-in like print)
 
         SLURM (``--slurm``, needs ``gpu-magics[hpc]``; the site's ``jobqueue.slurm`` dask config gives the
         defaults; SLURM checks the job first, so a partition or account it refuses queues nothing):
@@ -186,6 +190,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """
         ahead.wait_for_imports()  # it needs them (said once if the wait passes a second)
         options = parse_cluster_line(line)
+        self._check_client_name(options.client_name)
         action = options.action
         if action == "stop":
             self._forget_client_names()
@@ -345,7 +350,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         if target in ("all", "workers"):
             if lifecycle.active() is None:
                 if target == "workers":
-                    raise UsageError(f"{PROG} free workers: {no_cluster_message()}")
+                    raise NoCluster(f"{PROG} free workers: {no_cluster_message()}")
             else:
                 released, answered, kept = lifecycle.free_workers()
                 workers = f"{answered} worker{'s' if answered != 1 else ''}"
@@ -359,6 +364,19 @@ class ClusterMagics(Magics, FreeGpuSettings):
         client = lifecycle.active_client() if lifecycle.start_under_way() is not None else None
         self.shell.user_ns[name] = client if client is not None else lifecycle.require_client()
         self._client_names.add(name)
+
+    def _check_client_name(self, name: str | None) -> None:
+        """``--client NAME`` takes a new name, or one that holds a ``Client``: one line before anything begins."""
+        if name is None or self.shell is None or name not in self.shell.user_ns:
+            return
+        from distributed import Client
+
+        held = self.shell.user_ns[name]
+        if not isinstance(held, Client):
+            raise LineError(
+                f"{PROG} --client {name}: {name} holds a {type(held).__name__} already; choose another name "
+                f"(or del {name} first)"
+            )
 
     def _forget_client_names(self) -> None:
         client = lifecycle.active_client()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from IPython.core.error import UsageError
+import re
+
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from gpu_magics.display.graph_view import GraphSummary, graph_summary, is_collection
-from gpu_magics.text.errors import said_in_one_line
+from gpu_magics.text.errors import LineError, said_in_one_line
 
 
 @magics_class
@@ -29,19 +30,36 @@ class GraphMagics(Magics):
         dtype where known), the dependencies between layers as a compact layered DAG, and the number of tasks
         before and after optimization. Large graphs are aggregated per layer, and graphs of many layers are
         collapsed, so a 100,000-task graph stays readable. ``s = %gpugraph EXPR`` keeps the summary; in code,
-        ``gpu_magics.display.graph_view.graph_summary(obj)`` returns the same object.
+        ``gpu_magics.display.graph_view.graph_summary(obj)`` returns the same object. It takes no options: a word
+        such as ``--depth`` is refused as an unknown option.
         """
         expr = line.strip()
         if not expr:
-            raise UsageError("%gpugraph needs an expression, e.g. %gpugraph x.sum()")
+            raise LineError("%gpugraph needs an expression, e.g. %gpugraph x.sum()")
+        _refuse_options(expr)
         assert self.shell is not None
         try:
             obj = self.shell.ev(expr)
         except NameError as err:
-            raise UsageError(f"%gpugraph: {err}") from None
+            _refuse_options(expr, err.name)
+            raise LineError(f"%gpugraph: {err}") from None
         except SyntaxError as err:
-            raise UsageError(f"%gpugraph: invalid expression {expr!r}: {err.msg}") from None
+            raise LineError(f"%gpugraph: invalid expression {expr!r}: {err.msg}") from None
         if not is_collection(obj):
             kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-            raise UsageError(f"%gpugraph: {expr!r} is a {kind}, not a dask collection")
+            raise LineError(f"%gpugraph: {expr!r} is a {kind}, not a dask collection")
         return graph_summary(obj)
+
+
+_OPTION = re.compile(r"--[A-Za-z][\w-]*(=.*)?")
+
+
+def _refuse_options(expr: str, undefined: str | None = None) -> None:
+    """A word of ``expr`` written as an option (``--frob``; ``-v`` where ``v`` is the name not defined) is refused
+    as one, not read as code (``x --frob`` would be "name 'frob' is not defined")."""
+    for word in expr.split():
+        if _OPTION.fullmatch(word) or (undefined and word in (f"-{undefined}", f"--{undefined}")):
+            raise LineError(
+                f"%gpugraph: unknown option {word}; %gpugraph takes no options, only an expression, e.g. "
+                "%gpugraph x.sum()"
+            )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import cast
 
-from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class
 
@@ -12,13 +12,30 @@ from gpu_magics.display.format import format_seconds
 from gpu_magics.display.monitor_view import live_panel_text
 from gpu_magics.monitor.sampler import MIN_INTERVAL, Sampler, get_sampler, shutdown_sampler
 from gpu_magics.monitor.sources import source_from_env
-from gpu_magics.text.argparsing import MagicArgumentParser, positive_float
-from gpu_magics.text.errors import said_in_one_line
+from gpu_magics.text.argparsing import MagicArgumentParser
+from gpu_magics.text.errors import LineError, said_in_one_line
+
+MOST_INTERVAL = 60.0  # seconds: a live panel slower than this is no live panel
+
+
+def interval_seconds(text: str) -> float:
+    """``--interval``: seconds between samples, from ``MIN_INTERVAL`` (NVML cannot be sampled usefully faster) to
+    ``MOST_INTERVAL``."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not MIN_INTERVAL <= seconds <= MOST_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds from {MIN_INTERVAL:g} to {MOST_INTERVAL:g}, got {text} (NVML cannot be sampled "
+            "usefully faster; a panel slower than a minute is no live panel)"
+        )
+    return seconds
 
 
 def _parser() -> MagicArgumentParser:
     parser = MagicArgumentParser("%gpumonitor")
-    parser.add_argument("--interval", "-i", type=positive_float)
+    parser.add_argument("--interval", "-i", type=interval_seconds)
     parser.add_argument("--stop", action="store_true")
     return parser
 
@@ -40,7 +57,7 @@ class MonitorMagics(Magics):
         Usage::
 
             %gpumonitor                  start sampling and show the panel (updates in place)
-            %gpumonitor --interval 0.25  sample every 0.25 s (at least 0.1 s; default 0.5 s)
+            %gpumonitor --interval 0.25  sample every 0.25 s (from 0.1 s to 60 s; default 0.5 s)
             %gpumonitor --stop           stop the panels and the sampler thread
 
         ``-i`` is short for ``--interval``.
@@ -55,16 +72,11 @@ class MonitorMagics(Magics):
         args = self._parser.parse_line(line)
         if args.stop:
             if args.interval is not None:
-                raise UsageError("%gpumonitor: --stop takes no --interval.")
+                raise LineError("%gpumonitor: --stop takes no --interval.")
             self.close()
             return
         sampler = get_sampler()
         if args.interval is not None:
-            if args.interval < MIN_INTERVAL:
-                raise UsageError(
-                    f"%gpumonitor: --interval must be at least {MIN_INTERVAL} s (got {args.interval:g}); "
-                    "NVML cannot be sampled usefully faster."
-                )
             sampler.interval = args.interval
         from gpu_magics.display.live import LivePanel, can_show_widgets
 

@@ -6,7 +6,6 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from traitlets import Bool, CaselessStrEnum, Float, Int
@@ -19,7 +18,7 @@ from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_ru
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session import placement, plain_cells, spmd_cells
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
-from gpu_magics.text.errors import said_in_one_line
+from gpu_magics.text.errors import GpuMagicsError, LineError, said_in_one_line
 from gpu_magics.text.units import format_seconds
 
 if TYPE_CHECKING:
@@ -109,7 +108,7 @@ class GpuMagics(Magics, FreeGpuSettings):
 
         SPMD cells (one process per GPU)::
 
-            %%gpurun spmd [--ranks 0|0,2|1-3] [--init torch|jax] [--timeout MIN] [--reset] [--output RANKS]
+            %%gpurun spmd [--ranks 0|0,2|1-3] [--init torch|jax] [--timeout 5m] [--reset] [--output RANKS]
                           [-o NAME] [-q]
 
         Each rank keeps its variables across SPMD cells. Ranks get torchrun's environment (``RANK``,
@@ -118,9 +117,10 @@ class GpuMagics(Magics, FreeGpuSettings):
         ordered by host, then GPU, and ``torch.cuda.set_device(LOCAL_RANK)`` puts each rank on its own worker's GPU.
         ``--init torch`` makes the ``torch.distributed`` group (NCCL on GPU ranks, gloo on CPU ranks), ``--init jax``
         calls ``jax.distributed.initialize``; the group is kept until ``--reset``, ``%gpucluster stop`` or a change
-        of workers. ``--timeout`` is the collectives' timeout in
-        minutes (default 5). ``--ranks`` runs a cell on some ranks only. Output shows live, in the order the ranks
-        printed it, alike lines once (``[0-3] loss 0.52``), a progress bar as one live line per rank;
+        of workers. ``--timeout`` is the collectives' timeout: seconds (``90``) or with a unit (``90s``, ``5m``,
+        ``2h``), at most 24h (default 5m; under 60 it needs its unit). ``--ranks`` runs a cell on some ranks
+        only, each named once. Output shows live, in the order the ranks printed it, alike lines once (``[0-3]
+        loss 0.52``), a progress bar as one live line per rank;
         ``--output 0`` shows only rank 0's lines live and folds the others' into a block a click opens. A rank
         that raises or Ctrl-C stops every rank within seconds. When a rank process has ended (a crash, a kill),
         the next cell starts every rank anew, says so in one line, and makes the group again as before. Rank 0's
@@ -133,12 +133,14 @@ class GpuMagics(Magics, FreeGpuSettings):
 
         Options:
 
-        - ``--repeat N``   run N times; report the best and median wall time.
-        - ``--compare a,b`` run once per backend (the first is the reference): a table of wall times, speed-ups
-                           and whether the last expression's value agrees (within ``--rtol``, default 1e-3).
+        - ``--repeat N``   run N times (at most 1000); report the best and median wall time.
+        - ``--compare a,b`` run once per backend, two or more (the first is the reference): a table of wall
+                           times, speed-ups and whether the last expression's value agrees (within ``--rtol``,
+                           default 1e-3).
                            Each backend first runs the cell once untimed (a warm-up: imports, CUDA start), unless
                            that run took over 10 s; then it is the timed one, marked cold.
-        - ``-o NAME``      store the result object (times, tasks, monitor figures) in the variable NAME.
+        - ``-o NAME``      store the result object (times, tasks, monitor figures) in the variable NAME (not a
+                           keyword or a built-in name such as ``print``).
         - ``-q``           no summary line (also ``--quiet``).
         - ``--no-monitor`` no live GPU panel while the cell runs.
 
@@ -201,10 +203,10 @@ class GpuMagics(Magics, FreeGpuSettings):
         )
         try:
             value = cell.run(self._shell, options, source, settings)
-        except UsageError as error:
+        except GpuMagicsError as error:
             made = plain_cells.current(self._shell)
             if made is not None and made.spmd is not None and made.spmd.made(line):  # a plain cell made an SPMD cell
-                raise UsageError(f"{error}; {spmd_cells.OFF_HINT}") from None
+                raise type(error)(f"{error}; {spmd_cells.OFF_HINT}") from None
             raise
         return None if self._shell.displayhook.semicolon_at_end_of_expression(source) else value
 
@@ -213,9 +215,9 @@ class GpuMagics(Magics, FreeGpuSettings):
         try:
             options = parse_run_line(line)
             if options.output or options.compare:
-                raise UsageError("%gpurun spmd: -o and --compare are for one %%gpurun cell")
-        except UsageError as error:
-            raise UsageError(_as_line_magic(str(error))) from None
+                raise LineError("%gpurun spmd: -o and --compare are for one %%gpurun cell")
+        except GpuMagicsError as error:
+            raise type(error)(_as_line_magic(str(error))) from None
         from gpu_magics.spmd.kernel import ranks
 
         if options.reset:
@@ -255,13 +257,13 @@ class GpuMagics(Magics, FreeGpuSettings):
             options = parse_session_line(line)
             options = self._choose_free_device(options)
             plans, _ = self._plans(options, prog="%gpurun")
-        except UsageError as error:
-            raise UsageError(_as_line_magic(str(error))) from None
+        except GpuMagicsError as error:
+            raise type(error)(_as_line_magic(str(error))) from None
         print(self._use_session(plans[0]))
 
     def use_session(self, backend: str) -> str:
         """Run plain cells on ``backend`` from now on (``%config ClusterMagics.plain_cells_on_cluster``); the
-        line that says so, or a one-line ``UsageError``."""
+        line that says so, or the package's one-line error."""
         return self._use_session(self._plans(RunOptions(backend=backend), prog="%gpurun")[0][0])
 
     def _use_session(self, plan: backends.BackendPlan) -> str:

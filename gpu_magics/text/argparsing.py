@@ -1,10 +1,11 @@
-"""Turning a magic's line into arguments: shlex + argparse, every failure a one-line ``UsageError``; and the value
+"""Turning a magic's line into arguments: shlex + argparse, every failure a one-line ``LineError``; and the value
 types the magics' options take (numbers, durations, sizes, GPU choices, addresses, names), pure: no I/O; and the
 most threads one pool may run on this host (``check_threads``: the same bound for every magic's thread counts)."""
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import keyword
 import os
 import re
@@ -13,30 +14,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
-from IPython.core.error import UsageError
+from gpu_magics.text.errors import LineError
 
 _NEGATIVE = re.compile(r"^-\.?\d")  # a value such as -3m or -0.5, not an option
 
 
 class MagicArgumentParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that raises ``UsageError`` with one line instead of printing and exiting."""
+    """An ``ArgumentParser`` that raises ``LineError`` with one line instead of printing and exiting."""
 
     def __init__(self, prog: str, dash_values: tuple[str, ...] = (), **kwargs: object) -> None:
         super().__init__(prog=prog, add_help=False, allow_abbrev=False, exit_on_error=False, **kwargs)  # type: ignore[arg-type]
         self.dash_values = dash_values  # options whose value may itself start with "-" (an sbatch directive)
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}. See {self.prog}? for the options.")
+        raise LineError(f"{self.prog}: {message}. See {self.prog}? for the options.")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise UsageError(f"{self.prog}: {(message or 'invalid arguments').strip()}")
+        raise LineError(f"{self.prog}: {(message or 'invalid arguments').strip()}")
 
     def parse_line(self, line: str) -> argparse.Namespace:
         """Split ``line`` like a shell would and parse it; unknown options are an error."""
         try:
             words = shlex.split(line, posix=True)
         except ValueError as error:
-            raise UsageError(f"{self.prog}: {error} in {line.strip()!r}: close the quote.") from None
+            raise LineError(f"{self.prog}: {error} in {line.strip()!r}: close the quote.") from None
         words = self._joined_dash_values(words)
         try:
             namespace, extra = self.parse_known_args(words)
@@ -109,7 +110,7 @@ def check_threads(count: int, what: str) -> None:
     """A thread count above what this host can serve is one line (``what``: where the count came from)."""
     most = most_threads()
     if count > most:
-        raise UsageError(
+        raise LineError(
             f"{what} {count}: this machine runs at most {most} threads in one pool ({os.cpu_count() or 1} CPU "
             f"cores, {THREADS_PER_CORE} threads each, at least {FEWEST_MOST_THREADS}); give at most {most}"
         )
@@ -146,6 +147,28 @@ def comma_list(text: str, what: str) -> list[str]:
             f"{text!r} has an empty entry: separate {what} with single commas, none at either end"
         )
     return entries
+
+
+MOST_SECONDS = 24 * 3600.0  # the longest timeout a magic takes: a day
+
+
+def timeout_seconds(text: str) -> float:
+    """``argparse`` type: a timeout in seconds, ``90``, or with a unit, ``90s``, ``5m``, ``2h``; above 0 and at
+    most a day."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        found = _DURATION.match(text)
+        if found is None:
+            raise argparse.ArgumentTypeError(
+                f"expected seconds (90) or a number and a unit (90s, 5m, 2h), got {text!r}"
+            ) from None
+        seconds = float(found.group(1)) * _SECONDS[found.group(2).lower()]
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text}")
+    if not seconds <= MOST_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected a timeout of at most 24h (86400 s), got {text}")
+    return seconds
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|sec|m|min|h)\s*$", re.IGNORECASE)
@@ -248,6 +271,23 @@ def name_word(text: str) -> str:
 def identifier(text: str) -> str:
     if not text.isidentifier() or keyword.iskeyword(text):
         raise argparse.ArgumentTypeError(f"invalid variable name {text!r}")
+    return text
+
+
+def variable_name(text: str) -> str:
+    """A new variable of the notebook's (``--client NAME``, ``-o NAME``): a Python name that is neither a keyword
+    nor a built-in one would hide (``print``)."""
+    if not text.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"invalid variable name {text!r}: it is not a valid Python name (letters, digits and _, not starting "
+            "with a digit)"
+        )
+    if keyword.iskeyword(text):
+        raise argparse.ArgumentTypeError(f"invalid variable name {text!r}: it is a Python keyword; choose another")
+    if text in vars(builtins):
+        raise argparse.ArgumentTypeError(
+            f"invalid variable name {text!r}: it would hide Python's built-in {text}; choose another"
+        )
     return text
 
 

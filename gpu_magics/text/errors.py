@@ -8,11 +8,16 @@ wrapped in ``said_in_one_line``, which turns the package's error into that one l
 
     GpuMagicsError          anything this package says in one line
     ├── LineError           the line asks for what cannot be (an option's value, a name not there, a count too big)
-    └── ClusterError        the cluster cannot do what is asked
-        ├── NoCluster       none runs (or starts) in this kernel
-        ├── NotOurs         it is not this kernel's to change (attached, adopted)
-        ├── StartFailed     a start, restart or scale failed; the line says why
-        └── ServiceError    a service the workers come from (a scheduler, a gateway, SLURM) refused or is silent
+    │   ├── SettingError    a ``%config`` value the magics refuse (the cell that sets it fails)
+    │   └── CellError       the cell itself cannot run as asked (top-level await, it does not parse)
+    ├── ClusterError        the cluster cannot do what is asked
+    │   ├── NoCluster       none runs (or starts) in this kernel
+    │   ├── NotOurs         it is not this kernel's to change (attached, adopted)
+    │   ├── StartFailed     a start, restart or scale failed; the line says why
+    │   └── ServiceError    a service the workers come from (a scheduler, a gateway, SLURM) refused or is silent
+    └── RankError           SPMD ranks cannot do what is asked (a rank's worker silent, a value that cannot travel)
+
+``said_in_one_line`` and ``shown_as_one_line`` are the only places an IPython ``UsageError`` is made.
 """
 
 from __future__ import annotations
@@ -36,6 +41,19 @@ class LineError(GpuMagicsError):
     give."""
 
 
+class SettingError(LineError):
+    """A ``%config`` value one of the magics refuses; the line says which values it takes."""
+
+
+class CellError(LineError):
+    """The cell cannot run as asked (a top-level ``await``, a cell that does not parse)."""
+
+
+class RankError(GpuMagicsError):
+    """SPMD ranks cannot do what was asked: a rank's worker did not answer, the processes did not start, a value
+    cannot travel to them or back."""
+
+
 class ClusterError(GpuMagicsError):
     """The cluster cannot do what was asked."""
 
@@ -56,6 +74,12 @@ class ServiceError(ClusterError):
     """A service the workers come from (a scheduler, a gateway, SLURM) refused or did not answer."""
 
 
+def shown_as_one_line(message: str) -> UsageError:
+    """IPython's own ``UsageError`` with ``message``: what the notebook shows as one line, without a traceback
+    (for an error that reaches the user outside an entry point, such as a future's exception)."""
+    return UsageError(message)
+
+
 def said_in_one_line(entry: Callable[P, R]) -> Callable[P, R]:
     """Wrap an entry point the notebook calls (a magic, a cell hook): the package's errors leave it as IPython's
     own ``UsageError``, which the notebook shows as the one line, without a traceback."""
@@ -65,6 +89,6 @@ def said_in_one_line(entry: Callable[P, R]) -> Callable[P, R]:
         try:
             return entry(*args, **kwargs)
         except GpuMagicsError as error:
-            raise UsageError(str(error)) from None
+            raise shown_as_one_line(str(error)) from None
 
     return said

@@ -43,6 +43,11 @@ TAKES = {
     "_shown_ranks": "the ranks whose output shows live, like `0` or `0,2`",
     "rank_spec": "ranks, like `0`, `0,2` or `1-3`",
     "_group_library": "`torch` or `jax`",
+    "variable_name": "a new Python variable name (not a keyword or a built-in name such as `print`)",
+    "timeout_seconds": "seconds (`90`) or a number and a unit (`90s`, `5m`, `2h`), above 0 and at most 24h",
+    "spmd_timeout": "seconds or a number and a unit (`300`, `90s`, `5m`, `2h`), at most 24h; under 60, with its unit",
+    "repeat_count": "a whole number from 1 to 1000",
+    "interval_seconds": "seconds, from 0.1 to 60",
 }
 
 

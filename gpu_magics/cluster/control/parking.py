@@ -30,7 +30,7 @@ from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.workers import checkpoint
-from gpu_magics.text.errors import ClusterError, NotOurs
+from gpu_magics.text.errors import ClusterError, NotOurs, shown_as_one_line
 from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds
 
 PLUGIN_NAME = "gpu-magics-resume-on-work"
@@ -255,9 +255,8 @@ def _fail_graph(scheduler: Any, client: str, keys: list[Any], line: str) -> None
     worker; results already in memory (persisted data the graph asked for again) are neither failed nor let go. On
     the scheduler's event loop, right after the graph's own transitions."""
     from distributed.core import error_message
-    from IPython.core.error import UsageError
 
-    exception = error_message(UsageError(line))["exception"]
+    exception = error_message(shown_as_one_line(line))["exception"]
     pending = [key for key in keys if getattr(scheduler.tasks.get(key), "state", None) != "memory"]  # data stays
     for key in pending:
         scheduler.report({"op": "task-erred", "key": key, "exception": exception, "traceback": None}, client=client)

@@ -34,11 +34,12 @@ def together(*values: Any) -> tuple[Any, ...]:
 def runs_per_slot() -> int:
     """``gpu-magics.runs-per-slot`` from the dask config (default ``RUNS_PER_SLOT``; 0 turns grouping off)."""
     import dask
-    from IPython.core.error import UsageError
+
+    from gpu_magics.text.errors import SettingError
 
     said = dask.config.get("gpu-magics.runs-per-slot", default=RUNS_PER_SLOT)
     if isinstance(said, bool) or not isinstance(said, int) or said < 0:
-        raise UsageError(
+        raise SettingError(
             f"dask config gpu-magics.runs-per-slot is {said!r}: set a whole number of runs per GPU, 1 by default "
             "(0 turns the grouping of a reduction's chunk tasks off)"
         )

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.error import UsageError
-
 from gpu_magics.spmd.kernel.cell_run import CellRun, CellSettings, WorldLost
 from gpu_magics.spmd.kernel.ranks import Ranks, for_client
 from gpu_magics.spmd.kernel.view.results import group_note
 from gpu_magics.spmd.kernel.view.shown import Board
 from gpu_magics.spmd.kernel.world import PROG, check_group, check_source
 from gpu_magics.spmd.messages import InitCommand, RunCommand
+from gpu_magics.text.errors import RankError
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -57,7 +56,7 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
         return _run_world(shell, made, options, code, settings, board)
     except WorldLost as lost:
         made.lose(lost.rank, lost.how)
-        raise UsageError(
+        raise RankError(
             f"{PROG}: rank {lost.rank}'s new process ended too before the cell reached it ({lost.how}); nothing ran "
             "(see the workers' logs; %gpucluster restart gives new workers)"
         ) from None
@@ -79,7 +78,7 @@ def _run_world(
     chosen = world.select(options.ranks, f"{PROG} --ranks")
     if options.show_ranks is not None:
         world.select(options.show_ranks, f"{PROG} --output")
-    timeout_s = settings.timeout_s if options.timeout_min is None else options.timeout_min * 60
+    timeout_s = settings.timeout_s if options.timeout_s is None else options.timeout_s
     kinds = list(made.regroup) + list(made.remake)
     if made.remake:
         again = " ".join(f"--init {kind}" for kind in made.remake)

@@ -17,13 +17,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from IPython.core.error import UsageError
-
 from gpu_magics.spmd.kernel.rank_calls import RankCalls
 from gpu_magics.spmd.kernel.view import results
 from gpu_magics.spmd.kernel.world import PROG, USER_SET, Member, Rank, World, check_gpus, order
 from gpu_magics.spmd.messages import Event, ExitedEvent, Line, LinesEvent
 from gpu_magics.spmd.worker import host
+from gpu_magics.text.errors import ClusterError, RankError
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:
@@ -107,7 +106,7 @@ class Ranks(RankCalls):
         and the lines to say (a new world, why the old one went)."""
         notes: list[str] = []
         if not workers:
-            raise UsageError(f"{PROG}: the cluster has no workers; add some with %gpucluster scale N")
+            raise ClusterError(f"{PROG}: the cluster has no workers; add some with %gpucluster scale N")
         if self.world is not None and self.world.addresses == set(workers):
             return self.world, notes
         if self.world is not None:
@@ -120,14 +119,14 @@ class Ranks(RankCalls):
         members = []
         for address, found in probes.items():
             if isinstance(found, BaseException):
-                raise UsageError(f"{PROG}: worker {address} did not answer ({type(found).__name__}: {found})")
+                raise RankError(f"{PROG}: worker {address} did not answer ({type(found).__name__}: {found})")
             members.append(Member.from_probe(address, found, gpu=not cpu_only))
         ranks = order(members)
         check_gpus(ranks)
         first = ranks[0].member.address
         ports = self.call_wait(host.free_ports, 2, workers=[first], timeout=10)[first]
         if isinstance(ports, BaseException):
-            raise UsageError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
+            raise RankError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
         chosen = tuple((name, os.environ[name]) for name in USER_SET if name in os.environ)
         made = World(ranks, int(ports[0]), int(ports[1]), chosen, run_id=f"gpu-magics-{uuid.uuid4().hex[:12]}")
         self._start(made)
@@ -190,7 +189,7 @@ class Ranks(RankCalls):
         if failed:
             self.world = made
             self.end()
-            raise UsageError(f"{PROG}: the rank processes did not start ({'; '.join(failed[:3])})")
+            raise RankError(f"{PROG}: the rank processes did not start ({'; '.join(failed[:3])})")
         with self._lock:
             self.pids = pids
         self._connect(endpoints)
@@ -254,7 +253,7 @@ class Ranks(RankCalls):
         first = self.world.ranks[0].member.address
         ports = self.call_wait(host.free_ports, 1, workers=[first], timeout=10)[first]
         if isinstance(ports, BaseException):
-            raise UsageError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
+            raise RankError(f"{PROG}: rank 0's worker could not find a free port ({ports})")
         return {"MASTER_PORT": str(ports[0])}
 
     def forget_ended(self, ended: Sequence[int], died: dict[int, str] | None = None) -> None:
@@ -339,7 +338,7 @@ def world_now() -> tuple[int, str] | None:
 
 def where_cells_run(ranks: Sequence[int] | None, shown: Sequence[int] | None = None) -> str:
     """Where ``%gpurun spmd``'s cells run, in words (``every rank (2 ranks on 1 host (CPU))``, ``rank 1 of 2``); a
-    one-line ``UsageError`` for ``--ranks`` or ``--output`` (``shown``) outside the world, where the world is
+    one-line ``RankError`` for ``--ranks`` or ``--output`` (``shown``) outside the world, where the world is
     known now."""
     from gpu_magics.spmd.kernel.view.output import rank_list
     from gpu_magics.spmd.kernel.world import check_ranks

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from IPython.core.error import UsageError
-
 from gpu_magics.spmd.messages import Probe
+from gpu_magics.text.errors import CellError, ClusterError, LineError
 
 PROG = "%%gpurun spmd"
 USER_SET = (  # passed on where the kernel has them (``%env``): the user's choice wins over the ranks' defaults
@@ -159,7 +158,7 @@ class World:
         }
 
     def select(self, wanted: Sequence[int] | None, said: str = f"{PROG} --ranks") -> tuple[Rank, ...]:
-        """The ranks ``wanted`` names (all without it); a one-line ``UsageError`` for one outside the world, that
+        """The ranks ``wanted`` names (all without it); a one-line ``LineError`` for one outside the world, that
         begins with ``said`` (what the user wrote: ``%%gpurun spmd --ranks``, ``spmd.pull(rank=5)``)."""
         if wanted is None:
             return self.ranks
@@ -173,16 +172,16 @@ def check_source(code: str) -> None:
     try:
         ast.parse(code)
     except SyntaxError as error:
-        raise UsageError(f"{PROG}: the cell does not parse (line {error.lineno}: {error.msg}); nothing ran") from None
+        raise CellError(f"{PROG}: the cell does not parse (line {error.lineno}: {error.msg}); nothing ran") from None
 
 
 def check_ranks(wanted: Sequence[int], size: int, said: str, world: str) -> None:
-    """A one-line ``UsageError`` where ``wanted`` names a rank outside a world of ``size`` ranks."""
+    """A one-line ``LineError`` where ``wanted`` names a rank outside a world of ``size`` ranks."""
     outside = sorted({index for index in wanted if not 0 <= index < size})
     if outside:
         last = size - 1
         have = "rank 0" if last == 0 else f"ranks 0-{last}"
-        raise UsageError(f"{said}: no rank {', '.join(map(str, outside))}; the world has {have} ({world})")
+        raise LineError(f"{said}: no rank {', '.join(map(str, outside))}; the world has {have} ({world})")
 
 
 def _host_key(host: str) -> tuple[int, Any]:
@@ -216,7 +215,7 @@ def order(members: Sequence[Member]) -> tuple[Rank, ...]:
 
 
 def check_gpus(ranks: Sequence[Rank]) -> None:
-    """A one-line ``UsageError`` where two ranks would share a GPU."""
+    """A one-line ``LineError`` where two ranks would share a GPU."""
     seen: dict[tuple[str, str], Rank] = {}
     for rank in ranks:
         if not rank.gpu:
@@ -224,7 +223,7 @@ def check_gpus(ranks: Sequence[Rank]) -> None:
         key = (rank.member.host, rank.member.gpu_uuid or "")
         if key in seen:
             first = seen[key]
-            raise UsageError(
+            raise ClusterError(
                 f"{PROG}: workers {first.member.name!r} and {rank.member.name!r} share one GPU "
                 f"({rank.label}), so two ranks would compute on it; give each worker its own GPU "
                 "(dask-cuda's workers, or CUDA_VISIBLE_DEVICES per worker)"
@@ -233,18 +232,18 @@ def check_gpus(ranks: Sequence[Rank]) -> None:
 
 
 def check_group(world: World, kind: str, ranks: Sequence[Rank]) -> None:
-    """A one-line ``UsageError`` where ``--init kind`` cannot make its group on this world."""
+    """A one-line ``LineError`` where ``--init kind`` cannot make its group on this world."""
     missing = [rank for rank in world.ranks if not getattr(rank.member, f"has_{kind}")]
     if missing:
         package = "torch" if kind == "torch" else "'jax[cpu]' (or jax[cuda12])"
         names = ", ".join(str(rank.rank) for rank in missing[:8])
-        raise UsageError(
+        raise LineError(
             f"{PROG} --init {kind}: {kind} is not installed where rank{'s' * (len(missing) != 1)} {names} "
             f"run{'s' * (len(missing) == 1)}; pip install {package} in the workers' environment"
         )
     if world.kind == "mixed":
         cpu = next(rank for rank in world.ranks if not rank.gpu)
-        raise UsageError(
+        raise ClusterError(
             f"{PROG} --init {kind}: rank {cpu.rank} ({cpu.member.name!r}) has no GPU, and a GPU group needs one on "
             "every rank; use a cluster of GPU workers only (or CPU workers only, for a gloo group)"
         )

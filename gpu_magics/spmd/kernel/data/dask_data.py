@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.error import UsageError
-
 from gpu_magics.spmd.kernel.data import chunk_plan
 from gpu_magics.spmd.rank.shards import Chunk, DaskShards
+from gpu_magics.text.errors import LineError, RankError
 from gpu_magics.text.units import format_bytes
 
 if TYPE_CHECKING:
@@ -51,17 +50,17 @@ def is_collection(value: Any) -> bool:
 
 
 def check(name: str, value: Any) -> None:
-    """A one-line ``UsageError`` for a dask collection that cannot go to the ranks as shards: not an array, or not
+    """A one-line ``LineError`` for a dask collection that cannot go to the ranks as shards: not an array, or not
     persisted (its chunks are not in the cluster's memory)."""
     import dask.array
 
     if not isinstance(value, dask.array.Array):
-        raise UsageError(
+        raise LineError(
             f"spmd.push: {name} is a dask {type(value).__name__}; only a persisted dask array goes to the ranks as "
             f"shards (push {name}.compute() to send its value)"
         )
     if _missing(value):
-        raise UsageError(
+        raise LineError(
             f"spmd.push: {name} is a dask array that is not persisted (its chunks are not in the cluster's memory); "
             f"call {name} = {name}.persist() first, then push it"
         )
@@ -157,7 +156,7 @@ def release(client: Client, names: Sequence[str]) -> None:
 
 
 def _wait(name: str, futures: list[Future], what: str) -> None:
-    """Wait for ``futures``; a one-line ``UsageError`` where one failed, was lost, or is not done in time."""
+    """Wait for ``futures``; a one-line ``LineError`` where one failed, was lost, or is not done in time."""
     from distributed import wait
 
     if not futures:
@@ -165,7 +164,7 @@ def _wait(name: str, futures: list[Future], what: str) -> None:
     try:
         wait(futures, timeout=WAIT_S)
     except TimeoutError:
-        raise UsageError(
+        raise RankError(
             f"spmd.push: {name}'s {what} were not all in the cluster's memory after {WAIT_S:.0f} s; nothing was "
             "pushed (push again when its persist() is done)"
         ) from None
@@ -176,7 +175,7 @@ def _wait(name: str, futures: list[Future], what: str) -> None:
         if status == "error":
             error = bad[0].exception()
             cause = f": {type(error).__name__}: {error}"
-        raise UsageError(
+        raise RankError(
             f"spmd.push: {len(bad)} of {name}'s {what} are {'lost' if status == 'lost' else status}{cause}; "
             f"nothing was pushed (persist {name} again)"
         )

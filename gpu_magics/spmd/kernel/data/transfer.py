@@ -16,10 +16,9 @@ import concurrent.futures
 from collections.abc import Sequence
 from typing import Any
 
-from IPython.core.error import UsageError
-
 from gpu_magics.spmd.kernel.view.results import load_value
 from gpu_magics.spmd.messages import PullCommand, PushCommand, Reply
+from gpu_magics.text.errors import LineError, RankError, said_in_one_line
 
 TIMEOUT_S = 300.0
 
@@ -37,7 +36,7 @@ def _ranks_ready(ranks: Sequence[int] | None, said: str) -> tuple[Any, tuple[Any
 
 
 def _rank_list(ranks: Any) -> list[int] | None:
-    """``push``'s ``ranks`` as a list of rank numbers; a one-line ``UsageError`` naming the argument where it is
+    """``push``'s ``ranks`` as a list of rank numbers; a one-line ``LineError`` naming the argument where it is
     not."""
     if ranks is None:
         return None
@@ -47,7 +46,7 @@ def _rank_list(ranks: Any) -> list[int] | None:
     except TypeError:
         found = [None]
     if not found or not all(isinstance(item, int) and not isinstance(item, bool) for item in found):
-        raise UsageError(f"spmd.push: ranks={ranks!r} is not a rank number or a list of them, for example ranks=[0]")
+        raise LineError(f"spmd.push: ranks={ranks!r} is not a rank number or a list of them, for example ranks=[0]")
     return found
 
 
@@ -56,19 +55,20 @@ def _gather(futures: dict[int, concurrent.futures.Future[Any]], what: str) -> di
     for index, future in futures.items():
         reply: Reply | BaseException = next(iter(future.result(TIMEOUT_S).values()))
         if isinstance(reply, BaseException):
-            raise UsageError(f"spmd.{what}: rank {index}'s worker did not answer ({type(reply).__name__}: {reply})")
+            raise RankError(f"spmd.{what}: rank {index}'s worker did not answer ({type(reply).__name__}: {reply})")
         if not reply.get("ok"):
             error = reply.get("error")
             detail = f"{error.get('type')}: {error.get('message')}" if error else "its process ended"
-            raise UsageError(f"spmd.{what}: rank {index}: {detail}")
+            raise RankError(f"spmd.{what}: rank {index}: {detail}")
         replies[index] = reply
     return replies
 
 
+@said_in_one_line
 def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
     """Set each keyword as a variable on every rank (``ranks``: only those)."""
     if not values:
-        raise UsageError("spmd.push: name the values, for example spmd.push(config=config)")
+        raise LineError("spmd.push: name the values, for example spmd.push(config=config)")
     import cloudpickle
 
     from gpu_magics.spmd.kernel.data import dask_data
@@ -79,7 +79,7 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
     try:
         packed = {name: cloudpickle.dumps(value, protocol=5) for name, value in values.items() if name not in arrays}
     except Exception as error:  # a value may fail to pickle any way: said in one line
-        raise UsageError(f"spmd.push: a value does not pickle ({type(error).__name__}: {error})") from None
+        raise RankError(f"spmd.push: a value does not pickle ({type(error).__name__}: {error})") from None
     wanted = _rank_list(ranks)
     made, chosen = _ranks_ready(wanted, f"spmd.push(ranks={ranks!r})")
     dask_data.release(made.client, [name for name in values if name not in arrays])  # a handle pushed before
@@ -91,12 +91,13 @@ def push(ranks: Sequence[int] | None = None, **values: Any) -> None:
     _gather(made.ask_each(chosen, command), "push")
 
 
+@said_in_one_line
 def pull(name: str, rank: int | None = None) -> Any:
     """The variable ``name`` from ``rank``, or from every rank (a list in rank order) without one."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise UsageError(f"spmd.pull: name={name!r} is not a variable name; for example spmd.pull('loss')")
+        raise LineError(f"spmd.pull: name={name!r} is not a variable name; for example spmd.pull('loss')")
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
-        raise UsageError(f"spmd.pull: rank={rank!r} is not a rank number; for example spmd.pull({name!r}, rank=0)")
+        raise LineError(f"spmd.pull: rank={rank!r} is not a rank number; for example spmd.pull({name!r}, rank=0)")
     made, chosen = _ranks_ready(None if rank is None else [rank], f"spmd.pull({name!r}, rank={rank})")
     command: PullCommand = {"op": "pull", "names": [name]}
     replies = _gather(made.ask_each(chosen, command), "pull")

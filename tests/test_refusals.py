@@ -12,6 +12,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from tests.test_kernel_faults import loaded_kernel
+
 PACKAGE = Path(__file__).resolve().parents[1] / "gpu_magics"
 
 REFUSED_SETTINGS = {
@@ -128,3 +130,13 @@ def test_a_refused_value_is_not_kept_for_the_next_load(ip: InteractiveShell) -> 
     ip.run_line_magic("unload_ext", "gpu_magics")
     ip.run_line_magic("load_ext", "gpu_magics")
     assert ip.magics_manager.registry["ClusterMagics"].park_after == "off"
+
+
+def test_a_refused_config_value_stops_a_run_all_in_a_kernel(tmp_path: Path) -> None:
+    """In a real kernel: the cell's reply is an error (Jupyter's Run All stops there), shown as its one line."""
+    with loaded_kernel(tmp_path) as kernel:
+        reply, text = kernel.run('%config ClusterMagics.park_after = "soon"\nprint("after")')
+        assert reply["status"] == "error" and reply["ename"] == "UsageError"
+        assert "%config ClusterMagics.park_after = 'soon': takes a duration in quotes" in text
+        assert "after" not in text.replace("park_after", "") and "ERROR:root" not in text and "Traceback" not in text
+        assert kernel.ok("%config ClusterMagics.park_after").strip() == "'off'"

@@ -73,6 +73,18 @@ def test_a_refused_value_set_outside_a_cell_is_raised_as_before(ip: InteractiveS
     magics.default_backend = "auto"
 
 
+def test_a_config_line_that_fails_leaves_no_mark_for_code_after_its_cell(
+    ip: InteractiveShell, caplog: pytest.LogCaptureFixture
+) -> None:
+    with capture_output():
+        assert not ip.run_cell("%config ClusterMagics.park_after soon", store_history=True).success  # IPython's own
+    code = (
+        "t_magic = getattr(get_ipython(), 'run_line_magic')\nt_magic('config', \"GpuMagics.default_backend = 'warp'\")"
+    )
+    assert ip.run_cell(code, store_history=True).success  # a %config no cell runs itself: as before, logged
+    assert "%config GpuMagics.default_backend = 'warp': takes one of" in caplog.text
+
+
 def test_client_refuses_a_name_that_holds_something_else(ip: InteractiveShell) -> None:
     ip.user_ns["t_taken"] = 5
     with capture_output():

@@ -24,7 +24,7 @@ from gpu_magics.text.errors import SettingError, said_in_one_line
 _MODULE = "gpu_magics.magics.config_gate"
 _KEY = "_gpu_magics_config_gate"
 _refused: list[SettingError] = []  # what the %config running in a cell refused, raised once it returns
-_checking = [False]  # a cell's %config runs now (between begin() and checked())
+_checking: list[int | None] = [None]  # the cell whose %config runs now (begin() to checked()), by its number
 
 
 class CheckedSettings(Configurable):
@@ -36,7 +36,7 @@ class CheckedSettings(Configurable):
         except TraitError as error:
             refusal = SettingError(self._refusal_line(config, error))
             self._forget(config)
-            if not _checking[0]:
+            if _checking[0] is None or _checking[0] != _cell_number():  # no cell's %config: raised into its log
                 raise refusal from None
             _refused.append(refusal)
 
@@ -95,16 +95,24 @@ def _detail(trait: TraitType[Any, Any], error: TraitError) -> str:
     return said
 
 
+def _cell_number() -> int | None:
+    """The number of the cell that runs now (a ``%config`` that failed leaves ``begin``'s mark on its cell only)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return None if shell is None else int(shell.execution_count)
+
+
 def begin() -> None:
     """Before a cell's ``%config``: what it refuses is kept for ``checked``."""
     _refused.clear()
-    _checking[0] = True
+    _checking[0] = _cell_number()
 
 
 @said_in_one_line
 def checked(value: Any) -> Any:
     """After a cell's ``%config``: its result, or the refusal of a value, raised."""
-    _checking[0] = False
+    _checking[0] = None
     refused = list(_refused)
     _refused.clear()
     if refused:

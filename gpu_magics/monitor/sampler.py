@@ -157,6 +157,11 @@ class Sampler:
         """Take one snapshot now; when the threads are not running it also reads slow fields when due."""
         return self._sample(inline_slow=not self.running)
 
+    def refresh(self) -> Snapshot:
+        """Take one snapshot now, its slow fields (processes, PCIe, NVLink) read afresh too where the last slow read
+        is older than ``slow_interval`` (after a standby: no reading of then stands for now)."""
+        return self._sample(inline_slow=True)
+
     def latest(self) -> Snapshot | None:
         with self._lock:
             return self._buffer[-1] if self._buffer else None

@@ -165,7 +165,7 @@ class ProcessesHandler(GpuMagicsHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        snapshot = self.service.ensure_started().latest()
+        snapshot = await self.service.newest()  # after a standby, read afresh (processes too)
         pids = kernel_pids(self.kernel_manager)
         paths = await kernel_paths(self.session_manager)
         loop = asyncio.get_running_loop()

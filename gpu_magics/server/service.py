@@ -2,7 +2,8 @@
 
 The sampler's threads make every NVML call, so nothing here blocks the event loop. Snapshots reach listeners on
 the IOLoop (the sampler thread hops over with ``add_callback``). The sampler starts on first use and stops
-after ``idle_timeout`` seconds with no listener and no request.
+after ``idle_timeout`` seconds with no listener and no request (its standby); the first request after a standby
+gets a fresh reading, not the last one before it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tornado.ioloop import IOLoop
@@ -22,6 +24,7 @@ from gpu_magics.monitor.models import GpuSource, HostReading, Snapshot
 from gpu_magics.monitor.sampler import MIN_INTERVAL, Sampler
 from gpu_magics.monitor.sources import make_source, source_from_env
 from gpu_magics.server.config import GpuMagicsServer
+from gpu_magics.text.units import format_age
 
 _log = logging.getLogger(__name__)
 _live: weakref.WeakSet[MonitorService] = weakref.WeakSet()
@@ -29,6 +32,8 @@ _atexit_registered = False
 
 STARTING_STATUS = "starting: the first GPU read is under way"
 FIRST_READ_WAIT = 0.3  # seconds a request waits for the first read before it gets the placeholder
+STANDBY_READ_WAIT = 10.0  # seconds a request after a standby waits for a fresh read before it gets the old one
+STALE_STATUS = "stale"  # a status "stale: read 17 min ago, ...": the old snapshot, when no fresh one came in time
 
 Listener = Callable[[Snapshot], None]
 SourceFactory = Callable[[GpuMagicsServer], GpuSource]
@@ -65,6 +70,8 @@ class MonitorService:
         self._last_used = time.monotonic()
         self._started_at = time.time()  # when the sampler last started: the time of a placeholder snapshot
         self._idle_handle: object | None = None
+        self._resumed = False  # restarted after a standby, and no fresh reading yet
+        self._refreshing: asyncio.Future[Snapshot] | None = None
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
         _track(self)
@@ -97,6 +104,7 @@ class MonitorService:
             if self._unsubscribe is None:
                 self._unsubscribe = self._sampler.subscribe(self._from_sampler_thread)
             self._started_at = time.time()
+            self._resumed = self._sampler.latest() is not None  # its newest snapshot is as old as the standby
             self._sampler.start()
             self._schedule_idle_check()
         return self._sampler
@@ -122,8 +130,11 @@ class MonitorService:
     # -- data ------------------------------------------------------------------------------------------
 
     async def latest(self) -> Snapshot:
-        """The newest snapshot; the first call waits for one (read on a worker thread)."""
+        """The newest snapshot; the first call waits for one (read on a worker thread), and so does the first
+        after a standby."""
         sampler = self.ensure_started()
+        if self._resumed:
+            return await self._after_standby(sampler)
         snapshot = sampler.latest()
         if snapshot is None:
             snapshot = await asyncio.get_running_loop().run_in_executor(None, sampler.tick)
@@ -132,13 +143,42 @@ class MonitorService:
     async def current(self, wait: float = FIRST_READ_WAIT) -> Snapshot:
         """The newest snapshot, after at most ``wait`` seconds: if the first read has not finished by then (a slow
         NVML takes seconds), a placeholder with no GPU and ``STARTING_STATUS``; listeners get the first real
-        snapshot when it comes."""
+        snapshot when it comes. After a standby it waits for a fresh reading (``_after_standby``)."""
         sampler = self.ensure_started()
+        if self._resumed:
+            return await self._after_standby(sampler)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while (snapshot := sampler.latest()) is None and loop.time() < deadline:
             await asyncio.sleep(0.01)
         return snapshot if snapshot is not None else self.starting_snapshot()
+
+    async def newest(self) -> Snapshot | None:
+        """The newest snapshot without waiting for a first one (``None`` before it); after a standby, a fresh one."""
+        sampler = self.ensure_started()
+        return await self._after_standby(sampler) if self._resumed else sampler.latest()
+
+    async def _after_standby(self, sampler: Sampler) -> Snapshot:
+        """A reading taken now, slow fields (processes) included, on a worker thread: the sampler has just resumed
+        and its newest snapshot is from before its standby. Requests meanwhile wait for the same reading; when it
+        takes longer than ``STANDBY_READ_WAIT``, they get the old snapshot, its status saying how old it is."""
+        if self._refreshing is None:
+            self._refreshing = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(None, sampler.refresh))
+            self._refreshing.add_done_callback(self._refreshed)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._refreshing), STANDBY_READ_WAIT)
+        except TimeoutError:
+            old = sampler.latest() or self.starting_snapshot()
+            if old.time >= self._started_at:
+                return old
+            when = format_age(old.time, time.time())
+            status = f"{STALE_STATUS}: read {when} ago, before the monitor paused (no one watched); a new read is late"
+            return replace(old, status=status)
+
+    def _refreshed(self, future: asyncio.Future[Snapshot]) -> None:
+        if self._refreshing is future:
+            self._refreshing = None
+            self._resumed = False
 
     def starting_snapshot(self) -> Snapshot:
         """The placeholder: no GPU, no host reading, dated when the sampler started (before any real one)."""

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - older servers run no such check
 from gpu_magics.monitor.models import Snapshot
 from gpu_magics.server.handlers import AUTH_RESOURCE, SERVICE_KEY, config_json
 from gpu_magics.server.jsonutil import dumps
-from gpu_magics.server.service import STARTING_STATUS, MonitorService, Subscription
+from gpu_magics.server.service import STALE_STATUS, STARTING_STATUS, MonitorService, Subscription
 
 MIN_CLIENT_INTERVAL_MS = 100
 MAX_CLIENT_INTERVAL_MS = 60_000
@@ -116,7 +116,8 @@ class SamplesWebSocket(WebSocketMixin, WebSocketHandler, JupyterHandler):
             }
         )
         # After a placeholder, the first real snapshot goes out as soon as it is read.
-        self._due = 0.0 if snapshot.status == STARTING_STATUS else snapshot.time + self._interval_ms / 1000
+        provisional = snapshot.status == STARTING_STATUS or (snapshot.status or "").startswith(f"{STALE_STATUS}:")
+        self._due = 0.0 if provisional else snapshot.time + self._interval_ms / 1000
 
     def on_message(self, message: str | bytes) -> None:
         try:

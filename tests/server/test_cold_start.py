@@ -1,5 +1,6 @@
 """A cold server with a slow first GPU read (a slow NVML init): ``/devices`` answers at once with a "starting"
-placeholder, and the websocket brings the first real snapshot when the read ends."""
+placeholder, and the websocket brings the first real snapshot when the read ends. After the sampler's standby (no
+one watched), the first requests get a reading taken then, processes included, not the last one before it."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 
 from gpu_magics.monitor.fake import FakeSource
 from gpu_magics.monitor.models import GpuReading
+from gpu_magics.server import service as service_module
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.handlers import SERVICE_KEY
-from gpu_magics.server.service import STARTING_STATUS, MonitorService
+from gpu_magics.server.service import STALE_STATUS, STARTING_STATUS, MonitorService
 
 from .test_websocket import WS_PATH, receive
 
@@ -123,5 +125,96 @@ async def test_a_fast_first_read_is_served_without_a_placeholder() -> None:
     try:
         snapshot = await asyncio.wait_for(service.current(), 5)
         assert snapshot.status is None and len(snapshot.gpus) == 1
+    finally:
+        service.close()
+
+
+@pytest.fixture
+def standby_service(jp_serverapp: Any) -> MonitorService:
+    """The server's monitor service on two fake GPUs, standing by 0.3 s after its last use (the server's: 60 s);
+    its processes are read every 10 min, so only a fresh full reading has them."""
+    config = GpuMagicsServer(parent=jp_serverapp, slow_interval=600.0)
+    service = MonitorService(config, idle_timeout=0.3)
+    jp_serverapp.web_app.settings[SERVICE_KEY] = service
+    return service
+
+
+async def _after_standby(service: MonitorService, jp_fetch: Any) -> float:
+    """Use the service, wait for its standby (bounded: 60 s), and say when it was (``time.time()``)."""
+    assert (await _devices(jp_fetch))["snapshot"]["gpus"]
+    deadline = time.monotonic() + 60
+    while service.running:
+        assert time.monotonic() < deadline, "the sampler never stood by"
+        await asyncio.sleep(0.05)
+    return time.time()
+
+
+async def test_the_first_devices_after_a_standby_is_read_then(standby_service: MonitorService, jp_fetch: Any) -> None:
+    before = (await _devices(jp_fetch))["snapshot"]
+    assert before["gpus"] and all(gpu["processes"] is None for gpu in before["gpus"])  # not read yet
+    asked = await _after_standby(standby_service, jp_fetch)
+    reply = await _devices(jp_fetch)
+    assert reply["snapshot"]["time"] >= asked, (reply["snapshot"]["time"], asked)  # not the one before the standby
+    assert reply["snapshot"]["status"] is None
+    assert all(gpu["processes"] is not None for gpu in reply["snapshot"]["gpus"])  # a full reading
+
+
+async def test_the_first_processes_after_a_standby_are_read_then(
+    standby_service: MonitorService, jp_fetch: Any
+) -> None:
+    asked = await _after_standby(standby_service, jp_fetch)
+    response = await jp_fetch("gpu-magics", "api", "processes")
+    reply = json.loads(response.body)
+    assert reply["time"] >= asked and reply["unreadable_gpus"] == []
+    assert {process["pid"] for process in reply["processes"]} == {4000, 4001}  # the fake GPUs' processes
+
+
+class HeldReads(SlowFirstRead):
+    """A ``FakeSource`` whose reads wait while ``held`` is set (until ``release``)."""
+
+    def __init__(self, gpus: int) -> None:
+        super().__init__(gpus)
+        self._first = False
+        self.held = threading.Event()
+
+    def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
+        if self.held.is_set():
+            self._release.wait(120)
+        return self._source.read(slow=slow)
+
+    def release(self) -> None:
+        self.held.clear()
+        self._release.set()
+
+
+async def test_a_late_read_after_a_standby_says_how_old_the_snapshot_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the fresh reading takes longer than a request waits, the request gets the old snapshot, its status
+    saying how old it is; the reading, when it comes, serves the next requests."""
+    sources: list[HeldReads] = []
+
+    def factory(config: GpuMagicsServer) -> HeldReads:
+        sources.append(HeldReads(config.fake_gpus))
+        return sources[-1]
+
+    monkeypatch.setattr(service_module, "STANDBY_READ_WAIT", 0.5)
+    config = GpuMagicsServer(source="fake", fake_gpus=1, interval=0.1)
+    service = MonitorService(config, source_factory=factory, idle_timeout=0.3)
+    try:
+        old = await asyncio.wait_for(service.latest(), 30)
+        deadline = time.monotonic() + 60
+        while service.running:
+            assert time.monotonic() < deadline, "the sampler never stood by"
+            await asyncio.sleep(0.05)
+        stood_by = time.time()
+        sources[0].held.set()
+        stale = await asyncio.wait_for(service.current(), 30)
+        assert old.time <= stale.time < stood_by and len(stale.gpus) == 1  # the last one before the standby
+        assert stale.status is not None and stale.status.startswith(f"{STALE_STATUS}: read "), stale.status
+        assert " s ago" in stale.status
+        sources[0].release()
+        deadline = time.monotonic() + 60
+        while (fresh := await service.current()).status is not None:  # the held reading, once it ends
+            assert time.monotonic() < deadline, fresh.status
+        assert fresh.time > old.time and fresh.gpus
     finally:
         service.close()

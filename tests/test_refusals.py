@@ -28,6 +28,9 @@ REFUSED_SETTINGS = {
         "'multi-gpu', 'auto'; it stays 'auto'"
     ),
     "%config GpuMagics.gpu_threads = 0": "%config GpuMagics.gpu_threads = 0: takes a whole number of at least 1",
+    "%config GpuMagics.spmd_timeout_min = 1e12": (
+        "%config GpuMagics.spmd_timeout_min = 1000000000000.0: takes a number from 0.05 to 1440; it stays 5.0"
+    ),
     "%config ClusterMagics.free_memory = 2": (
         "%config ClusterMagics.free_memory = 2: free_memory is a share of a GPU's memory, from 0 to 1 (like 0.1), "
         "not 2; it stays 0.1"

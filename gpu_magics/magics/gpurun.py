@@ -75,7 +75,8 @@ class GpuMagics(Magics, FreeGpuSettings):
     spmd_timeout_min = Float(
         5.0,
         min=0.05,
-        help="Minutes a collective of a group made with %%gpurun spmd --init waits (--timeout overrides).",
+        max=24 * 60.0,
+        help="Minutes a collective of a group made with %%gpurun spmd --init waits, at most 1440 (--timeout wins).",
     ).tag(config=True)
 
     @property
@@ -139,8 +140,7 @@ class GpuMagics(Magics, FreeGpuSettings):
                            default 1e-3).
                            Each backend first runs the cell once untimed (a warm-up: imports, CUDA start), unless
                            that run took over 10 s; then it is the timed one, marked cold.
-        - ``-o NAME``      store the result object (times, tasks, monitor figures) in the variable NAME (not a
-                           keyword or a built-in name such as ``print``).
+        - ``-o NAME``      store the result object (times, tasks, monitor figures) in the variable NAME.
         - ``-q``           no summary line (also ``--quiet``).
         - ``--no-monitor`` no live GPU panel while the cell runs.
 

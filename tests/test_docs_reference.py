@@ -26,7 +26,7 @@ PACKAGE = ROOT / "gpu_magics"
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 from notebook_pages import RUN_KEY, STORED, as_run, changed_cells, run_note, stage  # noqa: E402
-from reference_pages import magics, metrics, pages, routes, settings  # noqa: E402
+from reference_pages import helptext, magics, metrics, pages, routes, settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,55 @@ def test_every_magic_the_extension_registers_has_a_section_with_its_help(written
     assert {magic.name for magic in found} == {"gpucluster", "gpurun", "gpugraph", "gpumonitor"}
     for magic in found:
         assert f"(magic-{magic.name})=" in written["magics"]
-        assert magic.help.strip() and magic.help in written["magics"]
+        assert magic.help.strip() and helptext.markdown(magic.help) in written["magics"]
+
+
+def test_the_help_is_text_without_literal_markup(written: dict[str, str]) -> None:
+    """The help reads as text: no block to scroll sideways, no ``double backticks`` or ``Usage::`` shown; its usage
+    and option lines are list items, each command as code."""
+    for magic in magics.magics():
+        shown = helptext.markdown(magic.help)
+        assert "```" not in shown and "``" not in shown.replace("``` ", "") and "::" not in shown, magic.name
+        assert "Usage:\n\n- `%" in shown, magic.name
+        assert not any(line.startswith("    ") for line in shown.splitlines()), magic.name
+    cluster = helptext.markdown(next(m for m in magics.magics() if m.name == "gpucluster").help)
+    assert "- `--gpus all|0,2,3`: GPUs to use, one worker each (default: all visible)" in cluster
+    assert "- `%gpucluster --cpu-workers N`: N CPU worker processes instead (machines without a GPU)" in cluster
+
+
+def test_every_option_says_what_it_does_and_its_default_from_its_parser(written: dict[str, str]) -> None:
+    from gpu_magics.cluster import options as cluster_options
+
+    page = written["magics"]
+    assert "see the help" not in page
+    rows = 0
+    for magic in magics.magics():
+        section = page.split(f"(magic-{magic.name})=", 1)[1].split("\n(magic-", 1)[0]
+        for action in magics.options(magic.parser) if magic.parser is not None else []:
+            flags = ", ".join(f"`{flag}`" for flag in action.option_strings)
+            row = next(line for line in section.splitlines() if line.startswith(f"| {flags} |"))
+            cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+            assert cells[1] == " ".join(magics.does(action).split()).replace("|", "\\|") and cells[1], row
+            assert cells[3] and cells[3] == magics.default(action).replace("|", "\\|"), row
+            rows += 1
+    assert rows > 45
+    timeout = next(a for a in magics.options(cluster_options._PARSER) if "--timeout" in a.option_strings)
+    said = f"{cluster_options.DEFAULT_ATTACH_TIMEOUT:g} s attaching, {cluster_options.DEFAULT_START_TIMEOUT:g} s"
+    assert magics.default(timeout).startswith(said)  # the constant the code uses, as it is now
+
+
+def test_an_option_without_words_fails_the_parser_and_the_build() -> None:
+    from gpu_magics.text.argparsing import MagicArgumentParser
+
+    parser = MagicArgumentParser("%gpumonitor")
+    parser.add_argument("--interval")
+    parser.add_argument("--stop", action="store_true")
+    parser.add_argument("--odd")
+    with pytest.raises(KeyError, match="--odd"):
+        parser.described({})
+    bare = argparse.ArgumentParser().add_argument("--bare")
+    with pytest.raises(KeyError, match="option_help"):
+        magics.default(bare)
 
 
 def test_every_option_of_every_magic_is_in_the_reference(written: dict[str, str]) -> None:

@@ -226,7 +226,7 @@ def _build_parser() -> MagicArgumentParser:
     parser.add_argument("--workers", type=positive_int)
     parser.add_argument("--list", action="store_true", default=None, dest="list_clusters")
     parser.add_argument("--connect", type=gateway_cluster_name, dest="connect_name")
-    return parser
+    return parser.described(globals())
 
 
 _PARSER = _build_parser()

@@ -158,7 +158,7 @@ def _parser() -> MagicArgumentParser:
     parser.add_argument("--init", type=_group_library)
     parser.add_argument("--timeout", type=spmd_timeout)
     parser.add_argument("--reset", action="store_true")
-    return parser
+    return parser.described(globals())
 
 
 _PARSER = _parser()

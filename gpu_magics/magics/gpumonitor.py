@@ -37,7 +37,7 @@ def _parser() -> MagicArgumentParser:
     parser = MagicArgumentParser("%gpumonitor")
     parser.add_argument("--interval", "-i", type=interval_seconds)
     parser.add_argument("--stop", action="store_true")
-    return parser
+    return parser.described(globals())
 
 
 @magics_class

@@ -10,7 +10,7 @@ import keyword
 import os
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -67,6 +67,24 @@ class MagicArgumentParser(argparse.ArgumentParser):
                 joined.append(word)
                 index += 1
         return joined
+
+    def described(self, values: Mapping[str, object]) -> MagicArgumentParser:
+        """This parser, each option given its words from ``option_help``: what it does (``help``) and what applies
+        where a line leaves it out (``left_out``); ``{NAME}`` in them is ``values[NAME]`` (the parser module's
+        constants). An option without words, or words for an option it lacks, is a ``KeyError``."""
+        from gpu_magics.text.option_help import BY_PROG
+
+        words = BY_PROG[self.prog]
+        actions = {flag: action for action in self._actions for flag in action.option_strings}
+        unknown = sorted(set(words) - set(actions))
+        named = {action for flag, action in actions.items() if flag in words}
+        missing = [max(a.option_strings, key=len) for a in self._actions if a.option_strings and a not in named]
+        if unknown or missing:
+            raise KeyError(f"gpu_magics/text/option_help.py, {self.prog}: words for {unknown}, none for {missing}")
+        for flag, (does, left_out) in words.items():
+            actions[flag].help = does.format_map(values).replace("%", "%%")  # argparse's help is a %-format
+            actions[flag].left_out = left_out.format_map(values)  # type: ignore[attr-defined]
+        return self
 
     def option_names(self) -> list[str]:
         """The long form of every option, for error messages."""

@@ -1,4 +1,5 @@
-"""Every magic, with its help exactly as ``%name?`` prints it (its docstring) and every option its parser takes."""
+"""Every magic, with its help as ``%name?`` prints it (its docstring, as text) and every option its parser takes:
+what it takes, what it does and what applies where a line leaves it out, as the parser says."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from reference_pages.markdown import HEADER, block, code, table
+from reference_pages import helptext
+from reference_pages.markdown import HEADER, code, table
 
 # Each magic's parser, where it has one ("module:attribute", an ArgumentParser or a function that makes one).
 # tests/test_docs_reference.py checks that every parser the package makes is named here.
@@ -117,21 +119,38 @@ def takes(action: argparse.Action) -> str:
 
 
 def default(action: argparse.Action) -> str:
+    """What applies where a line leaves the option out: the parser's default where it has one, else its words
+    (``gpu_magics/text/option_help.py``)."""
     value = action.default
-    if value is None or value is argparse.SUPPRESS or action.nargs == 0:
-        return "see the help"
-    return code(value)
+    if value is not None and value is not argparse.SUPPRESS and action.nargs != 0:
+        return code(value)
+    return said(action, "left_out")
+
+
+def does(action: argparse.Action) -> str:
+    """What the option does, as its parser's help says."""
+    return said(action, "help").replace("%%", "%")
+
+
+def said(action: argparse.Action, attribute: str) -> str:
+    words = getattr(action, attribute, None)
+    if not words:
+        raise KeyError(
+            f"{action.option_strings}: no {attribute} words; give them in gpu_magics/text/option_help.py "
+            "(MagicArgumentParser.described)"
+        )
+    return str(words)
 
 
 def _section(magic: Magic) -> str:
     parts = [f"(magic-{magic.name})=\n## {magic.usage}"]
     parts.append(f"What {code(('%%' if magic.kinds == ('cell',) else '%') + magic.name + '?')} prints:")
-    parts.append(block(magic.help))
+    parts.append(helptext.markdown(magic.help))
     if magic.parser is not None:
-        rows = [(", ".join(code(flag) for flag in action.option_strings), takes(action), default(action))
+        rows = [(", ".join(code(flag) for flag in action.option_strings), does(action), takes(action), default(action))
                 for action in options(magic.parser)]  # fmt: skip
         parts.append(f"Every option of {code(magic.parser.prog)}, as its parser takes it:")
-        parts.append(table(("option", "takes", "default"), rows))
+        parts.append(table(("option", "what it does", "takes", "default"), rows))
     else:
         parts.append("It takes no options.")
     traits = magic.owner.class_traits(config=True)
@@ -148,8 +167,8 @@ def page() -> str:
     intro = (
         "# Magics\n\n"
         "`%load_ext gpu_magics` registers these magics. Each section shows the help that `%name?` prints in a "
-        "notebook, then every option its parser takes. A wrong option or value is refused in one line that names "
-        "the valid ones.\n\n"
+        "notebook, then every option its parser takes: what it does, the values it takes, and what applies where "
+        "a line leaves it out. A wrong option or value is refused in one line that names the valid ones.\n\n"
         + "\n".join(f"- {{ref}}`{' / '.join(magic.spellings)} <magic-{magic.name}>`" for magic in found)
     )
     return HEADER + intro + "\n\n" + "\n\n".join(_section(magic) for magic in found) + "\n"

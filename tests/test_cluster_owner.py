@@ -1,6 +1,6 @@
 """The cluster's one owner thread: changes run there one after another, their results and errors come back to the
-thread that asked, what they ask to run afterwards runs on the asking thread, and the cluster's state cannot be set
-from anywhere else. The last test starts and stops a real cluster (LocalCluster processes) from two threads and
+thread that asked, what they ask to run afterwards runs on the asking thread, and an event posted from any thread is
+handled on the owner. The last test starts and stops a real cluster (LocalCluster processes) from two threads and
 checks every change of the state was made on the owner."""
 
 from __future__ import annotations
@@ -8,10 +8,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
+from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
+from gpu_magics.cluster.control.machine.events import (
+    Event,
+    Instruction,
+    SchedulerAnswered,
+    StartAsked,
+    StartEnded,
+    TellListeners,
+)
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.cluster.reading.running import ActiveCluster
 
@@ -74,13 +84,28 @@ def test_changes_from_many_threads_run_one_at_a_time() -> None:
     assert most == 1
 
 
-def test_the_cluster_cannot_be_changed_off_the_owner() -> None:
-    cluster = kernel_cluster.kernel_cluster()
-    with pytest.raises(RuntimeError, match="owner thread only"):
-        cluster.claim_stop()
-    with pytest.raises(RuntimeError, match="owner thread only"):
-        cluster.wound_down()
-    assert owner.change(kernel_cluster.view).phase is kernel_cluster.phase()
+def test_an_event_is_handled_on_the_owner_and_its_listeners_hear_on_the_posters_thread() -> None:
+    handled: list[str] = []
+    heard: list[tuple[object, str]] = []
+    original = kernel_cluster.KernelCluster.handle
+
+    def recording(self: kernel_cluster.KernelCluster, event: Event) -> list[Instruction]:
+        handled.append(threading.current_thread().name)
+        return original(self, event)
+
+    start, cluster = Starting("%gpucluster", "heard", 1), cast(ActiveCluster, object())
+    remove = owner.on_change(lambda current: heard.append((current, threading.current_thread().name)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel_cluster.KernelCluster, "handle", recording)
+        try:
+            assert owner.post(StartAsked(start, owner.view().generation)) == []
+            assert owner.post(SchedulerAnswered(start, cluster)) == [TellListeners(cluster)]
+            assert owner.post(StartEnded(start, failed=False)) == [TellListeners(None)]
+        finally:
+            remove()
+    here = threading.current_thread().name
+    assert handled == [owner.THREAD_NAME] * 3 and heard == [(cluster, here), (None, here)]
+    assert owner.view().phase is kernel_cluster.phase() is kernel_cluster.Phase.IDLE
 
 
 @pytest.fixture
@@ -93,9 +118,9 @@ def owner_changes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         threads.append(threading.current_thread().name)
         move(self, *args)  # type: ignore[arg-type]
 
-    def recording_use(self: kernel_cluster.KernelCluster, cluster: ActiveCluster | None) -> None:
+    def recording_use(self: kernel_cluster.KernelCluster, cluster: ActiveCluster | None) -> list[Instruction]:
         threads.append(threading.current_thread().name)
-        use(self, cluster)
+        return use(self, cluster)
 
     monkeypatch.setattr(kernel_cluster.KernelCluster, "_move", recording_move)
     monkeypatch.setattr(kernel_cluster.KernelCluster, "_use", recording_use)

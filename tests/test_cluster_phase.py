@@ -1,174 +1,345 @@
-"""The kernel's cluster as one object with a phase: each transition it allows and each it refuses, decisions taken
-on the owner thread from several threads at once, and a real start racing a stop from another thread ending in one
-phase that both agree on."""
+"""The kernel's cluster as a pure machine: every row of its table, every (phase, event) pair it refuses, the log of
+the events it met, all without a thread; then events posted to the owner from many threads at once, and a real
+start racing a stop from another thread ending in one phase that both agree on."""
 
 from __future__ import annotations
 
-import functools
 import threading
-from collections.abc import Callable
-from typing import Any, cast
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
-from gpu_magics.cluster.control.kernel_cluster import KernelCluster, Phase, PhaseRefused
+from gpu_magics.cluster.control.machine.events import (
+    CancelStart,
+    ChangeAsked,
+    ChangeEnded,
+    CloseBegan,
+    CloseCluster,
+    CloseEnded,
+    Event,
+    Instruction,
+    KeepRefused,
+    LookAgain,
+    ParkAsked,
+    Refused,
+    SchedulerAnswered,
+    StartAsked,
+    StartEnded,
+    StopAsked,
+    TellListeners,
+    WorkersMoved,
+    WorkersReady,
+    accepted,
+)
+from gpu_magics.cluster.control.machine.table import TABLE, KernelCluster, Phase, PhaseRefused, require
 from gpu_magics.cluster.options import parse_cluster_line
-from gpu_magics.cluster.reading.running import ActiveCluster
-
-
-def on_owner(action: Callable[..., Any], *args: Any) -> Any:
-    return owner.change(functools.partial(action, *args))
+from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 
 
 def handle(verb: str = "starting") -> Starting:
     return Starting("%gpucluster", "phase", 1, verb=verb)
 
 
-def a_cluster() -> ActiveCluster:
-    """The object the phase holds (the phase only keeps it and compares it)."""
-    return cast(ActiveCluster, object())
+def a_cluster(keepable: bool = False) -> ActiveCluster:
+    """What the machine holds of a cluster: it keeps it, compares it, and reads whether it may be kept."""
+    return cast(ActiveCluster, SimpleNamespace(parked=None, manager=SimpleNamespace(keepable=keepable)))
 
 
-def started(kc: KernelCluster) -> tuple[Starting, ActiveCluster]:
+def a_closing() -> Closing:
+    return Closing(lambda: "closed", lambda error: "failed", here=True)
+
+
+def machine_in(phase: Phase) -> KernelCluster:
+    """A machine brought to ``phase`` by its own events."""
+    kc = KernelCluster()
+    if phase is Phase.IDLE:
+        return kc
     start, cluster = handle(), a_cluster()
-    assert on_owner(kc.begin_start, start, on_owner(kc.view))
-    assert on_owner(kc.take_into_use, start, cluster)
-    assert on_owner(kc.start_ready, start)
-    return start, cluster
+    assert kc.handle(StartAsked(start, kc.generation)) == []
+    if phase is Phase.CLOSING:
+        kc.handle(StopAsked())
+    if phase in (Phase.STARTING, Phase.CLOSING):
+        return kc
+    kc.handle(SchedulerAnswered(start, cluster))
+    kc.handle(WorkersReady(start))
+    if phase is Phase.CHANGING:
+        kc.handle(ChangeAsked(handle("scaling"), cluster))
+    if phase is Phase.PARKED:
+        kc.handle(ParkAsked(cluster))
+    assert kc.phase is phase
+    return kc
+
+
+def one_of_each(kc: KernelCluster) -> list[Event]:
+    """An event of every type, about what ``kc`` holds now."""
+    start, cluster = kc.pending or handle(), kc.cluster or a_cluster()
+    return [
+        StartAsked(handle(), kc.generation),
+        SchedulerAnswered(start, cluster),
+        WorkersReady(start),
+        StartEnded(start, failed=False),
+        ChangeAsked(handle("scaling"), cluster),
+        ChangeEnded(start),
+        ParkAsked(cluster),
+        WorkersMoved(cluster),
+        StopAsked(),
+        CloseBegan(a_closing()),
+        CloseEnded(),
+    ]
+
+
+def test_every_event_type_is_one_of_each() -> None:
+    assert {type(event) for event in one_of_each(KernelCluster())} == set(Event.__subclasses__())
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_every_pair_the_table_lacks_is_refused_and_changes_nothing(phase: Phase) -> None:
+    kc = machine_in(phase)
+    for event in one_of_each(kc):
+        if (phase, type(event)) in TABLE:
+            continue
+        before = kc.view()
+        instructions = kc.handle(event)
+        assert instructions == [Refused(f"{event.what}: refused while the cluster is {phase.value}")]
+        assert kc.view() == before
 
 
 def test_a_start_a_change_and_a_stop_go_through_their_phases() -> None:
     kc = KernelCluster()
-    assert kc.phase is Phase.IDLE
     start, cluster = handle(), a_cluster()
-    assert on_owner(kc.begin_start, start, on_owner(kc.view))
+    assert kc.handle(StartAsked(start, kc.generation)) == []
     assert (kc.phase, kc.pending, kc.cluster) == (Phase.STARTING, start, None)
-    assert on_owner(kc.take_into_use, start, cluster)
+    assert kc.handle(SchedulerAnswered(start, cluster)) == [TellListeners(cluster)]
     assert (kc.phase, kc.cluster) == (Phase.STARTING, cluster)  # in use while its workers come
-    assert on_owner(kc.start_ready, start)
+    assert kc.handle(WorkersReady(start)) == []
     assert (kc.phase, kc.pending, kc.cluster) == (Phase.IN_USE, None, cluster)
     change = handle("restarting")
-    on_owner(kc.begin_change, change, cluster)
+    assert kc.handle(ChangeAsked(change, cluster)) == []
     assert (kc.phase, kc.pending) == (Phase.CHANGING, change)
-    assert on_owner(kc.change_ended, change)
+    assert kc.handle(ChangeEnded(change)) == []
     assert (kc.phase, kc.pending) == (Phase.IN_USE, None)
-    claim = on_owner(kc.claim_stop)
-    assert (claim.cluster, claim.start, claim.during) == (cluster, None, None)
+    assert kc.handle(StopAsked()) == [CloseCluster(cluster, None), TellListeners(None)]
     assert (kc.phase, kc.cluster) == (Phase.CLOSING, None)
-    closing = Closing(lambda: "closed", lambda error: "failed", here=True)
-    on_owner(kc.closing, closing)
-    on_owner(kc.wound_down, closing)
+    closing = a_closing()
+    assert kc.handle(CloseBegan(closing)) == [] and kc.winding is closing
+    assert kc.handle(CloseBegan(a_closing())) == [Refused("closing: a close is under way already")]
+    assert kc.handle(CloseEnded(closing)) == []
     assert kc.phase is Phase.IDLE and kc.winding is None
+
+
+def test_a_park_and_a_resume_go_through_their_phases() -> None:
+    kc = machine_in(Phase.IN_USE)
+    cluster = kc.cluster
+    assert cluster is not None
+    assert kc.handle(ParkAsked(a_cluster())) == [Refused("parking: the cluster it parks is no longer in use")]
+    assert kc.handle(ParkAsked(cluster)) == [] and kc.phase is Phase.PARKED
+    held = Parked({"w": 1}, 10, 0.0)
+    assert kc.handle(WorkersMoved(cluster, held)) == []
+    assert (kc.phase, cluster.parked) == (Phase.PARKED, held)
+    assert kc.handle(WorkersMoved(a_cluster())) == [Refused("moving the workers: the cluster is no longer in use")]
+    assert kc.handle(WorkersMoved(cluster)) == []
+    assert (kc.phase, cluster.parked) == (Phase.IN_USE, None)
+    kc.handle(ParkAsked(cluster))
+    assert kc.handle(StopAsked()) == [CloseCluster(cluster, None), TellListeners(None)]  # parked: closed too
 
 
 def test_a_start_is_refused_while_one_runs_or_starts_and_a_change_needs_a_cluster_in_use() -> None:
     kc = KernelCluster()
     with pytest.raises(PhaseRefused, match="refused while the cluster is idle"):
-        on_owner(kc.begin_change, handle("scaling"), None)
+        require(kc.handle(ChangeAsked(handle("scaling"), None)))
     start = handle()
-    assert on_owner(kc.begin_start, start, on_owner(kc.view))
+    assert accepted(kc.handle(StartAsked(start, kc.generation)))
     with pytest.raises(PhaseRefused, match="refused while the cluster is starting"):
-        on_owner(kc.begin_start, handle(), on_owner(kc.view))
+        require(kc.handle(StartAsked(handle(), kc.generation)))
     with pytest.raises(PhaseRefused):
-        on_owner(kc.begin_change, handle("scaling"), None)  # the cluster starting is not yet in use
+        require(kc.handle(ChangeAsked(handle("scaling"), None)))  # the cluster starting is not yet in use
     cluster = a_cluster()
-    assert on_owner(kc.take_into_use, start, cluster) and on_owner(kc.start_ready, start)
+    assert accepted(kc.handle(SchedulerAnswered(start, cluster))) and accepted(kc.handle(WorkersReady(start)))
     with pytest.raises(PhaseRefused, match="refused while the cluster is in use"):
-        on_owner(kc.begin_start, handle(), on_owner(kc.view))
+        require(kc.handle(StartAsked(handle(), kc.generation)))
     with pytest.raises(PhaseRefused, match="no longer in use"):
-        on_owner(kc.begin_change, handle("scaling"), a_cluster())  # another cluster than the one in use
+        require(kc.handle(ChangeAsked(handle("scaling"), a_cluster())))  # another cluster than the one in use
     change = handle("scaling")
-    on_owner(kc.begin_change, change, cluster)
+    require(kc.handle(ChangeAsked(change, cluster)))
     with pytest.raises(PhaseRefused, match="scaling already"):
-        on_owner(kc.begin_change, handle("restarting"), cluster)
+        require(kc.handle(ChangeAsked(handle("restarting"), cluster)))
     assert kc.phase is Phase.CHANGING and kc.pending is change  # a refusal changes nothing
+    assert kc.handle(ChangeEnded(handle("restarting"))) == [
+        Refused("ending a change: the change is no longer under way")
+    ]
 
 
-def test_a_start_decided_from_an_old_view_is_refused_so_the_verb_looks_again() -> None:
+def test_a_start_decided_from_an_old_view_is_answered_look_again() -> None:
     kc = KernelCluster()
-    seen = on_owner(kc.view)
-    started(kc)
-    on_owner(kc.claim_stop)
-    on_owner(kc.wound_down)
-    assert kc.phase is Phase.IDLE  # the same phase as in ``seen``, but things happened since
-    assert not on_owner(kc.begin_start, handle(), seen)
+    seen = kc.generation
+    machine_started(kc)
+    kc.handle(StopAsked())
+    kc.handle(CloseEnded())
+    assert kc.phase is Phase.IDLE  # the same phase as when ``seen``, but things happened since
+    assert kc.handle(StartAsked(handle(), seen)) == [LookAgain()]
+    assert not accepted([LookAgain()])
     assert kc.phase is Phase.IDLE
-    assert on_owner(kc.begin_start, handle(), on_owner(kc.view))
+    assert kc.handle(StartAsked(handle(), kc.generation)) == []
+    assert kc.handle(StartAsked(handle(), seen)) == [LookAgain()]  # starting now: it looks again, then reuses it
+    for phase in (Phase.STARTING, Phase.IN_USE, Phase.CHANGING, Phase.PARKED):
+        busy = machine_in(phase)
+        assert busy.handle(StartAsked(handle(), busy.generation - 1)) == [LookAgain()]
+        assert busy.handle(StartAsked(handle(), busy.generation)) == [
+            Refused(f"beginning a start: refused while the cluster is {phase.value}")
+        ]
+
+
+def machine_started(kc: KernelCluster) -> tuple[Starting, ActiveCluster]:
+    start, cluster = handle(), a_cluster()
+    assert kc.handle(StartAsked(start, kc.generation)) == []
+    kc.handle(SchedulerAnswered(start, cluster))
+    assert kc.handle(WorkersReady(start)) == []
+    return start, cluster
 
 
 def test_a_stop_during_a_start_ends_it_and_the_start_cannot_take_its_cluster_or_be_ready() -> None:
     kc = KernelCluster()
     start = handle()
-    on_owner(kc.begin_start, start, on_owner(kc.view))
-    claim = on_owner(kc.claim_stop)
-    assert claim.start is start and claim.cluster is None
+    kc.handle(StartAsked(start, kc.generation))
+    assert kc.handle(StopAsked()) == [CancelStart(start)]
     assert (kc.phase, kc.winding) == (Phase.CLOSING, start)
-    assert not on_owner(kc.take_into_use, start, a_cluster())
-    assert not on_owner(kc.start_ready, start)
+    assert not accepted(kc.handle(SchedulerAnswered(start, a_cluster())))
+    assert not accepted(kc.handle(WorkersReady(start)))
     assert kc.cluster is None
-    on_owner(kc.start_ended, start, False)  # its job ended as stopped: what it made is closed
+    assert kc.handle(StartEnded(start, failed=False)) == []  # its job ended as stopped: what it made is closed
     assert kc.phase is Phase.IDLE and kc.failed is None
+
+
+def test_a_stop_of_a_start_whose_scheduler_answered_lets_its_cluster_go() -> None:
+    kc = KernelCluster()
+    start, cluster = handle(), a_cluster()
+    kc.handle(StartAsked(start, kc.generation))
+    kc.handle(SchedulerAnswered(start, cluster))
+    assert kc.handle(StopAsked(only=a_cluster())) == [] and kc.phase is Phase.STARTING  # another cluster: nothing
+    assert kc.handle(StopAsked()) == [CancelStart(start), TellListeners(None)]
 
 
 def test_a_stop_during_a_change_closes_the_cluster_and_the_change_ends_as_stopped() -> None:
     kc = KernelCluster()
-    _, cluster = started(kc)
+    _, cluster = machine_started(kc)
     change = handle("restarting")
-    on_owner(kc.begin_change, change, cluster)
-    claim = on_owner(kc.claim_stop)
-    assert (claim.cluster, claim.during) == (cluster, change)
-    assert not on_owner(kc.change_ended, change)
+    kc.handle(ChangeAsked(change, cluster))
+    assert kc.handle(StopAsked()) == [CloseCluster(cluster, change), TellListeners(None)]
+    assert not accepted(kc.handle(ChangeEnded(change)))
     assert kc.phase is Phase.CLOSING
 
 
 def test_a_failed_start_is_kept_until_said_and_a_stop_lets_it_go() -> None:
     kc = KernelCluster()
     start = handle()
-    on_owner(kc.begin_start, start, on_owner(kc.view))
-    on_owner(kc.start_ended, start, True)
+    kc.handle(StartAsked(start, kc.generation))
+    assert kc.handle(StartEnded(start, failed=True)) == []
     assert (kc.phase, kc.pending, kc.failed) == (Phase.IDLE, None, start)
-    assert on_owner(kc.claim_stop) == kernel_cluster.StopClaim()
+    assert kc.handle(StartEnded(start, failed=True)) == [Refused("ending a start: refused while the cluster is idle")]
+    assert kc.handle(StopAsked()) == []
     assert kc.failed is None
+
+
+def test_a_start_that_ends_after_a_stop_ended_its_close_changes_nothing() -> None:
+    kc = KernelCluster()
+    start = handle()
+    kc.handle(StartAsked(start, kc.generation))
+    kc.handle(StopAsked())
+    kc.handle(CloseEnded())
+    kc.handle(StartAsked(handle(), kc.generation))
+    kc.handle(StopAsked())  # another start, stopped: its close under way
+    assert kc.handle(StartEnded(start, failed=False)) == [
+        Refused("ending a start: refused while the cluster is closing")
+    ]
+    assert kc.phase is Phase.CLOSING
 
 
 def test_a_stop_for_another_cluster_stops_nothing_and_keep_may_refuse_before_anything_changes() -> None:
     kc = KernelCluster()
-    _, cluster = started(kc)
-    assert on_owner(kc.claim_stop, a_cluster()) == kernel_cluster.StopClaim()
+    _, cluster = machine_started(kc)
+    assert kc.handle(StopAsked(only=a_cluster())) == []
     assert kc.phase is Phase.IN_USE
-
-    def refuse(_: ActiveCluster) -> None:
-        raise ValueError("only a gateway cluster outlives its kernel")
-
-    with pytest.raises(ValueError, match="outlives"):
-        on_owner(kc.claim_stop, None, refuse)
+    assert kc.handle(StopAsked(keep=True)) == [KeepRefused(cluster)]
     assert (kc.phase, kc.cluster) == (Phase.IN_USE, cluster)
+    kept, start, gateway = KernelCluster(), handle(), a_cluster(keepable=True)
+    kept.handle(StartAsked(start, kept.generation))
+    kept.handle(SchedulerAnswered(start, gateway))
+    kept.handle(WorkersReady(start))
+    assert kept.handle(StopAsked(keep=True)) == [CloseCluster(gateway, None), TellListeners(None)]
 
 
 def test_a_close_that_ends_after_a_new_start_began_leaves_the_new_start_alone() -> None:
     kc = KernelCluster()
-    started(kc)
-    on_owner(kc.claim_stop)
-    slow = Closing(lambda: "closed", lambda error: "failed", here=True)
-    on_owner(kc.closing, slow)
+    machine_started(kc)
+    kc.handle(StopAsked())
+    slow = a_closing()
+    kc.handle(CloseBegan(slow))
+    assert kc.handle(StopAsked()) == [] and kc.winding is slow  # closing already: nothing more to stop
     start = handle()
-    assert on_owner(kc.begin_start, start, on_owner(kc.view))  # it waited for the close as long as it would
-    on_owner(kc.wound_down, slow)
+    assert kc.handle(StartAsked(start, kc.generation)) == []  # it waited for the close as long as it would
+    assert not accepted(kc.handle(CloseEnded(slow)))
     assert (kc.phase, kc.pending) == (Phase.STARTING, start)
+    kc.handle(StopAsked())
+    assert kc.handle(CloseEnded(a_closing())) == [Refused("ending a close: another close is under way")]
 
 
-def test_of_many_threads_beginning_a_start_from_one_view_exactly_one_wins() -> None:
+def test_every_row_of_the_table_is_met_by_these_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scenarios above, run again with every event recorded: each (phase, event type) of the table was met."""
+    met: set[tuple[Phase, type[Event]]] = set()
+    original = KernelCluster.handle
+
+    def recording(self: KernelCluster, event: Event) -> list[Instruction]:
+        met.add((self.phase, type(event)))
+        return original(self, event)
+
+    monkeypatch.setattr(KernelCluster, "handle", recording)
+    for scenario in (
+        test_a_start_a_change_and_a_stop_go_through_their_phases,
+        test_a_park_and_a_resume_go_through_their_phases,
+        test_a_start_is_refused_while_one_runs_or_starts_and_a_change_needs_a_cluster_in_use,
+        test_a_start_decided_from_an_old_view_is_answered_look_again,
+        test_a_stop_during_a_start_ends_it_and_the_start_cannot_take_its_cluster_or_be_ready,
+        test_a_stop_of_a_start_whose_scheduler_answered_lets_its_cluster_go,
+        test_a_stop_during_a_change_closes_the_cluster_and_the_change_ends_as_stopped,
+        test_a_failed_start_is_kept_until_said_and_a_stop_lets_it_go,
+        test_a_start_that_ends_after_a_stop_ended_its_close_changes_nothing,
+        test_a_stop_for_another_cluster_stops_nothing_and_keep_may_refuse_before_anything_changes,
+        test_a_close_that_ends_after_a_new_start_began_leaves_the_new_start_alone,
+    ):
+        scenario()
+    assert set(TABLE) - met == set()
+
+
+def test_the_log_keeps_the_last_events_with_the_phase_and_generation_they_met() -> None:
     kc = KernelCluster()
-    seen = on_owner(kc.view)
+    start = handle()
+    kc.handle(StartAsked(start, 0))
+    kc.handle(StartAsked(handle(), 0))
+    kc.handle(StopAsked())
+    assert [(type(s.event), s.phase, s.generation) for s in kc.log] == [
+        (StartAsked, Phase.IDLE, 0),
+        (StartAsked, Phase.STARTING, 1),
+        (StopAsked, Phase.STARTING, 1),
+    ]
+    assert kc.log[1].instructions == (LookAgain(),) and kc.log[2].instructions == (CancelStart(start),)
+    for _ in range(kc.log.maxlen or 0):
+        kc.handle(CloseEnded())
+    assert len(kc.log) == kc.log.maxlen and all(isinstance(s.event, CloseEnded) for s in kc.log)
+
+
+def test_of_many_threads_posting_a_start_from_one_view_exactly_one_wins() -> None:
+    seen = owner.view()
+    assert seen.phase is Phase.IDLE
     results: list[bool] = []
     gate = threading.Barrier(8)
 
     def race() -> None:
         gate.wait(10)
-        results.append(on_owner(kc.begin_start, handle(), seen))
+        results.append(accepted(owner.post(StartAsked(handle(), seen.generation))))
 
     threads = [threading.Thread(target=race) for _ in range(8)]
     for thread in threads:
@@ -176,29 +347,34 @@ def test_of_many_threads_beginning_a_start_from_one_view_exactly_one_wins() -> N
     for thread in threads:
         thread.join(30)
     assert sorted(results) == [False] * 7 + [True]
-    assert kc.phase is Phase.STARTING
+    assert kernel_cluster.phase() is Phase.STARTING
+    start = kernel_cluster.under_way()
+    assert start is not None
+    owner.post(StartEnded(start, failed=False))
+    assert kernel_cluster.phase() is Phase.IDLE
 
 
-def test_starts_and_stops_racing_from_many_threads_always_leave_one_consistent_phase() -> None:
-    kc = KernelCluster()
+def test_starts_and_stops_posted_from_many_threads_always_leave_one_consistent_phase() -> None:
+    kc = kernel_cluster.kernel_cluster()
     gate = threading.Barrier(6)
 
     def starter() -> None:
         gate.wait(10)
         for _ in range(40):
-            start, seen = handle(), on_owner(kc.view)
+            start, seen = handle(), owner.view()
             if seen.phase not in (Phase.IDLE, Phase.CLOSING):  # something runs: a verb would reuse or stop it
                 continue
-            if on_owner(kc.begin_start, start, seen) and on_owner(kc.take_into_use, start, a_cluster()):
-                on_owner(kc.start_ready, start)
+            began = accepted(owner.post(StartAsked(start, seen.generation)))
+            if began and accepted(owner.post(SchedulerAnswered(start, a_cluster()))):
+                owner.post(WorkersReady(start))
 
     def stopper() -> None:
         gate.wait(10)
         for _ in range(40):
-            claim = on_owner(kc.claim_stop)
-            if claim.start is not None:
-                on_owner(kc.start_ended, claim.start, False)
-            on_owner(kc.wound_down)
+            for instruction in owner.post(StopAsked()):
+                if isinstance(instruction, CancelStart):
+                    owner.post(StartEnded(instruction.start, failed=False))
+            owner.post(CloseEnded())
 
     def consistent() -> bool:
         return {
@@ -219,6 +395,9 @@ def test_starts_and_stops_racing_from_many_threads_always_leave_one_consistent_p
         thread.join(60)
     seen.append(owner.change(consistent))
     assert all(seen) and len(seen) > 1
+    owner.post(StopAsked())
+    owner.post(CloseEnded())
+    assert kernel_cluster.phase() is Phase.IDLE
 
 
 @pytest.mark.slow  # a real cluster with a worker process

@@ -273,18 +273,19 @@ def test_an_idle_park_that_comes_during_a_change_waits_for_it_then_parks(
     to settle rather than giving up (a loaded machine's start took longer than ``park_after``, and nothing parked)."""
     from gpu_magics.cluster.background.starting import Starting
     from gpu_magics.cluster.control import owner, parking
+    from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded
 
     assert shell.run_cell("%gpucluster --cpu-workers 2 --name t_settling --replace").error_in_exec is None
     current = kernel_cluster.in_use()
     assert current is not None and kernel_cluster.phase() is Phase.IN_USE
     changing = Starting("%gpucluster", current.name, 2, verb="scaling")
-    owner.change(lambda: kernel_cluster.kernel_cluster().begin_change(changing, current))
+    assert owner.post(ChangeAsked(changing, current)) == []
     idle_park = parking.IdlePark(current, 0.3)
     try:
         idle_park.arm()
         time.sleep(2.0)  # idle for longer than park_after, while the change is under way
         assert kernel_cluster.phase() is Phase.CHANGING and states() == {"running"}
-        assert owner.change(lambda: kernel_cluster.kernel_cluster().change_ended(changing))
+        assert owner.post(ChangeEnded(changing)) == []
         deadline = time.monotonic() + 30
         while kernel_cluster.phase() is not Phase.PARKED and time.monotonic() < deadline:
             time.sleep(0.1)

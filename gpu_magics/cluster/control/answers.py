@@ -5,17 +5,16 @@ needs (``require_active``: one in use, its start settled; ``require_owned``: one
 
 from __future__ import annotations
 
-import functools
 import time
 
-from gpu_magics.cluster.control import kernel_cluster, owner
+from gpu_magics.cluster.control import owner
 from gpu_magics.cluster.control.kernel_cluster import in_use
 from gpu_magics.cluster.control.queries import no_cluster_message, settle_start, start_under_way
 from gpu_magics.cluster.dashboard import links
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import cluster_state, inspection
-from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 from gpu_magics.text.errors import NoCluster, NotOurs
 from gpu_magics.text.units import format_bytes, format_clock
 
@@ -31,14 +30,14 @@ def status(notice: str | None = None) -> ClusterInfo:
     if progress is not None:
         notice = notice or progress.line()
     elif current.parked is not None:
-        notice = notice or parked_line(current)
+        notice = notice or parked_line(current, current.parked)
     elif current.telemetry is not None:  # figures from after this call (a cell's pool is not a second old)
         current.telemetry.wait_reports_after(time.time(), timeout=current.telemetry.interval + 0.2)
     workers = inspection.scheduler_workers(current.client)
     devices = {name: dict(seen) for name, seen in current.devices.items()}
     current.manager.learn(current.client, devices, set(workers))  # workers that came since: what they say
     if devices != current.devices:
-        owner.change(functools.partial(kernel_cluster.set_figures, current, devices=devices))
+        owner.replace_figures(current, devices=devices)
     if not workers and notice is None:
         bounds = current.manager.adaptive
         if bounds is not None and bounds[1] > 0:
@@ -51,9 +50,8 @@ def status(notice: str | None = None) -> ClusterInfo:
     return cluster_state.describe(current, cluster_state.read(current, workers), notice=notice)
 
 
-def parked_line(current: ActiveCluster) -> str:
+def parked_line(current: ActiveCluster, parked: Parked) -> str:
     """``%gpucluster status``'s line for a parked cluster: since when, what it gave back, what resumes it."""
-    parked = current.parked
     count = len(parked.processes)
     return (
         f"{PROG}: {current.name!r} is parked since {format_clock(parked.since, time.time())}: {count} worker"

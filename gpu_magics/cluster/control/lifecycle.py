@@ -18,7 +18,7 @@ from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.background import idle, start_logs
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import StartCancelled, Starting, StartProgress
-from gpu_magics.cluster.control import kernel_cluster, owner, parking, record_writer, release
+from gpu_magics.cluster.control import kernel_cluster, owner, parking, record_writer, steps
 from gpu_magics.cluster.control.answers import (
     dashboard_url,
     list_gateway_clusters,
@@ -26,7 +26,8 @@ from gpu_magics.cluster.control.answers import (
     require_owned,
     status,
 )
-from gpu_magics.cluster.control.kernel_cluster import Phase
+from gpu_magics.cluster.control.machine import events
+from gpu_magics.cluster.control.machine.table import Phase, require
 from gpu_magics.cluster.control.queries import (
     active,
     active_client,
@@ -128,7 +129,7 @@ def begin(
     manager = make_manager(options, namespace or {})  # nothing happens yet: it only keeps the line's choices
     opened_for: bool | None = None  # what ``open`` checked the line for: reusing what runs, or a start
     while True:
-        seen = kernel_cluster.view()
+        seen = owner.view()
         current = seen.cluster
         if current is not None and seen.phase is Phase.IN_USE and current.client.status not in _ALIVE:
             stop(only=current)  # it died under us: clean up, then start afresh
@@ -154,8 +155,8 @@ def begin(
             PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, manager.workers_words
         )
         handle.manager = manager
-        if owner.change(functools.partial(kernel_cluster.kernel_cluster().begin_start, handle, seen)):
-            break  # decided on the owner: nothing began or stopped since ``seen``
+        if events.accepted(require(owner.post(events.StartAsked(handle, seen.generation)))):
+            break  # decided on the owner: nothing began or stopped since ``seen`` (else it looks again)
     if listen is not None:
         listen(handle)
     job = functools.partial(_start_job, manager, options, began, telemetry_interval, (idle_timeout, park_after))
@@ -199,7 +200,6 @@ def _start_job(
     """The start itself (``steps.start``), with distributed's own lines in the log file rather than the notebook;
     the cluster is in use from the moment its scheduler answers (``idle_after``: the idle timeout and the idle park,
     in seconds). Its end, whatever it is, is the owner's to say."""
-    from gpu_magics.cluster.control import steps
 
     def take_into_use(started: ActiveCluster) -> None:
         if reports_every > 0:  # set before the owner takes it: a start stopped meanwhile lets all of it go
@@ -209,7 +209,7 @@ def _start_job(
         started.idle_park = parking.watch_idle(started, park_after)
 
         def take() -> bool:  # on the owner: a stop asked meanwhile comes first, and this start ends as stopped
-            if not kernel_cluster.kernel_cluster().take_into_use(handle, started):
+            if not events.accepted(owner.post(events.SchedulerAnswered(handle, started))):
                 return False
             started.saved_config = dask_settings.apply(manager.settings())
             reports = started.telemetry
@@ -226,7 +226,7 @@ def _start_job(
         record_writer.write_record(started)
 
     def ready(started: ActiveCluster) -> bool:
-        if not kernel_cluster.kernel_cluster().start_ready(handle):
+        if not events.accepted(owner.post(events.WorkersReady(handle))):
             return False
         if started.workers_kind == "gpu":
             from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
@@ -238,7 +238,7 @@ def _start_job(
 
     try:
         with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
-            started, waiting = steps.start(manager, options, began, handle, take_into_use, release.release)
+            started, waiting = steps.start(manager, options, began, handle, take_into_use)
         state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
         if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
             started.telemetry.wait_first_reports(len(state.workers))
@@ -246,11 +246,7 @@ def _start_job(
         if not owner.change(functools.partial(ready, started)):
             raise StartCancelled  # stopped just now: what it made is the stop's to close
     except BaseException as error:  # the start's end, whatever it is, is the owner's to say; then it is raised
-        owner.change(
-            functools.partial(
-                kernel_cluster.kernel_cluster().start_ended, handle, not isinstance(error, StartCancelled)
-            )
-        )
+        owner.post(events.StartEnded(handle, failed=not isinstance(error, StartCancelled)))
         raise
     return cluster_state.describe(started, state, notice=waiting)
 
@@ -295,27 +291,30 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     parking.resume_first(said_here=False)  # a parked cluster's workers end as usual once resumed
     if keep and kernel_cluster.phase() is Phase.STARTING:
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
-    claim = owner.change(
-        functools.partial(kernel_cluster.kernel_cluster().claim_stop, only, release.check_keep if keep else None)
-    )
-    if claim.start is not None:
-        pending = claim.start
+    answer = owner.post(events.StopAsked(only, keep))
+    refused = next((item.cluster for item in answer if isinstance(item, events.KeepRefused)), None)
+    if refused is not None:
+        steps.refuse_keep(refused)
+    cancel = next((item.start for item in answer if isinstance(item, events.CancelStart)), None)
+    claim = next((item for item in answer if isinstance(item, events.CloseCluster)), None)
+    if cancel is not None:
+        pending = cancel
         ended = pending.cancel(timeout=STOP_WAIT_S)  # its job closes what it made, then the owner hears it ended
         slow = "" if ended else "; its processes end in the background"
         return f"{PROG}: stopped {pending.name!r} while it was {pending.verb}{slow}"
-    current = claim.cluster
-    if current is None:
+    if claim is None:
         return NO_CLUSTER
+    current = claim.cluster
     during = ""
     if claim.during is not None:
         claim.during.cancel(timeout=0)  # a restart or scale under way: it ends as stopped; the cluster closes
         during = f" while it was {claim.during.verb}"
-    held = release.kept_on_workers(current.client)
-    release.release(current)
+    held = steps.kept_on_workers(current.client)
+    steps.release(current)
     manager = current.manager
 
     def wound_down(closing: Closing) -> None:
-        owner.change(functools.partial(kernel_cluster.kernel_cluster().wound_down, closing))
+        owner.post(events.CloseEnded(closing))
 
     closing = Closing(  # in a thread: with a change under way, workers still starting end only slowly
         lambda: manager.finish(current.name, keep=True if keep else False if close else None),
@@ -323,20 +322,20 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
         here=not during,
         then=wound_down,
     )
-    owner.change(functools.partial(kernel_cluster.kernel_cluster().closing, closing))
-    said = closing.line(STOP_WAIT_S)
-    if said is None:
-        said = f"{PROG}: stopped cluster {current.name!r}{during}; its processes end later"
+    owner.post(events.CloseBegan(closing))
+    line = closing.line(STOP_WAIT_S)
+    if line is None:
+        line = f"{PROG}: stopped cluster {current.name!r}{during}; its processes end later"
     elif during:
-        said += during
+        line += during
     if held:
         pieces = (
             f"{held} piece of data kept on its workers (persisted chunks, futures) is"
             if held == 1
             else (f"{held} pieces of data kept on its workers (persisted chunks, futures) are")
         )
-        said += f"; the {pieces} gone"
-    return said
+        line += f"; the {pieces} gone"
+    return line
 
 
 def wait_wound_down(timeout: float) -> bool:
@@ -349,8 +348,6 @@ def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
     parking.resume_first()
     current = require_owned("adapt", scalable=True)
-    from gpu_magics.cluster.control import steps
-
     return written_status(current, steps.adapt(current, minimum, maximum))
 
 

@@ -1,12 +1,13 @@
-"""The one thread that changes the cluster in use: which cluster and which start are in use, what is taken into use
-or let go with them, and every write of the cluster's record.
+"""The one thread that changes the cluster in use: the only caller of the kernel's cluster (``post``: an event in,
+its instructions carried out), and the writer of what is taken into use or let go with it and of its record.
 
 The verbs (start, restart, scale, adapt, stop, the idle watcher's stop) and the record's writers run on their own
 threads (the kernel's, a start's, the idle watcher's, the record refresher's) and do their network waits there; they
-hand each change of state to ``change``, which runs it on the owner thread, one after another, and returns its
-result (its error raised in the caller). A change never waits on the network or on another thread, so a ``stop``
-answers while a restart waits for its workers. What a change asks to run ``afterwards`` (telling listeners of a new
-cluster in use: they may talk to the old one's workers) runs on the caller's thread once the change is made.
+``post`` each event of the cluster and hand each other change of state to ``change``, which runs it on the owner
+thread, one after another, and returns its result (its error raised in the caller). A change never waits on the
+network or on another thread, so a ``stop`` answers while a restart waits for its workers. What a change asks to
+run ``afterwards`` (telling listeners of a new cluster in use: they may talk to the old one's workers) runs on the
+caller's thread once the change is made.
 
 The thread starts with the first change, not at import.
 """
@@ -14,11 +15,21 @@ The thread starts with the first change, not at import.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import dataclasses
 import functools
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gpu_magics.cluster.control import kernel_cluster
+from gpu_magics.cluster.control.machine.events import Event, Instruction, TellListeners
+from gpu_magics.cluster.control.machine.table import View
+from gpu_magics.text.units import dropped
+
+if TYPE_CHECKING:
+    from gpu_magics.cluster.reading.running import ActiveCluster
 
 T = TypeVar("T")
 THREAD_NAME = "gpu-magics-cluster-owner"
@@ -101,3 +112,58 @@ def _run_one(action: Callable[[], Any], done: concurrent.futures.Future[Any], la
         done.set_exception(error)
     finally:
         _local.later = None
+
+
+def post(event: Event) -> list[Instruction]:
+    """Hand ``event`` to the kernel's cluster on the owner thread, after the changes asked before it, and return
+    what it answered; telling the listeners of a new cluster in use runs here, once the change is made."""
+    return change(functools.partial(_handle, event))
+
+
+def _handle(event: Event) -> list[Instruction]:
+    instructions = kernel_cluster.kernel_cluster().handle(event)
+    for instruction in instructions:
+        if isinstance(instruction, TellListeners):  # on the poster's thread: they may talk to the workers
+            afterwards(functools.partial(_tell_listeners, instruction.cluster))
+    return instructions
+
+
+def view() -> View:
+    """The kernel's cluster at this moment (on any thread: one consistent read, made on the owner)."""
+    return change(kernel_cluster.kernel_cluster().view)
+
+
+def replace_figures(cluster: ActiveCluster, **figures: Any) -> None:
+    """Replace what the start, a restart or a scale learnt of ``cluster`` (``ready_s``, ``warm_s``, ``devices``),
+    on the owner: every reader sees the old figures or the new ones, never half of them."""
+
+    def replace() -> None:
+        cluster.figures = dataclasses.replace(cluster.figures, **figures)
+
+    change(replace)
+
+
+Listener = Callable[["ActiveCluster | None"], None]
+_listeners: list[Listener] = []
+_listeners_lock = threading.Lock()
+
+
+def _tell_listeners(cluster: ActiveCluster | None) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(cluster)
+        except Exception as error:  # a listener never stops the lifecycle
+            dropped("telling a listener of the cluster in use", error)
+
+
+def on_change(listener: Listener) -> Callable[[], None]:
+    """Call ``listener`` with the new cluster (``None``: none) whenever the cluster in use changes, before the
+    lifecycle undoes what the old one set; returns what removes the listener."""
+    with _listeners_lock:
+        _listeners.append(listener)
+
+    def remove() -> None:
+        with _listeners_lock, contextlib.suppress(ValueError):
+            _listeners.remove(listener)
+
+    return remove

@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.control import kernel_cluster, owner, record_writer
 from gpu_magics.cluster.control.answers import require_active
+from gpu_magics.cluster.control.machine.events import ParkAsked, WorkersMoved
+from gpu_magics.cluster.control.machine.table import PhaseRefused, require
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 from gpu_magics.cluster.workers import checkpoint
-from gpu_magics.text.errors import ClusterError, NotOurs, shown_as_one_line
+from gpu_magics.text.errors import ClusterError, NotOurs
 from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds
 
 PLUGIN_NAME = "gpu-magics-resume-on-work"
@@ -41,15 +41,6 @@ class TasksRunning(ClusterError):
     """A park refused: tasks run on the cluster (a park waits for none: it loses nothing)."""
 
 
-@dataclass(frozen=True)
-class Parked:
-    """What a park holds: each worker's process (name → pid), the GPU memory they gave back, and when."""
-
-    processes: dict[str, int]
-    released: int
-    since: float
-
-
 def park(idle_s: float | None = None) -> str:
     """Park the GPU workers of the cluster in use; one line says what was given back and how long it took
     (``idle_s``: parked by ``IdlePark`` after that long without a task)."""
@@ -58,12 +49,12 @@ def park(idle_s: float | None = None) -> str:
     if not targets:
         raise NotOurs(f"{PROG} park: {current.manager.why_not_parkable}")
     try:
-        owner.change(functools.partial(kernel_cluster.kernel_cluster().park, current))
-    except kernel_cluster.PhaseRefused:
+        require(owner.post(ParkAsked(current)))
+    except PhaseRefused:
         raise ClusterError(_refused("park", current)) from None
     running = running_tasks(current)
     if running:
-        owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+        owner.post(WorkersMoved(current))
         raise TasksRunning(
             f"{PROG} park: {running} task(s) run on {current.name!r} now; park it once the cell that sent them is done"
         )
@@ -73,13 +64,13 @@ def park(idle_s: float | None = None) -> str:
     if failed:
         parked = {name: pid for name, pid in targets.items() if name not in failed}
         undone = _all_at_once(_resume_one, parked)
-        owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+        owner.post(WorkersMoved(current))
         names = "; ".join(f"{name} (pid {targets[name]}): {why}" for name, why in failed.items())
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
         raise ClusterError(f"{PROG} park: nothing parked, the workers keep their GPUs: {names}{left}")
     took = time.perf_counter() - began
     state = Parked(dict(targets), sum(held.values()), time.time())
-    owner.change(functools.partial(kernel_cluster.set_parked, current, state))
+    owner.post(WorkersMoved(current, state))
     _record(current)
     _watch_for_work(current)
     count = len(targets)
@@ -113,7 +104,7 @@ def resume(*, asked: bool = True) -> str | None:
                 f"{PROG} resume: {len(failed)} of {len(state.processes)} worker(s) of {current.name!r} could not take "
                 f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
             )
-        owner.change(functools.partial(kernel_cluster.kernel_cluster().unpark, current))
+        owner.post(WorkersMoved(current))
     _record(current)
     if current.idle_park is not None:  # idle from now on: parked again after as long
         current.idle_park.arm()
@@ -255,8 +246,9 @@ def _fail_graph(scheduler: Any, client: str, keys: list[Any], line: str) -> None
     worker; results already in memory (persisted data the graph asked for again) are neither failed nor let go. On
     the scheduler's event loop, right after the graph's own transitions."""
     from distributed.core import error_message
+    from IPython.core.error import UsageError
 
-    exception = error_message(shown_as_one_line(line))["exception"]
+    exception = error_message(UsageError(line))["exception"]
     pending = [key for key in keys if getattr(scheduler.tasks.get(key), "state", None) != "memory"]  # data stays
     for key in pending:
         scheduler.report({"op": "task-erred", "key": key, "exception": exception, "traceback": None}, client=client)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpu_magics.cluster.control.kernel_cluster import in_use, on_change, under_way, unreported
+from gpu_magics.cluster.control.kernel_cluster import in_use, under_way, unreported
+from gpu_magics.cluster.control.owner import on_change
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.reading.running import ActiveCluster, WorkersKind

@@ -134,7 +134,7 @@ def _idle(current: ActiveCluster) -> dict[str, Any]:
 
 
 def _parked(current: ActiveCluster) -> dict[str, Any] | None:
-    """Its park (``parking.Parked``) as the record says it: since when, the GPU memory its workers gave back (held
+    """Its park (``running.Parked``) as the record says it: since when, the GPU memory its workers gave back (held
     in host memory meanwhile) and how many; ``None`` where it is not parked."""
     parked = current.parked
     if parked is None:

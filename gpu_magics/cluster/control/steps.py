@@ -1,10 +1,13 @@
 """The lifecycle's one start and one scale skeleton, the same for every manager (``base.ClusterManager``):
 connect, wait for the workers, learn their GPUs, warm them; ask for more or fewer, wait, learn and warm the new
 ones. ``adapt MIN MAX`` through the manager's own ``adapt()`` (SLURM jobs leave the queue when idle; a cluster
-started here uses distributed's ``Adaptive``)."""
+started here uses distributed's ``Adaptive``). Letting a cluster go, which the owner already took out of use
+(``release``: what taking it into use started ends and its client closes, off the owner: it waits for threads and
+the network; ``forget_record``, on the owner: its record goes and dask's settings come back)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable
@@ -13,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from gpu_magics.cluster.background.starting import StartCancelled, Starting
-from gpu_magics.cluster.control import kernel_cluster, owner
+from gpu_magics.cluster.control import owner
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.cluster.reading.running import ActiveCluster
-from gpu_magics.text.errors import StartFailed
+from gpu_magics.cluster.records import record
+from gpu_magics.text.errors import NotOurs, StartFailed
 from gpu_magics.text.units import dropped, one_line
 
 if TYPE_CHECKING:
@@ -31,13 +35,12 @@ def start(
     began: float,
     starting: Starting,
     take_into_use: Callable[[ActiveCluster], None],
-    release: Callable[[ActiveCluster], None],
 ) -> tuple[ActiveCluster, str | None]:
     """The cluster ``manager`` gives, and what its workers still wait for (``None``: they all came). Once its
     scheduler answers, the cluster is taken into use (``take_into_use``: its status, record and panel show the
     workers arrive); ``starting`` hears how far it got. ``ready_s`` counts from ``began`` (the magic's start)
     until the workers answered, ``warm_s`` from then until they are warm. A failure (or ``starting``'s cancel)
-    releases the cluster and closes what this made (SLURM: its jobs leave the queue); a failure is one
+    releases the cluster (``release``) and closes what this made (SLURM: its jobs leave the queue); a failure is one
     ``UsageError`` line."""
     client: Client | None = None
     started: ActiveCluster | None = None
@@ -63,11 +66,11 @@ def start(
         workers = inspection.scheduler_workers(client)
         devices: dict[str, dict[str, Any]] = {}
         manager.learn(client, devices, set(workers))
-        _replace_figures(started, devices=dict(devices), ready_s=ready_s)
+        owner.replace_figures(started, devices=dict(devices), ready_s=ready_s)
         seen = manager._warm(client, options, devices, starting) if workers else None
         if seen is not None:
             _merge(devices, seen)
-            _replace_figures(started, devices=devices, warm_s=time.perf_counter() - began - ready_s)
+            owner.replace_figures(started, devices=devices, warm_s=time.perf_counter() - began - ready_s)
         starting.check()
     except BaseException as error:  # the clean-up runs for any failure; re-raised, as one line where it is not one
         dropped("the start", error)
@@ -111,23 +114,18 @@ def scale(current: ActiveCluster, count: int) -> str | None:
     workers = inspection.scheduler_workers(current.client)
     names = {str(info.get("name", address)) for address, info in workers.items()}
     devices = {name: dict(seen) for name, seen in current.devices.items() if name in names}
-    _replace_figures(current, devices=dict(devices))
+    owner.replace_figures(current, devices=dict(devices))
     new = sorted(set(workers) - before)
     if new:
         manager.learn(current.client, devices, set(new))
         try:
             seen, warm_s = warmup.warm_workers(current.client, manager.workers_kind(devices), workers=new)
             _merge(devices, seen)
-            _replace_figures(current, devices=devices, warm_s=warm_s)
+            owner.replace_figures(current, devices=devices, warm_s=warm_s)
         except Exception as error:  # a courtesy: the scale stands without it
             dropped("warming the new workers", error)
-            _replace_figures(current, devices=devices)
+            owner.replace_figures(current, devices=devices)
     return notice
-
-
-def _replace_figures(current: ActiveCluster, **figures: Any) -> None:
-    """What was learnt so far, replaced on the owner (readers see the old figures or the new ones)."""
-    owner.change(functools.partial(kernel_cluster.set_figures, current, **figures))
 
 
 def _merge(devices: dict[str, dict[str, Any]], seen: dict[str, dict[str, Any]]) -> None:
@@ -176,3 +174,49 @@ def quiet_abandoned_gathers(loop: Any) -> None:
         loop.set_exception_handler(handler)
     except AttributeError:  # a loop without asyncio's exception handlers
         pass
+
+
+def refuse_keep(current: ActiveCluster) -> None:
+    """A ``stop --keep`` of ``current``, refused (nothing changed): only a gateway cluster outlives its kernel."""
+    raise NotOurs(
+        f"{PROG} stop --keep: only a gateway cluster outlives its kernel; {PROG} stop closes {current.name!r}"
+    )
+
+
+def kept_on_workers(client: Any) -> int:
+    """How many results the notebook keeps on the workers (persisted chunks, futures): the client's futures once
+    the releases of those already dropped (queued on its event loop) have run."""
+    try:
+        client.sync(asyncio.sleep, 0)
+        return len(client.futures)
+    except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
+        return 0
+
+
+def release(current: ActiveCluster) -> None:
+    """Stop using ``current``: undo what taking it into use did (idle watch, record, telemetry, dask settings)
+    and close its client; its manager is left to the caller. Off the owner: it waits for threads and the network."""
+    if current.idle is not None:
+        current.idle.stop()
+    if current.idle_park is not None:
+        current.idle_park.stop()
+    if current.refresher is not None:
+        current.refresher.stop()
+    owner.change(functools.partial(forget_record, current))
+    if current.telemetry is not None:
+        # an attached cluster may serve other kernels too, which the plugin also reports to: it stays
+        current.telemetry.close(unregister=False)
+    try:
+        current.client.close(timeout=5)
+    except Exception as error:  # a close that fails any way: the cluster is let go all the same
+        dropped("closing the client", error)
+
+
+def forget_record(current: ActiveCluster) -> None:
+    """On the owner: the record goes, and dask's settings come back as they were before ``current``."""
+    record.remove_record(current.record_path)
+    if current.saved_config is not None:
+        import dask
+
+        dask.config.set(current.saved_config)
+        current.saved_config = None

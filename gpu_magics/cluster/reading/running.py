@@ -36,6 +36,15 @@ class Figures:
     warm_s: float | None = None  # from then until they were warm
 
 
+@dataclass(frozen=True)
+class Parked:
+    """What a park holds: each worker's process (name → pid), the GPU memory they gave back, and when."""
+
+    processes: dict[str, int]
+    released: int
+    since: float
+
+
 @dataclass
 class ActiveCluster:
     """The cluster this kernel uses, and what was learnt about it."""
@@ -56,7 +65,7 @@ class ActiveCluster:
     refresher: RecordRefresher | None = None  # rewrites the record as the workers report
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
-    parked: Any = None  # while its workers are parked: what the park holds (``control.parking.Parked``)
+    parked: Parked | None = None  # while its workers are parked: what the park holds
     idle_park: Any = None  # parks it after a while without a task (``control.parking.IdlePark``), if asked
 
     @property

@@ -4,7 +4,6 @@ for them; elsewhere (and in ``restart()``, ``scale()``) they run here."""
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from typing import cast
@@ -12,6 +11,8 @@ from typing import cast
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner, parking
+from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded
+from gpu_magics.cluster.control.machine.table import PhaseRefused, require
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.local import factories
 from gpu_magics.cluster.options import PROG
@@ -52,7 +53,7 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
 
         def restarted() -> None:  # on the owner: a stop asked meanwhile came first, and this ends as stopped
             change.check()
-            kernel_cluster.set_figures(current, devices=devices, ready_s=ready_s, warm_s=warm_s)
+            owner.replace_figures(current, devices=devices, ready_s=ready_s, warm_s=warm_s)
 
         owner.change(restarted)
         return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
@@ -103,8 +104,8 @@ def _change(
     if scheduler is not None:
         changing.counting(lambda: len(scheduler.workers))
     try:  # decided on the owner: the cluster is still in use, and nothing else changes it
-        owner.change(functools.partial(kernel_cluster.kernel_cluster().begin_change, changing, current))
-    except kernel_cluster.PhaseRefused:
+        require(owner.post(ChangeAsked(changing, current)))
+    except PhaseRefused:
         raise ClusterError(
             f"{PROG} {_VERBS[verb]}: {current.name!r} is not ready for it (it is "
             f"{kernel_cluster.phase().value}); wait for it, then run this again"
@@ -116,7 +117,7 @@ def _change(
         try:
             return job(change)
         finally:  # done or failed, the cluster stays in use; stopped meanwhile, the stop said it
-            owner.change(functools.partial(kernel_cluster.kernel_cluster().change_ended, change))
+            owner.post(ChangeEnded(change))
 
     if background and current.manager.background:
         changing.run_in_background(run)

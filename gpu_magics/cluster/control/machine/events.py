@@ -1,0 +1,164 @@
+"""What the kernel's cluster hears (frozen ``Event``s: what a verb asks, what its job learnt) and what it answers
+(``Instruction``s, which the owner thread and the verb that posted the event carry out)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from gpu_magics.cluster.background.closing import Closing
+    from gpu_magics.cluster.background.starting import Starting
+    from gpu_magics.cluster.reading.running import ActiveCluster, Parked
+
+
+# -- events: what happened, as the verbs and their jobs tell it ----------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Event:
+    what: ClassVar[str] = "an event"  # the refusal's words
+
+
+@dataclasses.dataclass(frozen=True)
+class StartAsked(Event):
+    """A verb asks to begin ``start``, decided from the machine at generation ``seen``."""
+
+    what = "beginning a start"
+    start: Starting
+    seen: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerAnswered(Event):
+    """``start``'s scheduler answered: its ``cluster`` is in use while its workers come."""
+
+    what = "taking a cluster into use"
+    start: Starting
+    cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkersReady(Event):
+    """``start``'s workers are up and warm."""
+
+    what = "ending a start"
+    start: Starting
+
+
+@dataclasses.dataclass(frozen=True)
+class StartEnded(Event):
+    """``start``'s job ended without a cluster: it ``failed``, or it was stopped."""
+
+    what = "ending a start"
+    start: Starting
+    failed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeAsked(Event):
+    """A restart or scale (``change``) of ``cluster``, which the verb saw in use, is asked."""
+
+    what = "beginning a change"
+    change: Starting
+    cluster: ActiveCluster | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeEnded(Event):
+    """``change`` ended, done or failed (the cluster stays in use)."""
+
+    what = "ending a change"
+    change: Starting
+
+
+@dataclasses.dataclass(frozen=True)
+class ParkAsked(Event):
+    """A park of ``cluster``, which the verb saw in use, is asked."""
+
+    what = "parking"
+    cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkersMoved(Event):
+    """``cluster``'s workers moved: parked (``parked``: what the park holds) or running again (``None``)."""
+
+    what = "moving the workers"
+    cluster: ActiveCluster
+    parked: Parked | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StopAsked(Event):
+    """A stop is asked (``only``: only while that cluster is in use; ``keep``: only a cluster that can be kept)."""
+
+    what = "stopping"
+    only: ActiveCluster | None = None
+    keep: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CloseBegan(Event):
+    """What a stop took out ends its processes in ``closing``."""
+
+    what = "closing"
+    closing: Closing
+
+
+@dataclasses.dataclass(frozen=True)
+class CloseEnded(Event):
+    """What the stop left (``what``; ``None``: whatever it was) ended its processes."""
+
+    what = "ending a close"
+    ended: Starting | Closing | None = None
+
+
+# -- instructions: what the owner and the poster carry out ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused(Instruction):
+    """The event changed nothing: its phase does not allow it, or what it is about is no longer under way."""
+
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LookAgain(Instruction):
+    """A start decided from an old view: the verb looks again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepRefused(Instruction):
+    """``stop --keep`` of ``cluster``, which cannot outlive its kernel: nothing changed."""
+
+    cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class TellListeners(Instruction):
+    """The cluster in use is now ``cluster`` (``None``: none): its listeners hear it, on the poster's thread."""
+
+    cluster: ActiveCluster | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelStart(Instruction):
+    """A stop took out the start under way: it is cancelled (what it made, its job closes)."""
+
+    start: Starting
+
+
+@dataclasses.dataclass(frozen=True)
+class CloseCluster(Instruction):
+    """A stop took ``cluster`` out of use: it is let go and closed (``during``: the change it stopped)."""
+
+    cluster: ActiveCluster
+    during: Starting | None = None
+
+
+def accepted(instructions: list[Instruction]) -> bool:
+    """Whether the event was taken (neither refused nor decided from an old view)."""
+    return not any(isinstance(item, (Refused, LookAgain, KeepRefused)) for item in instructions)

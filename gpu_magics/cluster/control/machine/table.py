@@ -1,0 +1,278 @@
+"""The kernel's one cluster as a machine: events in, instructions out (``KernelCluster.handle``).
+
+::
+
+              StartAsked                  WorkersReady
+      IDLE ───────────────▶ STARTING ─────────────────▶ IN_USE ◀──────────────┐
+       ▲ ▲                   │    │                      │   │ ChangeAsked    │
+       │ │     StartEnded    │    │ StopAsked            │   ▼                │ ChangeEnded
+       │ └───────────────────┘    │                      │  CHANGING ─────────┘
+       │                          ▼          StopAsked   │   │ StopAsked
+       └──────────────────── CLOSING ◀───────────────────┘◀──┘◀─── PARKED
+              CloseEnded        │ StartAsked            ParkAsked │   ▲ │ WorkersMoved (resumed)
+                                └──────────▶ STARTING     IN_USE ──┘   └──▶ IN_USE
+
+One table (``TABLE``) keyed by (phase, event type) holds the whole behaviour: a pair it lacks is refused
+(``Refused``), and so is an event about a start, change or close that is no longer the one under way. A start
+decided from an old view (``StartAsked.seen``: the generation it saw) is answered ``LookAgain``: the verb looks
+again. A start's cluster may be in use (``SchedulerAnswered``) while the phase is still ``STARTING``: cells may send
+it tasks while its workers come. A start that failed is kept (``failed``) until a cell or a verb said its line.
+No thread, lock or I/O in here; the last events, with the phase and generation they met, are kept in ``log``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from gpu_magics.cluster.control.machine.events import (
+    CancelStart,
+    ChangeAsked,
+    ChangeEnded,
+    CloseBegan,
+    CloseCluster,
+    CloseEnded,
+    Event,
+    Instruction,
+    KeepRefused,
+    LookAgain,
+    ParkAsked,
+    Refused,
+    SchedulerAnswered,
+    StartAsked,
+    StartEnded,
+    StopAsked,
+    TellListeners,
+    WorkersMoved,
+    WorkersReady,
+)
+
+if TYPE_CHECKING:
+    from gpu_magics.cluster.background.closing import Closing
+    from gpu_magics.cluster.background.starting import Starting
+    from gpu_magics.cluster.reading.running import ActiveCluster
+
+LOG_LENGTH = 100  # how many of the last events the machine keeps
+
+
+class Phase(enum.Enum):
+    """Where the kernel's cluster is."""
+
+    IDLE = "idle"  # no cluster in use, nothing under way
+    STARTING = "starting"  # a start under way (its cluster may be in use already: its scheduler answered)
+    IN_USE = "in use"  # a cluster in use, nothing under way
+    CHANGING = "changing"  # a restart or scale of the cluster in use under way
+    CLOSING = "closing"  # a stopped start or cluster whose processes still end; a new start waits for it
+    PARKED = "parked"  # the cluster in use gave its GPUs back (its data kept); the next work resumes it
+
+
+class PhaseRefused(RuntimeError):
+    """A transition the phase does not allow (a verb's bug, or a race it lost: it looks again)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """The kernel's cluster at one moment, as the owner saw it (``generation`` counts its transitions)."""
+
+    phase: Phase
+    cluster: ActiveCluster | None
+    pending: Starting | None  # the start, restart or scale under way
+    failed: Starting | None  # a start that failed, not said yet
+    winding: Starting | Closing | None  # what a stop left to end its processes
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Stimulus:
+    """One event of the log, with the phase and generation it met and what it was answered."""
+
+    event: Event
+    phase: Phase
+    generation: int
+    instructions: tuple[Instruction, ...]
+
+
+class KernelCluster:
+    """The phase and what it holds; ``handle`` is its only way to change."""
+
+    def __init__(self) -> None:
+        self.phase = Phase.IDLE
+        self.cluster: ActiveCluster | None = None
+        self.pending: Starting | None = None
+        self.failed: Starting | None = None
+        self.winding: Starting | Closing | None = None
+        self.generation = 0
+        self.log: collections.deque[Stimulus] = collections.deque(maxlen=LOG_LENGTH)
+
+    def view(self) -> View:
+        return View(self.phase, self.cluster, self.pending, self.failed, self.winding, self.generation)
+
+    def handle(self, event: Event) -> list[Instruction]:
+        """The row of ``TABLE`` for this phase and ``event``'s type, run; a pair the table lacks is refused."""
+        phase, generation = self.phase, self.generation
+        row = TABLE.get((phase, type(event)))
+        instructions = row(self, event) if row is not None else self._refused(event)
+        self.log.append(Stimulus(event, phase, generation, tuple(instructions)))
+        return instructions
+
+    def _refused(self, event: Event, why: str = "") -> list[Instruction]:
+        return [Refused(f"{event.what}: {why or f'refused while the cluster is {self.phase.value}'}")]
+
+    def _move(self, phase: Phase) -> None:
+        self.phase = phase
+        self.generation += 1
+
+    def _use(self, cluster: ActiveCluster | None) -> list[Instruction]:
+        previous, self.cluster = self.cluster, cluster
+        return [] if previous is cluster else [TellListeners(cluster)]
+
+    # -- the rows -------------------------------------------------------------------------------------------------
+    def _begin_start(self, event: StartAsked) -> list[Instruction]:
+        """A close still under way is let go: the start waited for it as long as it would."""
+        if event.seen != self.generation:
+            return [LookAgain()]
+        self._move(Phase.STARTING)
+        self.pending, self.failed, self.winding = event.start, None, None
+        return []
+
+    def _start_refused(self, event: StartAsked) -> list[Instruction]:
+        return [LookAgain()] if event.seen != self.generation else self._refused(event)
+
+    def _take_into_use(self, event: SchedulerAnswered) -> list[Instruction]:
+        if self.pending is not event.start:
+            return self._refused(event, "the start is no longer under way")
+        return self._use(event.cluster)
+
+    def _start_ready(self, event: WorkersReady) -> list[Instruction]:
+        if self.pending is not event.start:
+            return self._refused(event, "the start is no longer under way")
+        self._move(Phase.IN_USE)
+        self.pending = None
+        return []
+
+    def _start_failed(self, event: StartEnded) -> list[Instruction]:
+        if self.pending is not event.start:
+            return self._refused(event, "the start is no longer under way")
+        self._move(Phase.IDLE)
+        self.pending = None
+        if event.failed:
+            self.failed = event.start
+        return self._use(None)
+
+    def _stopped_start_ended(self, event: StartEnded) -> list[Instruction]:
+        return self._wound_down(CloseEnded(event.start)) if self.winding is event.start else self._refused(event)
+
+    def _begin_change(self, event: ChangeAsked) -> list[Instruction]:
+        if self.cluster is not event.cluster:
+            return self._refused(event, "the cluster it changes is no longer in use")
+        self._move(Phase.CHANGING)
+        self.pending = event.change
+        return []
+
+    def _change_refused(self, event: ChangeAsked) -> list[Instruction]:
+        if self.cluster is not event.cluster:
+            return self._refused(event, "the cluster it changes is no longer in use")
+        assert self.pending is not None
+        return self._refused(event, f"the cluster is {self.pending.verb} already")
+
+    def _change_ended(self, event: ChangeEnded) -> list[Instruction]:
+        if self.pending is not event.change:
+            return self._refused(event, "the change is no longer under way")
+        self._move(Phase.IN_USE)
+        self.pending = None
+        return []
+
+    def _park(self, event: ParkAsked) -> list[Instruction]:
+        if self.cluster is not event.cluster:
+            return self._refused(event, "the cluster it parks is no longer in use")
+        self._move(Phase.PARKED)
+        return []
+
+    def _workers_moved(self, event: WorkersMoved) -> list[Instruction]:
+        """Parked: what the park holds is kept; running again (resumed, or a failed park undone): IN_USE."""
+        if self.cluster is not event.cluster:
+            return self._refused(event, "the cluster is no longer in use")
+        event.cluster.parked = event.parked
+        if event.parked is None:
+            self._move(Phase.IN_USE)
+        return []
+
+    def _stop_nothing(self, event: StopAsked) -> list[Instruction]:
+        """Nothing to stop; a failed start not yet said is let go (the stop answers it)."""
+        self.failed = None
+        return []
+
+    def _stop_start(self, event: StopAsked) -> list[Instruction]:
+        self.failed = None
+        if event.only is not None and self.cluster is not event.only:
+            return []
+        start = self.pending
+        assert start is not None
+        self._move(Phase.CLOSING)
+        self.pending, self.winding = None, start
+        return [CancelStart(start), *self._use(None)]
+
+    def _stop_cluster(self, event: StopAsked) -> list[Instruction]:
+        self.failed = None
+        cluster = self.cluster
+        if cluster is None or (event.only is not None and cluster is not event.only):
+            return []
+        if event.keep and not cluster.manager.keepable:
+            return [KeepRefused(cluster)]
+        during = self.pending
+        self._move(Phase.CLOSING)
+        self.pending, self.winding = None, None
+        return [CloseCluster(cluster, during), *self._use(None)]
+
+    def _close_began(self, event: CloseBegan) -> list[Instruction]:
+        if self.winding is not None:
+            return self._refused(event, "a close is under way already")
+        self.winding = event.closing
+        return []
+
+    def _wound_down(self, event: CloseEnded) -> list[Instruction]:
+        if event.ended is not None and self.winding not in (event.ended, None):
+            return self._refused(event, "another close is under way")
+        self._move(Phase.IDLE)
+        self.winding = None
+        return []
+
+
+E = TypeVar("E", bound=Event)
+Row = Callable[[KernelCluster, E], list[Instruction]]
+TABLE: dict[tuple[Phase, type[Event]], Row[Event]] = {}
+
+
+def _rows(event: type[E], row: Row[E], *phases: Phase) -> None:
+    for phase in phases:
+        TABLE[(phase, event)] = row  # type: ignore[assignment]  # looked up by the event's own type
+
+
+P = Phase
+_rows(StartAsked, KernelCluster._begin_start, P.IDLE, P.CLOSING)
+_rows(StartAsked, KernelCluster._start_refused, P.STARTING, P.IN_USE, P.CHANGING, P.PARKED)
+_rows(SchedulerAnswered, KernelCluster._take_into_use, P.STARTING)
+_rows(WorkersReady, KernelCluster._start_ready, P.STARTING)
+_rows(StartEnded, KernelCluster._start_failed, P.STARTING)
+_rows(StartEnded, KernelCluster._stopped_start_ended, P.CLOSING)
+_rows(ChangeAsked, KernelCluster._begin_change, P.IN_USE)
+_rows(ChangeAsked, KernelCluster._change_refused, P.CHANGING)
+_rows(ChangeEnded, KernelCluster._change_ended, P.CHANGING)
+_rows(ParkAsked, KernelCluster._park, P.IN_USE)
+_rows(WorkersMoved, KernelCluster._workers_moved, P.PARKED)
+_rows(StopAsked, KernelCluster._stop_nothing, P.IDLE, P.CLOSING)
+_rows(StopAsked, KernelCluster._stop_start, P.STARTING)
+_rows(StopAsked, KernelCluster._stop_cluster, P.IN_USE, P.CHANGING, P.PARKED)
+_rows(CloseBegan, KernelCluster._close_began, P.CLOSING)
+_rows(CloseEnded, KernelCluster._wound_down, P.CLOSING)
+
+
+def require(instructions: list[Instruction]) -> list[Instruction]:
+    """``instructions``, where the event was not refused (else ``PhaseRefused`` with the refusal's words)."""
+    for instruction in instructions:
+        if isinstance(instruction, Refused):
+            raise PhaseRefused(instruction.why)
+    return instructions

@@ -60,3 +60,19 @@ def recording(shell: InteractiveShell, kernel: bool = True) -> Iterator[Recorder
         formatter.active_types = types
         if kernel and not had_kernel:
             del shell.kernel
+
+
+def final_frames(outputs: list[Any]) -> list[str]:
+    """The text of each output ``capture_output`` recorded, as the cell left it: an output updated in place (a live
+    table, progress bars) by its last frame, in the place of its first."""
+    last: dict[str, str] = {}
+    for position, output in enumerate(outputs):
+        last[output.transient.get("display_id") or f"#{position}"] = output.data.get("text/plain", "")
+    return list(last.values())
+
+
+def shown_text(content: dict[str, Any]) -> str:
+    """The text of a kernel's display message (``display_data``, ``update_display_data``, ``execute_result``), on
+    lines of its own (as the notebook shows it, apart from what is printed next)."""
+    text = str(content["data"].get("text/plain", ""))
+    return text if not text or text.endswith("\n") else text + "\n"

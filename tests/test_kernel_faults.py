@@ -20,6 +20,8 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from tests.display_recording import shown_text
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,8 +48,10 @@ class Kernel:
         return str(self.client.execute(code))
 
     def finish(self, msg_id: str, timeout: float) -> tuple[dict[str, Any], str]:
-        """Wait for the cell's reply; returns the reply's content and everything the cell printed or showed."""
+        """Wait for the cell's reply; returns the reply's content and everything the cell printed or showed (an
+        output updated in place, as a live table, as it was left: its last frame, where its first one was)."""
         text: list[str] = []
+        where: dict[str, int] = {}  # display id -> its place in text
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -56,10 +60,16 @@ class Kernel:
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = message["msg_type"], message["content"]
+            display_id = (content.get("transient") or {}).get("display_id")
             if kind == "stream":
                 text.append(content["text"])
+            elif kind == "update_display_data":  # (one of an output this cell did not show: not the cell's)
+                if display_id in where:
+                    text[where[display_id]] = shown_text(content)
             elif kind in ("execute_result", "display_data"):
-                text.append(content["data"].get("text/plain", ""))
+                if display_id is not None:
+                    where[display_id] = len(text)
+                text.append(shown_text(content))
             elif kind == "error":
                 text.append("\n".join(content["traceback"]))
             elif kind == "status" and content["execution_state"] == "idle":

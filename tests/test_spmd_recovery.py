@@ -89,7 +89,9 @@ def test_a_rank_that_raises_while_another_waits_in_a_collective_keeps_every_proc
     reply, text = kernel.run(cell, timeout=60)
     took = time.monotonic() - began
     assert reply["status"] == "error" and reply["ename"] == "ValueError", text
-    assert took < 10, f"the failing cell took {took:.1f} s"
+    # not held until a timeout (the collective's own is 30 min, the cell's 5 min): a bound far from both, which a
+    # busy machine does not reach
+    assert took < 120, f"the failing cell took {took:.1f} s"
     assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
     assert same_processes(rank_pids(kernel), before)  # rank 0 answered once the group was aborted: not ended
     text = kernel.ok("%%gpurun spmd -q\nt = torch.ones(1)\ndist.all_reduce(t)\nprint('sum', t.item(), 'kept' in dir())")
@@ -121,34 +123,41 @@ def test_a_rank_killed_without_a_group_and_reset_still_works(kernel: Kernel) -> 
 
 
 LOCKSTEP = """%%gpurun spmd -q
-import os, time
+import os, pathlib, time
 rank = int(os.environ["RANK"])
+gate = pathlib.Path(GATE)
 for step in range(4):
     if rank == 0:
         print(f"step {step}")
-    time.sleep(1.0)
+    if step == 0:  # every rank waits until the notebook has shown "step 0" (at most 120 s, then says so)
+        began = time.monotonic()
+        while not gate.exists():
+            if time.monotonic() - began > 120:
+                print("step 0 was not shown while the cell ran")
+                break
+            time.sleep(0.05)
+    time.sleep(0.5)
 print("done")
 """
 
 
-def test_lines_show_live_and_in_the_order_printed_across_ranks(kernel: Kernel) -> None:
+def test_lines_show_live_and_in_the_order_printed_across_ranks(kernel: Kernel, tmp_path: Path) -> None:
     kernel.ok("%%gpurun spmd -q\npass", timeout=60)
-    msg_id = kernel.start(LOCKSTEP)
-    began = time.monotonic()
-    arrivals: list[tuple[float, str]] = []
-    deadline = began + 60
+    gate = tmp_path / "step-0-shown"
+    msg_id = kernel.start(LOCKSTEP.replace("GATE", repr(str(gate))))
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
     while True:
         message = kernel.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
         if message["parent_header"].get("msg_id") != msg_id:
             continue
         if message["msg_type"] == "stream":
-            arrivals += [(time.monotonic() - began, line) for line in message["content"]["text"].splitlines()]
+            lines += message["content"]["text"].splitlines()
+            if "[0] step 0" in lines:
+                gate.touch()  # the ranks go on only now: "step 0" showed while the cell ran
         if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
-            ended = time.monotonic() - began
             break
-    assert [line for _, line in arrivals] == ["[0] step 0", "[0] step 1", "[0] step 2", "[0] step 3", "[0,1] done"]
-    first = arrivals[0][0]
-    assert first < ended - 2.0, (arrivals, ended)  # "step 0" showed while the cell still had 3 s to run
+    assert lines == ["[0] step 0", "[0] step 1", "[0] step 2", "[0] step 3", "[0,1] done"], lines
 
 
 @needs_torch

@@ -16,6 +16,7 @@ once (``cell_run`` watches each run), shown while the ranks run and ended cleanl
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.spmd.kernel.cell_run import CellRun, CellSettings, WorldLost
@@ -105,7 +106,7 @@ def _run_world(
             board.show(init.view(finished=True))
         return None
     made.cells += 1
-    name = f"<rank cell {made.cells}>"
+    name = cell_name(shell, made)
     command: RunCommand = {"op": "run", "code": code, "name": name, "cell": name, "gpu_wait_s": timeout_s}
     result = CellRun(shell, made, world, chosen, settings, board).run(command)
     if result is None:
@@ -113,3 +114,17 @@ def _run_world(
     if options.output:
         shell.user_ns[options.output] = result
     return result.outcomes[0].value
+
+
+_numbers_used: weakref.WeakKeyDictionary[Ranks, dict[int, int]] = weakref.WeakKeyDictionary()
+
+
+def cell_name(shell: InteractiveShell, made: Ranks) -> str:
+    """The cell's name in the ranks' tracebacks, as the notebook numbers it: ``<rank cell 5>`` for the cell shown
+    as ``[5]`` (the number its ``Out[5]`` gets: IPython counts the cell before it runs it). A number these ranks had
+    already (a cell run without history keeps the count) gets the run's number too, ``<rank cell 5, run 2>``: each
+    cell's lines stay its own in later tracebacks."""
+    number = int(getattr(shell.displayhook, "prompt_count", 0) or made.cells)
+    used = _numbers_used.setdefault(made, {})
+    runs = used[number] = used.get(number, 0) + 1
+    return f"<rank cell {number}>" if runs == 1 else f"<rank cell {number}, run {runs}>"

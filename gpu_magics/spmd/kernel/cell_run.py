@@ -91,6 +91,7 @@ class CellRun:
         self.began = 0.0
         self.last_output: dict[int, float] = {}
         self.asked_where: dict[int, float] = {}
+        self.stalls: dict[int, str] = {}  # rank -> where it waits, while it prints nothing: kept once it is stopped
 
     def run(self, message: RunCommand | InitCommand) -> SpmdResult | None:
         """Run ``message`` on the chosen ranks; the result, or ``None`` when the cell failed (shown already)."""
@@ -167,9 +168,11 @@ class CellRun:
         if kind == "lines":
             self._take_lines(index, payload, now)
             self.last_output[index] = now
+            self.stalls.pop(index, None)
         elif kind == "progress":
             self.bars.update(index, payload)
             self.last_output[index] = now
+            self.stalls.pop(index, None)
         elif kind == "done" and index in pending:  # (taken once: an interrupt may have put it again)
             self._finished(index, payload)
             pending.pop(index, None)
@@ -190,6 +193,15 @@ class CellRun:
         return refreshed
 
     def _finished(self, index: int, future: concurrent.futures.Future[Any]) -> None:
+        """A rank's answer: its outcome. A rank stopped while it stalled keeps where it waited as its note (the
+        final table says why the cell was stopped)."""
+        self._take_answer(index, future)
+        stalled = self.stalls.pop(index, None)
+        outcome = self.outcomes[index]
+        if stalled and self.stopping and outcome.state != RankState.DONE and stalled not in outcome.note:
+            outcome.note = " · ".join(filter(None, [outcome.note, stalled]))
+
+    def _take_answer(self, index: int, future: concurrent.futures.Future[Any]) -> None:
         outcome = self.outcomes[index]
         outcome.seconds = time.perf_counter() - self.began
         failed = concurrent.futures.CancelledError() if future.cancelled() else future.exception()
@@ -283,6 +295,7 @@ class CellRun:
             quiet = now - self.last_output.get(index, self.began)
             if outcome.state == RankState.RUNNING and quiet >= self.settings.stall_s:
                 outcome.note = f"no output for {quiet:.0f} s · {stalls.describe(index, answers) or 'no answer'}"
+                self.stalls[index] = outcome.note
 
     def _on_done(self, index: int) -> Callable[[concurrent.futures.Future[Any]], None]:
         def put(done: concurrent.futures.Future[Any]) -> None:

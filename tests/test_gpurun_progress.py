@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import dask
 import dask.array as da
+import numpy as np
 import pytest
 
 from gpu_magics.display.live import LivePanel
 from gpu_magics.gpurun.live.progress import QUIET_FOR, Progress, ProgressState
 from gpu_magics.monitor.sampler import Sampler
 from gpu_magics.monitor.sources import make_source
+from tests.waiting import wait_for
 
 
 def workload() -> float:
@@ -101,6 +106,66 @@ def test_short_cells_stay_quiet() -> None:
 def test_state_text() -> None:
     assert ProgressState(9.123, 120, 1238).text() == "9.12 s elapsed · 120 / 1,238 dask tasks"
     assert ProgressState(0.5, 3, 2).text() == "500 ms elapsed · 2 / 2 dask tasks"  # never more than submitted
+    assert ProgressState(6.02, 0, 2, 180, 400).text() == "6.02 s elapsed · 0 / 2 dask tasks · 180 / 400 chunks"
+
+
+def gated(block: Any, directory: str) -> Any:
+    """A chunk that marks itself, then waits for ``directory``/open unless it is among the first two to begin: at
+    least one chunk finishes, the rest wait for the test (two worker threads: the first to count sees <= 2)."""
+    marks = Path(directory)
+    (marks / f"began-{uuid.uuid4().hex}").touch()
+    if len(list(marks.glob("began-*"))) > 2:
+        wait_for(lambda: (marks / "open").exists(), timeout=120, what="the test to open the gate", step=0.02)
+    return block
+
+
+def test_a_folded_reductions_chunks_are_counted_before_its_one_task_per_worker_ends(
+    client: Any, tmp_path: Path
+) -> None:
+    """Each worker runs one task for 20 chunks (``folding``): the chunks done show while the tasks run."""
+    from gpu_magics.gpurun.graphs.tuning import cluster_graph_defaults
+
+    progress = Progress(client)
+    progress.start()
+    try:
+        with dask.config.set(cluster_graph_defaults(slots=2)):
+            x = da.ones((40, 10), chunks=(1, 10)).map_blocks(gated, str(tmp_path), meta=np.empty((0, 0)))
+            future = client.compute(x.sum())
+        running = wait_for(
+            lambda: (state := progress.state()).chunks_done > 0 and state, timeout=120, what="a chunk counted"
+        )
+        assert not future.done() and running.done == 0 and running.chunks_total == 40, running
+        assert " chunks" in running.text() and running.text().endswith(f"{running.chunks_done} / 40 chunks")
+        (tmp_path / "open").touch()
+        assert future.result(timeout=120) == 400
+        progress.refresh()
+        state = progress.state()
+    finally:
+        (tmp_path / "open").touch()
+        progress.stop()
+    assert state.chunks_done == state.chunks_total == 40 and state.done == state.total == 3  # 2 runs, 1 aggregate
+
+
+def test_chunk_counts_in_the_scheduler_come_from_events_and_finished_runs() -> None:
+    from dask._task_spec import Task
+
+    from gpu_magics.gpurun.graphs import run_stop
+    from gpu_magics.gpurun.graphs.grouping import together
+    from gpu_magics.gpurun.graphs.run_progress import ChunkCount
+
+    run = Task(("r", 0), together, *(run_stop.chunk_task(Task(None, abs, -i)) for i in range(5)))
+    count = ChunkCount()
+    count.entered(("r", 0), run)
+    count.entered(("r", 0), run)  # entered again (a retry): counted once
+    count.entered("other", Task("other", abs, -1))  # not a run
+    assert (count.done, count.total) == (0, 5)
+    count.reported({"key": ["r", 0], "done": 2})  # msgpack makes the key a list
+    count.reported({"key": ["r", 0], "done": 1})  # late and older: nothing taken back
+    count.reported({"key": ["gone", 0], "done": 3})
+    assert (count.done, count.total) == (2, 5)
+    count.reported({"key": ["r", 0], "done": 9})  # a rerun's count: never more than the run has
+    count.finished(("r", 0))
+    assert (count.done, count.total) == (5, 5)
 
 
 def test_live_panel_shows_the_progress_under_its_title() -> None:

@@ -144,7 +144,7 @@ def test_each_chunk_of_a_run_looks_whether_the_run_was_released_first() -> None:
 
     from distributed.utils import thread_state
 
-    from gpu_magics.gpurun.graphs import run_stop
+    from gpu_magics.gpurun.graphs import run_progress, run_stop
 
     graph, keys = optimized(seed())
     grouped = grouping.group_reduction_leaves(graph, keys, 4, fold=False)
@@ -153,10 +153,13 @@ def test_each_chunk_of_a_run_looks_whether_the_run_was_released_first() -> None:
     assert run_stop.chunk(divmod, 7, 2) == (3, 1)
 
     tasks: dict[str, Any] = {"run": types.SimpleNamespace(state="executing")}
-    worker = types.SimpleNamespace(state=types.SimpleNamespace(tasks=tasks))
+    events: list[tuple[str, Any]] = []  # a chunk done says so to the scheduler (``run_progress``), the first at once
+    state = types.SimpleNamespace(tasks=tasks)
+    worker = types.SimpleNamespace(state=state, log_event=lambda *said: events.append(said))
     thread_state.key, thread_state.execution_state = "run", {"worker": worker}
     try:
         assert run_stop.chunk(divmod, 7, 2) == (3, 1)
+        assert events == [(run_progress.TOPIC, {"key": "run", "done": 1})]
         tasks["run"].state = "cancelled"  # the worker's state once the scheduler let go of the task
         with pytest.raises(run_stop.RunReleased):
             run_stop.chunk(divmod, 7, 2)

@@ -6,7 +6,7 @@ cancelled, but the thread already running it goes on (a Python thread cannot be 
 200 chunks would keep its worker busy for all of them, and the next cell would wait behind it. So each chunk of a
 run first looks at its task's state in the worker it runs in (a dictionary read in that process, no message) and
 ends the run once the worker no longer computes the task for anyone. Outside a worker (dask's local schedulers)
-the look finds no task and the chunk runs.
+the look finds no task and the chunk runs. Each chunk done is counted for the cell's progress (``run_progress``).
 """
 
 from __future__ import annotations
@@ -20,19 +20,21 @@ class RunReleased(Exception):
 
 def chunk(func: Any, /, *args: Any, **kwargs: Any) -> Any:
     """A chunk of a run: ``func(*args, **kwargs)``, unless the run's task was released (``RunReleased``)."""
+    from gpu_magics.gpurun.graphs import run_progress
+
     if released():
         raise RunReleased("the task running this chunk was released (its cell was interrupted)")
-    return func(*args, **kwargs)
+    value = func(*args, **kwargs)
+    run_progress.chunk_done()
+    return value
 
 
 def released() -> bool:
     """Whether the worker task this thread runs was released: cancelled (its client let go while it ran) or
     already forgotten. ``False`` outside a worker's task."""
-    from distributed.utils import thread_state
+    from gpu_magics.gpurun.graphs.run_progress import running_task
 
-    key = getattr(thread_state, "key", None)
-    execution = getattr(thread_state, "execution_state", None)
-    worker = execution.get("worker") if key is not None and isinstance(execution, dict) else None
+    key, worker = running_task()
     state = getattr(worker, "state", None)
     if state is None:
         return False

@@ -225,7 +225,8 @@ class _Later:
                 dropped("a job of the cell monitor's timer", error)
 
 
-_later = _Later()
+later = _Later()
+"""The cell monitor's timer, shared by what watches a cell (a plain cell's progress line too)."""
 
 
 class CellMonitor:
@@ -264,7 +265,7 @@ class CellMonitor:
         if not self.lazy or self.show_live or sampler.running:
             self._begin_sampling()
         else:  # a quiet cell costs nothing to watch until it has run a while
-            _later.call(QUIET_SAMPLING_AFTER_S, self._begin_sampling)
+            later.call(QUIET_SAMPLING_AFTER_S, self._begin_sampling)
         from gpu_magics.display.live import LivePanel, can_show_widgets
         from gpu_magics.gpurun.live.progress import Progress
 

@@ -1,4 +1,5 @@
-"""A running cell's progress for its live panel: elapsed time and dask tasks done out of those submitted.
+"""A running cell's progress for its live panel: elapsed time and dask tasks done out of those submitted, and on a
+cluster the chunks its runs have done (a run is one task for many chunks: ``graphs.run_progress``).
 
 Local schedulers (synchronous, threads) report through a ``dask.callbacks.Callback``; a cluster through the
 scheduler plugin of ``task_count``, polled from a background thread so the cell never waits on it.
@@ -29,17 +30,24 @@ POLL_EVERY = 0.5
 
 @dataclass(frozen=True)
 class ProgressState:
-    """One reading: seconds since the start, tasks finished and tasks submitted (both 0 without dask)."""
+    """One reading: seconds since the start, tasks finished and tasks submitted (both 0 without dask), chunks
+    of runs done and in runs (both 0 without runs)."""
 
     elapsed: float
     done: int
     total: int
+    chunks_done: int = 0
+    chunks_total: int = 0
 
     def text(self) -> str:
-        """``'9.12 s elapsed · 120 / 238 dask tasks'``, or only the elapsed time before any dask task."""
+        """``'9.12 s elapsed · 120 / 238 dask tasks'``, ``'6.02 s elapsed · 0 / 2 dask tasks · 180 / 400
+        chunks'``, or only the elapsed time before any dask task."""
         text = f"{format_seconds(self.elapsed)} elapsed"
         if self.total:
             text += f" · {format_count(min(self.done, self.total))} / {format_count(self.total)} dask tasks"
+        if self.chunks_total:
+            done = min(self.chunks_done, self.chunks_total)
+            text += f" · {format_count(done)} / {format_count(self.chunks_total)} chunks"
         return text
 
 
@@ -64,25 +72,29 @@ class _LocalCounter(Callback):
 class Progress:
     """Tracks one cell run from ``start()`` to ``stop()``; ``state()`` is cheap (no I/O) and thread-safe."""
 
-    def __init__(self, client: Client | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, client: Client | None = None, clock: Callable[[], float] = time.monotonic, *, poll: bool = True
+    ) -> None:
         self.client = client
+        self.poll = poll  # on a cluster: poll its counts in a thread (else the owner calls ``refresh``)
         self._clock = clock
         self._started = 0.0
         self._local: _LocalCounter | None = None
-        self._baseline: tuple[int, int] | None = None
-        self._counts = (0, 0)
+        self._baseline: tuple[int, ...] | None = None
+        self._counts: tuple[int, ...] = (0, 0, 0, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start counting (on a cluster: read the scheduler's counts once, then poll them in a thread)."""
+    def start(self, baseline: tuple[int, ...] | None = None) -> None:
+        """Start counting (on a cluster: read the scheduler's counts once, or take ``baseline``, read before,
+        then poll them in a thread)."""
         self._started = self._clock()
         if self.client is None:
             self._local = _LocalCounter()
             self._local.register()
             return
-        self._baseline = task_count.scheduler_progress(self.client)
-        if self._baseline is None:
+        self._baseline = baseline or task_count.scheduler_progress(self.client)
+        if self._baseline is None or not self.poll:
             return
         self._thread = threading.Thread(target=self._poll, name="gpu-magics-progress", daemon=True)
         self._thread.start()
@@ -97,7 +109,7 @@ class Progress:
             return
         counts = task_count.scheduler_progress(self.client)
         if counts is not None:
-            self._counts = (counts[0] - self._baseline[0], counts[1] - self._baseline[1])
+            self._counts = tuple(now - then for now, then in zip(counts, self._baseline, strict=False))
 
     def stop(self) -> None:
         """Stop counting; ``state()`` keeps the last counts."""
@@ -110,8 +122,8 @@ class Progress:
 
     def state(self) -> ProgressState:
         """Elapsed seconds and task counts now."""
-        done, total = (self._local.done, self._local.total) if self._local is not None else self._counts
-        return ProgressState(max(0.0, self._clock() - self._started), done, total)
+        counts = (self._local.done, self._local.total) if self._local is not None else self._counts
+        return ProgressState(max(0.0, self._clock() - self._started), *counts)
 
     def text(self) -> str | None:
         """The panel's progress line, or ``None`` in the first ``QUIET_FOR`` seconds."""

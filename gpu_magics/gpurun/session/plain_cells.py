@@ -255,10 +255,12 @@ def current(shell: InteractiveShell | None) -> Session | None:
 
 
 def uninstall(shell: InteractiveShell) -> None:
-    """End the session and remove its hooks (``%unload_ext``)."""
+    """End the session and remove its hooks (``%unload_ext``), and the plain cells' progress line's."""
     from gpu_magics.display.objects import array_view
+    from gpu_magics.gpurun.live import plain_progress
 
     array_view.set_placement_probe(None)
+    plain_progress.uninstall(shell)
     made = current(shell)
     if made is None:
         return
@@ -271,9 +273,17 @@ def uninstall(shell: InteractiveShell) -> None:
 
 
 def install(shell: InteractiveShell) -> None:
-    """At ``%load_ext``: the array display says where an array is computed as this shell's session stands."""
+    """At ``%load_ext``: the array display says where an array is computed as this shell's session stands, and a
+    plain cell the cluster works for long shows its progress (``live.plain_progress``)."""
     from gpu_magics.display.objects import array_view
+    from gpu_magics.gpurun.live import plain_progress
     from gpu_magics.gpurun.session import placement
+
+    def spmd_cells() -> bool:  # SPMD cells show their ranks' table
+        made = current(shell)
+        return made is not None and made.spmd is not None
+
+    plain_progress.install(shell, spmd_cells)
 
     def computed_on(chunk_library: str) -> tuple[str, str | None] | None:
         made = current(shell)

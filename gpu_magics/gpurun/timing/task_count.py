@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dask.callbacks import Callback
 
 from gpu_magics.cluster.control import queries
+from gpu_magics.gpurun.graphs import run_progress
 from gpu_magics.gpurun.timing import time_split
 from gpu_magics.gpurun.timing.time_split import TaskTiming, TimeSplit
 from gpu_magics.text.units import dropped
@@ -71,9 +72,10 @@ def _scheduler_counter_class() -> type:
 
     class TaskCounter(SchedulerPlugin):
         """Counts tasks that went from processing to memory or erred (``count``), and tasks that entered the
-        graph to run (``submitted``: released to waiting), in the scheduler. Keeps a bounded timeline of the
-        finished tasks (worker, compute and transfer times, prefix), the graphs' arrival times and the bytes
-        each task fetched from other workers, for the cells' time splits (``time_split``)."""
+        graph to run (``submitted``: released to waiting), in the scheduler, and the chunks of runs done
+        (``chunks``: the workers' events, ``run_progress``). Keeps a bounded timeline of the finished tasks
+        (worker, compute and transfer times, prefix), the graphs' arrival times and the bytes each task fetched
+        from other workers, for the cells' time splits (``time_split``)."""
 
         name = PLUGIN_NAME
         idempotent = True
@@ -87,6 +89,7 @@ def _scheduler_counter_class() -> type:
             self.arrived = 0
             self.computed_on: dict[Any, str] = {}
             self.scheduler: Any = None
+            self.chunks = run_progress.ChunkCount()
 
         async def start(self, scheduler: Any) -> None:
             self.scheduler = scheduler
@@ -101,10 +104,21 @@ def _scheduler_counter_class() -> type:
             if start == "processing" and finish in ("memory", "erred"):
                 self.count += 1
                 self._record(key, kwargs)
+                if finish == "memory":
+                    self.chunks.finished(key)
+                else:
+                    self.chunks.dropped(key)
             elif start == "released" and finish == "waiting":
                 self.submitted += 1
+                task = self.scheduler.tasks.get(key) if self.scheduler is not None else None
+                self.chunks.entered(key, getattr(task, "run_spec", None))
             elif finish == "forgotten":
                 self.computed_on.pop(key, None)
+                self.chunks.dropped(key)
+
+        def log_event(self, topic: str, msg: Any) -> None:
+            if topic == run_progress.TOPIC:
+                self.chunks.reported(msg)
 
         def _record(self, key: Any, kwargs: dict[str, Any]) -> None:
             worker = kwargs.get("worker")
@@ -174,13 +188,18 @@ def _after(ring: Any, appended: int, mark: int) -> list[Any]:
     return list(ring)[len(ring) - fresh :] if fresh else []
 
 
-def read_progress(dask_scheduler: Any) -> tuple[int, int] | None:
-    """Run on the scheduler: (tasks finished, tasks submitted) so far, or ``None`` if the plugin is missing."""
+def read_progress(dask_scheduler: Any) -> tuple[int, int, int, int] | None:
+    """Run on the scheduler: (tasks finished, tasks submitted, chunks of runs done, chunks in runs) so far, or
+    ``None`` if the plugin is missing."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    return None if plugin is None else (int(plugin.count), int(getattr(plugin, "submitted", 0)))
+    if plugin is None:
+        return None
+    chunks = getattr(plugin, "chunks", None)  # a plugin an older version of this package installed has none
+    done, total = (chunks.done, chunks.total) if chunks is not None else (0, 0)
+    return int(plugin.count), int(getattr(plugin, "submitted", 0)), int(done), int(total)
 
 
-def _settled_since(scheduler: Any, progress: tuple[int, int]) -> int | None:
+def _settled_since(scheduler: Any, progress: tuple[int, ...]) -> int | None:
     """The tasks finished since ``progress`` (``read_progress`` then) where every task submitted since has
     finished, else ``None``."""
     now = read_progress(dask_scheduler=scheduler)
@@ -190,13 +209,24 @@ def _settled_since(scheduler: Any, progress: tuple[int, int]) -> int | None:
     return finished if finished == submitted else None
 
 
-def scheduler_progress(client: Client) -> tuple[int, int] | None:
-    """The scheduler's running (finished, submitted) task counts, or ``None`` where the plugin cannot be
-    installed."""
+def scheduler_progress(client: Client) -> tuple[int, int, int, int] | None:
+    """The scheduler's running counts (``read_progress``), or ``None`` where the plugin cannot be installed."""
     if not plugin_installed(client):
         return None
-    counts = _answer(READING, lambda: client.run_on_scheduler(read_progress))
-    return None if counts is None else (int(counts[0]), int(counts[1]))
+    counts = _answer(READING, lambda: _on_scheduler(client, read_progress))
+    return None if counts is None else (int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3]))
+
+
+def progress_in_place(client: Client) -> tuple[int, int, int, int] | None:
+    """``read_progress`` where the scheduler runs in this process and the plugin is there already: no message,
+    no wait; else ``None``."""
+    scheduler = queries.local_scheduler(client)
+    if scheduler is None or client not in _registered:
+        return None
+    try:
+        return read_progress(dask_scheduler=scheduler)
+    except RuntimeError:  # the scheduler's loop changed what was read
+        return None
 
 
 @dataclass

@@ -59,7 +59,8 @@ CLUSTER: dict[str, tuple[str, str]] = {
 
 RUN: dict[str, tuple[str, str]] = {
     "--device": ("The GPU a `gpu` cell runs on; `free`: the freest GPU, said in one line.", "GPU 0"),
-    "--workers": ("Threads of a `cpu-threads` cell.", "one per core"),
+    "--workers": ("Threads of a `cpu-threads` or `gpu` cell.",
+                  "`%config GpuMagics.cpu_threads` (0: every core), `gpu_threads` (8)"),
     "--repeat": ("Run the cell this many times; report the best and the median wall time.", "1"),
     "--compare": ("Run the cell once per backend, two or more, the first the reference (`all`: every backend this "
                   "machine can run): a table of wall times, speed-ups and whether the values agree.", "one backend"),

@@ -6,11 +6,9 @@ and keeps its process. Skipped without two GPUs or torch."""
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import importlib.util
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from IPython.utils.capture import capture_output
 from gpu_magics.cluster.control import lifecycle
 from gpu_magics.spmd.worker import host
 from tests.gpu.test_spmd_gpu import COLLECTIVE_TIMEOUT_MIN, run, started
+from tests.interrupting import interrupt_when, shows
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch in the workers' environment"),
@@ -71,15 +70,11 @@ def two_warm_ranks(shell: InteractiveShell, gpu_count: int) -> Iterator[list[int
         yield rank_pids()
 
 
-def interrupted_cell(shell: InteractiveShell, code: str, after_s: float) -> tuple[Any, list[str], str]:
-    """Run a cell and press Ctrl-C after ``after_s`` seconds; the result, the status tables shown, the text."""
-    timer = threading.Timer(after_s, _thread.interrupt_main)
-    with capture_output() as captured:
-        timer.start()
-        try:
-            result = shell.run_cell(code)
-        finally:
-            timer.cancel()
+def interrupted_cell(shell: InteractiveShell, code: str, named: str) -> tuple[Any, list[str], str]:
+    """Run a cell and press Ctrl-C once a status table shows ``named`` (the stalled collective named, as a user
+    presses stop on reading it); the result, the status tables shown, the text."""
+    with capture_output() as captured, interrupt_when(shows(captured, named)):
+        result = shell.run_cell(code)
     tables = [output.data.get("text/plain", "") for output in captured.outputs]
     return result, tables, captured.stdout + captured.stderr
 
@@ -94,16 +89,16 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_and_the_group_made_agai
             "if dist.get_rank() == 0:\n"
             "    dist.all_reduce(t)   # returns at once: the GPU waits for rank 1\n"
         )
-        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 2.0")
-        try:
-            result, tables, text = interrupted_cell(shell, f"%%gpurun spmd\n{body}", 9.0)
-        finally:
-            shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
         named = (
             r"(all_reduce #\d+ \(NCCL\) waits for rank 1, which never entered it \(waiting for the GPU after the cell\)"
             r"|collective #\d+ \(NCCL\) waits for rank 1, which never entered it \(waiting for the GPU after the "
             r"cell; which collective is not known: [^)]+\))"
         )  # NCCL's flight recorder names it; a torch without one says why not
+        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 2.0")
+        try:
+            result, tables, text = interrupted_cell(shell, f"%%gpurun spmd\n{body}", named)
+        finally:
+            shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
         assert any(re.search(named, table) for table in tables), tables
         rank_0_rows = [line for table in tables for line in table.splitlines() if line.strip().startswith("rank 0 ")]
         assert rank_0_rows and not any(" done" in row for row in rank_0_rows), rank_0_rows  # waiting, never "done"
@@ -155,14 +150,14 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_at_every_gpus_rank_and_
             "if dist.get_rank() == 0:\n"
             "    dist.all_reduce(t)   # returns at once: the GPU waits for the other ranks\n"
         )
-        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 2.0")
-        try:
-            result, tables, text = interrupted_cell(shell, f"%%gpurun spmd\n{body}", 9.0)
-        finally:
-            shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
         others = f"1-{gpu_count - 1}" if gpu_count > 3 else "1,2"
         named = rf"all_reduce #\d+ \(NCCL\) waits for ranks {others}, which never entered it"
         unnamed = rf"collective #\d+ \(NCCL\) waits for ranks {others}, which never entered it \(.*which collective is"
+        shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 2.0")
+        try:
+            result, tables, text = interrupted_cell(shell, f"%%gpurun spmd\n{body}", f"{named}|{unnamed}")
+        finally:
+            shell.run_line_magic("config", "GpuMagics.spmd_stall_s = 30.0")
         assert any(re.search(named, table) or re.search(unnamed, table) for table in tables), tables
         assert not result.success and isinstance(result.error_in_exec, KeyboardInterrupt), (result.error_in_exec, text)
         assert rank_pids() == before

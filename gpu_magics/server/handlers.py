@@ -27,6 +27,7 @@ from gpu_magics.server.ownership.kernels import (
     running_kernel_ids,
 )
 from gpu_magics.server.ownership.owners import map_owners, others_on_gpus, with_self_reports
+from gpu_magics.server.ownership.whereabouts import places_of, with_users, with_whereabouts
 from gpu_magics.server.service import MonitorService
 from gpu_magics.text import hints
 
@@ -116,9 +117,14 @@ class ClustersHandler(GpuMagicsHandler):
 
     async def _describe(self, records: list[ClusterRecord]) -> dict[str, Any]:
         running = running_kernel_ids(self.kernel_manager)
+        others = not_ours(records, running)
+        places = await asyncio.get_running_loop().run_in_executor(None, partial(places_of, others))
         return {
             "clusters": await self._ours(ours(records, running), running),
-            "elsewhere": [elsewhere_json(record) for record in not_ours(records, running)],
+            "elsewhere": [
+                {**elsewhere_json(record), "notebook": place.notebook, "server": place.server}
+                for record, place in zip(others, places, strict=True)
+            ],
         }
 
     async def _ours(self, records: list[ClusterRecord], running: set[str]) -> list[dict[str, Any]]:
@@ -179,6 +185,9 @@ class ProcessesHandler(GpuMagicsHandler):
         running = running_kernel_ids(self.kernel_manager)
         ours_or_others = [h for h in holders if h.role == "other" or h.kernel_id in running]
         elsewhere = [h for h in holders if h.role != "other" and h.kernel_id not in running]
+        simulated = self.service.config.source == "fake"
+        ours_or_others = await loop.run_in_executor(None, partial(with_users, ours_or_others, simulated))
+        elsewhere = await loop.run_in_executor(None, partial(with_whereabouts, elsewhere, records, kernels))
         self.reply(
             {
                 "time": None if snapshot is None else snapshot.time,

@@ -228,6 +228,10 @@ export interface IClusterElsewhere {
   connection_file: string | null;
   /** Its kernel id, where its connection file names one (another server's kernel); null otherwise. */
   kernel_id: string | null;
+  /** The notebook its kernel runs for (relative to its server's root), where the kernel's environment says. */
+  notebook: string | null;
+  /** The URL of the Jupyter server that runs its kernel, where one does on this host. */
+  server: string | null;
 }
 
 /** `GET clusters`: this server's kernels' clusters, and the user's other kernels' (shown folded). */
@@ -259,6 +263,12 @@ export interface IHolder {
   cached_memory: number | null;
   /** Its CUDA context and libraries. */
   context_memory: number | null;
+  /** The URL of the Jupyter server that runs its kernel, where another one on this host does (`elsewhere`). */
+  server: string | null;
+  /** The account a process no kernel of the user's holds (role "other") runs as, where the server can see it. */
+  user: string | null;
+  /** Whether that account is the server's; null where the process cannot be seen (gone, another container). */
+  yours: boolean | null;
 }
 
 export interface IProcessesReply {

@@ -1,2 +1,3 @@
 import './base.css';
 import './leftovers.css';
+import './elsewhere.css';

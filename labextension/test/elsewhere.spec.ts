@@ -1,6 +1,7 @@
 import {
   elsewhereHolderLine,
   elsewhereHoldersSummary,
+  elsewhereHolderWhere,
   elsewhereLine,
   elsewhereSummary,
   elsewhereWhere
@@ -27,6 +28,15 @@ describe('elsewhereWhere', () => {
   it('names another server\u2019s kernel by its id, and leaves out what an older record does not say', () => {
     const other = elsewhere({ kernel_id: '1a2b3c4d-0000-4000-8000-000000000000', host: null, connection_file: null });
     expect(elsewhereWhere(other)).toBe('kernel 1a2b3c4d, pid 4242');
+  });
+
+  it('names the notebook and the server of a kernel where its environment says', () => {
+    const kernel = { kernel_id: '1a2b3c4d-0000-4000-8000-000000000000', host: 'gpu-node-1' };
+    const placed = elsewhere({ ...kernel, notebook: 'train.ipynb', server: 'http://127.0.0.1:8890/' });
+    expect(elsewhereWhere(placed)).toBe('train.ipynb on the server at http://127.0.0.1:8890/ (kernel 1a2b3c4d, pid 4242)');
+    expect(elsewhereWhere(elsewhere({ notebook: '/home/u/run.ipynb' }))).toBe(
+      '/home/u/run.ipynb (a kernel with no server id, pid 4242)'
+    );
   });
 });
 
@@ -57,19 +67,26 @@ describe('the processes of kernels this server does not run', () => {
     const two = [
       holder({ pid: 7, used_memory: 2 ** 30, kernel_id: null, role: 'kernel' }),
       holder({ pid: 7, gpu: 1, gpu_label: 'GPU 1', used_memory: 2 ** 30, kernel_id: null, role: 'kernel' }),
-      holder({ pid: 8, used_memory: 2 ** 31, kernel_id: 'feedbeef-2', role: 'worker', cluster: 'big' })
+      holder({ pid: 8, used_memory: 2 ** 31, kernel_id: 'feedbeef-2', path: null, role: 'worker', cluster: 'big' })
     ];
     expect(elsewhereHoldersSummary(two)).toBe('2 processes of kernels this server does not run hold 4.0 GiB');
     expect(elsewhereHoldersSummary(two.slice(0, 1))).toBe('1 process of a kernel this server does not run holds 1.0 GiB');
   });
 
-  it('say their GPU, pid, kernel and part, and the memory', () => {
-    expect(elsewhereHolderLine(holder({ pid: 8, used_memory: 2 ** 31, kernel_id: 'feedbeef-2', role: 'worker', cluster: 'big' }))).toBe(
-      'GPU 0 \u00b7 pid 8 \u00b7 kernel feedbeef (its big worker) \u00b7 2.0 GiB'
+  it('say their GPU, pid and memory, and under it their kernel and part', () => {
+    const worker = holder({ pid: 8, used_memory: 2 ** 31, kernel_id: 'feedbeef-2', path: null, role: 'worker', cluster: 'big' });
+    expect(elsewhereHolderLine(worker)).toBe('GPU 0 \u00b7 pid 8 \u00b7 2.0 GiB');
+    expect(elsewhereHolderWhere(worker)).toBe('kernel feedbeef (its big worker)');
+    expect(elsewhereHolderWhere(holder({ pid: 9, kernel_id: null, path: null, role: 'child' }))).toBe(
+      'a kernel with no server id (its child)'
     );
-    expect(elsewhereHolderLine(holder({ pid: 9, kernel_id: null, role: 'child', used_memory: 2 ** 20 }))).toBe(
-      'GPU 0 \u00b7 pid 9 \u00b7 a kernel with no server id (its child) \u00b7 1.0 MiB'
-    );
+  });
+
+  it('name their kernel\u2019s notebook and its server where they are known', () => {
+    const worker = holder({ pid: 8, kernel_id: 'feedbeef-2', role: 'worker', cluster: 'big' });
+    const placed = { ...worker, path: 'train.ipynb', server: 'http://127.0.0.1:8890/' };
+    expect(elsewhereHolderWhere(placed)).toBe('train.ipynb (its big worker) on the server at http://127.0.0.1:8890/');
+    expect(elsewhereHolderWhere({ ...placed, role: 'kernel', server: null })).toBe('train.ipynb');
   });
 
   it('come apart from the server\u2019s own holders in the model', () => {

@@ -191,6 +191,8 @@ export function elsewhere(overrides: Partial<IClusterElsewhere> = {}): IClusterE
     host: 'gpu-node-2',
     connection_file: 'tmpqc6nlsg9.json',
     kernel_id: null,
+    notebook: null,
+    server: null,
     ...overrides
   };
 }
@@ -212,6 +214,9 @@ export function holder(overrides: Partial<IHolder> = {}): IHolder {
     array_memory: null,
     cached_memory: null,
     context_memory: null,
+    server: null,
+    user: null,
+    yours: null,
     ...overrides
   };
 }

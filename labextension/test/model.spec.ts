@@ -130,6 +130,13 @@ describe('GpuPanelModel', () => {
     ]);
     expect(model.unreadableGpus).toEqual([3]);
     expect(ownerLabel(holder(1, 0, 0, 'x.ipynb', 'k'))).toBe('x.ipynb');
+    // a process of no notebook: its pid, and on its line whose it is (where the server can see it)
+    const other = (yours: boolean | null): IHolder =>
+      holderFixture({ pid: 4000, kernel_id: null, path: null, role: 'other', yours });
+    expect(ownerLabel(other(false))).toBe('pid 4000');
+    expect(holderRole(other(false))).toBe('another user\u2019s process');
+    expect(holderRole(other(true))).toBe('yours, not a notebook\u2019s');
+    expect(holderRole(other(null))).toBe('not a notebook\u2019s');
   });
 });
 
@@ -183,7 +190,7 @@ describe('holder rows', () => {
     expect(holderRole(remote)).toBe('big worker tcp://127.0.0.2:40123');
     expect(holderRole(holderFixture({ role: 'worker', worker: null, pid: 7 }))).toBe('cluster worker 7');
     expect(holderRole(holderFixture())).toBe('kernel');
-    expect(holderRole(holderFixture({ role: 'other', pid: 42 }))).toBe('pid 42');
+    expect(holderRole(holderFixture({ role: 'other', pid: 42, yours: false }))).toBe('another user\u2019s process');
     expect(holderRole(holderFixture({ role: 'child', pid: 43 }))).toBe('child pid 43'); // the kernel's, as /metrics says
     expect(holderGpuLabel(holderFixture({ gpu: 3, gpu_label: '' }))).toBe('GPU 3');
   });

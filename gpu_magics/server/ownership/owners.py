@@ -42,6 +42,9 @@ class GpuHolder:
     array_memory: int | None = None  # of used_memory, as the process says: in use by arrays
     cached_memory: int | None = None  # cached by its memory pool (Free cached gives it back)
     context_memory: int | None = None  # its CUDA context and libraries
+    server: str | None = None  # the URL of the Jupyter server running its kernel, where another one does
+    user: str | None = None  # the account a process no kernel of the user's holds runs as, where it can be seen
+    yours: bool | None = None  # whether that account is this server's (None: the process cannot be seen)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

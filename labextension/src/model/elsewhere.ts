@@ -16,13 +16,27 @@ export function elsewhereSummary(clusters: readonly IClusterElsewhere[]): string
 }
 
 /**
- * Where a cluster's kernel runs: "kernel 1a2b3c4d, pid 4242 on gpu-node-2, connection file kernel-1a2b….json", or
- * for a kernel no server id names (jupyter_client's own): "a kernel with no server id, pid 4242 on gpu-node-2,
- * connection file tmpqc6nlsg9.json".
+ * Which notebook and server a kernel belongs to, where its environment said: "train.ipynb on the server at
+ * http://127.0.0.1:8890/", "train.ipynb", "the server at http://127.0.0.1:8890/"; '' where neither is known.
+ */
+export function kernelPlace(notebook: string | null | undefined, server: string | null | undefined): string {
+  const at = server ? `the server at ${server}` : '';
+  return notebook ? `${notebook}${at ? ` on ${at}` : ''}` : at;
+}
+
+/**
+ * Where a cluster's kernel runs: "train.ipynb on the server at http://127.0.0.1:8890/ (kernel 1a2b3c4d, pid 4242)",
+ * where the kernel's environment says; else "kernel 1a2b3c4d, pid 4242 on gpu-node-2, connection file
+ * kernel-1a2b….json", or for a kernel no server id names (jupyter_client's own): "a kernel with no server id, pid
+ * 4242 on gpu-node-2, connection file tmpqc6nlsg9.json".
  */
 export function elsewhereWhere(cluster: IClusterElsewhere): string {
   const who = cluster.kernel_id ? `kernel ${cluster.kernel_id.slice(0, 8)}` : 'a kernel with no server id';
   const host = cluster.host ? ` on ${cluster.host}` : '';
+  const place = kernelPlace(cluster.notebook, cluster.server);
+  if (place) {
+    return `${place} (${who}, pid ${cluster.pid})`;
+  }
   const file = cluster.connection_file ? `, connection file ${cluster.connection_file}` : '';
   return `${who}, pid ${cluster.pid}${host}${file}`;
 }
@@ -42,9 +56,21 @@ export function elsewhereHoldersSummary(holders: readonly IHolder[]): string {
     : `${pids} processes of kernels this server does not run hold ${held}`;
 }
 
-/** One process's line: "GPU 1 · pid 4242 · kernel 1a2b3c4d (its gpu worker) · 2.0 GiB". */
+/** One process's line: "GPU 1 · pid 4242 · 2.0 GiB" (the note under it says whose it is). */
 export function elsewhereHolderLine(holder: IHolder): string {
-  const kernel = holder.kernel_id ? `kernel ${holder.kernel_id.slice(0, 8)}` : 'a kernel with no server id';
+  return `${holderGpuLabel(holder)} \u00b7 pid ${holder.pid} \u00b7 ${formatBytes(holder.used_memory)}`;
+}
+
+/**
+ * Under a process's line, whose it is: "train.ipynb (its big worker) on the server at http://127.0.0.1:8890/", its
+ * kernel named where its notebook is not known ("kernel 1a2b3c4d", "a kernel with no server id").
+ */
+export function elsewhereHolderWhere(holder: IHolder): string {
+  const kernel = holder.path
+    ? holder.path
+    : holder.kernel_id
+      ? `kernel ${holder.kernel_id.slice(0, 8)}`
+      : 'a kernel with no server id';
   const role = holder.role === 'worker' ? ` (its ${holder.cluster ?? 'cluster'} worker)` : holder.role === 'child' ? ' (its child)' : '';
-  return `${holderGpuLabel(holder)} \u00b7 pid ${holder.pid} \u00b7 ${kernel}${role} \u00b7 ${formatBytes(holder.used_memory)}`;
+  return `${kernel}${role}${holder.server ? ` on the server at ${holder.server}` : ''}`;
 }

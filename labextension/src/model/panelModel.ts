@@ -67,14 +67,23 @@ export interface IOwnerTotal {
   canFree: boolean;
 }
 
-/** How a GPU memory holder is named in the panel. */
+/** How a GPU memory holder is named in the panel: its notebook, else its kernel, else its process ("pid 4000"). */
 export function ownerLabel(holder: IHolder): string {
   if (holder.path) {
     return holder.path;
   }
-  return holder.kernel_id
-    ? `kernel ${holder.kernel_id.slice(0, 8)}`
-    : `pid ${holder.pid}`;
+  return holder.kernel_id ? `kernel ${holder.kernel_id.slice(0, 8)}` : `pid ${holder.pid}`;
+}
+
+/**
+ * Whose a process no notebook holds is: "another user's process", "yours, not a notebook's", or, where the server
+ * cannot see the process (gone, or in another container: NVML gives the host's pids), "not a notebook's".
+ */
+export function otherWhose(holder: IHolder): string {
+  if (holder.yours === false) {
+    return 'another user\u2019s process';
+  }
+  return holder.yours ? 'yours, not a notebook\u2019s' : 'not a notebook\u2019s';
 }
 
 /** The tag on a holder row saying where it comes from: NVML's process list, the process's own report, or both. */
@@ -131,7 +140,8 @@ export function holderGpuLabel(holder: IHolder): string {
 
 /**
  * Who holds the memory within its notebook: "kernel", "e2e worker tcp://\u2026", "child pid 42" (a process the kernel
- * started, as /metrics counts it: part "children"), "pid 42".
+ * started, as /metrics counts it: part "children"); for a process of no notebook (its title is its pid), whose it
+ * is: "another user's process".
  */
 export function holderRole(holder: IHolder): string {
   switch (holder.role) {
@@ -142,7 +152,7 @@ export function holderRole(holder: IHolder): string {
     case 'child':
       return `child pid ${holder.pid}`;
     default:
-      return `pid ${holder.pid}`;
+      return otherWhose(holder);
   }
 }
 

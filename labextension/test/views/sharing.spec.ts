@@ -118,7 +118,7 @@ describe('memory by notebook on a shared server', () => {
             cached_memory: cached,
             context_memory: 0.5 * GIB
           }),
-          holder({ pid: 4242, kernel_id: null, path: null, role: 'other', used_memory: 40 * GIB })
+          holder({ pid: 4242, kernel_id: null, path: null, role: 'other', used_memory: 40 * GIB, user: 'bob', yours: false })
         ],
         reporting_kernels: reporting
       })
@@ -142,6 +142,9 @@ describe('memory by notebook on a shared server', () => {
     view.render(model);
     const blocks = Array.from(view.node.querySelectorAll<HTMLElement>('.jp-GpuMagics-owner'));
     expect(blocks.map(block => block.dataset.owner)).toEqual(['pid 4242', 'train.ipynb']);
+    const others = blocks[0] as HTMLElement; // its pid once, whose it is on its GPU's line, and the account on hover
+    expect(others.querySelector('.jp-GpuMagics-holder span')?.textContent).toBe('GPU 0 \u00b7 another user\u2019s process');
+    expect(others.querySelector('.jp-GpuMagics-ownerName')?.getAttribute('title')).toBe('pid 4242: another user\u2019s (bob)');
     const notebook = blocks[1] as HTMLElement;
     const split = notebook.querySelector('.jp-GpuMagics-split') as HTMLElement;
     const parts = Array.from(split.querySelectorAll('.jp-GpuMagics-part'), part =>

@@ -2,7 +2,14 @@
  * Folded under the cluster cards and the memory list: the clusters, and the processes holding GPU memory, of kernels
  * this server does not run, with where each kernel is.
  */
-import { elsewhereHolderLine, elsewhereHoldersSummary, elsewhereLine, elsewhereSummary, elsewhereWhere } from '../../model/elsewhere';
+import {
+  elsewhereHolderLine,
+  elsewhereHoldersSummary,
+  elsewhereHolderWhere,
+  elsewhereLine,
+  elsewhereSummary,
+  elsewhereWhere
+} from '../../model/elsewhere';
 import type { IClusterElsewhere, IHolder } from '../../types';
 import { Child, el } from '../dom';
 
@@ -57,7 +64,14 @@ export class ElsewhereHoldersFold {
     }
     return this._fold.render(
       elsewhereHoldersSummary(holders),
-      ...holders.map(holder => el('div', { class: 'jp-GpuMagics-elsewhereCluster' }, elsewhereHolderLine(holder)))
+      ...holders.map(holder =>
+        el(
+          'div',
+          { class: 'jp-GpuMagics-elsewhereCluster' },
+          el('div', {}, elsewhereHolderLine(holder)),
+          el('div', { class: 'jp-GpuMagics-note' }, elsewhereHolderWhere(holder))
+        )
+      )
     );
   }
 }

@@ -95,7 +95,7 @@ export class MemoryView {
       el(
         'div',
         { class: 'jp-GpuMagics-ownerTitle' },
-        el('span', { class: 'jp-GpuMagics-ownerName', title: owner.owner }, owner.owner),
+        el('span', { class: 'jp-GpuMagics-ownerName', title: ownerTitle(owner) }, owner.owner),
         el('span', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes))
       ),
       ...owner.holders.flatMap(holder => holderLines(holder, owner.holders.length > 1))
@@ -173,6 +173,12 @@ function holderLines(holder: IHolder, withBytes: boolean): HTMLElement[] {
     lines.push(view);
   }
   return lines;
+}
+
+/** The owner's tooltip: its name, and the account its process runs as where that is another user's. */
+function ownerTitle(owner: IOwnerTotal): string {
+  const user = owner.holders[0]?.user;
+  return user && owner.holders[0]?.yours === false ? `${owner.owner}: another user\u2019s (${user})` : owner.owner;
 }
 
 /** `GPU 0 uses less`, `GPU 0 and GPU 1 use less`, `GPU 0, GPU 1 and GPU 3 use less`. */

@@ -374,15 +374,20 @@ def use_gpus(monkeypatch: pytest.MonkeyPatch, cuda_ids: list[str]) -> None:
     monkeypatch.setattr(gpus, "_inventory", gpus.StaticInventory(found))
 
 
-def test_simulated_gpus_point_to_cpu_workers(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster.stop()
+def test_simulated_gpus_get_one_worker_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``%gpucluster`` on simulated GPUs: one CPU worker per simulated GPU, which parks through the driver's
+    stand-in (``tests/test_parking_settings.py`` starts one); a GPU that is not there is one line."""
+    from gpu_magics.cluster.managers.local.simulated import SimulatedGpuManager
+    from gpu_magics.cluster.managers.opening import make_manager
+    from gpu_magics.cluster.options import parse_cluster_line
+
     monkeypatch.setattr(gpus, "_inventory", gpus.SourceInventory("fake:4"))
-    with pytest.raises(UsageError) as caught:
-        magics.gpucluster("")
-    message = str(caught.value)
-    assert "4 GPU(s) here are simulated" in message and "\n" not in message
-    assert message.endswith(f"use %gpucluster --cpu-workers {hints.cpu_workers()} for CPU workers")
-    assert cluster.active() is None
+    manager = make_manager(parse_cluster_line(""), {})
+    assert isinstance(manager, SimulatedGpuManager)
+    manager.open()
+    assert manager.expected_workers() == 4 and manager.declared_workers == "cpu"
+    with pytest.raises(UsageError, match=r"^%gpucluster --gpus 5: no simulated GPU 5 here; the 4 simulated GPU"):
+        make_manager(parse_cluster_line("--gpus 5"), {}).open()
 
 
 # -- through the extension -------------------------------------------------------------------------

@@ -31,8 +31,9 @@ CONTRACT = {
     "facts", "source", "taken", "title", "owned", "scalable", "background", "keepable", "since", "hardware_note",
     # what the workers are: as asked for, else as they said
     "declared_workers", "workers_kind", "workers_words",
-    # what a park gives the GPUs of (the worker processes on this host that this kernel started), and why none
-    "park_targets", "why_not_parkable",
+    # what a park gives the GPUs of (the worker processes on this host that this kernel started), why none, and
+    # what its lines add (simulated GPUs)
+    "park_targets", "why_not_parkable", "park_note",
 }  # fmt: skip
 REQUIRED = {"start", "finish", "source", "taken", "title"}
 

@@ -199,11 +199,12 @@ def test_the_circle_check_sees_a_lazy_circle(tmp_path: Path) -> None:
 
 def test_top_level_holds_only_entry_points_and_cross_cutting_modules() -> None:
     """The entry points and the GPU inventory at the top; what the user types and reads (the line parser, its
-    options' words, the package's errors, the hints, how numbers are written) in ``text/``."""
+    options' words, the package's errors, the hints, how numbers are written, a line said in the notebook) in
+    ``text/``."""
     top = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "gpus.py"]
     text = sorted(path.name for path in (PACKAGE / "text").glob("*.py"))
-    assert text == ["__init__.py", "argparsing.py", "errors.py", "hints.py", "option_help.py", "units.py"]
+    assert text == ["__init__.py", "argparsing.py", "errors.py", "hints.py", "option_help.py", "said.py", "units.py"]
 
 
 MAX_MODULE_LINES = 420  # a limit, not a target

@@ -17,6 +17,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
+from gpu_magics import gpus
 from gpu_magics.cluster.control import kernel_cluster
 from gpu_magics.cluster.control.kernel_cluster import Phase
 from gpu_magics.cluster.managers.base import ClusterManager
@@ -54,6 +55,7 @@ def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
     patch = pytest.MonkeyPatch()
     patch.setenv("GPU_MAGICS_SOURCE", "fake:2")
     patch.setattr(checkpoint, "_chosen", None)
+    patch.setattr(gpus, "_inventory", None)  # read with the simulated GPUs, and put back after the module
     patch.setattr(LocalCpuManager, "park_targets", lambda self: local_cluster.worker_pids(self.cluster))
     loaded_shell.magics_manager.registry["ClusterMagics"].wait_for_workers = True
     assert loaded_shell.run_cell("%gpucluster --cpu-workers 2 --name t_parked").error_in_exec is None
@@ -238,8 +240,9 @@ def test_a_stop_while_parked_resumes_first_and_a_cpu_cluster_is_not_parked(
     assert kernel_cluster.phase() in (Phase.IDLE, Phase.CLOSING) and kernel_cluster.in_use() is None
     assert shell.run_cell("%gpucluster --cpu-workers 1 --name t_cpu").error_in_exec is None
     monkeypatch.setattr(LocalCpuManager, "park_targets", ClusterManager.park_targets)  # as it is: none
-    assert refused(shell, "park") == (
-        "%gpucluster park: its workers are CPU workers: they hold no GPU memory to give back"
+    assert refused(shell, "park") == (  # the GPUs are simulated here: the command that gives workers that park
+        "%gpucluster park: its workers are CPU workers: they hold no GPU memory to give back; %gpucluster --replace "
+        "starts one worker per simulated GPU instead, which parks"
     )
 
 
@@ -303,25 +306,31 @@ def test_park_after_parks_an_idle_cluster_and_again_after_work_resumed_it(
     shell.run_line_magic("gpucluster", "stop")
     magics = shell.magics_manager.registry["ClusterMagics"]
     magics.park_after = "1s"
-    try:
+    try:  # set back only at the end: set while the cluster runs, it applies to that cluster at once
         assert shell.run_cell("%gpucluster --cpu-workers 2 --name t_idle").error_in_exec is None
+        assert shell.run_cell("t_y = da.arange(100, chunks=10).persist()").error_in_exec is None
+        assert parked_within(30)
+        assert states() == {"checkpointed"}
+        assert shell.run_cell("assert int(t_y.sum().compute()) == 4950").error_in_exec is None
+        out = capsys.readouterr().out
+        assert "%gpucluster: parked 2 workers of 't_idle' after 1 s without a task (ClusterMagics.park_after): " in out
+        assert "%gpucluster: resumed 2 workers of 't_idle' in " in out
+        assert parked_within(30)  # idle as long again: parked again
     finally:
         magics.park_after = "off"
-    assert shell.run_cell("t_y = da.arange(100, chunks=10).persist()").error_in_exec is None
 
-    def parked_within(seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while kernel_cluster.phase() is not Phase.PARKED and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return kernel_cluster.phase() is Phase.PARKED
 
-    assert parked_within(30)
-    assert states() == {"checkpointed"}
-    assert shell.run_cell("assert int(t_y.sum().compute()) == 4950").error_in_exec is None
-    out = capsys.readouterr().out
-    assert "%gpucluster: parked 2 workers of 't_idle' after 1 s without a task (ClusterMagics.park_after): " in out
-    assert "%gpucluster: resumed 2 workers of 't_idle' in " in out
-    assert parked_within(30)  # idle as long again: parked again
+def parked_within(seconds: float) -> bool:
+    """Whether the cluster in use is parked, its workers too (the phase moves first), within ``seconds``."""
+
+    def parked() -> bool:
+        current = kernel_cluster.in_use()
+        return current is not None and current.parked is not None and kernel_cluster.phase() is Phase.PARKED
+
+    deadline = time.monotonic() + seconds
+    while not parked() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return parked()
 
 
 def test_bad_park_lines_and_settings_are_one_line(loaded_shell: InteractiveShell) -> None:

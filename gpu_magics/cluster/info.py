@@ -144,6 +144,9 @@ class ClusterInfo:
     dashboard_note: str | None = None  # why dashboard_url may not open from the browser, or None
     idle_timeout: float | None = None  # seconds without a task before it closes (attached: detaches)
     idle_left: float | None = None  # seconds left while it is idle; None while it runs a task
+    park_after: float | None = None  # seconds without a task before its workers park (park_after); None: never
+    park_left: float | None = None  # seconds left until that park while it is idle; None while it runs a task
+    parked: bool = False  # its workers are parked (their GPUs back on the server)
     kernel_gpus: tuple[KernelGpuInfo, ...] = ()  # what this kernel holds on its GPUs
     plain_cells: str | None = None  # "plain cells: <where they run>; <the command that moves them>"
     figures_age: float | None = None  # seconds since the oldest worker's GPU figures were reported

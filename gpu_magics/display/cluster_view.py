@@ -201,9 +201,7 @@ class ClusterView:
         startup = self._startup()
         if startup:
             lines.append(startup)
-        idle = self._idle_line()
-        if idle:
-            lines.append(idle)
+        lines += [line for line in (self._idle_line(), self._park_line()) if line]
         rows = self._rows()
         if rows:
             keep = _columns(rows)
@@ -229,6 +227,18 @@ class ClusterView:
         line = f"{verb} after {format_duration(info.idle_timeout)} without a task"
         if info.idle_left is not None:
             line += f" \u00b7 idle now: {format_duration(info.idle_left)} left"
+        return line
+
+    def _park_line(self) -> str | None:
+        """``"parks its workers after 5 min without a task (ClusterMagics.park_after) · idle now: 4 min left"``."""
+        info = self.info
+        if info.park_after is None:
+            return None
+        line = f"parks its workers after {format_duration(info.park_after)} without a task (ClusterMagics.park_after)"
+        if info.parked:
+            return line + " \u00b7 parked now"
+        if info.park_left is not None:
+            line += f" \u00b7 idle now: {format_duration(info.park_left)} left"
         return line
 
     def _notes(self) -> list[str]:
@@ -271,9 +281,9 @@ class ClusterView:
         startup = self._startup()
         if startup:
             parts.append(f'<div style="{MUTED}">{esc(startup)}</div>')
-        idle = self._idle_line()
-        if idle:
-            parts.append(f'<div class="gpu-magics-idle" style="{MUTED}">{esc(idle)}</div>')
+        for kind, line in (("idle", self._idle_line()), ("park", self._park_line())):
+            if line:
+                parts.append(f'<div class="gpu-magics-{kind}" style="{MUTED}">{esc(line)}</div>')
         rows = self._rows()
         if rows:
             keep = _columns(rows)

@@ -10,7 +10,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
-from traitlets import Bool, Float, TraitError, Unicode, validate
+from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 
 from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.background.starting import Starting, StartProgress
@@ -23,9 +23,11 @@ from gpu_magics.display.cluster_view import ClusterView, DashboardLink
 from gpu_magics.display.format import format_bytes
 from gpu_magics.display.live import can_show_widgets
 from gpu_magics.display.start_line import StartLine
+from gpu_magics.magics import park_setting
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free, own_descendants
 from gpu_magics.text.argparsing import duration
 from gpu_magics.text.errors import LineError, NoCluster, said_in_one_line
+from gpu_magics.text.said import say
 
 DURATION_TAKES = "a duration in quotes, at least 1s, like '90s', '30m' or '2h', or 'off'"
 
@@ -84,7 +86,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
         help=(
             "Park the GPU workers of a cluster started here after this long without a task (like '30m'; 'off' "
             "never), and again each time it idles that long: their GPUs go back to the server, their data stays, and "
-            "the next cell that sends the cluster work resumes them (%gpucluster park does it at once)."
+            "the next cell that sends the cluster work resumes them (%gpucluster park does it at once). Set while a "
+            "cluster runs, it applies to that cluster at once; %gpucluster status shows the time left."
         ),
     ).tag(config=True, takes=DURATION_TAKES)
 
@@ -95,6 +98,13 @@ class ClusterMagics(Magics, FreeGpuSettings):
         except argparse.ArgumentTypeError as error:
             raise TraitError(f"{proposal['trait'].name}: {error}") from None
         return str(proposal["value"])
+
+    @observe("park_after")
+    def _park_after_set(self, change: dict[str, Any]) -> None:
+        """Set while a cluster runs or starts: it takes the setting at once, said in one line."""
+        said = park_setting.apply(duration(str(change["new"])))
+        if said is not None:
+            say(said)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -203,7 +213,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
             print(self._free(options.free_target))
             return
         if action in ("park", "resume"):
-            print(parking.park() if action == "park" else parking.resume())
+            said = parking.park() if action == "park" else parking.resume()
+            say(said or "")  # as HTML: it wraps between words
             return
         if action == "start":
             info = self._start(options)

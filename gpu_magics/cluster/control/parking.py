@@ -31,6 +31,7 @@ from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 from gpu_magics.cluster.workers import checkpoint
 from gpu_magics.text.errors import ClusterError, NotOurs
+from gpu_magics.text.said import say
 from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds
 
 PLUGIN_NAME = "gpu-magics-resume-on-work"
@@ -75,6 +76,7 @@ def park(idle_s: float | None = None) -> str:
     _watch_for_work(current)
     count = len(targets)
     idle = "" if idle_s is None else f" after {format_duration(idle_s)} without a task (ClusterMagics.park_after)"
+    idle = current.manager.park_note + idle  # simulated GPUs: says so
     return (
         f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}{idle}: "
         f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}; the next cell "
@@ -110,7 +112,7 @@ def resume(*, asked: bool = True) -> str | None:
         current.idle_park.arm()
     count = len(state.processes)
     return (
-        f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r} in "
+        f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r}{current.manager.park_note} in "
         f"{format_seconds(time.perf_counter() - began)}"
     )
 
@@ -119,7 +121,7 @@ def resume_for_work() -> None:
     """Before work goes to the cluster in use: resume it where it is parked, saying so in one line."""
     said = resume(asked=False)
     if said is not None:
-        print(said)
+        say(said)
 
 
 def resume_first(said_here: bool = True) -> None:
@@ -134,7 +136,7 @@ def resume_first(said_here: bool = True) -> None:
         dropped("resuming the parked cluster before it stops", error)  # it stops all the same: its workers end
         return
     if said is not None and said_here:
-        print(said)
+        say(said)
 
 
 _resuming = threading.Lock()  # one resume at a time: the magic's, a cell's, the plugin's
@@ -270,6 +272,11 @@ class IdlePark:
         self.stop()
         self._watcher = IdleWatcher(self.current.client, self.after_s, self._idle)
 
+    def left(self) -> float | None:
+        """Seconds until it parks the cluster if it stays idle (``None``: a task runs, or it watches no more)."""
+        watcher = self._watcher
+        return None if watcher is None else watcher.left()
+
     def stop(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
@@ -294,11 +301,11 @@ class IdlePark:
             self.arm()
             return
         try:
-            print(park(idle_s=self.after_s))
+            say(park(idle_s=self.after_s))
         except TasksRunning:  # tasks came meanwhile: nothing to say, watch for the next idle stretch
             self.arm()
         except ClusterError as error:  # what cannot be parked is said once; the cluster goes on as it was
-            print(error)
+            say(str(error))
 
 
 def watch_idle(current: ActiveCluster, after_s: float) -> IdlePark | None:

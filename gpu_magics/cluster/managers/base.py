@@ -42,6 +42,7 @@ class ClusterManager(abc.ABC):
     hardware_note = ""  # what the hardware's line adds after the workers' count (", attached")
     since: float | None = None  # when the cluster itself started, where it ran before this kernel took it
     _start_words = "the cluster did not start"  # what a failed start says
+    park_note = ""  # what the park's and the resume's lines add after the cluster's name (simulated GPUs: says so)
 
     def __init__(self, cluster: Any, label: str | None) -> None:
         self.cluster = cluster

@@ -1,7 +1,7 @@
-"""Making the ``ClusterManager`` a ``%gpucluster`` line asks for: a cluster started here (GPU or CPU workers), a
-scheduler to attach to (``--address``), SLURM jobs (``--slurm``), the user's object (``--from NAME``) or a Dask
-Gateway's cluster (``--gateway``). Making one does nothing else: its ``open`` checks the line, its ``start``
-starts. Where a cluster is up, a line that names another is refused (``refuse_another``)."""
+"""Making the ``ClusterManager`` a ``%gpucluster`` line asks for: a cluster started here (GPU or CPU workers, or
+one worker per simulated GPU), a scheduler to attach to (``--address``), SLURM jobs (``--slurm``), the user's object
+(``--from NAME``) or a Dask Gateway's cluster (``--gateway``). Making one does nothing else: its ``open`` checks the
+line, its ``start`` starts. Where a cluster is up, a line that names another is refused (``refuse_another``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,11 @@ CHOOSING = frozenset({"gpus", "cpu_workers", "address", "from_name", "gateway", 
 def make_manager(options: ClusterOptions, namespace: dict[str, Any]) -> ClusterManager:
     """The manager for ``options`` (``--from`` looks its name up in ``namespace`` when it opens)."""
     if options.kind == "gpu":
+        from gpu_magics.cluster.managers.local import simulated
         from gpu_magics.cluster.managers.local.gpu import LocalGpuManager
+
+        if simulated.simulated():  # one worker per simulated GPU: parking can be tried without a GPU
+            return simulated.SimulatedGpuManager(options)
 
         return LocalGpuManager(options)
     if options.kind == "cpu":

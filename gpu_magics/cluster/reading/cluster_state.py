@@ -43,6 +43,8 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
     workers = state.workers
     reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
     infos = tuple(_with_reports(info, reported.get(info.address)) for info in state.infos)
+    if current.parked is not None:  # the scheduler sees them running: their GPU work is parked
+        infos = tuple(dataclasses.replace(info, status="parked") for info in infos)
     link = links.for_kernel(inspection.dashboard_link(current.client))
     manager = current.manager
     return ClusterInfo(
@@ -62,6 +64,7 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
         dashboard_note=link.note,
         idle_timeout=current.idle.timeout if current.idle is not None else None,
         idle_left=current.idle.left() if current.idle is not None else None,
+        **_park_figures(current),
         kernel_gpus=kernel_gpus(),
         manager=manager.label,
         jobs=with_gpus(state.jobs, infos),
@@ -69,6 +72,14 @@ def describe(current: ActiveCluster, state: ClusterState | None = None, notice: 
         figures_age=current.telemetry.reports_age() if current.telemetry is not None else None,
         facts=current.facts,
     )
+
+
+def _park_figures(current: ActiveCluster) -> dict[str, Any]:
+    """``park_after`` and the time left until an idle park (where its workers can park), and whether parked."""
+    idle_park, parked = current.idle_park, current.parked is not None
+    if idle_park is None or not current.manager.park_targets():
+        return {"parked": parked}
+    return {"park_after": idle_park.after_s, "park_left": None if parked else idle_park.left(), "parked": parked}
 
 
 def jobs(

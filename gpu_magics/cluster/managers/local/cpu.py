@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gpu_magics import gpus
 from gpu_magics.cluster.managers.local import factories
 from gpu_magics.cluster.managers.local.cluster import LocalClusterManager
 from gpu_magics.cluster.options import PROG, ClusterOptions
@@ -33,7 +34,10 @@ class LocalCpuManager(LocalClusterManager):
 
     @property
     def why_not_parkable(self) -> str:
-        return "its workers are CPU workers: they hold no GPU memory to give back"
+        said = "its workers are CPU workers: they hold no GPU memory to give back"
+        if gpus.inventory().simulated:  # the command that gives workers that park, on this machine
+            said += f"; {PROG} --replace starts one worker per simulated GPU instead, which parks"
+        return said
 
     def _factory(self, options: ClusterOptions) -> Callable[[], LocalCluster]:
         return factories.cpu_cluster_factory(options)

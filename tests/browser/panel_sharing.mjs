@@ -1,7 +1,8 @@
 // The side panel on a shared GPU server, as a user sees it at the default sidebar width, light and dark: the GPU
-// another user's job keeps busy is marked; the notebook's kernel and its cluster's worker say what they hold (arrays,
-// cached, context); the cluster says when its idle timeout closes it; Free cached runs in the kernel and the cache
-// goes. Usage: node panel_sharing.mjs BASE_URL TOKEN NOTEBOOK (a notebook that starts cluster $CLUSTER_NAME).
+// another user's job keeps busy is marked, and the memory list says whose that job's process is; the notebook's
+// kernel and its cluster's worker say what they hold (arrays, cached, context); the cluster says when its idle
+// timeout closes it; Free cached runs in the kernel and the cache goes.
+// Usage: node panel_sharing.mjs BASE_URL TOKEN NOTEBOOK (a notebook that starts cluster $CLUSTER_NAME).
 // Screenshots go to $ARTIFACTS as sharing-*.png.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -182,6 +183,14 @@ async function checkMemory(page) {
   const button = block.locator('button');
   check((await button.textContent()) === 'Free cached', 'no Free cached for the notebook');
   step(`memory by notebook: ${holders.map(h => h.text).join(' | ')}; ${texts.join(' | ')}`);
+  // the other user's job: its pid once, and on its GPU's line whose it is (not its pid again), on one line
+  const others = page.locator('.jp-GpuMagics-owner[data-owner="pid 4242"]');
+  await others.waitFor({ timeout: 60000 });
+  const theirs = await linesOf(others, '.jp-GpuMagics-holder');
+  checkOneLine(theirs, 'the other user\u2019s line');
+  const line = theirs.map(h => h.text).join(' | ');
+  check(line.startsWith('GPU 0 \u00b7 another user\u2019s process'), `the other user's process says "${line}"`);
+  step(`the other user's job: ${line}`);
 }
 
 async function setTheme(page, theme) {

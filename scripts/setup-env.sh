@@ -10,9 +10,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "  pip: upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
-# The build backend and JupyterLab (for jlpm) first, so the editable build can use them from this environment.
+# The build backend and JupyterLab (for jlpm) first, so the editable build can use them from this environment;
+# jupyter_client 8.9 or later knows start.sh's KernelManager.transport_encryption (an older one warns at every kernel).
 echo "  pip: JupyterLab and the build tools"
-.venv/bin/python -m pip install -q "hatchling>=1.21" "hatch-jupyter-builder>=0.8.3" "hatch-nodejs-version>=0.3.2" "jupyterlab>=4.2,<5"
+.venv/bin/python -m pip install -q "hatchling>=1.21" "hatch-jupyter-builder>=0.8.3" "hatch-nodejs-version>=0.3.2" \
+  "jupyterlab>=4.2,<5" "jupyter_client>=8.9"
 extras=${1:-}
 target="."
 [ -n "$extras" ] && target=".[$extras]"

@@ -120,7 +120,8 @@ def gone(pids: set[int], seconds: float) -> set[int]:
 def test_a_failed_start_fails_the_next_cell_once_with_nothing_left(kernel: Kernel, tmp_path: Path) -> None:
     kernel.ok("import dask; dask.config.set({'distributed.worker.preload': ['no_such_preload_module']})")
     kernel.ok("%gpucluster --cpu-workers 2 --name broken")
-    time.sleep(6.0)  # the start fails meanwhile
+    shown = all_output(kernel, 120.0, until="no_such_preload_module")  # the start's line: it failed
+    assert any("no_such_preload_module" in text_of(message) for message in shown), [text_of(m) for m in shown]
     reply, text = kernel.run("print('next')")
     assert reply["status"] == "error" and reply["ename"] == "UsageError"  # a Run All stops here
     assert "next" not in text and "(this cell did not run)" in text

@@ -117,6 +117,34 @@ def test_a_plain_cell_on_the_cluster_shows_its_runs_chunks_done_before_its_end(k
     assert printed == "400.0\n"  # what the cell prints is as it was
 
 
+def test_an_interrupted_plain_cell_leaves_its_line_interrupted_and_updates_it_no_more(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """No session backend: a plain cell computes on the cluster's client as it is (dask's own graph, a task a
+    chunk); Ctrl-C once its line shows a task done."""
+    pressed: list[str] = []
+
+    def seen(message: dict[str, Any]) -> None:
+        tasks = TASKS.search(shown(message)) if message["msg_type"].endswith("display_data") else None
+        if tasks and int(tasks[1]) > 0 and not pressed:
+            pressed.append(shown(message))
+            kernel.manager.interrupt_kernel()  # as the stop button does
+
+    try:
+        reply, messages = watch(kernel, kernel.start(GATED.format(directory=str(tmp_path))), seen)
+    finally:
+        (tmp_path / "open").touch()  # the chunks still waiting end (an interrupted cell's tasks are let go)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", messages
+    assert pressed, messages
+    (line,) = [m for m in messages if m["msg_type"] == "display_data"]
+    display_id = line["content"]["transient"]["display_id"]
+    last = [m for m in messages if m["msg_type"] == "update_display_data"][-1]
+    assert last["content"]["transient"]["display_id"] == display_id
+    assert shown(last).startswith("interrupted · ") and TASKS.search(shown(last)), shown(last)
+    _, after = watch(kernel, kernel.start("print('next')"))
+    assert not [m for m in after if m["msg_type"] == "update_display_data"], after  # its line stays as it ended
+
+
 def test_a_gpurun_cells_panel_shows_its_runs_chunks_done_before_its_end(kernel: Kernel, tmp_path: Path) -> None:
     cell = "%%gpurun multi-gpu" + GATED.format(directory=str(tmp_path))
     reply, messages, before = run_gated(kernel, cell, tmp_path)

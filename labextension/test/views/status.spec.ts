@@ -46,6 +46,13 @@ describe('statusProblems', () => {
     ]);
   });
 
+  it('says how old the figures are when the server\u2019s reading after its pause is late, not that GPUs are missing', () => {
+    const stale = 'stale: read 17 min ago, before the monitor paused (no one watched); a new read is late';
+    expect(statusProblems(state({}, { unavailableReason: stale }))).toEqual([
+      'GPU figures read 17 min ago, before the monitor paused (no one watched); a new read is late.'
+    ]);
+  });
+
   it('raises no alarm for a server without GPUs, and only the refusal when refused', () => {
     expect(statusProblems(state({}, { unavailableReason: 'No GPUs found on the server.', noGpu: true }))).toEqual([]);
     expect(statusProblems(state({ phase: 'forbidden', error: 'refused (403)' }, { unavailableReason: 'x' }))).toEqual([

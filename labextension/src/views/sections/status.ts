@@ -46,7 +46,13 @@ export function statusProblems(state: IStatusState): string[] {
   const reason = state.unavailableReason;
   // no GPU at all is a normal state (a laptop): the cards' place says so, without an alarm
   if (reason && !forbidden && !state.noGpu) {
-    problems.push(state.starting ? 'Reading the GPUs for the first time\u2026' : `GPUs unavailable: ${reason}`);
+    problems.push(
+      state.starting
+        ? 'Reading the GPUs for the first time\u2026'
+        : reason.startsWith('stale: ') // the server's last reading before its sampler paused, a new one late
+          ? `GPU figures ${reason.slice('stale: '.length)}.`
+          : `GPUs unavailable: ${reason}`
+    );
   }
   return problems;
 }

@@ -143,5 +143,6 @@ def with_users(holders: Iterable[GpuHolder], simulated: bool) -> list[GpuHolder]
 
 def places_of(records: Iterable[ClusterRecord]) -> list[KernelPlace]:
     """Where the kernel of each of ``records`` (clusters of kernels this server does not run) belongs."""
-    servers = jupyter_servers()
+    records = list(records)
+    servers = jupyter_servers() if records else {}
     return [kernel_place(record.pid, record.host, servers) for record in records]

@@ -69,7 +69,10 @@ class DevicesHandler(GpuMagicsHandler):
     """``GET devices``: the server's settings and the newest snapshot (every GPU, the host, the status).
 
     Never waits long for a GPU read: when the first one has not finished in ``FIRST_READ_WAIT`` (0.3 s), the
-    snapshot is a placeholder with no GPU and the status ``starting: ...`` (the websocket brings the real one)."""
+    snapshot is a placeholder with no GPU and the status ``starting: ...`` (the websocket brings the real one). The
+    first request after the sampler's standby (no one watched for a minute) gets a reading taken then; when that
+    takes over ``STANDBY_READ_WAIT`` (10 s), the snapshot before the standby, with the status ``stale: read ...
+    ago, ...``."""
 
     @web.authenticated
     @authorized

@@ -21,6 +21,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from tests.display_recording import shown_text
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +39,7 @@ class Kernel:
             "GPU_MAGICS_SOURCE": source,
         }
         self.manager = KernelManager(kernel_name="python3")
+        self.runtime_dir = runtime_dir
         self.manager.start_kernel(env=env, cwd=str(runtime_dir))
         self.client: BlockingKernelClient = self.manager.client()
         self.client.start_channels()
@@ -87,6 +89,11 @@ class Kernel:
         assert reply["status"] == "ok", text
         return text
 
+    def wait_for_mark(self, name: str, timeout: float = 120) -> None:
+        """Wait until the cell running leaves the mark ``name`` (a file in the kernel's runtime directory: see
+        ``SLOW_CELL``, ``STARTED``), so that what the test does next finds it where it means to."""
+        wait_for(lambda: (self.runtime_dir / name).exists(), timeout, f"the cell's mark {name!r}")
+
     def worker_pids(self) -> list[int]:
         text = self.ok(
             "import gpu_magics, os, json; print(json.dumps(sorted(gpu_magics.client().run(os.getpid).values())))"
@@ -118,14 +125,18 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
         yield started
 
 
-# Two chunks of 10 s, one task each (too few to run grouped): an interrupt leaves them running on the workers.
-SLOW_CELL = """%%gpurun multi-gpu --no-monitor
-import time
+# Two chunks of 10 s, one task each (too few to run grouped): an interrupt leaves them running on the workers. Each
+# task leaves the mark TASKS_RUNNING as it starts (Kernel.wait_for_mark): an interrupt then finds them running.
+TASKS_RUNNING = "tasks-running"
+SLOW_CELL = f"""%%gpurun multi-gpu --no-monitor
+import os, pathlib, time
 import dask.array as da
 import numpy as np
-x = da.ones((2,), chunks=1).map_blocks(lambda block: (time.sleep(10), block)[1], meta=np.empty(0))
+mark = pathlib.Path(os.environ["GPU_MAGICS_RUNTIME_DIR"], {TASKS_RUNNING!r})
+x = da.ones((2,), chunks=1).map_blocks(lambda block: (mark.touch(), time.sleep(10), block)[2], meta=np.empty(0))
 x.sum().compute()
 """
+STARTED = "started"  # the mark a plain cell leaves as it starts (in the kernel's working directory)
 
 
 SMALL_CELL = "%%gpurun multi-gpu -q\nimport dask.array as da\nprint(int(da.ones(10, chunks=5).sum().compute()))"
@@ -134,7 +145,7 @@ SMALL_CELL = "%%gpurun multi-gpu -q\nimport dask.array as da\nprint(int(da.ones(
 def test_interrupting_a_cluster_cell_keeps_the_workers(kernel: Kernel) -> None:
     before = kernel.worker_pids()
     msg_id = kernel.start(SLOW_CELL)
-    time.sleep(2.0)  # the tasks are running on the workers
+    kernel.wait_for_mark(TASKS_RUNNING)  # the tasks are running on the workers
     kernel.manager.interrupt_kernel()  # SIGINT to the kernel's process group, as JupyterLab does
     reply, text = kernel.finish(msg_id, timeout=30)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
@@ -160,7 +171,7 @@ def assert_short_interrupt(text: str) -> None:
 def test_interrupting_a_session_cell_on_the_cluster_is_short(kernel: Kernel) -> None:
     kernel.ok("%gpurun multi-gpu")
     msg_id = kernel.start(SLOW_CELL.split("\n", 1)[1])  # the same work as a plain cell
-    time.sleep(2.0)
+    kernel.wait_for_mark(TASKS_RUNNING)
     kernel.manager.interrupt_kernel()
     reply, text = kernel.finish(msg_id, timeout=30)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
@@ -172,8 +183,8 @@ def test_interrupting_a_session_cell_on_the_cluster_is_short(kernel: Kernel) -> 
 
 def test_interrupting_a_plain_cell_keeps_the_workers(kernel: Kernel) -> None:
     before = kernel.worker_pids()
-    msg_id = kernel.start("import time\ntime.sleep(30)")
-    time.sleep(1.0)
+    msg_id = kernel.start(f"import pathlib, time\npathlib.Path({STARTED!r}).touch()\ntime.sleep(30)")
+    kernel.wait_for_mark(STARTED)
     kernel.manager.interrupt_kernel()
     reply, _ = kernel.finish(msg_id, timeout=15)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
@@ -184,7 +195,7 @@ def test_restart_on_interrupt_stops_what_still_runs(kernel: Kernel) -> None:
     before = kernel.worker_pids()
     kernel.ok("%config GpuMagics.restart_on_interrupt = True")
     msg_id = kernel.start(SLOW_CELL.replace("time.sleep(10)", "time.sleep(60)"))
-    time.sleep(2.0)
+    kernel.wait_for_mark(TASKS_RUNNING)
     kernel.manager.interrupt_kernel()
     reply, text = kernel.finish(msg_id, timeout=60)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
@@ -202,7 +213,7 @@ def test_interrupting_a_plain_cell_on_the_session_backend_keeps_the_workers(kern
     before = kernel.worker_pids()
     assert "plain cells now use multi-gpu" in kernel.ok("%gpurun multi-gpu")
     msg_id = kernel.start(SLOW_CELL.split("\n", 1)[1])  # the same cell, plain
-    time.sleep(2.0)
+    kernel.wait_for_mark(TASKS_RUNNING)
     kernel.manager.interrupt_kernel()
     reply, text = kernel.finish(msg_id, timeout=30)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"

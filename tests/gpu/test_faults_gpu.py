@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.test_kernel_faults import SLOW_CELL, SMALL_CELL, Kernel
+from tests.test_kernel_faults import SLOW_CELL, SMALL_CELL, TASKS_RUNNING, Kernel
 from tests.waiting import wait_for
 
 
@@ -44,7 +44,7 @@ def used_bytes() -> list[int]:
 def test_interrupt_keeps_every_gpu_worker(kernel: Kernel) -> None:
     before = kernel.worker_pids()
     msg_id = kernel.start(SLOW_CELL)
-    time.sleep(3.0)
+    kernel.wait_for_mark(TASKS_RUNNING)  # the tasks are running on the GPU workers
     kernel.manager.interrupt_kernel()
     reply, text = kernel.finish(msg_id, timeout=60)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"

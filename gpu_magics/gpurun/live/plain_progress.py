@@ -105,7 +105,9 @@ class _Watch:
         self.progress.stop()
         if self.handle is None:
             return
-        self.progress.refresh()
+        client = self.progress.client
+        if client is not None and client.status == "running":  # a lost cluster's line keeps the counts it had
+            self.progress.refresh()
         text = self.progress.state().text()
         if isinstance(error, KeyboardInterrupt):
             text = f"interrupted · {text}"

@@ -269,7 +269,10 @@ class CellRun:
 
     def _check_stalls(self, now: float) -> None:
         """Every ``stall_s`` while a rank prints nothing, ask every rank where it is: the stalled rank's row then
-        names the collective it waits in and the ranks that never entered it."""
+        names the collective it waits in and the ranks that never entered it. Not once the ranks are being stopped:
+        the rows keep where each waited when the stop came."""
+        if self.stopping:
+            return
         stalled = [
             index
             for index, outcome in self.outcomes.items()
@@ -282,6 +285,8 @@ class CellRun:
             future.add_done_callback(lambda done: self.events.put(("where", -1, done)))
 
     def _name_stalls(self, future: concurrent.futures.Future[Any], now: float) -> None:
+        if self.stopping:  # an answer that comes after the stop: the rows keep what they said when it came
+            return
         found: dict[str, Where | BaseException]
         try:
             found = dict(future.result())

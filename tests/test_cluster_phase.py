@@ -5,6 +5,7 @@ start racing a stop from another thread ending in one phase that both agree on."
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import cast
 
@@ -21,16 +22,23 @@ from gpu_magics.cluster.control.machine.events import (
     CloseCluster,
     CloseEnded,
     Event,
+    IdleFor,
     Instruction,
+    JoinResume,
     KeepRefused,
     LookAgain,
     ParkAsked,
+    ParkIdle,
     Refused,
+    ResumeAsked,
+    ResumeFailed,
+    ResumeWorkers,
     SchedulerAnswered,
     StartAsked,
     StartEnded,
     StopAsked,
     TellListeners,
+    WatchAgain,
     WorkersMoved,
     WorkersReady,
     accepted,
@@ -47,6 +55,13 @@ def handle(verb: str = "starting") -> Starting:
 def a_cluster(keepable: bool = False) -> ActiveCluster:
     """What the machine holds of a cluster: it keeps it, compares it, and reads whether it may be kept."""
     return cast(ActiveCluster, SimpleNamespace(parked=None, manager=SimpleNamespace(keepable=keepable)))
+
+
+class Watch:
+    """An idle watch: the machine keeps it and hands it back; it never calls it."""
+
+    def again(self) -> None:
+        raise AssertionError("the machine itself never calls a watch")
 
 
 def a_closing() -> Closing:
@@ -86,6 +101,9 @@ def one_of_each(kc: KernelCluster) -> list[Event]:
         ChangeEnded(start),
         ParkAsked(cluster),
         WorkersMoved(cluster),
+        ResumeAsked(cluster, Future()),
+        ResumeFailed(cluster),
+        IdleFor(cluster, Watch()),
         StopAsked(),
         CloseBegan(a_closing()),
         CloseEnded(),
@@ -145,6 +163,54 @@ def test_a_park_and_a_resume_go_through_their_phases() -> None:
     assert (kc.phase, cluster.parked) == (Phase.IN_USE, None)
     kc.handle(ParkAsked(cluster))
     assert kc.handle(StopAsked()) == [CloseCluster(cluster, None), TellListeners(None)]  # parked: closed too
+
+
+def test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it() -> None:
+    kc = machine_in(Phase.PARKED)
+    cluster = kc.cluster
+    assert cluster is not None
+    first, second = Future[None](), Future[None]()
+    assert kc.handle(ResumeAsked(cluster, first)) == [Refused("resuming: its workers are not parked")]  # not yet
+    kc.handle(WorkersMoved(cluster, Parked({"w": 1}, 10, 0.0)))
+    assert kc.handle(ResumeAsked(a_cluster(), first)) == [Refused("resuming: its workers are not parked")]
+    assert kc.handle(ResumeAsked(cluster, first)) == [ResumeWorkers(cluster, first)]
+    assert kc.handle(ResumeAsked(cluster, second)) == [JoinResume(first)]
+    assert kc.handle(ResumeFailed(cluster)) == [] and kc.phase is Phase.PARKED  # the next try starts again
+    assert kc.handle(ResumeFailed(cluster)) == [Refused("resuming: no resume is under way")]
+    assert kc.handle(ResumeAsked(cluster, second)) == [ResumeWorkers(cluster, second)]
+    assert kc.handle(WorkersMoved(cluster)) == [] and (kc.phase, kc.resuming) == (Phase.IN_USE, None)
+    parked = machine_in(Phase.PARKED)
+    assert parked.cluster is not None
+    parked.handle(WorkersMoved(parked.cluster, Parked({"w": 1}, 10, 0.0)))
+    parked.handle(ResumeAsked(parked.cluster, first))
+    parked.handle(StopAsked())  # a stop while it resumes: the resume's end changes nothing
+    assert parked.resuming is None and not accepted(parked.handle(ResumeFailed(parked.cluster)))
+
+
+def test_an_idle_watch_parks_a_cluster_in_use_and_waits_for_a_start_or_change_under_way() -> None:
+    kc = machine_in(Phase.IN_USE)
+    cluster, watch = kc.cluster, Watch()
+    assert cluster is not None
+    assert kc.handle(IdleFor(cluster, watch)) == [ParkIdle(cluster)]
+    assert kc.handle(IdleFor(a_cluster(), watch)) == [
+        Refused("parking an idle cluster: the cluster is no longer in use")
+    ]
+    change = handle("scaling")
+    kc.handle(ChangeAsked(change, cluster))
+    assert kc.handle(IdleFor(cluster, watch)) == [] and kc.idle_waiting is watch  # deferred, not polled
+    assert not accepted(kc.handle(IdleFor(a_cluster(), watch)))
+    assert kc.handle(ChangeEnded(change)) == [WatchAgain(watch)] and kc.idle_waiting is None
+    start, starting = handle(), KernelCluster()
+    starting.handle(StartAsked(start, 0))
+    assert not accepted(starting.handle(IdleFor(cluster, watch)))  # not in use yet: nothing watches it
+    starting.handle(SchedulerAnswered(start, cluster))
+    assert starting.handle(IdleFor(cluster, watch)) == []
+    assert starting.handle(WorkersReady(start)) == [WatchAgain(watch)]
+    stopped = machine_in(Phase.CHANGING)
+    assert stopped.cluster is not None
+    stopped.handle(IdleFor(stopped.cluster, watch))
+    stopped.handle(StopAsked())
+    assert stopped.idle_waiting is None  # a stop ends the wait: nothing watches again
 
 
 def test_a_start_is_refused_while_one_runs_or_starts_and_a_change_needs_a_cluster_in_use() -> None:
@@ -300,6 +366,8 @@ def test_every_row_of_the_table_is_met_by_these_tests(monkeypatch: pytest.Monkey
     for scenario in (
         test_a_start_a_change_and_a_stop_go_through_their_phases,
         test_a_park_and_a_resume_go_through_their_phases,
+        test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it,
+        test_an_idle_watch_parks_a_cluster_in_use_and_waits_for_a_start_or_change_under_way,
         test_a_start_is_refused_while_one_runs_or_starts_and_a_change_needs_a_cluster_in_use,
         test_a_start_decided_from_an_old_view_is_answered_look_again,
         test_a_stop_during_a_start_ends_it_and_the_start_cannot_take_its_cluster_or_be_ready,

@@ -10,6 +10,7 @@ driver, they say so in one line."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 
@@ -182,6 +183,40 @@ def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
 
 
+def test_the_scheduler_answers_another_client_while_the_resume_that_work_brought_runs(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The resume a graph brings runs off the scheduler's event loop: while it is held (the stand-in's restore
+    waits until another client got its answer), the scheduler answers that client; then the graph's result comes."""
+    from distributed import Client
+
+    current = kernel_cluster.in_use()
+    assert current is not None
+    one_line(shell, "park", capsys)
+    entered, release, late = threading.Event(), threading.Event(), threading.Event()
+    restore = checkpoint.StandInCheckpoint.restore
+
+    def held(driver: checkpoint.StandInCheckpoint, pid: int) -> None:
+        entered.set()
+        if not release.wait(60):  # nobody was answered meanwhile: the scheduler waited for this resume
+            late.set()
+        restore(driver, pid)
+
+    monkeypatch.setattr(checkpoint.StandInCheckpoint, "restore", held)
+    try:
+        total = current.client.compute(shell.user_ns["t_x"].sum())  # a graph: the scheduler's plugin resumes
+        assert entered.wait(60)
+        with Client(current.client.scheduler.address, set_as_default=False, timeout=30) as other:
+            answered = len(other.scheduler_info()["workers"])
+        assert not late.is_set() and answered == 2  # answered while the resume was held
+        assert kernel_cluster.phase() is Phase.PARKED and not total.done()
+    finally:
+        release.set()
+    assert total.result(timeout=60) == shell.user_ns["t_total"]
+    assert "%gpucluster: resumed 2 workers of 't_parked' in " in capsys.readouterr().out
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+
+
 def test_a_park_while_tasks_run_is_refused_and_changes_nothing(shell: InteractiveShell) -> None:
     code = "import time\nt_slow = t_x.map_blocks(lambda b: (time.sleep(3), b)[1]).sum().persist()"
     assert shell.run_cell(code).error_in_exec is None
@@ -276,7 +311,7 @@ def test_an_idle_park_that_comes_during_a_change_waits_for_it_then_parks(
     to settle rather than giving up (a loaded machine's start took longer than ``park_after``, and nothing parked)."""
     from gpu_magics.cluster.background.starting import Starting
     from gpu_magics.cluster.control import owner, parking
-    from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded
+    from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded, WatchAgain
 
     assert shell.run_cell("%gpucluster --cpu-workers 2 --name t_settling --replace").error_in_exec is None
     current = kernel_cluster.in_use()
@@ -286,9 +321,12 @@ def test_an_idle_park_that_comes_during_a_change_waits_for_it_then_parks(
     idle_park = parking.IdlePark(current, 0.3)
     try:
         idle_park.arm()
-        time.sleep(2.0)  # idle for longer than park_after, while the change is under way
+        deadline = time.monotonic() + 60  # idle for longer than park_after, while the change is under way
+        while kernel_cluster.kernel_cluster().idle_waiting is not idle_park and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert kernel_cluster.kernel_cluster().idle_waiting is idle_park  # it waits for the change, not polls
         assert kernel_cluster.phase() is Phase.CHANGING and states() == {"running"}
-        assert owner.post(ChangeEnded(changing)) == []
+        assert owner.post(ChangeEnded(changing)) == [WatchAgain(idle_park)]  # it watches again from now on
         deadline = time.monotonic() + 30
         while kernel_cluster.phase() is not Phase.PARKED and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpu_magics.cluster.control import kernel_cluster
-from gpu_magics.cluster.control.machine.events import Event, Instruction, TellListeners
+from gpu_magics.cluster.control.machine.events import Event, Instruction, TellListeners, WatchAgain
 from gpu_magics.cluster.control.machine.table import View
 from gpu_magics.text.units import dropped
 
@@ -125,6 +125,8 @@ def _handle(event: Event) -> list[Instruction]:
     for instruction in instructions:
         if isinstance(instruction, TellListeners):  # on the poster's thread: they may talk to the workers
             afterwards(functools.partial(_tell_listeners, instruction.cluster))
+        elif isinstance(instruction, WatchAgain):  # on the poster's thread: a new watch starts its thread
+            afterwards(instruction.watch.again)
     return instructions
 
 

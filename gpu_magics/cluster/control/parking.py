@@ -7,17 +7,16 @@ memory goes to host memory, the GPU is released). A process the driver refuses i
 running, and those already parked are resumed: a failed park loses nothing and leaves the cluster in use. Resume:
 every process restored and unlocked at once; PARKED → IN_USE. A resume that cannot get a GPU back leaves the
 cluster parked and says so (work that brought it fails with that line); the next try starts again. Work that
-reaches the scheduler while the cluster is parked resumes it first (``resume_on_work``, a scheduler plugin), and so
-does a ``%%gpurun`` cell on it; a cell that sends it nothing resumes nothing. A stop of a parked cluster resumes it
-first, so its workers end as usual. The cluster's record says it is parked (the side panel, the status bar,
-``/metrics``).
+reaches the scheduler while the cluster is parked resumes it first (``resume_on_work``, a scheduler plugin: the
+resume runs off the scheduler's event loop while the graph's tasks wait), and so does a ``%%gpurun`` cell on it; a
+cell that sends it nothing resumes nothing. A stop of a parked cluster resumes it first, so its workers end as usual.
+The cluster's record says it is parked (the side panel, the status bar, ``/metrics``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -25,7 +24,16 @@ from typing import Any
 from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.control import kernel_cluster, owner, record_writer
 from gpu_magics.cluster.control.answers import require_active
-from gpu_magics.cluster.control.machine.events import ParkAsked, WorkersMoved
+from gpu_magics.cluster.control.machine.events import (
+    IdleFor,
+    JoinResume,
+    ParkAsked,
+    ParkIdle,
+    ResumeAsked,
+    ResumeFailed,
+    WorkersMoved,
+    accepted,
+)
 from gpu_magics.cluster.control.machine.table import PhaseRefused, require
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
@@ -35,7 +43,6 @@ from gpu_magics.text.said import say
 from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds
 
 PLUGIN_NAME = "gpu-magics-resume-on-work"
-SETTLE_POLL_S = 0.25  # how often an idle park waits on a start or change still under way
 
 
 class TasksRunning(ClusterError):
@@ -95,18 +102,22 @@ def resume(*, asked: bool = True) -> str | None:
         if current is None:
             require_active("resume")
         raise ClusterError(f"{PROG} resume: {current.name!r} is not parked" if current else "nothing is parked")
-    with _resuming:
-        if current.parked is None:  # another thread resumed it meanwhile
-            return None
-        began = time.perf_counter()
-        failed = _all_at_once(_resume_one, state.processes)
-        if failed:
-            names = "; ".join(f"{name}: {why}" for name, why in failed.items())
-            raise ClusterError(
-                f"{PROG} resume: {len(failed)} of {len(state.processes)} worker(s) of {current.name!r} could not take "
-                f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
-            )
-        owner.post(WorkersMoved(current))
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    answer = owner.post(ResumeAsked(current, done))
+    joined = next((item.done for item in answer if isinstance(item, JoinResume)), None)
+    if joined is not None:  # another thread resumes it: its end is this one's (its line is its own)
+        joined.result()
+    if joined is not None or not accepted(answer):  # (or it resumed already)
+        return None
+    began = time.perf_counter()
+    try:
+        _resume_workers(current, state)
+    except BaseException as error:  # the cluster stays parked: those waiting hear why
+        owner.post(ResumeFailed(current))
+        done.set_exception(error)
+        raise
+    owner.post(WorkersMoved(current))
+    done.set_result(None)
     _record(current)
     if current.idle_park is not None:  # idle from now on: parked again after as long
         current.idle_park.arm()
@@ -115,6 +126,18 @@ def resume(*, asked: bool = True) -> str | None:
         f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r}{current.manager.park_note} in "
         f"{format_seconds(time.perf_counter() - began)}"
     )
+
+
+def _resume_workers(current: ActiveCluster, state: Parked) -> None:
+    """Every parked process of ``current`` restored and unlocked at once; a ``ClusterError`` names those that could
+    not take their GPU back."""
+    failed = _all_at_once(_resume_one, state.processes)
+    if failed:
+        names = "; ".join(f"{name}: {why}" for name, why in failed.items())
+        raise ClusterError(
+            f"{PROG} resume: {len(failed)} of {len(state.processes)} worker(s) of {current.name!r} could not take "
+            f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
+        )
 
 
 def resume_for_work() -> None:
@@ -137,9 +160,6 @@ def resume_first(said_here: bool = True) -> None:
         return
     if said is not None and said_here:
         say(said)
-
-
-_resuming = threading.Lock()  # one resume at a time: the magic's, a cell's, the plugin's
 
 
 def _record(current: ActiveCluster) -> None:
@@ -219,8 +239,9 @@ def _watch_for_work(current: ActiveCluster) -> None:
 
 
 def resume_on_work() -> Any:
-    """A scheduler plugin: a graph that arrives while the cluster is parked resumes it first (on the scheduler's
-    thread, before its tasks go to any worker)."""
+    """A scheduler plugin: a graph that arrives while the cluster is parked resumes it first, before its tasks go to
+    any worker. The resume runs off the scheduler's event loop, so the scheduler answers every client meanwhile; the
+    parked workers are paused on the scheduler until it ended (their tasks wait for them)."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class ResumeOnWork(SchedulerPlugin):
@@ -231,15 +252,35 @@ def resume_on_work() -> Any:
         ) -> None:
             del kwargs
             current = kernel_cluster.in_use()
-            if current is None or current.parked is None:
+            parked = None if current is None else current.parked
+            if parked is None:
                 return
-            try:
-                resume_for_work()
-            except ClusterError as error:  # the graph fails with the line, once its tasks were made (the next tries)
-                if client is not None:
-                    asyncio.get_running_loop().call_soon(_fail_graph, scheduler, client, list(keys), str(error))
+            waiting = [a for a, worker in scheduler.workers.items() if str(worker.name) in parked.processes]
+            _workers_status(scheduler, waiting, "paused")  # before the graph's transitions: its tasks wait
+            resuming = asyncio.get_running_loop().run_in_executor(None, resume_for_work)  # off the event loop
+            resuming.add_done_callback(lambda ended: _resumed(ended, scheduler, waiting, client, list(keys)))
 
     return ResumeOnWork()
+
+
+def _resumed(
+    ended: asyncio.Future[None], scheduler: Any, waiting: list[str], client: str | None, keys: list[Any]
+) -> None:
+    """On the scheduler's event loop, once the resume a graph brought ended: a failure fails the graph with its line
+    (the next graph tries again); the paused workers then take tasks again."""
+    error = ended.exception()
+    if isinstance(error, ClusterError):
+        if client is not None:
+            _fail_graph(scheduler, client, keys, str(error))
+    elif error is not None:
+        dropped("resuming the parked cluster for a graph", error)
+    _workers_status(scheduler, waiting, "running")
+
+
+def _workers_status(scheduler: Any, addresses: list[str], status: str) -> None:
+    """On the scheduler's event loop: the workers at ``addresses`` take tasks (``running``) or not (``paused``)."""
+    for address in addresses:
+        scheduler.handle_worker_status_change(status, address, stimulus_id=f"gpu-magics-resume-{time.time()}")
 
 
 def _fail_graph(scheduler: Any, client: str, keys: list[Any], line: str) -> None:
@@ -282,20 +323,16 @@ class IdlePark:
             self._watcher.stop()
             self._watcher = None
 
+    def again(self) -> None:
+        """Watch again from now on, unless stopped meanwhile (the start or change this watch waited for ended)."""
+        if self._watcher is not None:
+            self.arm()
+
     def _idle(self) -> None:
         """The watcher's end (on its thread): park, where the cluster is still in use and nothing is under way. A
-        start or change still under way (the scheduler can be idle while workers come) is waited for, then the
-        scheduler is asked again from a new watch."""
-        watcher = self._watcher
-        settling = (kernel_cluster.Phase.STARTING, kernel_cluster.Phase.CHANGING)
-        if kernel_cluster.in_use() is self.current and kernel_cluster.phase() in settling:
-            while kernel_cluster.in_use() is self.current and kernel_cluster.phase() in settling:
-                if watcher is None or watcher.stopped_within(SETTLE_POLL_S):
-                    return
-            if kernel_cluster.in_use() is self.current and kernel_cluster.phase() is kernel_cluster.Phase.IN_USE:
-                self.arm()
-            return
-        if kernel_cluster.in_use() is not self.current or kernel_cluster.phase() is not kernel_cluster.Phase.IN_USE:
+        start or change still under way (the scheduler can be idle while workers come) keeps it waiting: once that
+        ended, the scheduler is asked again from a new watch (``again``)."""
+        if not any(isinstance(item, ParkIdle) for item in owner.post(IdleFor(self.current, self))):
             return
         if running_tasks(self.current):  # the scheduler's idle clock lags a graph just sent: the next idle stretch
             self.arm()

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from gpu_magics.cluster.background.closing import Closing
     from gpu_magics.cluster.background.starting import Starting
     from gpu_magics.cluster.reading.running import ActiveCluster, Parked
@@ -88,6 +90,40 @@ class WorkersMoved(Event):
 
 
 @dataclasses.dataclass(frozen=True)
+class ResumeAsked(Event):
+    """A resume of ``cluster``'s parked workers is asked; ``done`` says how it ended (others asking meanwhile wait
+    for it)."""
+
+    what = "resuming"
+    cluster: ActiveCluster
+    done: Future[None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeFailed(Event):
+    """The resume under way of ``cluster``'s workers failed: they stay parked, the next try starts again."""
+
+    what = "resuming"
+    cluster: ActiveCluster
+
+
+class IdleWatch(Protocol):
+    """What watches a cluster for a stretch without a task (``parking.IdlePark``)."""
+
+    def again(self) -> None:
+        """Watch again from now on, unless stopped meanwhile."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IdleFor(Event):
+    """``watch`` saw ``cluster`` run no task for as long as it waits (``park_after``)."""
+
+    what = "parking an idle cluster"
+    cluster: ActiveCluster
+    watch: IdleWatch
+
+
+@dataclasses.dataclass(frozen=True)
 class StopAsked(Event):
     """A stop is asked (``only``: only while that cluster is in use; ``keep``: only a cluster that can be kept)."""
 
@@ -157,6 +193,35 @@ class CloseCluster(Instruction):
 
     cluster: ActiveCluster
     during: Starting | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeWorkers(Instruction):
+    """The poster resumes ``cluster``'s workers, then posts how it went and settles ``done``."""
+
+    cluster: ActiveCluster
+    done: Future[None]
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinResume(Instruction):
+    """A resume is under way already: the poster waits for ``done``."""
+
+    done: Future[None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParkIdle(Instruction):
+    """The idle watch's thread parks ``cluster`` (where no task runs)."""
+
+    cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchAgain(Instruction):
+    """A start or change that an idle watch waited for ended: ``watch`` watches again (on the poster's thread)."""
+
+    watch: IdleWatch
 
 
 def accepted(instructions: list[Instruction]) -> bool:

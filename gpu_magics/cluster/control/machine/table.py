@@ -36,21 +36,31 @@ from gpu_magics.cluster.control.machine.events import (
     CloseCluster,
     CloseEnded,
     Event,
+    IdleFor,
+    IdleWatch,
     Instruction,
+    JoinResume,
     KeepRefused,
     LookAgain,
     ParkAsked,
+    ParkIdle,
     Refused,
+    ResumeAsked,
+    ResumeFailed,
+    ResumeWorkers,
     SchedulerAnswered,
     StartAsked,
     StartEnded,
     StopAsked,
     TellListeners,
+    WatchAgain,
     WorkersMoved,
     WorkersReady,
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from gpu_magics.cluster.background.closing import Closing
     from gpu_magics.cluster.background.starting import Starting
     from gpu_magics.cluster.reading.running import ActiveCluster
@@ -105,6 +115,8 @@ class KernelCluster:
         self.failed: Starting | None = None
         self.winding: Starting | Closing | None = None
         self.generation = 0
+        self.resuming: Future[None] | None = None  # the resume of the parked workers under way
+        self.idle_waiting: IdleWatch | None = None  # an idle watch that waits for the start or change under way
         self.log: collections.deque[Stimulus] = collections.deque(maxlen=LOG_LENGTH)
 
     def view(self) -> View:
@@ -151,7 +163,12 @@ class KernelCluster:
             return self._refused(event, "the start is no longer under way")
         self._move(Phase.IN_USE)
         self.pending = None
-        return []
+        return self._settled()
+
+    def _settled(self) -> list[Instruction]:
+        """In use again: an idle watch that waited for the start or change watches again."""
+        watch, self.idle_waiting = self.idle_waiting, None
+        return [] if watch is None else [WatchAgain(watch)]
 
     def _start_failed(self, event: StartEnded) -> list[Instruction]:
         if self.pending is not event.start:
@@ -183,7 +200,7 @@ class KernelCluster:
             return self._refused(event, "the change is no longer under way")
         self._move(Phase.IN_USE)
         self.pending = None
-        return []
+        return self._settled()
 
     def _park(self, event: ParkAsked) -> list[Instruction]:
         if self.cluster is not event.cluster:
@@ -198,6 +215,34 @@ class KernelCluster:
         event.cluster.parked = event.parked
         if event.parked is None:
             self._move(Phase.IN_USE)
+            self.resuming = None
+        return []
+
+    def _resume(self, event: ResumeAsked) -> list[Instruction]:
+        """One resume at a time: who asks while one is under way waits for it."""
+        if self.cluster is not event.cluster or event.cluster.parked is None:
+            return self._refused(event, "its workers are not parked")
+        if self.resuming is not None:
+            return [JoinResume(self.resuming)]
+        self.resuming = event.done
+        return [ResumeWorkers(event.cluster, event.done)]
+
+    def _resume_failed(self, event: ResumeFailed) -> list[Instruction]:
+        if self.cluster is not event.cluster or self.resuming is None:
+            return self._refused(event, "no resume is under way")
+        self.resuming = None
+        return []
+
+    def _park_idle(self, event: IdleFor) -> list[Instruction]:
+        if self.cluster is not event.cluster:
+            return self._refused(event, "the cluster is no longer in use")
+        return [ParkIdle(event.cluster)]
+
+    def _idle_deferred(self, event: IdleFor) -> list[Instruction]:
+        """The scheduler can be idle while workers come: the watch waits for the start or change to end."""
+        if self.cluster is not event.cluster:
+            return self._refused(event, "the cluster is no longer in use")
+        self.idle_waiting = event.watch
         return []
 
     def _stop_nothing(self, event: StopAsked) -> list[Instruction]:
@@ -212,7 +257,7 @@ class KernelCluster:
         start = self.pending
         assert start is not None
         self._move(Phase.CLOSING)
-        self.pending, self.winding = None, start
+        self.pending, self.winding, self.idle_waiting = None, start, None
         return [CancelStart(start), *self._use(None)]
 
     def _stop_cluster(self, event: StopAsked) -> list[Instruction]:
@@ -224,7 +269,7 @@ class KernelCluster:
             return [KeepRefused(cluster)]
         during = self.pending
         self._move(Phase.CLOSING)
-        self.pending, self.winding = None, None
+        self.pending, self.winding, self.idle_waiting, self.resuming = None, None, None, None
         return [CloseCluster(cluster, during), *self._use(None)]
 
     def _close_began(self, event: CloseBegan) -> list[Instruction]:
@@ -263,6 +308,10 @@ _rows(ChangeAsked, KernelCluster._change_refused, P.CHANGING)
 _rows(ChangeEnded, KernelCluster._change_ended, P.CHANGING)
 _rows(ParkAsked, KernelCluster._park, P.IN_USE)
 _rows(WorkersMoved, KernelCluster._workers_moved, P.PARKED)
+_rows(ResumeAsked, KernelCluster._resume, P.PARKED)
+_rows(ResumeFailed, KernelCluster._resume_failed, P.PARKED)
+_rows(IdleFor, KernelCluster._park_idle, P.IN_USE)
+_rows(IdleFor, KernelCluster._idle_deferred, P.STARTING, P.CHANGING)
 _rows(StopAsked, KernelCluster._stop_nothing, P.IDLE, P.CLOSING)
 _rows(StopAsked, KernelCluster._stop_start, P.STARTING)
 _rows(StopAsked, KernelCluster._stop_cluster, P.IN_USE, P.CHANGING, P.PARKED)

@@ -9,22 +9,24 @@ would take, and nothing asserts on how long a step took.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cli_cluster import cli_cluster
-from tests.test_kernel_faults import Kernel, loaded_kernel
+from tests.test_kernel_faults import TASKS_RUNNING, Kernel, loaded_kernel
 
 pytestmark = pytest.mark.slow
 
-WORK_TEMPLATE = """import time
+WORK_TEMPLATE = """import os, pathlib, time
 import dask.array as da
 import numpy as np
 
+mark = pathlib.Path(os.environ["GPU_MAGICS_RUNTIME_DIR"], "tasks-running")  # Kernel.wait_for_mark
+
 def slow_chunk(block):
+    mark.touch()
     time.sleep(0.5)
     return block
 
@@ -58,8 +60,9 @@ print('left', _counts, 'places', len(_counts))
 
 def interrupted(kernel: Kernel, cell: str) -> str:
     """Run ``cell``, interrupt it once its chunks run, and return what it showed (it ended in KeyboardInterrupt)."""
+    (kernel.runtime_dir / TASKS_RUNNING).unlink(missing_ok=True)  # an earlier cell's, on this module's kernel
     msg_id = kernel.start(cell)
-    time.sleep(5.0)  # the runs compute their first chunks
+    kernel.wait_for_mark(TASKS_RUNNING)  # the runs compute their first chunks
     kernel.manager.interrupt_kernel()  # SIGINT to the kernel's process group, as JupyterLab does
     reply, text = kernel.finish(msg_id, timeout=60)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", text

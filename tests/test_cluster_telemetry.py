@@ -104,7 +104,9 @@ def test_a_cells_figures_come_from_the_reports_of_its_own_window() -> None:
     for it (bounded), and a reading taken before the cell, or after the next one began, is not in them."""
     from gpu_magics.gpurun.live.cell_monitor import figures_from, within_cell
 
-    seen = ClusterTelemetry(None, interval=0.2, local_hostname="jupyter-host")  # type: ignore[arg-type]
+    # a long interval: the wait for the late report below (1.5 intervals) is a bound its timer never comes near,
+    # however busy the machine
+    seen = ClusterTelemetry(None, interval=20.0, local_hostname="jupyter-host")  # type: ignore[arg-type]
     seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=95.0),), t=time.time()))  # the last cell's
     feed = seen.feed()
     start = time.time()

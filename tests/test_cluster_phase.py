@@ -32,6 +32,7 @@ from gpu_magics.cluster.control.machine.events import (
     Refused,
     ResumeAsked,
     ResumeFailed,
+    ResumeFirst,
     ResumeWorkers,
     SchedulerAnswered,
     StartAsked,
@@ -165,6 +166,24 @@ def test_a_park_and_a_resume_go_through_their_phases() -> None:
     assert kc.handle(StopAsked()) == [CloseCluster(cluster, None), TellListeners(None)]  # parked: closed too
 
 
+def test_a_parked_cluster_asked_to_stop_or_change_resumes_first() -> None:
+    kc = machine_in(Phase.PARKED)
+    cluster = kc.cluster
+    assert cluster is not None
+    change = handle("restarting")
+    assert kc.handle(ChangeAsked(change, cluster)) == [
+        Refused("beginning a change: refused while the cluster is parked")
+    ]
+    kc.handle(WorkersMoved(cluster, Parked({"w": 1}, 10, 0.0)))  # its workers parked
+    assert kc.handle(ChangeAsked(change, a_cluster())) == [
+        Refused("beginning a change: the cluster it changes is no longer in use")
+    ]
+    assert kc.handle(ChangeAsked(change, cluster)) == [ResumeFirst(cluster)] and kc.phase is Phase.PARKED
+    assert kc.handle(StopAsked(only=a_cluster())) == []  # another cluster: nothing
+    assert kc.handle(StopAsked()) == [ResumeFirst(cluster)] and kc.phase is Phase.PARKED
+    assert kc.handle(StopAsked(resumed=True)) == [CloseCluster(cluster, None), TellListeners(None)]  # tried: closed
+
+
 def test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it() -> None:
     kc = machine_in(Phase.PARKED)
     cluster = kc.cluster
@@ -183,7 +202,8 @@ def test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it() -> None:
     assert parked.cluster is not None
     parked.handle(WorkersMoved(parked.cluster, Parked({"w": 1}, 10, 0.0)))
     parked.handle(ResumeAsked(parked.cluster, first))
-    parked.handle(StopAsked())  # a stop while it resumes: the resume's end changes nothing
+    assert parked.handle(StopAsked()) == [ResumeFirst(parked.cluster)]  # it joins the resume under way, then
+    parked.handle(StopAsked(resumed=True))  # stops: the resume's end changes nothing
     assert parked.resuming is None and not accepted(parked.handle(ResumeFailed(parked.cluster)))
 
 
@@ -366,6 +386,7 @@ def test_every_row_of_the_table_is_met_by_these_tests(monkeypatch: pytest.Monkey
     for scenario in (
         test_a_start_a_change_and_a_stop_go_through_their_phases,
         test_a_park_and_a_resume_go_through_their_phases,
+        test_a_parked_cluster_asked_to_stop_or_change_resumes_first,
         test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it,
         test_an_idle_watch_parks_a_cluster_in_use_and_waits_for_a_start_or_change_under_way,
         test_a_start_is_refused_while_one_runs_or_starts_and_a_change_needs_a_cluster_in_use,

@@ -217,6 +217,18 @@ def test_the_scheduler_answers_another_client_while_the_resume_that_work_brought
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
 
 
+def test_a_restart_while_parked_resumes_first_then_restarts(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one_line(shell, "park", capsys)
+    said = one_line(shell, "restart", capsys)
+    assert said.startswith("%gpucluster: resumed 2 workers of 't_parked' in ")
+    assert "restarted 't_parked'" in said
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+    setup = "t_x = da.arange(1000, chunks=100).persist()\nassert int(t_x.sum().compute()) == t_total"
+    assert shell.run_cell(setup).error_in_exec is None  # the restart let its data go: the next tests have it again
+
+
 def test_a_park_while_tasks_run_is_refused_and_changes_nothing(shell: InteractiveShell) -> None:
     code = "import time\nt_slow = t_x.map_blocks(lambda b: (time.sleep(3), b)[1]).sum().persist()"
     assert shell.run_cell(code).error_in_exec is None

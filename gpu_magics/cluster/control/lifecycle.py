@@ -288,10 +288,11 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     with ``close``; a gateway cluster made here is left running with ``keep``); a start under way is stopped (what
     it made is closed). ``only``: stop only if that cluster is still in use. Says what it did, within about
     ``STOP_WAIT_S`` seconds whatever runs: what has not ended by then goes on ending in the background."""
-    parking.resume_first(said_here=False)  # a parked cluster's workers end as usual once resumed
     if keep and kernel_cluster.phase() is Phase.STARTING:
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
     answer = owner.post(events.StopAsked(only, keep))
+    if parking.resumed_first(answer, said_here=False):  # a parked cluster's workers end as usual once resumed
+        answer = owner.post(events.StopAsked(only, keep, resumed=True))
     refused = next((item.cluster for item in answer if isinstance(item, events.KeepRefused)), None)
     if refused is not None:
         steps.refuse_keep(refused)

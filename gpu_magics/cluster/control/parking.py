@@ -26,11 +26,13 @@ from gpu_magics.cluster.control import kernel_cluster, owner, record_writer
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine.events import (
     IdleFor,
+    Instruction,
     JoinResume,
     ParkAsked,
     ParkIdle,
     ResumeAsked,
     ResumeFailed,
+    ResumeFirst,
     WorkersMoved,
     accepted,
 )
@@ -145,6 +147,24 @@ def resume_for_work() -> None:
     said = resume(asked=False)
     if said is not None:
         say(said)
+
+
+def resumed_first(answer: list[Instruction], *, said_here: bool = True) -> bool:
+    """Where the machine answered ``ResumeFirst``: resume the parked cluster (its line said here, where
+    ``said_here``; its failure raised, or only logged where not: a stop closes it all the same); whether it did or
+    tried (the verb then posts its event again)."""
+    if not any(isinstance(item, ResumeFirst) for item in answer):
+        return False
+    try:
+        said = resume(asked=False)
+    except ClusterError as error:
+        if said_here:
+            raise
+        dropped("resuming the parked cluster before it stops", error)  # it stops all the same: its workers end
+        return True
+    if said is not None and said_here:
+        say(said)
+    return True
 
 
 def resume_first(said_here: bool = True) -> None:

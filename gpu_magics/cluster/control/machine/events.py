@@ -125,11 +125,13 @@ class IdleFor(Event):
 
 @dataclasses.dataclass(frozen=True)
 class StopAsked(Event):
-    """A stop is asked (``only``: only while that cluster is in use; ``keep``: only a cluster that can be kept)."""
+    """A stop is asked (``only``: only while that cluster is in use; ``keep``: only a cluster that can be kept;
+    ``resumed``: the poster resumed a parked cluster first, or tried: it closes as it is)."""
 
     what = "stopping"
     only: ActiveCluster | None = None
     keep: bool = False
+    resumed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +195,13 @@ class CloseCluster(Instruction):
 
     cluster: ActiveCluster
     during: Starting | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeFirst(Instruction):
+    """``cluster`` is parked: the poster resumes it first, then posts its event again."""
+
+    cluster: ActiveCluster
 
 
 @dataclasses.dataclass(frozen=True)

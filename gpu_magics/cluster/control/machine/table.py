@@ -47,6 +47,7 @@ from gpu_magics.cluster.control.machine.events import (
     Refused,
     ResumeAsked,
     ResumeFailed,
+    ResumeFirst,
     ResumeWorkers,
     SchedulerAnswered,
     StartAsked,
@@ -195,6 +196,15 @@ class KernelCluster:
         assert self.pending is not None
         return self._refused(event, f"the cluster is {self.pending.verb} already")
 
+    def _change_parked(self, event: ChangeAsked) -> list[Instruction]:
+        """A restart or scale asks the workers: a parked cluster resumes first."""
+        cluster = self.cluster
+        if cluster is None or cluster is not event.cluster:
+            return self._refused(event, "the cluster it changes is no longer in use")
+        if cluster.parked is None:  # its park is under way
+            return self._refused(event)
+        return [ResumeFirst(cluster)]
+
     def _change_ended(self, event: ChangeEnded) -> list[Instruction]:
         if self.pending is not event.change:
             return self._refused(event, "the change is no longer under way")
@@ -272,6 +282,14 @@ class KernelCluster:
         self.pending, self.winding, self.idle_waiting, self.resuming = None, None, None, None
         return [CloseCluster(cluster, during), *self._use(None)]
 
+    def _stop_parked(self, event: StopAsked) -> list[Instruction]:
+        """A parked cluster resumes first, so its workers end as usual (where that failed: it closes all the same)."""
+        cluster = self.cluster
+        elsewhere = event.only is not None and event.only is not cluster
+        if event.resumed or elsewhere or cluster is None or cluster.parked is None:
+            return self._stop_cluster(event)
+        return [ResumeFirst(cluster)]
+
     def _close_began(self, event: CloseBegan) -> list[Instruction]:
         if self.winding is not None:
             return self._refused(event, "a close is under way already")
@@ -305,6 +323,7 @@ _rows(StartEnded, KernelCluster._start_failed, P.STARTING)
 _rows(StartEnded, KernelCluster._stopped_start_ended, P.CLOSING)
 _rows(ChangeAsked, KernelCluster._begin_change, P.IN_USE)
 _rows(ChangeAsked, KernelCluster._change_refused, P.CHANGING)
+_rows(ChangeAsked, KernelCluster._change_parked, P.PARKED)
 _rows(ChangeEnded, KernelCluster._change_ended, P.CHANGING)
 _rows(ParkAsked, KernelCluster._park, P.IN_USE)
 _rows(WorkersMoved, KernelCluster._workers_moved, P.PARKED)
@@ -314,7 +333,8 @@ _rows(IdleFor, KernelCluster._park_idle, P.IN_USE)
 _rows(IdleFor, KernelCluster._idle_deferred, P.STARTING, P.CHANGING)
 _rows(StopAsked, KernelCluster._stop_nothing, P.IDLE, P.CLOSING)
 _rows(StopAsked, KernelCluster._stop_start, P.STARTING)
-_rows(StopAsked, KernelCluster._stop_cluster, P.IN_USE, P.CHANGING, P.PARKED)
+_rows(StopAsked, KernelCluster._stop_cluster, P.IN_USE, P.CHANGING)
+_rows(StopAsked, KernelCluster._stop_parked, P.PARKED)
 _rows(CloseBegan, KernelCluster._close_began, P.CLOSING)
 _rows(CloseEnded, KernelCluster._wound_down, P.CLOSING)
 

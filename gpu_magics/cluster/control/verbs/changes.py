@@ -31,7 +31,6 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
     """``restart`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
     from gpu_magics.cluster.workers import warmup
 
-    parking.resume_first()
     current = lifecycle.require_owned("restart")
 
     def job(change: Starting) -> ClusterInfo:
@@ -70,7 +69,6 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
     """``scale`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
     from gpu_magics.cluster.control import steps
 
-    parking.resume_first()
     current = lifecycle.require_owned("scale", scalable=True)
     current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
 
@@ -104,7 +102,10 @@ def _change(
     if scheduler is not None:
         changing.counting(lambda: len(scheduler.workers))
     try:  # decided on the owner: the cluster is still in use, and nothing else changes it
-        require(owner.post(ChangeAsked(changing, current)))
+        answer = owner.post(ChangeAsked(changing, current))
+        if parking.resumed_first(answer):  # parked: its workers run again first
+            answer = owner.post(ChangeAsked(changing, current))
+        require(answer)
     except PhaseRefused:
         raise ClusterError(
             f"{PROG} {_VERBS[verb]}: {current.name!r} is not ready for it (it is "

@@ -234,14 +234,20 @@ def test_a_scheduler_that_goes_away_mid_cell_fails_the_cell_in_one_line(
         with capture_output():
             ip.run_line_magic("gpucluster", f"--address {leaving.address}")
         try:
-            killer = threading.Timer(2.0, lambda: _end_scheduler(leaving))
+            client = cluster.require_client()
+
+            def end_once_running() -> None:  # the scheduler goes away while the cell's task runs
+                wait_for(lambda: any(client.processing().values()), 120, "the cell's task running")
+                _end_scheduler(leaving)
+
+            killer = threading.Thread(target=end_once_running, daemon=True)
             killer.start()
-            cell = "import time\nfrom distributed import get_client\nget_client().submit(time.sleep, 60).result()\n"
+            cell = "import time\nfrom distributed import get_client\nget_client().submit(time.sleep, 300).result()\n"
             began = time.monotonic()
             with capture_output() as shown:
                 ip.run_cell_magic("gpurun", "multi-gpu -q", cell)
-            assert time.monotonic() - began < 45
-            killer.join()
+            assert time.monotonic() - began < 150  # ended by the scheduler's end, not the task's 300 s
+            killer.join(30)
             text = shown.stdout + shown.stderr + "".join(o.data.get("text/plain", "") for o in shown.outputs)
             assert "went away" in text and "Traceback" not in text
             with pytest.raises(UsageError) as raised:

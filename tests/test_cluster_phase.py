@@ -4,8 +4,10 @@ start racing a stop from another thread ending in one phase that both agree on."
 
 from __future__ import annotations
 
+import functools
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
@@ -15,6 +17,7 @@ from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting
 from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
 from gpu_magics.cluster.control.machine.events import (
+    AdaptAsked,
     CancelStart,
     ChangeAsked,
     ChangeEnded,
@@ -22,6 +25,7 @@ from gpu_magics.cluster.control.machine.events import (
     CloseCluster,
     CloseEnded,
     Event,
+    FreeAsked,
     IdleFor,
     Instruction,
     JoinResume,
@@ -44,7 +48,7 @@ from gpu_magics.cluster.control.machine.events import (
     WorkersReady,
     accepted,
 )
-from gpu_magics.cluster.control.machine.table import TABLE, KernelCluster, Phase, PhaseRefused, require
+from gpu_magics.cluster.control.machine.table import TABLE, KernelCluster, Phase, PhaseRefused, describe, require
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 
@@ -105,6 +109,8 @@ def one_of_each(kc: KernelCluster) -> list[Event]:
         ResumeAsked(cluster, Future()),
         ResumeFailed(cluster),
         IdleFor(cluster, Watch()),
+        AdaptAsked(cluster),
+        FreeAsked(cluster),
         StopAsked(),
         CloseBegan(a_closing()),
         CloseEnded(),
@@ -182,6 +188,26 @@ def test_a_parked_cluster_asked_to_stop_or_change_resumes_first() -> None:
     assert kc.handle(StopAsked(only=a_cluster())) == []  # another cluster: nothing
     assert kc.handle(StopAsked()) == [ResumeFirst(cluster)] and kc.phase is Phase.PARKED
     assert kc.handle(StopAsked(resumed=True)) == [CloseCluster(cluster, None), TellListeners(None)]  # tried: closed
+
+
+@pytest.mark.parametrize("asked", [AdaptAsked, FreeAsked])
+def test_adapt_and_free_ask_the_workers_of_the_cluster_in_use_and_a_parked_one_resumes_first(
+    asked: type[AdaptAsked | FreeAsked],
+) -> None:
+    for phase in (Phase.STARTING, Phase.IN_USE, Phase.CHANGING, Phase.PARKED):
+        kc = machine_in(phase)
+        cluster = kc.cluster or a_cluster()
+        if phase is Phase.STARTING:
+            assert not accepted(kc.handle(asked(cluster)))  # not yet in use
+            assert kc.pending is not None
+            kc.handle(SchedulerAnswered(kc.pending, cluster))
+        assert kc.handle(asked(cluster)) == []  # a park under way: its workers not yet parked
+        assert kc.handle(asked(a_cluster())) == [Refused(f"{asked.what}: the cluster is no longer in use")]
+        assert kc.phase is phase
+    kc = machine_in(Phase.PARKED)
+    assert kc.cluster is not None
+    kc.handle(WorkersMoved(kc.cluster, Parked({"w": 1}, 10, 0.0)))
+    assert kc.handle(asked(kc.cluster)) == [ResumeFirst(kc.cluster)] and kc.phase is Phase.PARKED
 
 
 def test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it() -> None:
@@ -387,6 +413,12 @@ def test_every_row_of_the_table_is_met_by_these_tests(monkeypatch: pytest.Monkey
         test_a_start_a_change_and_a_stop_go_through_their_phases,
         test_a_park_and_a_resume_go_through_their_phases,
         test_a_parked_cluster_asked_to_stop_or_change_resumes_first,
+        functools.partial(
+            test_adapt_and_free_ask_the_workers_of_the_cluster_in_use_and_a_parked_one_resumes_first, AdaptAsked
+        ),
+        functools.partial(
+            test_adapt_and_free_ask_the_workers_of_the_cluster_in_use_and_a_parked_one_resumes_first, FreeAsked
+        ),
         test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it,
         test_an_idle_watch_parks_a_cluster_in_use_and_waits_for_a_start_or_change_under_way,
         test_a_start_is_refused_while_one_runs_or_starts_and_a_change_needs_a_cluster_in_use,
@@ -401,6 +433,16 @@ def test_every_row_of_the_table_is_met_by_these_tests(monkeypatch: pytest.Monkey
     ):
         scenario()
     assert set(TABLE) - met == set()
+
+
+ARCHITECTURE = Path(__file__).parents[1] / "docs" / "explanation" / "architecture.md"
+
+
+def test_the_architecture_page_shows_the_table_as_it_is() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    shown = text.split("<!-- the phase table, from machine.table.describe() -->", 1)[1]
+    shown = shown.split("<!-- end of the phase table -->", 1)[0].strip()
+    assert shown == describe(), f"the phase table of {ARCHITECTURE.name} should read:\n{describe()}"
 
 
 def test_the_log_keeps_the_last_events_with_the_phase_and_generation_they_met() -> None:

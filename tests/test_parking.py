@@ -229,6 +229,16 @@ def test_a_restart_while_parked_resumes_first_then_restarts(
     assert shell.run_cell(setup).error_in_exec is None  # the restart let its data go: the next tests have it again
 
 
+def test_freeing_the_workers_memory_while_parked_resumes_first(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one_line(shell, "park", capsys)
+    said = one_line(shell, "free workers", capsys)
+    assert said.startswith("%gpucluster: resumed 2 workers of 't_parked' in ")
+    assert "%gpucluster free: 2 workers gave back " in said
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+
+
 def test_a_park_while_tasks_run_is_refused_and_changes_nothing(shell: InteractiveShell) -> None:
     code = "import time\nt_slow = t_x.map_blocks(lambda b: (time.sleep(3), b)[1]).sum().persist()"
     assert shell.run_cell(code).error_in_exec is None

@@ -347,8 +347,8 @@ def wait_wound_down(timeout: float) -> bool:
 
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
-    parking.resume_first()
     current = require_owned("adapt", scalable=True)
+    parking.asking_workers(events.AdaptAsked(current), "adapt")
     return written_status(current, steps.adapt(current, minimum, maximum))
 
 
@@ -357,8 +357,9 @@ def free_workers() -> tuple[int, int, list[str]]:
     workers that answered, why some memory stays); ``NoCluster`` without a cluster."""
     from gpu_magics.cluster.telemetry.pools import free_workers as free_on_workers
 
-    parking.resume_first()
-    client = require_active("free").client
+    current = require_active("free")
+    parking.asking_workers(events.FreeAsked(current), "free")
+    client = current.client
     try:
         return free_on_workers(client)
     except (OSError, RuntimeError, AttributeError) as error:  # the scheduler silent or gone, the loop or client closed

@@ -25,6 +25,8 @@ from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.control import kernel_cluster, owner, record_writer
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine.events import (
+    AdaptAsked,
+    FreeAsked,
     IdleFor,
     Instruction,
     JoinResume,
@@ -167,19 +169,14 @@ def resumed_first(answer: list[Instruction], *, said_here: bool = True) -> bool:
     return True
 
 
-def resume_first(said_here: bool = True) -> None:
-    """Before a verb that asks the workers: resume a parked cluster (its line printed here, where ``said_here``)."""
-    if kernel_cluster.phase() is not kernel_cluster.Phase.PARKED:
-        return
-    try:
-        said = resume(asked=False)
-    except ClusterError as error:
-        if said_here:
-            raise
-        dropped("resuming the parked cluster before it stops", error)  # it stops all the same: its workers end
-        return
-    if said is not None and said_here:
-        say(said)
+def asking_workers(event: AdaptAsked | FreeAsked, verb: str) -> None:
+    """Post ``event`` for a verb that asks the workers (``adapt``, ``free``): a parked cluster resumes first (its
+    line said here); one the machine refuses is the verb's one line."""
+    answer = owner.post(event)
+    if resumed_first(answer):
+        answer = owner.post(event)
+    if not accepted(answer):
+        raise ClusterError(_refused(verb, event.cluster))
 
 
 def _record(current: ActiveCluster) -> None:

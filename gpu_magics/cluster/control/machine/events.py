@@ -124,6 +124,22 @@ class IdleFor(Event):
 
 
 @dataclasses.dataclass(frozen=True)
+class AdaptAsked(Event):
+    """``cluster``'s workers are asked to adapt between a minimum and a maximum."""
+
+    what = "adapting"
+    cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class FreeAsked(Event):
+    """``cluster``'s workers are asked to give back what their pools cache."""
+
+    what = "freeing the workers' memory"
+    cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
 class StopAsked(Event):
     """A stop is asked (``only``: only while that cluster is in use; ``keep``: only a cluster that can be kept;
     ``resumed``: the poster resumed a parked cluster first, or tried: it closes as it is)."""

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from gpu_magics.cluster.control.machine.events import (
+    AdaptAsked,
     CancelStart,
     ChangeAsked,
     ChangeEnded,
@@ -36,6 +37,7 @@ from gpu_magics.cluster.control.machine.events import (
     CloseCluster,
     CloseEnded,
     Event,
+    FreeAsked,
     IdleFor,
     IdleWatch,
     Instruction,
@@ -151,7 +153,7 @@ class KernelCluster:
         self.pending, self.failed, self.winding = event.start, None, None
         return []
 
-    def _start_refused(self, event: StartAsked) -> list[Instruction]:
+    def _look_again_or_refuse(self, event: StartAsked) -> list[Instruction]:
         return [LookAgain()] if event.seen != self.generation else self._refused(event)
 
     def _take_into_use(self, event: SchedulerAnswered) -> list[Instruction]:
@@ -204,6 +206,13 @@ class KernelCluster:
         if cluster.parked is None:  # its park is under way
             return self._refused(event)
         return [ResumeFirst(cluster)]
+
+    def _ask_workers(self, event: AdaptAsked | FreeAsked) -> list[Instruction]:
+        """Adapt and free ask the workers: a parked cluster resumes first; otherwise they go ahead."""
+        cluster = self.cluster
+        if cluster is None or cluster is not event.cluster:
+            return self._refused(event, "the cluster is no longer in use")
+        return [] if self.phase is not Phase.PARKED or cluster.parked is None else [ResumeFirst(cluster)]
 
     def _change_ended(self, event: ChangeEnded) -> list[Instruction]:
         if self.pending is not event.change:
@@ -316,7 +325,7 @@ def _rows(event: type[E], row: Row[E], *phases: Phase) -> None:
 
 P = Phase
 _rows(StartAsked, KernelCluster._begin_start, P.IDLE, P.CLOSING)
-_rows(StartAsked, KernelCluster._start_refused, P.STARTING, P.IN_USE, P.CHANGING, P.PARKED)
+_rows(StartAsked, KernelCluster._look_again_or_refuse, P.STARTING, P.IN_USE, P.CHANGING, P.PARKED)
 _rows(SchedulerAnswered, KernelCluster._take_into_use, P.STARTING)
 _rows(WorkersReady, KernelCluster._start_ready, P.STARTING)
 _rows(StartEnded, KernelCluster._start_failed, P.STARTING)
@@ -325,6 +334,8 @@ _rows(ChangeAsked, KernelCluster._begin_change, P.IN_USE)
 _rows(ChangeAsked, KernelCluster._change_refused, P.CHANGING)
 _rows(ChangeAsked, KernelCluster._change_parked, P.PARKED)
 _rows(ChangeEnded, KernelCluster._change_ended, P.CHANGING)
+_rows(AdaptAsked, KernelCluster._ask_workers, P.STARTING, P.IN_USE, P.CHANGING, P.PARKED)
+_rows(FreeAsked, KernelCluster._ask_workers, P.STARTING, P.IN_USE, P.CHANGING, P.PARKED)
 _rows(ParkAsked, KernelCluster._park, P.IN_USE)
 _rows(WorkersMoved, KernelCluster._workers_moved, P.PARKED)
 _rows(ResumeAsked, KernelCluster._resume, P.PARKED)
@@ -345,3 +356,17 @@ def require(instructions: list[Instruction]) -> list[Instruction]:
         if isinstance(instruction, Refused):
             raise PhaseRefused(instruction.why)
     return instructions
+
+
+def describe() -> str:
+    """The table as ``docs/explanation/architecture.md`` shows it: each phase, and what each event it takes does
+    there (its row's name); any other event is refused."""
+    lines = ["| phase | event: its row (any other event is refused) |", "|---|---|"]
+    for phase in Phase:
+        rows = [
+            f"`{event.__name__}`: {row.__name__.strip('_').replace('_', ' ')}"
+            for (at, event), row in TABLE.items()
+            if at is phase
+        ]
+        lines.append(f"| {phase.value} | {'; '.join(rows)} |")
+    return "\n".join(lines)

@@ -42,7 +42,7 @@ from gpu_magics.cluster.control.machine.table import PhaseRefused, require
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 from gpu_magics.cluster.workers import checkpoint
-from gpu_magics.text.errors import ClusterError, NotOurs
+from gpu_magics.text.errors import ClusterError, NotOurs, shown_as_one_line
 from gpu_magics.text.said import say
 from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds
 
@@ -306,9 +306,8 @@ def _fail_graph(scheduler: Any, client: str, keys: list[Any], line: str) -> None
     worker; results already in memory (persisted data the graph asked for again) are neither failed nor let go. On
     the scheduler's event loop, right after the graph's own transitions."""
     from distributed.core import error_message
-    from IPython.core.error import UsageError
 
-    exception = error_message(UsageError(line))["exception"]
+    exception = error_message(shown_as_one_line(line))["exception"]
     pending = [key for key in keys if getattr(scheduler.tasks.get(key), "state", None) != "memory"]  # data stays
     for key in pending:
         scheduler.report({"op": "task-erred", "key": key, "exception": exception, "traceback": None}, client=client)

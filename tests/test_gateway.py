@@ -24,6 +24,7 @@ from gpu_magics.cluster.options import gateway_short_name
 from gpu_magics.gpurun.graphs import device
 from tests.free_ports import free_port
 from tests.gateway_server import PASSWORD, GatewayServer, gateway_server, gateway_without_workers
+from tests.waiting import wait_for
 
 pytest.importorskip("dask_gateway_server", reason="needs dask-gateway-server (the test extra)")
 pytest.importorskip("dask_gateway")  # first: its import adds its defaults to dask's config, which a config.set undoes
@@ -415,7 +416,13 @@ def test_the_gateway_going_away_mid_cell_is_one_line_and_the_kernel_goes_on(
     with using(doomed, monkeypatch, tmp_path):
         magic(ip, "--gateway --workers 1")
         ip.run_cell("import dask.array as da, numpy as np, time", store_history=False)
-        threading.Timer(2.0, doomed.kill).start()
+        client = cluster.require_client()
+
+        def kill_once_running() -> None:  # the gateway goes away while the cell's tasks run
+            wait_for(lambda: any(client.processing().values()), 120, "the cell's tasks running")
+            doomed.kill()
+
+        threading.Thread(target=kill_once_running, daemon=True).start()
         slow = "t_y = da.ones((8,), chunks=1).map_blocks(lambda b: (time.sleep(3), b)[1], meta=np.empty(0)).sum()\n"
         with capture_output() as shown:
             ip.run_cell_magic("gpurun", "multi-gpu -o t_run --no-monitor", slow + "t_y.compute()\n")

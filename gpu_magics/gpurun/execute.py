@@ -243,6 +243,7 @@ def run_on_backend(
     first_here = first_run_on(plan)  # its first run pays start-up costs
     if observer is not None:
         observer.start(plan)
+    began = time.perf_counter()
     try:
         with plan.activate():
             warming = warm_up is not None
@@ -276,6 +277,10 @@ def run_on_backend(
                     split = recorded.split  # the split of the best run, the one the summary quotes
                 if outcome.failed:
                     break
+    except KeyboardInterrupt as error:  # between two runs, in this package's code: the cell's interrupt, one line
+        outcome = Outcome(error=error)
+        shell.showtraceback((type(error), error.with_traceback(None), None), tb_offset=0)
+        times = times or [time.perf_counter() - began]  # the runs timed so far; else the interrupted one's time
     finally:
         figures = observer.stop() if observer is not None else None
     if tasks is not None and len(times) > 1:

@@ -22,6 +22,7 @@ MAGICS_CLASSES: tuple[str, ...] = (
 )
 LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.background.start_logs:package_logs_to_file",  # what a catch lets go: to the kernel's log
+    "gpu_magics.cluster.background.kept_interrupts:install",  # an interrupt always ends the cell
     "gpu_magics.display.formatters:register",
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
@@ -36,6 +37,7 @@ UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.gpurun.live.interrupt_view:uninstall",
     "gpu_magics.magics.cell_gate:uninstall",
     "gpu_magics.magics.config_gate:uninstall",
+    "gpu_magics.cluster.background.kept_interrupts:uninstall",
     "gpu_magics.cluster.background.start_logs:package_logs_back",
 )
 

@@ -83,7 +83,7 @@ _package_file.setFormatter(logging.Formatter(FORMAT))
 _before: list[tuple[bool, int]] = []  # the logger's propagate and level before ``package_logs_to_file``
 
 
-GC_NOTES = "distributed.gc"  # the scheduler this kernel hosts notes slow garbage collections here (a busy host)
+GC_NOTES = "distributed.gc"  # slow garbage collections, where distributed's GC diagnosis runs (``kept_interrupts``)
 COMM_NOTES = "distributed.batched"  # its stream to a worker that went (a stop, a cancelled batch job): a traceback
 NOTES = (GC_NOTES, COMM_NOTES)
 
@@ -135,7 +135,11 @@ def last_error(path: Path, since: int) -> str | None:
 def during_start(wanted: bool) -> Iterator[None]:
     """Inside the block (a start, ``wanted``: of a cluster started here), distributed's lines go to this kernel's
     log file (nowhere else when it cannot be written); a ``UsageError`` that leaves the block after distributed
-    wrote there names the file and the last error in it."""
+    wrote there names the file and the last error in it. A scheduler started here leaves interrupts alone
+    (``kept_interrupts.scheduler_gc_off``)."""
+    from gpu_magics.cluster.background import kept_interrupts
+
+    kept_interrupts.scheduler_gc_off()
     try:
         log = log_path() if wanted else None
     except OSError:

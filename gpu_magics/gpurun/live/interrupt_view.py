@@ -5,7 +5,8 @@ Installed at ``%load_ext`` around the shell's traceback formatter (``Interactive
 ``set_custom_exc`` would not do: its handler's traceback is shown by ``showtraceback`` but dropped by ``run_code``):
 for a ``KeyboardInterrupt`` the traceback keeps the frames of the notebook's cells and of the user's own files, and
 drops those of installed libraries and of this package; an interrupt of one of this package's own waits (marked
-``frames_hidden``: a cluster's start, the imports begun at ``%load_ext``) shows as its one line; every other error
+``frames_hidden``: a cluster's start, the imports begun at ``%load_ext``) and one that came in this package's own
+code (a magic between its steps: ``%%gpurun --repeat`` between two runs) show as their one line; every other error
 shows as before. The cluster's side of the same: ``cluster.managers.steps.quiet_abandoned_gathers``.
 """
 
@@ -15,6 +16,7 @@ import os
 import sys
 import sysconfig
 import types
+from pathlib import Path
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -22,7 +24,7 @@ from IPython.core.interactiveshell import InteractiveShell
 _LIBRARIES = tuple(
     {os.path.realpath(path) for path in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"])}
 )
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+_PACKAGE = str(Path(__file__).resolve().parents[__name__.count(".") - 1]) + os.sep  # gpu_magics/, from here
 _KEY = "_gpu_magics_interrupt_view"
 
 
@@ -35,12 +37,15 @@ def _own(filename: str) -> bool:
 
 
 def users_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """``tb`` with only the user's frames (all of it where none is the user's)."""
+    """``tb`` with only the user's frames (all of it where none is the user's); none where it ends in this
+    package's own code: an interrupt of the package's work is its one line, as one of its waits is."""
     kept = []
     walk = tb
     while walk is not None:
         if _own(walk.tb_frame.f_code.co_filename):
             kept.append(walk)
+        if walk.tb_next is None and os.path.realpath(walk.tb_frame.f_code.co_filename).startswith(_PACKAGE):
+            return None
         walk = walk.tb_next
     if not kept:
         return tb

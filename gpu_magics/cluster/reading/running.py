@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.info import ClusterFacts
@@ -34,6 +34,24 @@ class Figures:
     devices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # worker name -> what it said and saw
     ready_s: float | None = None  # from the magic's start until the workers answered
     warm_s: float | None = None  # from then until they were warm
+
+
+class ParkWatch(Protocol):
+    """What parks the cluster after ``after_s`` seconds without a task (``control.parking.IdlePark``)."""
+
+    after_s: float
+
+    def arm(self) -> None:
+        """Watch from now on (a watch under way is replaced)."""
+
+    def again(self) -> None:
+        """Watch again from now on, unless stopped meanwhile."""
+
+    def stop(self) -> None:
+        """Watch no more."""
+
+    def left(self) -> float | None:
+        """Seconds until it parks the cluster if it stays idle (``None``: a task runs, or it watches no more)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +84,7 @@ class ActiveCluster:
     idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
     parked: Parked | None = None  # while its workers are parked: what the park holds
-    idle_park: Any = None  # parks it after a while without a task (``control.parking.IdlePark``), if asked
+    idle_park: ParkWatch | None = None  # parks it after a while without a task, if asked
 
     @property
     def devices(self) -> Mapping[str, Mapping[str, Any]]:

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from gpu_magics.cluster.background.closing import Closing
     from gpu_magics.cluster.background.starting import Starting
-    from gpu_magics.cluster.reading.running import ActiveCluster, Parked
+    from gpu_magics.cluster.reading.running import ActiveCluster, Parked, ParkWatch
 
 
 # -- events: what happened, as the verbs and their jobs tell it ----------------------------------------------------
@@ -107,20 +107,13 @@ class ResumeFailed(Event):
     cluster: ActiveCluster
 
 
-class IdleWatch(Protocol):
-    """What watches a cluster for a stretch without a task (``parking.IdlePark``)."""
-
-    def again(self) -> None:
-        """Watch again from now on, unless stopped meanwhile."""
-
-
 @dataclasses.dataclass(frozen=True)
 class IdleFor(Event):
     """``watch`` saw ``cluster`` run no task for as long as it waits (``park_after``)."""
 
     what = "parking an idle cluster"
     cluster: ActiveCluster
-    watch: IdleWatch
+    watch: ParkWatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +239,7 @@ class ParkIdle(Instruction):
 class WatchAgain(Instruction):
     """A start or change that an idle watch waited for ended: ``watch`` watches again (on the poster's thread)."""
 
-    watch: IdleWatch
+    watch: ParkWatch
 
 
 def accepted(instructions: list[Instruction]) -> bool:

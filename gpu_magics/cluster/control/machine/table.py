@@ -39,7 +39,6 @@ from gpu_magics.cluster.control.machine.events import (
     Event,
     FreeAsked,
     IdleFor,
-    IdleWatch,
     Instruction,
     JoinResume,
     KeepRefused,
@@ -66,7 +65,7 @@ if TYPE_CHECKING:
 
     from gpu_magics.cluster.background.closing import Closing
     from gpu_magics.cluster.background.starting import Starting
-    from gpu_magics.cluster.reading.running import ActiveCluster
+    from gpu_magics.cluster.reading.running import ActiveCluster, ParkWatch
 
 LOG_LENGTH = 100  # how many of the last events the machine keeps
 
@@ -119,7 +118,7 @@ class KernelCluster:
         self.winding: Starting | Closing | None = None
         self.generation = 0
         self.resuming: Future[None] | None = None  # the resume of the parked workers under way
-        self.idle_waiting: IdleWatch | None = None  # an idle watch that waits for the start or change under way
+        self.idle_waiting: ParkWatch | None = None  # an idle watch that waits for the start or change under way
         self.log: collections.deque[Stimulus] = collections.deque(maxlen=LOG_LENGTH)
 
     def view(self) -> View:

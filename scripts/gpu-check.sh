@@ -12,6 +12,9 @@
 #     spmd: %%gpurun spmd with torch on the GPUs: tests/gpu/test_spmd_gpu.py (NCCL ranks on their workers' GPUs, DDP,
 #           gloo CPU ranks, a DataLoader in a rank; the tests stage leaves that file to this stage when both run) and
 #           benchmarks/spmd.py (an empty SPMD cell, fresh ranks to the first all_reduce and a DDP step, against torchrun)
+#     breakdown: one cell split into its steps (the magic's own work, graph build, submit, scheduler, tasks, gather,
+#                summary), medians of interleaved rounds: empty %%gpurun gpu/multi-gpu -q cells, the seed on one GPU
+#                and on a one-worker %gpucluster (benchmarks/cell_breakdown.py; GPU 0)
 #     empty: the median of 50 empty cells (plain, in a session, %%gpurun -q) on multi-gpu, gpu and cpu-threads
 #     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     four: the seed on 1, 2, 4... GPUs against %%gpurun gpu in one process, with the split of each cell
@@ -94,6 +97,7 @@ for stage in "${stages[@]}"; do
       fi ;;
     cuda-start) run cuda-start python3 benchmarks/gpu_context_start.py --processes "1,$gpus" --holder ;;
     session) run session python3 benchmarks/session_backend.py --json "$OUT/session.json" ;;
+    breakdown) run breakdown env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/cell_breakdown.py --json "$OUT/breakdown.json" ;;
     empty) run empty-cells python3 benchmarks/session_backend.py --empty-only --count 50 --json "$OUT/empty.json" ;;
     four) run four-gpus python3 benchmarks/four_gpus.py --counts "$counts" --json "$OUT/four-gpus.json" ${FOUR_ARGS:-} ;;
     cluster) run multi-gpu python3 benchmarks/seed_workload.py --multi-gpu "$counts" --only-multi-gpu --json "$OUT/multi-gpu.json" ;;

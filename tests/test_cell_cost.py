@@ -16,6 +16,7 @@ from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.reading import inspection
 from gpu_magics.gpurun import backends
 from gpu_magics.gpurun.live.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor
 from gpu_magics.monitor.sampler import Sampler
@@ -90,6 +91,27 @@ class TestOnACluster:
                 "gpurun", "multi-gpu -q -o r", "import dask.array as da\nda.ones(10, chunks=5).sum().compute()"
             )
         assert shell.user_ns["r"].tasks and shell.user_ns["r"].tasks >= 2
+
+    def test_a_cluster_cells_plan_reads_the_workers_once(
+        self, shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Their count, their GPUs and the hardware line come from one reading (one round trip to a remote
+        scheduler); the next plan reads them again."""
+        read: list[Any] = []
+        original = inspection._scheduler_workers
+
+        def counting(client: Any) -> Any:
+            read.append(client)
+            return original(client)
+
+        monkeypatch.setattr(inspection, "_scheduler_workers", counting)
+        with capture_output():
+            shell.run_cell_magic("gpurun", "multi-gpu -q -o r", "x = 1")
+        assert "2 CPU workers" in shell.user_ns["r"].hardware
+        assert read == [cluster.require_client()]
+        with capture_output():
+            shell.run_cell_magic("gpurun", "multi-gpu -q", "x = 1")
+        assert len(read) == 2
 
     def test_the_scheduler_is_read_in_place_only_where_it_runs_here(self, shell: InteractiveShell) -> None:
         client = cluster.require_client()

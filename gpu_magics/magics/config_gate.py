@@ -134,6 +134,12 @@ def _is_config_call(node: ast.Call) -> bool:
 class ConfigGate(ast.NodeTransformer):
     """Wraps each ``%config`` call of a cell: ``checked(begin() or <the call>)``."""
 
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        """A cell without ``%config`` as it is (a walk over its nodes costs a fraction of transforming them)."""
+        if not any(isinstance(part, ast.Call) and _is_config_call(part) for part in ast.walk(node)):
+            return node
+        return self.generic_visit(node)
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         if not _is_config_call(node):

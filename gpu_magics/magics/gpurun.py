@@ -314,7 +314,10 @@ class GpuMagics(Magics, FreeGpuSettings):
         live = can_show_widgets(self._shell)
         if options.compare or "multi-gpu" in names:
             waited = progress.wait_for_cluster(live, prog)
-        plans, skipped = self._plan(options)
+        from gpu_magics.cluster.reading.inspection import one_reading
+
+        with one_reading():  # the workers' count, GPUs and hardware line from one reading of the scheduler
+            plans, skipped = self._plan(options)
         if waited >= 0.05 and not live:
             note = f"waited {format_seconds(waited)} for the cluster to start, not counted in the cell's time"
             plans = [dataclasses.replace(plan, notes=(note, *plan.notes)) for plan in plans]

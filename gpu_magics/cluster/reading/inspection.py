@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.info import WorkerGpu, WorkerInfo
@@ -24,12 +26,39 @@ def local_scheduler(client: Client) -> Any:
     return scheduler
 
 
+_readings: ContextVar[dict[int, dict[str, dict[str, Any]]] | None] = ContextVar("gpu_magics_readings", default=None)
+
+
+@contextlib.contextmanager
+def one_reading() -> Iterator[None]:
+    """Inside the block, ``scheduler_workers`` asks each client's scheduler once: a cell's plan reads the workers
+    three or four ways (their count, their GPUs, the hardware line), from one answer (one round trip where the
+    scheduler runs elsewhere)."""
+    token = _readings.set({})
+    try:
+        yield
+    finally:
+        _readings.reset(token)
+
+
 def scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
     """The scheduler's view of each worker, by address (in this process where the scheduler runs here)."""
+    held = _readings.get()
+    if held is not None and id(client) in held:
+        return dict(held[id(client)])
+    found = _scheduler_workers(client)
+    if held is not None:
+        held[id(client)] = found
+    return dict(found)
+
+
+def _scheduler_workers(client: Client) -> dict[str, dict[str, Any]]:
     scheduler = local_scheduler(client)
     if scheduler is not None and client.status == "running":
-        try:  # what scheduler_info() would fetch; a worker that joins meanwhile changes the dict: ask then
-            return {address: dict(worker) for address, worker in scheduler.identity()["workers"].items()}
+        # what scheduler_info() would fetch, the workers' part only; a worker that joins meanwhile changes the
+        # dict: ask then
+        try:
+            return {address: worker.identity() for address, worker in scheduler.workers.items()}
         except RuntimeError:
             pass
     try:

@@ -20,6 +20,7 @@ from gpu_magics.cluster.control.machine.events import (
     SchedulerAnswered,
     StartAsked,
     StartEnded,
+    TakeIntoUse,
     TellListeners,
 )
 from gpu_magics.cluster.options import parse_cluster_line
@@ -97,9 +98,13 @@ def test_an_event_is_handled_on_the_owner_and_its_listeners_hear_on_the_posters_
     remove = owner.on_change(lambda current: heard.append((current, threading.current_thread().name)))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernel_cluster.KernelCluster, "handle", recording)
+        patch.setattr(owner, "_carriers", {})  # what taking a real cluster into use sets: not this stand-in's
         try:
             assert owner.post(StartAsked(start, owner.view().generation)) == []
-            assert owner.post(SchedulerAnswered(start, cluster)) == [TellListeners(cluster)]
+            assert owner.post(SchedulerAnswered(start, cluster)) == [
+                TellListeners(cluster),
+                TakeIntoUse(start, cluster),
+            ]
             assert owner.post(StartEnded(start, failed=False)) == [TellListeners(None)]
         finally:
             remove()

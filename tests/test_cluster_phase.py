@@ -41,7 +41,9 @@ from gpu_magics.cluster.control.machine.events import (
     SchedulerAnswered,
     StartAsked,
     StartEnded,
+    StartReady,
     StopAsked,
+    TakeIntoUse,
     TellListeners,
     WatchAgain,
     WorkersMoved,
@@ -138,9 +140,9 @@ def test_a_start_a_change_and_a_stop_go_through_their_phases() -> None:
     start, cluster = handle(), a_cluster()
     assert kc.handle(StartAsked(start, kc.generation)) == []
     assert (kc.phase, kc.pending, kc.cluster) == (Phase.STARTING, start, None)
-    assert kc.handle(SchedulerAnswered(start, cluster)) == [TellListeners(cluster)]
+    assert kc.handle(SchedulerAnswered(start, cluster)) == [TellListeners(cluster), TakeIntoUse(start, cluster)]
     assert (kc.phase, kc.cluster) == (Phase.STARTING, cluster)  # in use while its workers come
-    assert kc.handle(WorkersReady(start)) == []
+    assert kc.handle(WorkersReady(start, 2.5)) == [StartReady(start, cluster, 2.5)]
     assert (kc.phase, kc.pending, kc.cluster) == (Phase.IN_USE, None, cluster)
     change = handle("restarting")
     assert kc.handle(ChangeAsked(change, cluster)) == []
@@ -251,7 +253,7 @@ def test_an_idle_watch_parks_a_cluster_in_use_and_waits_for_a_start_or_change_un
     assert not accepted(starting.handle(IdleFor(cluster, watch)))  # not in use yet: nothing watches it
     starting.handle(SchedulerAnswered(start, cluster))
     assert starting.handle(IdleFor(cluster, watch)) == []
-    assert starting.handle(WorkersReady(start)) == [WatchAgain(watch)]
+    assert starting.handle(WorkersReady(start)) == [StartReady(start, cluster, 0.0), WatchAgain(watch)]
     stopped = machine_in(Phase.CHANGING)
     assert stopped.cluster is not None
     stopped.handle(IdleFor(stopped.cluster, watch))
@@ -309,7 +311,7 @@ def machine_started(kc: KernelCluster) -> tuple[Starting, ActiveCluster]:
     start, cluster = handle(), a_cluster()
     assert kc.handle(StartAsked(start, kc.generation)) == []
     kc.handle(SchedulerAnswered(start, cluster))
-    assert kc.handle(WorkersReady(start)) == []
+    assert kc.handle(WorkersReady(start)) == [StartReady(start, cluster, 0.0)]
     return start, cluster
 
 

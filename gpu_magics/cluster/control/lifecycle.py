@@ -121,42 +121,12 @@ def begin(
     Returns the start's handle (``info``: the status once ready); ``listen`` gets it before it runs. Workers
     report their GPUs every ``telemetry_interval`` s (0: never); after ``idle_timeout`` s without a task (0:
     never) the cluster closes (attached, adopted: detached); after ``park_after`` s (0: never) its GPU workers park.
-    ``namespace``: where ``--from NAME`` looks.
-
-    The line is checked (``open``) before anything stops, so a bad line leaves what runs running; the owner then
-    decides from the phase: reuse what runs or starts, or begin this start where nothing changed meanwhile."""
+    ``namespace``: where ``--from NAME`` looks. What it does is decided from the phase (``_decide``)."""
     began = time.perf_counter()
     manager = make_manager(options, namespace or {})  # nothing happens yet: it only keeps the line's choices
-    opened_for: bool | None = None  # what ``open`` checked the line for: reusing what runs, or a start
-    while True:
-        seen = owner.view()
-        current = seen.cluster
-        if current is not None and seen.phase is Phase.IN_USE and current.client.status not in _ALIVE:
-            stop(only=current)  # it died under us: clean up, then start afresh
-            continue
-        running = seen.pending or current
-        reuse = running is not None and not options.replace
-        if opened_for is not reuse:
-            manager.open(reuse=reuse)  # before anything stops: a bad line leaves what runs running
-            opened_for = reuse
-        if reuse and seen.pending is not None:  # a start, restart or scale under way: the cluster this asks for
-            refuse_another(manager, options, seen.pending.manager or _manager(current), None, seen.pending.name)
-            manager.finish(options.cluster_name, keep=True)  # what it opened (a gateway's client) is let go
-            return seen.pending
-        if reuse and current is not None:
-            return _reuse(manager, options, current, idle_timeout)
-        if running is not None:
-            stop()  # --replace: what runs closes first
-            continue
-        closing = seen.winding
-        if closing is not None:  # its release puts dask's settings back: before this start makes its own
-            closing.finished.wait(WOUND_DOWN_WAIT_S)
-        handle = Starting(
-            PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, manager.workers_words
-        )
-        handle.manager = manager
-        if events.accepted(require(owner.post(events.StartAsked(handle, seen.generation)))):
-            break  # decided on the owner: nothing began or stopped since ``seen`` (else it looks again)
+    handle = _decide(manager, options, idle_timeout, None)
+    if handle.manager is not manager:  # the start, restart or scale under way, or the cluster in use, reused
+        return handle
     if listen is not None:
         listen(handle)
     job = functools.partial(_start_job, manager, options, began, telemetry_interval, (idle_timeout, park_after))
@@ -167,8 +137,37 @@ def begin(
     return handle
 
 
-def _manager(current: ActiveCluster | None) -> ClusterManager | None:
-    return None if current is None else current.manager
+def _decide(manager: ClusterManager, options: ClusterOptions, idle_timeout: float, opened_for: bool | None) -> Starting:
+    """From one view: reuse what runs or starts, stop it first (dead, or ``--replace``), or begin this start
+    (``StartAsked``); after a stop, or a view that changed meanwhile (``LookAgain``), it decides again. The line is
+    checked (``open``, for what ``opened_for`` says) before anything stops: a bad line leaves what runs running."""
+    seen = owner.view()
+    current = seen.cluster
+    running = seen.pending or current
+    reuse = running is not None and not options.replace
+    dead = current is not None and seen.phase is Phase.IN_USE and current.client.status not in _ALIVE
+    if not dead and opened_for is not reuse:
+        manager.open(reuse=reuse)
+        opened_for = reuse
+    if dead or (running is not None and not reuse):
+        stop(only=current if dead else None)  # died under us: clean up; --replace: what runs closes first
+        return _decide(manager, options, idle_timeout, opened_for)
+    if seen.pending is not None:  # a start, restart or scale under way: the cluster this asks for
+        by = seen.pending.manager or (None if current is None else current.manager)
+        refuse_another(manager, options, by, None, seen.pending.name)
+        manager.finish(options.cluster_name, keep=True)  # what it opened (a gateway's client) is let go
+        return seen.pending
+    if current is not None:
+        return _reuse(manager, options, current, idle_timeout)
+    if seen.winding is not None:  # its release puts dask's settings back: before this start makes its own
+        seen.winding.finished.wait(WOUND_DOWN_WAIT_S)
+    handle = Starting(
+        PROG, options.cluster_name, manager.expected_workers() or options.cpu_workers or 0, manager.workers_words
+    )
+    handle.manager = manager
+    if not events.accepted(require(owner.post(events.StartAsked(handle, seen.generation)))):
+        return _decide(manager, options, idle_timeout, opened_for)  # something began or stopped since ``seen``
+    return handle
 
 
 def _reuse(manager: ClusterManager, options: ClusterOptions, current: ActiveCluster, idle_timeout: float) -> Starting:
@@ -197,58 +196,61 @@ def _start_job(
     idle_after: tuple[float, float],
     handle: Starting,
 ) -> ClusterInfo:
-    """The start itself (``steps.start``), with distributed's own lines in the log file rather than the notebook;
-    the cluster is in use from the moment its scheduler answers (``idle_after``: the idle timeout and the idle park,
-    in seconds). Its end, whatever it is, is the owner's to say."""
-
-    def take_into_use(started: ActiveCluster) -> None:
-        if reports_every > 0:  # set before the owner takes it: a start stopped meanwhile lets all of it go
-            started.telemetry = start_collecting(started.client, reports_every, manager.declared_workers == "cpu")
-        idle_timeout, park_after = idle_after
-        started.idle = _idle_watcher(started, idle_timeout)
-        started.idle_park = parking.watch_idle(started, park_after)
-
-        def take() -> bool:  # on the owner: a stop asked meanwhile comes first, and this start ends as stopped
-            if not events.accepted(owner.post(events.SchedulerAnswered(handle, started))):
-                return False
-            started.saved_config = dask_settings.apply(manager.settings())
-            reports = started.telemetry
-            if reports is not None:
-                reports.kernel_held = kernel_report.held_by_uuid
-                started.refresher = RecordRefresher(
-                    lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
-                )
-            _register_atexit()
-            return True
-
-        if not owner.change(take):
-            raise StartCancelled  # the start's failure path lets what it made go
-        record_writer.write_record(started)
-
-    def ready(started: ActiveCluster) -> bool:
-        if not events.accepted(owner.post(events.WorkersReady(handle))):
-            return False
-        if started.workers_kind == "gpu":
-            from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
-
-            assert started.saved_config is not None
-            started.saved_config.update(dask_settings.apply(cupy_cluster_defaults()))
-        handle.ready_at(time.perf_counter() - began)
-        return True
-
+    """The start itself (``steps``), with distributed's own lines in the log file rather than the notebook: the
+    cluster is in use from the moment its scheduler answers (``SchedulerAnswered``; ``idle_after``: the idle timeout
+    and the idle park, in seconds), ready once its workers are (``WorkersReady``). Its end, whatever it is, is the
+    owner's to say (``StartEnded``)."""
     try:
         with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
-            started, waiting = steps.start(manager, options, began, handle, take_into_use)
+            started = steps.start(manager, options, handle)
+            with steps.undone_on_failure(started):
+                if reports_every > 0:  # set before the owner takes it: a start stopped meanwhile lets all of it go
+                    cpu = manager.declared_workers == "cpu"
+                    started.telemetry = start_collecting(started.client, reports_every, cpu)
+                started.idle = _idle_watcher(started, idle_after[0])
+                started.idle_park = parking.watch_idle(started, idle_after[1])
+                if not events.accepted(owner.post(events.SchedulerAnswered(handle, started))):
+                    raise StartCancelled  # a stop asked meanwhile came first: this start ends as stopped
+                record_writer.write_record(started)
+                waiting = steps.come(started, began, handle)
         state = cluster_state.read(started)  # the verb's one read: the record and the output are made from it
         if started.telemetry is not None:  # the view's hosts and GPUs come from the workers' first reports
             started.telemetry.wait_first_reports(len(state.workers))
         record_writer.write_record(started, state=state)
-        if not owner.change(functools.partial(ready, started)):
+        if not events.accepted(owner.post(events.WorkersReady(handle, time.perf_counter() - began))):
             raise StartCancelled  # stopped just now: what it made is the stop's to close
     except BaseException as error:  # the start's end, whatever it is, is the owner's to say; then it is raised
         owner.post(events.StartEnded(handle, failed=not isinstance(error, StartCancelled)))
         raise
     return cluster_state.describe(started, state, notice=waiting)
+
+
+def _take_into_use(taken: events.TakeIntoUse) -> None:
+    """On the owner, as the machine takes a start's cluster into use: dask's settings, the record's refresh."""
+    started = taken.cluster
+    started.saved_config = dask_settings.apply(started.manager.settings())
+    reports = started.telemetry
+    if reports is not None:
+        reports.kernel_held = kernel_report.held_by_uuid
+        started.refresher = RecordRefresher(
+            lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
+        )
+    _register_atexit()
+
+
+def _start_ready(ready: events.StartReady) -> None:
+    """On the owner, as the machine ends a start: GPU workers' dask settings, and how long the start took."""
+    started = ready.cluster
+    if started is not None and started.workers_kind == "gpu":
+        from gpu_magics.arrays.dask_settings import cupy_cluster_defaults
+
+        assert started.saved_config is not None
+        started.saved_config.update(dask_settings.apply(cupy_cluster_defaults()))
+    ready.start.ready_at(ready.elapsed)
+
+
+owner.carries(events.TakeIntoUse, _take_into_use)
+owner.carries(events.StartReady, _start_ready)
 
 
 def prestart_processes() -> None:
@@ -330,12 +332,8 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     elif during:
         line += during
     if held:
-        pieces = (
-            f"{held} piece of data kept on its workers (persisted chunks, futures) is"
-            if held == 1
-            else (f"{held} pieces of data kept on its workers (persisted chunks, futures) are")
-        )
-        line += f"; the {pieces} gone"
+        pieces = f"{held} piece{'s' if held > 1 else ''} of data kept on its workers (persisted chunks, futures)"
+        line += f"; the {pieces} {'are' if held > 1 else 'is'} gone"
     return line
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gpu_magics.cluster.reading.running import ActiveCluster
 
 T = TypeVar("T")
+Inst = TypeVar("Inst", bound=Instruction)
 THREAD_NAME = "gpu-magics-cluster-owner"
 
 _lock = threading.Lock()  # guards the thread's start only
@@ -120,10 +121,22 @@ def post(event: Event) -> list[Instruction]:
     return change(functools.partial(_handle, event))
 
 
+_carriers: dict[type[Instruction], Callable[[Any], None]] = {}
+
+
+def carries(kind: type[Inst], carrier: Callable[[Inst], None]) -> None:
+    """Have the owner carry out every ``kind`` instruction with ``carrier``, in the same step as the machine answered
+    it (a module above this one registers what it knows how to do, at its import)."""
+    _carriers[kind] = carrier
+
+
 def _handle(event: Event) -> list[Instruction]:
     instructions = kernel_cluster.kernel_cluster().handle(event)
     for instruction in instructions:
-        if isinstance(instruction, TellListeners):  # on the poster's thread: they may talk to the workers
+        carrier = _carriers.get(type(instruction))
+        if carrier is not None:
+            carrier(instruction)
+        elif isinstance(instruction, TellListeners):  # on the poster's thread: they may talk to the workers
             afterwards(functools.partial(_tell_listeners, instruction.cluster))
         elif isinstance(instruction, WatchAgain):  # on the poster's thread: a new watch starts its thread
             afterwards(instruction.watch.again)

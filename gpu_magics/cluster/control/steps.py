@@ -1,5 +1,6 @@
 """The lifecycle's one start and one scale skeleton, the same for every manager (``base.ClusterManager``):
-connect, wait for the workers, learn their GPUs, warm them; ask for more or fewer, wait, learn and warm the new
+connect (``start``), then, once the start's job took the cluster into use, wait for the workers, learn their GPUs,
+warm them (``come``, in ``undone_on_failure``); ask for more or fewer, wait, learn and warm the new
 ones. ``adapt MIN MAX`` through the manager's own ``adapt()`` (SLURM jobs leave the queue when idle; a cluster
 started here uses distributed's ``Adaptive``). Letting a cluster go, which the owner already took out of use
 (``release``: what taking it into use started ends and its client closes, off the owner: it waits for threads and
@@ -8,10 +9,11 @@ the network; ``forget_record``, on the owner: its record goes and dask's setting
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.error import UsageError
 
@@ -29,26 +31,16 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
-def start(
-    manager: ClusterManager,
-    options: ClusterOptions,
-    began: float,
-    starting: Starting,
-    take_into_use: Callable[[ActiveCluster], None],
-) -> tuple[ActiveCluster, str | None]:
-    """The cluster ``manager`` gives, and what its workers still wait for (``None``: they all came). Once its
-    scheduler answers, the cluster is taken into use (``take_into_use``: its status, record and panel show the
-    workers arrive); ``starting`` hears how far it got. ``ready_s`` counts from ``began`` (the magic's start)
-    until the workers answered, ``warm_s`` from then until they are warm. A failure (or ``starting``'s cancel)
-    releases the cluster (``release``) and closes what this made (SLURM: its jobs leave the queue); a failure is one
-    ``UsageError`` line."""
+def start(manager: ClusterManager, options: ClusterOptions, starting: Starting) -> ActiveCluster:
+    """The cluster ``manager`` gives, once its scheduler answers (not in use yet: the start's job posts that);
+    ``starting`` hears how far it got. A failure (or ``starting``'s cancel) closes what this made (SLURM: its jobs
+    leave the queue); a failure is one ``UsageError`` line."""
     client: Client | None = None
-    started: ActiveCluster | None = None
     try:
         client = manager.start(options, starting)
         quiet_abandoned_gathers(getattr(client.loop, "asyncio_loop", None))
         starting.check()
-        started = ActiveCluster(
+        return ActiveCluster(
             name=options.cluster_name,
             kind=options.kind,
             options=options,
@@ -57,30 +49,52 @@ def start(
             cluster=manager._local_cluster,
             gpu_ids=getattr(manager, "gpu_ids", ()),
         )
-        take_into_use(started)
-        starting.in_use.set()  # plain cells use its client from now on (their tasks wait for the workers)
-        starting.update(phase="workers")
-        notice = manager.await_workers(client, options, starting)
-        starting.check()
-        ready_s = time.perf_counter() - began
-        workers = inspection.scheduler_workers(client)
-        devices: dict[str, dict[str, Any]] = {}
-        manager.learn(client, devices, set(workers))
-        owner.replace_figures(started, devices=dict(devices), ready_s=ready_s)
-        seen = manager._warm(client, options, devices, starting) if workers else None
-        if seen is not None:
-            _merge(devices, seen)
-            owner.replace_figures(started, devices=devices, warm_s=time.perf_counter() - began - ready_s)
-        starting.check()
     except BaseException as error:  # the clean-up runs for any failure; re-raised, as one line where it is not one
-        dropped("the start", error)
-        if started is not None:
-            release(started)
-        _end_failed(manager, client, options.cluster_name)
-        if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit, StartCancelled)):
-            raise
-        raise StartFailed(f"{PROG}: {manager._start_words}: {one_line(error)}") from error
-    return started, notice
+        _failed(manager, None, client, options.cluster_name, error)
+
+
+@contextlib.contextmanager
+def undone_on_failure(started: ActiveCluster) -> Iterator[None]:
+    """A failure inside (or ``Starting``'s cancel) releases ``started`` (``release``) and closes what its start made;
+    it is raised again, as one ``UsageError`` line where it is not one."""
+    try:
+        yield
+    except BaseException as error:  # the clean-up runs for any failure
+        _failed(started.manager, started, started.client, started.name, error)
+
+
+def come(started: ActiveCluster, began: float, starting: Starting) -> str | None:
+    """Once ``started`` is in use (plain cells use its client: their tasks wait for the workers): wait for its
+    workers, learn their GPUs, warm them; returns what they still wait for (``None``: they all came). ``ready_s``
+    counts from ``began`` (the magic's start) until the workers answered, ``warm_s`` from then until they are warm."""
+    manager, client, options = started.manager, started.client, started.options
+    starting.in_use.set()
+    starting.update(phase="workers")
+    notice = manager.await_workers(client, options, starting)
+    starting.check()
+    ready_s = time.perf_counter() - began
+    workers = inspection.scheduler_workers(client)
+    devices: dict[str, dict[str, Any]] = {}
+    manager.learn(client, devices, set(workers))
+    owner.replace_figures(started, devices=dict(devices), ready_s=ready_s)
+    seen = manager._warm(client, options, devices, starting) if workers else None
+    if seen is not None:
+        _merge(devices, seen)
+        owner.replace_figures(started, devices=devices, warm_s=time.perf_counter() - began - ready_s)
+    starting.check()
+    return notice
+
+
+def _failed(
+    manager: ClusterManager, started: ActiveCluster | None, client: Client | None, name: str, error: BaseException
+) -> NoReturn:
+    dropped("the start", error)
+    if started is not None:
+        release(started)
+    _end_failed(manager, client, name)
+    if isinstance(error, (UsageError, KeyboardInterrupt, SystemExit, StartCancelled)):
+        raise error
+    raise StartFailed(f"{PROG}: {manager._start_words}: {one_line(error)}") from error
 
 
 def _end_failed(manager: ClusterManager, client: Client | None, name: str) -> None:

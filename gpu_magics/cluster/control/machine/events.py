@@ -40,10 +40,11 @@ class SchedulerAnswered(Event):
 
 @dataclasses.dataclass(frozen=True)
 class WorkersReady(Event):
-    """``start``'s workers are up and warm."""
+    """``start``'s workers are up and warm, ``elapsed`` seconds after the line asked for them."""
 
     what = "ending a start"
     start: Starting
+    elapsed: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +190,25 @@ class TellListeners(Instruction):
     """The cluster in use is now ``cluster`` (``None``: none): its listeners hear it, on the poster's thread."""
 
     cluster: ActiveCluster | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TakeIntoUse(Instruction):
+    """``start``'s scheduler answered: the owner sets what using ``cluster`` needs (dask's settings, the record's
+    refresh), in the same step as the machine took it."""
+
+    start: Starting
+    cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class StartReady(Instruction):
+    """``start``'s workers are ready: the owner sets what ``cluster``'s workers need, and the start says how long it
+    took (``elapsed`` seconds)."""
+
+    start: Starting
+    cluster: ActiveCluster | None
+    elapsed: float
 
 
 @dataclasses.dataclass(frozen=True)

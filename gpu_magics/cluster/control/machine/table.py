@@ -53,7 +53,9 @@ from gpu_magics.cluster.control.machine.events import (
     SchedulerAnswered,
     StartAsked,
     StartEnded,
+    StartReady,
     StopAsked,
+    TakeIntoUse,
     TellListeners,
     WatchAgain,
     WorkersMoved,
@@ -158,14 +160,14 @@ class KernelCluster:
     def _take_into_use(self, event: SchedulerAnswered) -> list[Instruction]:
         if self.pending is not event.start:
             return self._refused(event, "the start is no longer under way")
-        return self._use(event.cluster)
+        return [*self._use(event.cluster), TakeIntoUse(event.start, event.cluster)]
 
     def _start_ready(self, event: WorkersReady) -> list[Instruction]:
         if self.pending is not event.start:
             return self._refused(event, "the start is no longer under way")
         self._move(Phase.IN_USE)
         self.pending = None
-        return self._settled()
+        return [StartReady(event.start, self.cluster, event.elapsed), *self._settled()]
 
     def _settled(self) -> list[Instruction]:
         """In use again: an idle watch that waited for the start or change watches again."""

@@ -24,6 +24,7 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.background.start_logs:package_logs_to_file",  # what a catch lets go: to the kernel's log
     "gpu_magics.cluster.background.kept_interrupts:install",  # an interrupt always ends the cell
     "gpu_magics.display.formatters:register",
+    "gpu_magics.text.said:install",  # a line said from a thread goes to the cell at hand, or the next one
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
     "gpu_magics.gpurun.live.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
@@ -32,6 +33,7 @@ LOAD_HOOKS: tuple[str, ...] = (
 )
 UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:unregister",
+    "gpu_magics.text.said:uninstall",
     "gpu_magics.cluster.records.kernel_report:uninstall",
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
     "gpu_magics.gpurun.live.interrupt_view:uninstall",

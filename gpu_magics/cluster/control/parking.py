@@ -86,8 +86,10 @@ def park(idle_s: float | None = None) -> str:
     _record(current)
     _watch_for_work(current)
     count = len(targets)
-    idle = "" if idle_s is None else f" after {format_duration(idle_s)} without a task (ClusterMagics.park_after)"
-    idle = current.manager.park_note + idle  # simulated GPUs: says so
+    idle = current.manager.park_note  # simulated GPUs: says so
+    if idle_s is not None:  # said at the next cell, maybe much later: when, too
+        idle += f" at {time.strftime('%H:%M:%S')}, after {format_duration(idle_s)} without a task"
+        idle += " (ClusterMagics.park_after)"
     return (
         f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}{idle}: "
         f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}; the next cell "
@@ -258,7 +260,8 @@ def _watch_for_work(current: ActiveCluster) -> None:
 def resume_on_work() -> Any:
     """A scheduler plugin: a graph that arrives while the cluster is parked resumes it first, before its tasks go to
     any worker. The resume runs off the scheduler's event loop, so the scheduler answers every client meanwhile; the
-    parked workers are paused on the scheduler until it ended (their tasks wait for them)."""
+    parked workers are paused on the scheduler until it ended (their tasks wait for them). Its line, said from the
+    executor's thread, goes to the cell whose work brought it (``said.say``)."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class ResumeOnWork(SchedulerPlugin):
@@ -317,8 +320,8 @@ def _fail_graph(scheduler: Any, client: str, keys: list[Any], line: str) -> None
 
 class IdlePark:
     """Parks ``current`` after ``after_s`` seconds without a task (``%config ClusterMagics.park_after``), and again
-    each time it idles that long after a resume (which arms it again). The line goes to the notebook of the cell
-    that started the cluster, as the idle timeout's does."""
+    each time it idles that long after a resume (which arms it again). Its line, said from the watch's thread, goes
+    to the cell running then, else once to the top of the next cell (``said.say``)."""
 
     def __init__(self, current: ActiveCluster, after_s: float) -> None:
         self.current, self.after_s = current, after_s

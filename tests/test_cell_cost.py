@@ -14,7 +14,6 @@ from distributed import Client
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
 from gpu_magics.cluster.control import queries
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.gpurun import backends
@@ -73,7 +72,7 @@ class TestOnACluster:
     def test_an_empty_quiet_cell_asks_the_cluster_nothing(
         self, shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        client = cluster.require_client()
+        client = queries.require_client()
         asked: list[str] = []
         for verb in ("run_on_scheduler", "run", "scheduler_info"):
             original = getattr(client, verb)
@@ -108,14 +107,14 @@ class TestOnACluster:
         with capture_output():
             shell.run_cell_magic("gpurun", "multi-gpu -q -o r", "x = 1")
         assert "2 CPU workers" in shell.user_ns["r"].hardware
-        assert read == [cluster.require_client()]
+        assert read == [queries.require_client()]
         with capture_output():
             shell.run_cell_magic("gpurun", "multi-gpu -q", "x = 1")
         assert len(read) == 2
 
     def test_the_scheduler_is_read_in_place_only_where_it_runs_here(self, shell: InteractiveShell) -> None:
-        client = cluster.require_client()
-        assert queries.local_scheduler(client) is cluster.active().cluster.scheduler  # type: ignore[union-attr]
+        client = queries.require_client()
+        assert queries.local_scheduler(client) is queries.active().cluster.scheduler  # type: ignore[union-attr]
         attached = Client(client.scheduler.address, timeout=10, set_as_default=False)
         try:
             assert queries.local_scheduler(attached) is None

@@ -67,20 +67,20 @@ def test_an_import_that_fails_is_not_called_missing(tmp_path: Path, monkeypatch:
 def test_a_count_of_cpu_workers_the_host_cannot_start_is_refused_before_anything_starts(
     shell: InteractiveShell,
 ) -> None:
-    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control import queries
 
     shell.run_cell("%load_ext gpu_magics")
     with pytest.raises(UsageError) as refused:
         shell.run_line_magic("gpucluster", "--cpu-workers 100000")
     said = str(refused.value)
     assert said.startswith("%gpucluster --cpu-workers 100000: this machine can start at most ") and "\n" not in said
-    assert lifecycle.active() is None and lifecycle.start_under_way() is None
+    assert queries.active() is None and queries.start_under_way() is None
     with pytest.raises(UsageError, match=r"^%gpucluster scale 100000: this machine can start at most"):
         LocalCpuManager(parse_cluster_line("--cpu-workers 1")).check_scale(100000, "scale")
 
 
 def test_a_protocol_without_its_package_fails_the_magics_own_cell(shell: InteractiveShell) -> None:
-    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control import queries
 
     shell.run_cell("%load_ext gpu_magics")
     # as in a notebook, on this extension's instance only (a %config would stay on the shell for later tests)
@@ -88,7 +88,7 @@ def test_a_protocol_without_its_package_fails_the_magics_own_cell(shell: Interac
     result = shell.run_cell("%gpucluster --cpu-workers 1 --protocol ucx")
     assert isinstance(result.error_in_exec, UsageError)
     assert "UCX needs the distributed-ucxx package" in str(result.error_in_exec)
-    assert lifecycle.active() is None and lifecycle.start_under_way() is None
+    assert queries.active() is None and queries.start_under_way() is None
     assert shell.run_cell("print('next')").error_in_exec is None  # not said again
 
 

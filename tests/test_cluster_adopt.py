@@ -16,7 +16,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.waiting import wait_for
@@ -41,7 +42,7 @@ def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def magics(ip: InteractiveShell, runtime_dir: Path) -> Iterator[ClusterMagics]:
     instance = ip.magics_manager.registry["ClusterMagics"]
     yield instance
-    cluster.stop()
+    stop.stop()
 
 
 def gpucluster(magics: ClusterMagics, line: str) -> str:
@@ -73,7 +74,7 @@ def test_a_local_cluster_is_adopted_scaled_through_itself_and_only_detached(
             result = ip.run_cell(SEED)
         assert result.success and abs(float(result.result) - 11.0) < 5e-2
 
-        current = cluster.active()
+        current = queries.active()
         assert current is not None and current.manager is not None
         said = current.manager._wait_for_retired(current.client, 0.0, 1)  # nobody asked the second one to leave
         assert said is not None and "1 of 2 workers still retiring after" in said
@@ -87,7 +88,7 @@ def test_a_local_cluster_is_adopted_scaled_through_itself_and_only_detached(
 
         said = gpucluster(magics, "stop")
         assert "detached from 't_lc' (LocalCluster)" in said and "stop --close closes it" in said
-        assert made.status.name == "running" and cluster.active() is None
+        assert made.status.name == "running" and queries.active() is None
         assert list(runtime_dir.glob("gpu-magics-cluster-*.json")) == []
 
         gpucluster(magics, "--from t_lc --name again")
@@ -178,13 +179,13 @@ def test_workers_that_see_gpus_without_cupy_stay_cpu_workers(
     try:
         text = gpucluster(magics, "--from t_gpus")
         assert "Cluster 't_gpus'" in text and "could not use" not in text and "did not start" not in text
-        current = cluster.active()
+        current = queries.active()
         assert current is not None
         assert [seen.get("cupy") for seen in current.devices.values()] == [False]
-        assert cluster.split_workers_by_gpu()[0] == set()  # not a GPU worker for arrays
+        assert queries.split_workers_by_gpu()[0] == set()  # not a GPU worker for arrays
         with capture_output():
             result = ip.run_cell(SEED)
         assert result.success and abs(float(result.result) - 11.0) < 5e-2
     finally:
-        cluster.stop()
+        stop.stop()
         made.close()

@@ -21,7 +21,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpu_magics.cluster.control import lifecycle
+from gpu_magics.cluster.control import answers, queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.records import record as cluster_records
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ def shell(ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     try:
         yield ip
     finally:
-        lifecycle.stop()
+        stop.stop()
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ def wait_for_processing(timeout: float) -> bool:
     """Wait until the cluster's workers run a task."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        client = lifecycle.active_client()
+        client = queries.active_client()
         if client is not None and any(client.processing().values()):
             return True
         time.sleep(0.05)
@@ -84,7 +85,7 @@ def test_cluster_stopped_while_a_cell_runs_is_one_line(
 
     def stop_when_running() -> None:  # as the side panel's Stop does, from outside the cell
         stopped.append(wait_for_processing(120))
-        lifecycle.stop()
+        stop.stop()
 
     stopper = threading.Thread(target=stop_when_running, daemon=True)
     stopper.start()
@@ -98,7 +99,7 @@ def test_cluster_stopped_while_a_cell_runs_is_one_line(
     lines = [line for line in text.splitlines() if "stopped while this cell ran" in line]
     assert len(lines) == 1 and "%gpucluster" in lines[0]
     assert "cancelled for reason" not in text and "Traceback" not in text and "gpu_magics" not in text
-    assert lifecycle.active() is None
+    assert queries.active() is None
 
 
 SCHEDULER_SCRIPT = """
@@ -153,7 +154,7 @@ def test_a_cancellation_while_the_cluster_runs_is_the_users_own(shell: Interacti
     from gpu_magics.gpurun.live import cluster_loss
 
     shell.run_line_magic("gpucluster", "--cpu-workers 1 --no-dashboard --name cancelling")
-    client = lifecycle.require_client()
+    client = queries.require_client()
     error = FutureCancelledError("t-key", None)
     assert cluster_loss.lost_cluster_message(error, client, client) is None  # the user cancelled it
     assert cluster_loss.lost_cluster_message(error, client, None) == cluster_loss.stopped_message()
@@ -233,9 +234,9 @@ def test_a_dashboard_closes_without_a_traceback(
     distributed_stop: str,
 ) -> None:
     shell.run_line_magic("gpucluster", "--cpu-workers 1 --name dashboard")
-    current = lifecycle.active()
+    current = queries.active()
     assert current is not None and current.cluster is not None
-    assert lifecycle.dashboard_url() is not None
+    assert answers.dashboard_url() is not None
     scheduler = current.cluster.scheduler
     shell.run_line_magic("gpucluster", "stop")
     text = "".join(capfd.readouterr())
@@ -259,7 +260,7 @@ def test_ucx_without_distributed_ucxx_is_one_line_and_no_warning(
         message = str(raised.value)
         assert "\n" not in message and "distributed-ucxx" in message and f"--protocol {spelling}" in message
         assert [str(w.message) for w in caught] == []
-        assert lifecycle.active() is None
+        assert queries.active() is None
     text = "".join(capfd.readouterr())
     assert "FutureWarning" not in text and "failed to start" not in text
 
@@ -267,7 +268,7 @@ def test_ucx_without_distributed_ucxx_is_one_line_and_no_warning(
 def test_a_cluster_stopped_mid_cell_leaves_dask_on_its_local_scheduler(shell: InteractiveShell) -> None:
     """The stopped cluster's client took its scheduler setting back; the cell's own config must not restore it."""
     shell.run_line_magic("gpucluster", "--cpu-workers 1 --no-dashboard --name leaving")
-    stopper = threading.Thread(target=lambda: (wait_for_processing(120), lifecycle.stop()), daemon=True)
+    stopper = threading.Thread(target=lambda: (wait_for_processing(120), stop.stop()), daemon=True)
     stopper.start()
     shell.run_cell("%%gpurun multi-gpu -q\nimport time, dask\ndask.delayed(time.sleep)(300).compute()\n")
     stopper.join(150)
@@ -314,9 +315,10 @@ if __name__ == "__main__":
     shell = start_ipython()
     shell.run_line_magic("load_ext", "gpu_magics")
     shell.run_line_magic("gpucluster", "--cpu-workers 1 --name exiting")
-    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control import answers, queries
+    from gpu_magics.cluster.control.verbs import stop
 
-    print("dashboard:", lifecycle.dashboard_url(), flush=True)
+    print("dashboard:", answers.dashboard_url(), flush=True)
 """
 
 

@@ -12,19 +12,20 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_stopped_scheduler_is_not_kept_alive(ip: InteractiveShell) -> None:
-    cluster.stop()
+    stop.stop()
     stopped: list[weakref.ref[object]] = []
     for cycle in range(3):
         with capture_output():
             ip.run_line_magic("gpucluster", f"--cpu-workers 1 --name leak{cycle}")
             ip.run_cell("import dask.array as da\nt_sum = float(da.ones(100, chunks=10).sum().compute())")
-        current = cluster.active()
+        current = queries.active()
         assert current is not None and current.cluster is not None and ip.user_ns["t_sum"] == 100.0
         stopped.append(weakref.ref(current.cluster.scheduler))
         del current

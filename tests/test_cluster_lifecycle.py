@@ -25,8 +25,8 @@ from IPython.utils.capture import capture_output
 
 import gpu_magics
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
-from gpu_magics.cluster.control import record_writer
+from gpu_magics.cluster.control import answers, queries, record_writer
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
 from gpu_magics.text import hints
@@ -68,10 +68,10 @@ def gpucluster(magics: ClusterMagics, line: str) -> tuple[str, str]:
 @pytest.fixture
 def shared(magics: ClusterMagics) -> Client:
     """The module's 2-worker CPU cluster, started when no test left one running."""
-    current = cluster.active()
+    current = queries.active()
     if current is None or current.name != "shared":
         gpucluster(magics, "--cpu-workers 2 --name shared --replace --client t_client")
-    client = cluster.require_client()
+    client = queries.require_client()
     if len(client.scheduler_info(n_workers=-1)["workers"]) != 2:
         gpucluster(magics, "scale 2")
     return client
@@ -102,7 +102,7 @@ def records(runtime_dir: Path) -> list[dict[str, Any]]:
 def test_start_binds_to_localhost_and_shows_workers(
     shared: Client, magics: ClusterMagics, _session_shell: InteractiveShell
 ) -> None:
-    assert cluster.active_client() is shared and gpu_magics.client() is shared
+    assert queries.active_client() is shared and gpu_magics.client() is shared
     assert _session_shell.user_ns["t_client"] is shared
     info = shared.scheduler_info(n_workers=-1)
     assert info["address"].startswith("tcp://127.0.0.1:")
@@ -111,11 +111,11 @@ def test_start_binds_to_localhost_and_shows_workers(
         assert address.startswith("tcp://127.0.0.1:")
         assert worker["nanny"].startswith("tcp://127.0.0.1:")
         assert worker["nthreads"] == 1
-    dashboard = cluster.dashboard_url()
+    dashboard = answers.dashboard_url()
     assert dashboard is not None and dashboard.startswith("http://127.0.0.1:")
-    assert not cluster.has_gpu_workers()
-    assert cluster.describe_hardware() == "2 CPU workers x 1 thread"
-    assert cluster.gpu_worker_devices(shared) == {}
+    assert not queries.has_gpu_workers()
+    assert queries.describe_hardware() == "2 CPU workers x 1 thread"
+    assert queries.gpu_worker_devices(shared) == {}
     # worker processes are children of this process
     children = {child.pid for child in psutil.Process().children(recursive=True)}
     assert set(worker_pids(shared).values()) <= children
@@ -135,7 +135,7 @@ def test_record_is_private_and_describes_the_cluster(shared: Client, runtime_dir
     (data,) = records(runtime_dir)
     assert data["name"] == "shared" and data["kind"] == "cpu" and data["workers"] == 2
     assert data["scheduler_address"] == shared.scheduler.address
-    assert data["dashboard_url"] == cluster.dashboard_url()
+    assert data["dashboard_url"] == answers.dashboard_url()
     assert data["pid"] == os.getpid() and data["kernel_id"] is None and data["gpus"] == []
     assert [r.name for r in cluster_records.list_records()] == ["shared"]
 
@@ -143,7 +143,7 @@ def test_record_is_private_and_describes_the_cluster(shared: Client, runtime_dir
 def test_second_start_reuses_with_notice(shared: Client, magics: ClusterMagics) -> None:
     text, _ = gpucluster(magics, "--cpu-workers 3")
     assert "already up; using it (add --replace" in text
-    assert cluster.require_client() is shared
+    assert queries.require_client() is shared
     assert len(shared.scheduler_info(n_workers=-1)["workers"]) == 2
 
 
@@ -155,7 +155,7 @@ def test_scale_up_and_down(shared: Client, magics: ClusterMagics, runtime_dir: P
     gpucluster(magics, "scale 1")
     assert len(shared.scheduler_info(n_workers=-1)["workers"]) == 1
     assert records(runtime_dir)[0]["workers"] == 1
-    assert cluster.describe_hardware() == "1 CPU worker x 1 thread"
+    assert queries.describe_hardware() == "1 CPU worker x 1 thread"
 
 
 def test_workers_fork_from_the_prepared_server_and_warm_while_starting(shared: Client) -> None:
@@ -175,7 +175,7 @@ def test_workers_fork_from_the_prepared_server_and_warm_while_starting(shared: C
     for seen in shared.run(origin).values():
         assert "multiprocessing.forkserver" in seen["parent"] and seen["preloaded"]
         assert seen["threads_env"] == "1" and seen["hash_seed"] == "6640"  # distributed's pre-spawn environment
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.warm_s is not None
     pids = set(worker_pids(shared).values())
     assert {info["pid"] for info in current.devices.values()} == pids
@@ -190,7 +190,7 @@ def test_restart_replaces_worker_processes(shared: Client, magics: ClusterMagics
     assert "restarted 'shared'" in text
     after = worker_pids(shared)
     assert len(after) == 2 and not set(before.values()) & set(after.values())
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and {info["pid"] for info in current.devices.values()} == set(after.values())
     assert shared.submit(sum, [1, 2]).result() == 3
 
@@ -220,7 +220,7 @@ def test_replace_starts_a_new_cluster(shared: Client, magics: ClusterMagics, run
     text, _ = gpucluster(magics, "--cpu-workers 1 --name other --replace")
     assert "Cluster 'other': 1 CPU worker x 1 thread" in text
     assert "\nhost  worker" in text  # the start's table has the host column, as status has
-    client = cluster.require_client()
+    client = queries.require_client()
     assert client is not shared and client.scheduler.address != old_address
     assert wait_gone(old_pids, 15) == []
     assert [r["name"] for r in records(runtime_dir)] == ["other"]
@@ -232,7 +232,7 @@ def test_stop_closes_everything(
     pids = list(worker_pids(shared).values())
     text, _ = gpucluster(magics, "stop")
     assert "stopped cluster 'shared'" in text
-    assert cluster.active_client() is None and "t_client" not in _session_shell.user_ns
+    assert queries.active_client() is None and "t_client" not in _session_shell.user_ns
     assert wait_gone(pids, 15) == []
     assert records(runtime_dir) == []
     with pytest.raises(UsageError, match="%gpucluster"):
@@ -245,7 +245,7 @@ def test_stop_closes_everything(
 
 @pytest.mark.parametrize("line", ["scale 2", "restart", "dashboard"])
 def test_actions_without_a_cluster_are_usage_errors(magics: ClusterMagics, line: str) -> None:
-    cluster.stop()
+    stop.stop()
     with pytest.raises(UsageError) as caught:
         magics.gpucluster(line)
     assert "no cluster is running" in str(caught.value) and "\n" not in str(caught.value)
@@ -255,13 +255,13 @@ def test_actions_without_a_cluster_are_usage_errors(magics: ClusterMagics, line:
 
 
 def test_attach_never_stops_what_it_did_not_start(magics: ClusterMagics, runtime_dir: Path) -> None:
-    cluster.stop()
+    stop.stop()
     with LocalCluster(
         n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://", dashboard_address=None
     ) as external:
         text, _ = gpucluster(magics, f"--address {external.scheduler_address} --name ext --client t_ext")
         assert "Cluster 'ext': 1 CPU worker x 1 thread (attached), attached, not started here" in text
-        assert cluster.require_client().submit(sum, [1, 1]).result() == 2
+        assert queries.require_client().submit(sum, [1, 1]).result() == 2
         (data,) = records(runtime_dir)
         assert data["kind"] == "attached" and data["scheduler_address"] == external.scheduler_address
         for line in ("scale 2", "restart"):
@@ -276,7 +276,7 @@ def test_attach_never_stops_what_it_did_not_start(magics: ClusterMagics, runtime
 
 
 def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, runtime_dir: Path) -> None:
-    cluster.stop()
+    stop.stop()
     children = {child.pid for child in psutil.Process().children(recursive=True)}
     began = time.monotonic()
     with pytest.raises(UsageError) as caught:
@@ -284,7 +284,7 @@ def test_address_nobody_answers_is_a_quick_usage_error(magics: ClusterMagics, ru
     assert time.monotonic() - began < 10
     message = str(caught.value)
     assert message == f"%gpucluster --address {address}: no scheduler answered within 1 s (nothing listens there)"
-    assert cluster.active() is None and records(runtime_dir) == []
+    assert queries.active() is None and records(runtime_dir) == []
     assert {child.pid for child in psutil.Process().children(recursive=True)} <= children
 
 
@@ -295,7 +295,7 @@ def test_address_where_a_web_server_answers_is_a_bounded_one_line_error(
     import http.server
     import threading
 
-    cluster.stop()
+    stop.stop()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -310,7 +310,7 @@ def test_address_where_a_web_server_answers_is_a_bounded_one_line_error(
         server.server_close()
         thread.join(timeout=5)
     assert str(caught.value) == f"%gpucluster --address {address}: what answered there is not a Dask scheduler"
-    assert cluster.active() is None and records(runtime_dir) == []
+    assert queries.active() is None and records(runtime_dir) == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="needs a machine without CuPy")
@@ -319,7 +319,7 @@ def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
 ) -> None:
     from gpu_magics.cluster.workers import warmup
 
-    cluster.stop()
+    stop.stop()
     children = {child.pid for child in psutil.Process().children(recursive=True)}
 
     def failing(*args: object, **kwargs: object) -> None:
@@ -330,7 +330,7 @@ def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
         magics.gpucluster("--cpu-workers 1 --name broken")
     message = str(caught.value)
     assert "the cluster did not start: RuntimeError: the workers' warm-up failed" in message and "\n" not in message
-    assert cluster.active() is None and records(runtime_dir) == []
+    assert queries.active() is None and records(runtime_dir) == []
     started = [child.pid for child in psutil.Process().children(recursive=True) if child.pid not in children]
     assert wait_gone(started, 15) == []
 
@@ -339,33 +339,33 @@ def test_failed_warm_up_is_a_usage_error_and_leaves_nothing(
 
 
 def test_gpus_out_of_range_names_the_visible_ones(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster.stop()
+    stop.stop()
     use_gpus(monkeypatch, ["0", "1", "2", "3"])
     with pytest.raises(UsageError) as caught:
         magics.gpucluster("--gpus 7")
     message = str(caught.value)
     assert "no GPU 7 here; the 4 visible GPU(s) are 0, 1, 2, 3" in message and "\n" not in message
-    assert cluster.active() is None
+    assert queries.active() is None
 
 
 def test_no_gpu_points_to_cpu_workers(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster.stop()
+    stop.stop()
     use_gpus(monkeypatch, [])
     with pytest.raises(UsageError) as caught:
         magics.gpucluster("")
     message = str(caught.value)
     assert f"no GPU is visible on this machine; use %gpucluster --cpu-workers {hints.cpu_workers()} " in message
     assert "://" not in message  # nothing the notebook would show as a dead link
-    assert cluster.active() is None
+    assert queries.active() is None
 
 
 def test_missing_dask_cuda_is_a_usage_error(magics: ClusterMagics, monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster.stop()
+    stop.stop()
     use_gpus(monkeypatch, ["0"])
     monkeypatch.setitem(sys.modules, "dask_cuda", None)  # import fails even where it is installed
     with pytest.raises(UsageError, match="dask-cuda is not installed"):
         magics.gpucluster("--gpus 0")
-    assert cluster.active() is None
+    assert queries.active() is None
 
 
 def use_gpus(monkeypatch: pytest.MonkeyPatch, cuda_ids: list[str]) -> None:
@@ -400,10 +400,10 @@ def test_help_is_the_docstring(ip: InteractiveShell) -> None:
 
 
 def test_gpurun_multi_gpu_runs_on_cpu_workers_and_unload_stops(ip: InteractiveShell, runtime_dir: Path) -> None:
-    cluster.stop()
+    stop.stop()
     with capture_output():
         ip.run_line_magic("gpucluster", "--cpu-workers 2 --threads-per-worker 2")
-    client = cluster.require_client()
+    client = queries.require_client()
     pids = list(worker_pids(client).values())
     cell = (
         "import dask.array as da\n"
@@ -418,7 +418,7 @@ def test_gpurun_multi_gpu_runs_on_cpu_workers_and_unload_stops(ip: InteractiveSh
     assert "2 CPU workers x 2 threads" in str(result) and any("no GPU worker" in note for note in result.notes)
     ip.run_line_magic("unload_ext", "gpu_magics")
     try:
-        assert cluster.active() is None
+        assert queries.active() is None
         assert wait_gone(pids, 15) == []
         assert records(runtime_dir) == []
     finally:
@@ -432,13 +432,14 @@ KERNEL = textwrap.dedent(
     import json, os, sys, time
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
-    from gpu_magics.cluster.control import lifecycle as cluster
+    from gpu_magics.cluster.control import answers, queries
+    from gpu_magics.cluster.control.verbs import stop
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_magics")
     with capture_output():
         shell.run_line_magic("gpucluster", "--cpu-workers 2 --name doomed")
-    pids = list(cluster.require_client().run(os.getpid).values())
+    pids = list(queries.require_client().run(os.getpid).values())
     print(json.dumps(pids), flush=True)
     time.sleep(120)
     """
@@ -476,13 +477,13 @@ def test_an_unwritable_runtime_dir_is_said_once(
     blocker.write_text("")
     monkeypatch.setenv(cluster_records.RUNTIME_DIR_ENV, str(blocker / "runtime"))
     monkeypatch.setattr(record_writer, "_warned", False)
-    cluster.stop()
+    stop.stop()
     try:
         magics.gpucluster("--cpu-workers 1 --name unlisted")
         magics.gpucluster("scale 2")
         err = capsys.readouterr().err
     finally:
-        cluster.stop()
+        stop.stop()
     assert err.count("side panel will not list this cluster") == 1
     assert "gpu_magics" not in err and "\n" not in err.strip()
 
@@ -519,11 +520,11 @@ def test_an_adaptive_cluster_at_zero_workers_takes_a_cell_and_grows_for_it(
 ) -> None:
     """After ``adapt 0 2`` took the cluster to no workers, a ``%%gpurun multi-gpu`` cell runs (its tasks make the
     cluster start workers; it says so) and ``status`` says workers start when tasks wait, not "scale N"."""
-    cluster.stop()
+    stop.stop()
     gpucluster(magics, "--cpu-workers 1 --name t-adapt")
     try:
         gpucluster(magics, "adapt 0 2")
-        client = cluster.require_client()
+        client = queries.require_client()
         deadline = time.monotonic() + 60
         while client.scheduler_info(n_workers=-1)["workers"]:
             assert time.monotonic() < deadline, "adapt did not give its idle worker back"
@@ -543,4 +544,4 @@ def test_an_adaptive_cluster_at_zero_workers_takes_a_cell_and_grows_for_it(
         assert result.result == 100
         assert "it adapts up to 2, and the cell waits as they start" in shown
     finally:
-        cluster.stop()
+        stop.stop()

@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
+from gpu_magics.cluster.control import kernel_cluster, owner
 from gpu_magics.cluster.control.machine.events import (
     Event,
     Instruction,
@@ -23,6 +23,7 @@ from gpu_magics.cluster.control.machine.events import (
     TakeIntoUse,
     TellListeners,
 )
+from gpu_magics.cluster.control.verbs import start, stop
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.cluster.reading.running import ActiveCluster
 
@@ -130,7 +131,7 @@ def owner_changes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(kernel_cluster.KernelCluster, "_move", recording_move)
     monkeypatch.setattr(kernel_cluster.KernelCluster, "_use", recording_use)
     yield threads
-    lifecycle.stop()
+    stop.stop()
 
 
 @pytest.mark.slow  # a real cluster with a worker process
@@ -138,11 +139,11 @@ def test_a_real_start_and_a_stop_from_another_thread_change_the_state_on_the_own
     owner_changes: list[str],
 ) -> None:
     options = parse_cluster_line("--cpu-workers 1 --name owned")
-    info = lifecycle.start(options, telemetry_interval=0)
+    info = start.start(options, telemetry_interval=0)
     assert info.name == "owned" and kernel_cluster.in_use() is not None
     assert kernel_cluster.phase() is kernel_cluster.Phase.IN_USE
     said: list[str] = []
-    stopper = threading.Thread(target=lambda: said.append(lifecycle.stop()), name="a-stopping-thread")
+    stopper = threading.Thread(target=lambda: said.append(stop.stop()), name="a-stopping-thread")
     stopper.start()
     stopper.join(60)
     assert said == ["%gpucluster: stopped cluster 'owned'"]

@@ -15,7 +15,7 @@ import pytest
 
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner
+from gpu_magics.cluster.control import kernel_cluster, owner
 from gpu_magics.cluster.control.machine.events import (
     AdaptAsked,
     CancelStart,
@@ -51,6 +51,7 @@ from gpu_magics.cluster.control.machine.events import (
     accepted,
 )
 from gpu_magics.cluster.control.machine.table import TABLE, KernelCluster, Phase, PhaseRefused, describe, require
+from gpu_magics.cluster.control.verbs import start, stop
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 
@@ -536,16 +537,16 @@ def test_starts_and_stops_posted_from_many_threads_always_leave_one_consistent_p
 @pytest.mark.slow  # a real cluster with a worker process
 def test_a_real_start_racing_a_stop_from_another_thread_ends_in_one_phase() -> None:
     options = parse_cluster_line("--cpu-workers 1 --name racing")
-    start = lifecycle.begin(options, telemetry_interval=0, background=True)
+    starting = start.begin(options, telemetry_interval=0, background=True)
     said: list[str] = []
-    stopper = threading.Thread(target=lambda: said.append(lifecycle.stop()), name="a-stopping-thread")
+    stopper = threading.Thread(target=lambda: said.append(stop.stop()), name="a-stopping-thread")
     stopper.start()
     stopper.join(60)
-    start.finished.wait(60)
-    assert lifecycle.wait_wound_down(60)
+    starting.finished.wait(60)
+    assert stop.wait_wound_down(60)
     assert said and said[0].startswith("%gpucluster: stopped")
     assert kernel_cluster.phase() is Phase.IDLE
     assert kernel_cluster.in_use() is None and kernel_cluster.under_way() is None
     # the stop came first (its job ends as stopped, or fails on what the stop closed), or just after it was ready
-    assert start.progress().phase in ("stopped", "failed", "ready")
-    assert lifecycle.stop() == lifecycle.NO_CLUSTER
+    assert starting.progress().phase in ("stopped", "failed", "ready")
+    assert stop.stop() == stop.NO_CLUSTER

@@ -19,7 +19,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import gpu_magics
-from gpu_magics.cluster.control import lifecycle
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.text.argparsing import most_threads
 from tests.free_ports import free_port
 from tests.test_kernel_faults import loaded_kernel
@@ -38,13 +39,13 @@ def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
     with LocalCluster(n_workers=1, processes=False, protocol="tcp://", dashboard_address=None) as other:
         loaded_shell.user_ns["t_other"] = other
         yield loaded_shell
-    lifecycle.stop()
+    stop.stop()
 
 
 @pytest.fixture
 def keep(shell: InteractiveShell) -> Client:
     """The client of ``t_keep``, checked to be the one in use."""
-    current = lifecycle.active()
+    current = queries.active()
     assert current is not None and current.name == "t_keep"
     return current.client
 
@@ -60,7 +61,7 @@ def refused(shell: InteractiveShell, line: str) -> str:
 
 def assert_still_in_use(client: Client, pids: set[int]) -> None:
     """The same cluster in use, with the same worker processes, and working."""
-    assert gpu_magics.client() is client and lifecycle.active() is not None
+    assert gpu_magics.client() is client and queries.active() is not None
     assert set(client.run(os.getpid).values()) == pids
     assert client.submit(sum, [1, 2]).result(timeout=30) == 3
 

@@ -18,7 +18,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import answers, queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.managers.gateway import service
 from gpu_magics.cluster.options import gateway_short_name
 from gpu_magics.gpurun.graphs import device
@@ -61,13 +62,13 @@ def shell(
     import dask
 
     previous = gpus.set_inventory(None)
-    cluster.stop()
+    stop.stop()
     with dask.config.set(server.dask_config()):
         try:
             yield ip
         finally:
             with capture_output():
-                cluster.stop()
+                stop.stop()
             gpus.set_inventory(previous)
             for report in server.clusters():  # a test that failed half-way: leave the gateway empty for the next
                 _shut_down(server, str(report["name"]))
@@ -107,7 +108,7 @@ def test_a_gateway_cluster_starts_with_the_gateways_options_runs_a_cell_scales_a
         "--gateway --workers 2 --gateway-option worker_cores=2 --gateway-option worker_memory=1.5 "
         """--gateway-option spot=yes --gateway-option 'environment={"A": "1"}' --name gw""",
     )
-    info = cluster.status()
+    info = answers.status()
     assert info.kind == "gateway" and len(info.workers) == 2
     assert all(worker.threads == 2 for worker in info.workers)  # the option reached the gateway's workers
     (report,) = server.clusters()
@@ -119,7 +120,7 @@ def test_a_gateway_cluster_starts_with_the_gateways_options_runs_a_cell_scales_a
         "profile": "cpu",
         "environment": {"A": "1"},
     }
-    record = cluster.active()
+    record = queries.active()
     assert record is not None and record.record is not None and record.record.kind == "gateway"
     assert oct(record.record_path.stat().st_mode & 0o777) == "0o600"  # type: ignore[union-attr]
 
@@ -131,9 +132,9 @@ def test_a_gateway_cluster_starts_with_the_gateways_options_runs_a_cell_scales_a
 
     assert "scaled 'gw' to 1 worker" in magic(shell, "scale 1")
     # the gateway retires the other worker after it answered: the magic says "scaled" once it has left
-    assert len(cluster.status().workers) == 1
+    assert len(answers.status().workers) == 1
     magic(shell, "adapt 1 3")
-    assert cluster.status().adaptive == (1, 3)
+    assert answers.status().adaptive == (1, 3)
 
     said = magic(shell, "stop")
     assert "stopped cluster 'gw'" in said and "shut down" in said
@@ -153,7 +154,7 @@ def test_stop_keep_leaves_it_running_and_list_and_connect_come_back_to_it(
     assert name in listed and "running" in listed and "worker_cores=1" in listed
 
     magic(shell, f"--gateway --connect {name}")
-    info = cluster.status()
+    info = answers.status()
     assert info.kind == "gateway" and len(info.workers) == 1  # it waited for the worker the cluster has
     assert f"{name}" in magic(shell, "--gateway --list").split("(in use here)")[0]
     said = magic(shell, "stop")  # connected, not made here: stop only detaches
@@ -161,7 +162,7 @@ def test_stop_keep_leaves_it_running_and_list_and_connect_come_back_to_it(
     assert [r["status"] for r in server.clusters()] == ["RUNNING"]
 
     magic(shell, f"--gateway --connect {name} --workers 2")  # --workers scales the cluster it connects to
-    assert len(cluster.status().workers) == 2
+    assert len(answers.status().workers) == 2
     assert "shut down" in magic(shell, "stop --close")
     assert server.clusters() == []
 
@@ -173,11 +174,11 @@ def test_a_kernel_without_a_gpu_works_on_gateway_workers_that_report_gpus(
     (simulated) GPUs but have no CuPy, and say so at their warm-up, so array chunks stay NumPy there; CuPy chunks
     made on gateway GPU workers for such a kernel run in ``tests/gpu/test_gateway_gpu.py``."""
     magic(shell, "--gateway --workers 2")
-    info = cluster.status()
+    info = answers.status()
     # the GPUs come from the workers' own reports (both in-process workers report the gateway process's simulated
     # GPUs, which the view lists once, under one of them)
     assert info.kind == "gateway" and any(worker.gpus for worker in info.workers), info.workers
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.record is not None and current.record.workers
     shell.run_cell("import dask.array as da", store_history=False)
     with capture_output():
@@ -203,7 +204,7 @@ def test_from_a_gateway_cluster_waits_for_the_workers_it_asked_for(
         made.scale(2)
         shell.user_ns["t_made"] = made
         magic(shell, "--from t_made")
-        assert len(cluster.status().workers) == 2
+        assert len(answers.status().workers) == 2
         magic(shell, "stop --close")
     finally:
         made.close(shutdown=True)
@@ -227,7 +228,7 @@ def test_a_bad_line_leaves_the_running_cluster_running(shell: InteractiveShell, 
     magic(shell, "--gateway --workers 1 --name first")
     refused(shell, "--gateway --replace --gateway-option nope=1")
     assert "has no option 'nope'" in refused(shell, "--gateway --gateway-option nope=1")  # not "already up"
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.name == "first"
     magic(shell, "stop")
     assert server.clusters() == []
@@ -271,7 +272,7 @@ def test_hints_run_as_printed_with_the_address_typed_on_the_line(
     made_at = time.time()
     time.sleep(1.5)  # the connection comes later than the cluster's start: the card tells the cluster's age
     magic(shell, hint.group(1).removeprefix("%gpucluster "))  # the hint, copied
-    info = cluster.status()
+    info = answers.status()
     assert info.kind == "gateway" and len(info.workers) == 1
     short = gateway_short_name(name)
     assert info.name == short and len(short) < len(name)
@@ -281,7 +282,7 @@ def test_hints_run_as_printed_with_the_address_typed_on_the_line(
     headline = shown.splitlines()[0]
     assert headline.startswith(f"Cluster '{short}': ") and name not in headline, shown
     assert "started in" not in shown
-    record = cluster.active()
+    record = queries.active()
     assert record is not None and record.record is not None and record.record.up_since == info.up_since
     assert "shut down" in magic(shell, "stop --close")
     assert server.clusters() == []
@@ -370,7 +371,7 @@ def test_stop_keep_belongs_to_gateway_clusters(shell: InteractiveShell, server: 
     magic(shell, "--cpu-workers 1 --name local")
     message = refused(shell, "stop --keep")
     assert "only a gateway cluster outlives its kernel" in message
-    assert cluster.active() is not None  # nothing was stopped
+    assert queries.active() is not None  # nothing was stopped
     magic(shell, "stop")
 
 
@@ -399,7 +400,7 @@ def test_a_worker_that_never_comes_is_one_line_and_nothing_is_left(
     assert "no worker came within 3 s" in message and "--wait SECONDS" in message
     assert time.monotonic() - began < 60
     assert never_worker.clusters() == []
-    assert cluster.active() is None
+    assert queries.active() is None
 
 
 @pytest.fixture
@@ -416,7 +417,7 @@ def test_the_gateway_going_away_mid_cell_is_one_line_and_the_kernel_goes_on(
     with using(doomed, monkeypatch, tmp_path):
         magic(ip, "--gateway --workers 1")
         ip.run_cell("import dask.array as da, numpy as np, time", store_history=False)
-        client = cluster.require_client()
+        client = queries.require_client()
 
         def kill_once_running() -> None:  # the gateway goes away while the cell's tasks run
             wait_for(lambda: any(client.processing().values()), 120, "the cell's tasks running")
@@ -433,7 +434,7 @@ def test_the_gateway_going_away_mid_cell_is_one_line_and_the_kernel_goes_on(
         assert time.monotonic() - began < 30
     assert "the gateway did not answer" in said and "--gateway --list" in said
     assert len(said.strip().splitlines()) == 1, said
-    assert cluster.active() is None
+    assert queries.active() is None
     assert ip.run_cell("1 + 1").result == 2  # the kernel goes on
 
 
@@ -444,9 +445,9 @@ def test_the_idle_timeout_shuts_a_gateway_cluster_made_here_down(
     deadline = time.monotonic() + 30
     # the idle watcher's thread lets go of the cluster, closes its client, then shuts it down on the gateway: wait
     # for that last step, so that this test ends with the client closed (and dask's config put back)
-    while (cluster.active() is not None or server.clusters()) and time.monotonic() < deadline:
+    while (queries.active() is not None or server.clusters()) and time.monotonic() < deadline:
         time.sleep(0.25)
-    assert cluster.active() is None
+    assert queries.active() is None
     assert server.clusters() == []
 
 
@@ -462,7 +463,7 @@ def test_an_spmd_cell_runs_one_rank_per_gateway_worker(
             _spmd_sum(ip)
         finally:
             with capture_output():
-                cluster.stop()
+                stop.stop()
     assert doomed.clusters() == []
 
 

@@ -15,7 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.gpurun import gpuless
 from gpu_magics.gpurun.graphs import device, remote_gpus
 from tests.cli_cluster import CliCluster, cli_cluster
@@ -47,14 +47,14 @@ def attached(
     monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:0")  # this kernel sees no GPU
     monkeypatch.setenv("GPU_MAGICS_RUNTIME_DIR", str(tmp_path / "runtime"))
     previous = gpus.set_inventory(None)
-    cluster.stop()
+    stop.stop()
     with capture_output():
         ip.run_line_magic("gpucluster", f"--address {gpu_workers.address} --name gpu-workers")
     ip.run_cell("import dask.array as da, numpy as np", store_history=False)
     try:
         yield
     finally:
-        cluster.stop()
+        stop.stop()
         gpus.set_inventory(previous)
 
 

@@ -16,7 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.gpurun.results import CompareResult
 from gpu_magics.text import hints
@@ -87,7 +87,7 @@ def status_hint(ip: InteractiveShell) -> str:
 
 @pytest.mark.usefixtures("machine")
 def test_every_no_cluster_hint_names_the_same_command(ip: InteractiveShell, runtime_dir: Path) -> None:
-    assert cluster.active() is None
+    assert queries.active() is None
     expected = hints.cpu_cluster_command()
     texts = [status_hint(ip)]
     for line, cell in (("multi-gpu", "1"), ("", "1")):
@@ -116,11 +116,11 @@ def test_the_hinted_command_starts_a_cluster_as_printed(ip: InteractiveShell, ru
     try:
         with capture_output():
             ip.run_line_magic("gpucluster", command.removeprefix("%gpucluster").strip())
-        current = cluster.active()
+        current = queries.active()
         assert current is not None
         workers = current.client.scheduler_info(n_workers=-1)["workers"]
         assert len(workers) == hints.cpu_workers()
     finally:
         with capture_output():
             ip.run_line_magic("gpucluster", "stop")
-    assert cluster.active() is None
+    assert queries.active() is None

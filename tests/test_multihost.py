@@ -22,7 +22,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import answers, queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.records.record import list_records
 from tests.cli_cluster import CliCluster, cli_cluster
 from tests.waiting import wait_for
@@ -60,21 +61,21 @@ def no_local_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
 
 @pytest.fixture
 def attached(ip: InteractiveShell, remote: CliCluster, no_local_gpu: Path) -> Iterator[Path]:
-    cluster.stop()
+    stop.stop()
     with capture_output():
         ip.run_line_magic("gpucluster", f"--address {remote.address} --name remote")
-    telemetry = cluster.telemetry()
+    telemetry = queries.telemetry()
     assert telemetry is not None
     wait_for(lambda: len(telemetry.gpus()) == 4, what="4 GPUs reported")
     try:
         yield no_local_gpu
     finally:
-        cluster.stop()
+        stop.stop()
 
 
 def test_a_scheduler_without_a_dashboard_gets_no_made_up_link(ip: InteractiveShell, attached: Path) -> None:
     """``dask scheduler --no-dashboard``: no ``:8787`` link anywhere, and ``%gpucluster dashboard`` says why."""
-    assert cluster.status().dashboard_url is None
+    assert answers.status().dashboard_url is None
     with capture_output() as said:
         ip.run_line_magic("gpucluster", "status")
     assert "dashboard: off" in said.stdout + "".join(o.data.get("text/plain", "") for o in said.outputs)
@@ -82,20 +83,20 @@ def test_a_scheduler_without_a_dashboard_gets_no_made_up_link(ip: InteractiveShe
     with capture_output() as said:
         ip.run_line_magic("gpucluster", "dashboard")
     assert said.stdout.startswith("%gpucluster: the cluster has no dashboard")
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.record is not None and current.record.dashboard_url is None
 
 
 def test_every_gpu_of_both_hosts_is_found_by_asking_the_workers(ip: InteractiveShell, attached: Path) -> None:
-    assert cluster.has_gpu_workers()
-    info = cluster.status()
+    assert queries.has_gpu_workers()
+    info = answers.status()
     assert info.hardware == "4x NVIDIA H200 on 2 hosts (2 workers, attached)"
     by_worker = {worker.name: worker for worker in info.workers}
     assert {by_worker["node-a"].host, by_worker["node-b"].host} == {HOST_A, HOST_B}
     assert {gpu.label for worker in info.workers for gpu in worker.gpus} == LABELS
 
     def held() -> dict[str, int | None]:  # processes are read every few seconds (the slow fields)
-        return {gpu.label: gpu.process_memory for worker in cluster.status().workers for gpu in worker.gpus}
+        return {gpu.label: gpu.process_memory for worker in answers.status().workers for gpu in worker.gpus}
 
     wait_for(lambda: held()[f"{HOST_A} · GPU 0"], what="the worker's own memory")
     assert held()[f"{HOST_A} · GPU 0"] == 3 * 2**30  # the spec's process "self": the worker itself
@@ -145,29 +146,29 @@ def test_a_killed_worker_drops_out_a_new_one_joins_and_nothing_raises(
 ) -> None:
     workers = {name: (host, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"}) for name, host in (("a", HOST_A), ("b", HOST_B))}
     with cli_cluster(workers, tmp_path / "logs") as doomed:
-        cluster.stop()
+        stop.stop()
         with capture_output():
             ip.run_line_magic("gpucluster", f"--address {doomed.address}")
         try:
-            telemetry = cluster.telemetry()
+            telemetry = queries.telemetry()
             assert telemetry is not None
             wait_for(lambda: len(telemetry.gpus()) == 4, what="4 GPUs")
             doomed.kill_worker("b")
             began = time.monotonic()
             wait_for(lambda: {g.host for g in telemetry.gpus()} == {HOST_A}, timeout=10, what="host B gone")
             assert time.monotonic() - began < 8
-            info = cluster.status()
+            info = answers.status()
             assert [worker.name for worker in info.workers] == ["a"] or all(
                 not worker.gpus for worker in info.workers if worker.name == "b"
             )
             doomed.add_worker("c", "127.0.0.4", {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"})  # joins later
             wait_for(lambda: "127.0.0.4" in {g.host for g in telemetry.gpus()}, timeout=30, what="the new worker")
-            assert cluster.has_gpu_workers() and len(telemetry.gpus()) == 4
+            assert queries.has_gpu_workers() and len(telemetry.gpus()) == 4
             with capture_output():
                 ip.run_cell_magic("gpurun", "multi-gpu -q -o t_after", "1 + 1\n")
             assert not ip.user_ns["t_after"].failed
         finally:
-            cluster.stop()
+            stop.stop()
 
 
 def test_an_unreadable_gpu_is_marked_not_raised(ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path) -> None:
@@ -176,21 +177,21 @@ def test_an_unreadable_gpu_is_marked_not_raised(ip: InteractiveShell, no_local_g
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(spec))
     with cli_cluster({"odd": (HOST_A, {"GPU_MAGICS_SOURCE": f"fake:{broken}"})}, tmp_path / "logs") as odd:
-        cluster.stop()
+        stop.stop()
         with capture_output():
             ip.run_line_magic("gpucluster", f"--address {odd.address}")
         try:
-            telemetry = cluster.telemetry()
+            telemetry = queries.telemetry()
             assert telemetry is not None
             gpus_seen = wait_for(lambda: telemetry.gpus() if len(telemetry.gpus()) == 2 else None, what="2 GPUs")
             errors = {gpu.label: gpu.gpu.error for gpu in gpus_seen}
             host = socket.gethostname()  # one address per hostname: named by its hostname
             assert errors[f"{host} · GPU 0"] is None
             assert "Insufficient Permissions" in (errors[f"{host} · GPU 1"] or "")
-            info = cluster.status()
+            info = answers.status()
             assert any(gpu.error for worker in info.workers for gpu in worker.gpus)
         finally:
-            cluster.stop()
+            stop.stop()
 
 
 def test_an_address_that_is_not_a_scheduler_is_one_line(ip: InteractiveShell, no_local_gpu: Path) -> None:
@@ -207,7 +208,7 @@ def test_an_address_that_is_not_a_scheduler_is_one_line(ip: InteractiveShell, no
                 connection.close()
 
     threading.Thread(target=answer_garbage, daemon=True).start()
-    cluster.stop()
+    stop.stop()
     try:
         began = time.monotonic()
         with pytest.raises(UsageError) as raised:
@@ -215,7 +216,7 @@ def test_an_address_that_is_not_a_scheduler_is_one_line(ip: InteractiveShell, no
         assert time.monotonic() - began < 15
         message = str(raised.value)
         assert "\n" not in message and f"127.0.0.1:{port}" in message
-        assert cluster.active() is None
+        assert queries.active() is None
     finally:
         listener.close()
 
@@ -230,11 +231,11 @@ def test_a_scheduler_that_goes_away_mid_cell_fails_the_cell_in_one_line(
     ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path
 ) -> None:
     with cli_cluster({"w": (HOST_A, {"GPU_MAGICS_SOURCE": f"fake:{SPEC}"})}, tmp_path / "logs") as leaving:
-        cluster.stop()
+        stop.stop()
         with capture_output():
             ip.run_line_magic("gpucluster", f"--address {leaving.address}")
         try:
-            client = cluster.require_client()
+            client = queries.require_client()
 
             def end_once_running() -> None:  # the scheduler goes away while the cell's task runs
                 wait_for(lambda: any(client.processing().values()), 120, "the cell's task running")
@@ -254,7 +255,7 @@ def test_a_scheduler_that_goes_away_mid_cell_fails_the_cell_in_one_line(
                 ip.run_cell_magic("gpurun", "multi-gpu -q", "1 + 1\n")
             assert "\n" not in str(raised.value)
         finally:
-            cluster.stop()
+            stop.stop()
 
 
 def _end_scheduler(cli: CliCluster) -> None:
@@ -288,11 +289,11 @@ def test_a_mixed_clusters_cell_runs_on_its_gpu_workers_and_says_so(
         "cpu-only": (HOST_B, {"GPU_MAGICS_SOURCE": "fake:0"}),
     }
     with cli_cluster(workers, tmp_path / "logs") as mixed:
-        cluster.stop()
+        stop.stop()
         with capture_output():
             ip.run_line_magic("gpucluster", f"--address {mixed.address}")
         try:
-            with_gpu, without_gpu = cluster.split_workers_by_gpu()
+            with_gpu, without_gpu = queries.split_workers_by_gpu()
             assert len(with_gpu) == 1 and len(without_gpu) == 1
             cell = (
                 "import dask\nfrom distributed import get_worker\n"
@@ -304,21 +305,21 @@ def test_a_mixed_clusters_cell_runs_on_its_gpu_workers_and_says_so(
             (note,) = [n for n in ip.user_ns["t_mixed"].notes if "mixes" in n]
             assert "1 GPU worker and 1 without a GPU" in note and "\n" not in note
         finally:
-            cluster.stop()
+            stop.stop()
 
 
 def test_a_scheduler_with_a_dashboard_keeps_its_link(ip: InteractiveShell, no_local_gpu: Path, tmp_path: Path) -> None:
     """The check drops only a dashboard that is not there: one started with the scheduler is shown and answers."""
     import urllib.request
 
-    cluster.stop()
+    stop.stop()
     with cli_cluster({"solo": (HOST_A, {})}, tmp_path / "logs", dashboard=True) as started:
         try:
             with capture_output():
                 ip.run_line_magic("gpucluster", f"--address {started.address} --name with-dashboard")
-            link = cluster.status().dashboard_url
+            link = answers.status().dashboard_url
             assert link is not None and link.endswith("/status")
             with urllib.request.urlopen(link, timeout=10) as page:
                 assert page.status == 200
         finally:
-            cluster.stop()
+            stop.stop()

@@ -16,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.display.objects.array_view import ArrayView
 from gpu_magics.gpurun.session import plain_cells as session
 from tests.test_gpurun import NO_GPU, inventory
@@ -41,17 +41,17 @@ def gpucluster(shell: InteractiveShell, text: str) -> str:
 @pytest.fixture
 def up(shell: InteractiveShell) -> Iterator[str]:
     """A 2-worker CPU cluster (started unless one runs); its start output. Plain cells end back on dask's settings."""
-    said = "" if cluster.active() is not None else gpucluster(shell, "--cpu-workers 2 --name session")
+    said = "" if queries.active() is not None else gpucluster(shell, "--cpu-workers 2 --name session")
     yield said
     line(shell, "off")
 
 
 def worker_pids() -> set[int]:
-    return set(cluster.require_client().run(os.getpid).values())
+    return set(queries.require_client().run(os.getpid).values())
 
 
 def record() -> dict[str, Any]:
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.record_path is not None
     return dict(json.loads(Path(current.record_path).read_text()))
 

@@ -30,7 +30,8 @@ from IPython.utils.capture import capture_output
 from traitlets import TraitError
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import answers, queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.info import WorkerGpu
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
@@ -76,7 +77,7 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     finally:
         child.kill()
         child.wait(10)
-        cluster.stop()
+        stop.stop()
         forkserver.stop_server()
         fake_pools.device_memory().release()
         kernel_report.remove()
@@ -108,10 +109,10 @@ def gpucluster(magics: ClusterMagics, line: str) -> tuple[str, str]:
 @pytest.fixture
 def shared(magics: ClusterMagics) -> Client:
     """Two CPU workers on the simulated GPUs, reporting every 0.5 s."""
-    current = cluster.active()
+    current = queries.active()
     if current is None or current.name != "shared":
         gpucluster(magics, "--cpu-workers 2 --name shared --replace")
-    return cluster.require_client()
+    return queries.require_client()
 
 
 def printed(capsys: pytest.CaptureFixture[str], words: str, timeout: float) -> str:
@@ -128,7 +129,7 @@ def printed(capsys: pytest.CaptureFixture[str], words: str, timeout: float) -> s
 
 def gpu_of(uuid: str) -> Any:
     """The GPU ``uuid`` as ``%gpucluster status`` shows it (an empty stand-in before the workers' first report)."""
-    found = (gpu for worker in cluster.status().workers for gpu in worker.gpus if gpu.uuid == uuid)
+    found = (gpu for worker in answers.status().workers for gpu in worker.gpus if gpu.uuid == uuid)
     return next(found, WorkerGpu(label="", name="", uuid=uuid))
 
 
@@ -187,22 +188,22 @@ def test_an_idle_cluster_started_here_closes_and_says_so(
 ) -> None:
     text, _ = gpucluster(magics, "--cpu-workers 1 --name idle --replace --idle-timeout 3s")
     assert "closes after 3 s without a task" in text
-    client = cluster.require_client()
+    client = queries.require_client()
     pids = [int(pid) for pid in client.run(os.getpid).values()]
     [record] = cluster_records.list_records(clean=False)
     assert record.idle_timeout == 3.0
     future = client.submit(time.sleep, 4, pure=False)  # a task keeps it open past the timeout
     time.sleep(3.5)
-    assert cluster.active() is not None and cluster.active().name == "idle"  # type: ignore[union-attr]
-    info = cluster.status()
+    assert queries.active() is not None and queries.active().name == "idle"  # type: ignore[union-attr]
+    info = answers.status()
     assert info.idle_timeout == 3.0 and info.idle_left is None
     future.result()
-    wait_for(lambda: (c := cluster.active()) is not None and c.idle is not None and c.idle.idle_since, 10, "idle")
-    text = ClusterView(cluster.status()).text()  # not captured: the line it prints on closing must not be
+    wait_for(lambda: (c := queries.active()) is not None and c.idle is not None and c.idle.idle_since, 10, "idle")
+    text = ClusterView(answers.status()).text()  # not captured: the line it prints on closing must not be
     assert "closes after 3 s without a task · idle now: " in text and " left" in text
     said = printed(capsys, "closed cluster", 20)  # once the cluster has closed
     assert "%gpucluster: closed cluster 'idle' after 3 s without a task (--idle-timeout); its GPUs are free" in said
-    assert cluster.active() is None
+    assert queries.active() is None
     assert cluster_records.list_records(clean=False) == []
     gone = wait_for(lambda: not any(psutil.pid_exists(pid) for pid in pids), 30, "the worker to exit")
     assert gone
@@ -222,18 +223,18 @@ def test_the_idle_timeout_is_a_config_default_and_can_be_changed(magics: Cluster
         assert "without a task" not in text
     finally:
         magics.idle_timeout = "off"
-        cluster.stop()
+        stop.stop()
 
 
 def test_an_attached_cluster_is_only_detached(magics: ClusterMagics, capsys: pytest.CaptureFixture[str]) -> None:
-    cluster.stop()
+    stop.stop()
     with LocalCluster(
         n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://", dashboard_address=None
     ) as external:
         text, _ = gpucluster(magics, f"--address {external.scheduler_address} --name ext --idle-timeout 2s")
         assert "detaches after 2 s without a task" in text
         said = printed(capsys, "detached from", 20)
-        assert cluster.active() is None
+        assert queries.active() is None
         assert f"%gpucluster: detached from {external.scheduler_address} after 2 s without a task" in said
         assert "its scheduler and workers keep running" in said
         with Client(external.scheduler_address, timeout=5) as other:
@@ -244,7 +245,7 @@ def test_an_attached_cluster_is_only_detached(magics: ClusterMagics, capsys: pyt
 def test_reports_after_a_moment_are_asked_for_not_waited_for(shared: Client, magics: ClusterMagics) -> None:
     """With reports every 60 s, a status (or a cell's end) still gets figures from after it: the workers are
     asked to report at once rather than waited for until their next interval."""
-    telemetry = cluster.telemetry()
+    telemetry = queries.telemetry()
     assert telemetry is not None
     wait_for(lambda: len(telemetry.fresh_reports()) == 2, 30, "both workers' first reports")
     telemetry.client.register_plugin(GpuTelemetry(60.0))  # the workers now report once a minute

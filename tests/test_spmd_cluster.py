@@ -20,7 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import spmd
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.kernel import ranks as rank_sets
 from gpu_magics.spmd.worker import host
 from tests.display_recording import final_frames
@@ -63,7 +63,7 @@ def final_table(outputs: list[Any]) -> str:
 
 def rank_processes() -> dict[str, dict[str, int]]:
     """Worker address -> owner -> pid of its rank process."""
-    return dict(cluster.require_client().run(host.rank_pids))
+    return dict(queries.require_client().run(host.rank_pids))
 
 
 def rank_keepers() -> dict[str, tuple[str, ...]]:
@@ -72,12 +72,12 @@ def rank_keepers() -> dict[str, tuple[str, ...]]:
     def keepers(dask_worker: Any) -> tuple[str, ...]:
         return tuple(sorted(name for name in dask_worker.plugins if name.startswith(host.PLUGIN_PREFIX)))
 
-    return dict(cluster.require_client().run(keepers))
+    return dict(queries.require_client().run(keepers))
 
 
 def scheduler_plugins() -> list[str]:
     """The worker plugins the scheduler gives every worker that joins."""
-    return list(cluster.require_client().run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)))
+    return list(queries.require_client().run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)))
 
 
 def test_every_rank_gets_torchruns_environment_and_rank_0s_value_is_the_result(shell: InteractiveShell) -> None:

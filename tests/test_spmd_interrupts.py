@@ -19,7 +19,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.kernel import cell_run
 from gpu_magics.spmd.kernel import ranks as rank_sets
 from gpu_magics.spmd.worker import host
@@ -47,7 +47,7 @@ def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
 
 def rank_pids() -> list[int]:
     found: list[int] = []
-    for owners in cluster.require_client().run(host.rank_pids).values():
+    for owners in queries.require_client().run(host.rank_pids).values():
         found.extend(owners.values())
     return sorted(found)
 

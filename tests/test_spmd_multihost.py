@@ -14,7 +14,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 from tests.cli_cluster import CliCluster, cli_cluster
 from tests.waiting import wait_for
 
@@ -43,16 +44,16 @@ def attached(ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         "a-first": (HOST_A, {**FAKE, "CUDA_VISIBLE_DEVICES": "0,1"}),
         "b-only": (HOST_B, {**FAKE, "CUDA_VISIBLE_DEVICES": "0,1"}),
     }
-    cluster.stop()
+    stop.stop()
     try:
         with cli_cluster(workers, tmp_path / "logs") as remote:
             with capture_output():
                 ip.run_line_magic("gpucluster", f"--address {remote.address} --name two-hosts")
-            telemetry = cluster.telemetry()
+            telemetry = queries.telemetry()
             assert telemetry is not None
             wait_for(lambda: len(telemetry.gpus()) >= 3, what="the workers' GPUs reported")
             yield remote
-            cluster.stop()
+            stop.stop()
     finally:
         gpus.set_inventory(previous)
 
@@ -70,7 +71,7 @@ def test_ranks_go_by_host_then_gpu_and_local_rank_is_each_workers_own_gpu(
         ("2", "1", "0", HOST_A),
     ]
     assert {value[5] for value in values} == {"gpu"}
-    client = cluster.require_client()
+    client = queries.require_client()
     by_name = {info["name"]: address for address, info in client.scheduler_info(n_workers=-1)["workers"].items()}
     worker_gpus = {name: client.run(lambda: gpus.inventory().devices()[0].uuid, workers=[address])[address]
                    for name, address in by_name.items()}  # fmt: skip
@@ -80,8 +81,8 @@ def test_ranks_go_by_host_then_gpu_and_local_rank_is_each_workers_own_gpu(
 
 def test_two_workers_on_one_gpu_are_refused_before_any_rank_starts(ip: InteractiveShell, attached: CliCluster) -> None:
     attached.add_worker("a-again", HOST_A, {**FAKE, "CUDA_VISIBLE_DEVICES": "1"})
-    wait_for(lambda: len(cluster.require_client().scheduler_info(n_workers=-1)["workers"]) == 4, what="4 workers")
-    telemetry = cluster.telemetry()
+    wait_for(lambda: len(queries.require_client().scheduler_info(n_workers=-1)["workers"]) == 4, what="4 workers")
+    telemetry = queries.telemetry()
     assert telemetry is not None
     wait_for(lambda: len(telemetry.worker_gpus()) == 4, what="the new worker's GPU reported")
     with pytest.raises(UsageError) as caught:

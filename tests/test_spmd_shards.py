@@ -17,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import spmd
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.kernel import ranks as rank_sets
 from gpu_magics.spmd.rank.shards import DaskShards
 from tests.test_gpurun import NO_GPU, inventory
@@ -64,7 +64,7 @@ def placed(layout: list[str], name: str) -> Any:
     as ``persist()`` makes one (a graph of futures under the array's own keys), with each chunk's place chosen."""
     import dask.array as da
 
-    client = cluster.require_client()
+    client = queries.require_client()
     keys = [(name, index, 0) for index in range(len(layout))]
     futures = [
         client.submit(_random_chunk, index, key=key, workers=[address], allow_other_workers=False, pure=False)
@@ -81,7 +81,7 @@ def _random_chunk(seed: int) -> np.ndarray:
 
 def held_keys() -> dict[str, set[Any]]:
     """Worker address -> the keys in its memory."""
-    return {address: set(keys) for address, keys in cluster.require_client().run(_keys_here).items()}
+    return {address: set(keys) for address, keys in queries.require_client().run(_keys_here).items()}
 
 
 def _keys_here(dask_worker: Any) -> list[Any]:
@@ -166,7 +166,7 @@ def test_an_array_held_by_one_worker_is_balanced_by_moving_the_fewest_bytes_and_
     assert len(copies) == 4 and all(chunk.key in held[second] and chunk.rank == 1 for chunk in copies)
     assert np.array_equal(whole_from_ranks(), x.compute())
     # each rank fetched from its own worker only, as the workers' logs of what they sent show
-    sent = cluster.require_client().run(_ranks_served)
+    sent = queries.require_client().run(_ranks_served)
     assert sent == {first: {"gpu-magics rank 0"}, second: {"gpu-magics rank 1"}}
     # pushed again, the moved chunks are where they were moved to already: nothing moves twice
     again = push(shell, t_x=x).strip()

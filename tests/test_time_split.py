@@ -16,7 +16,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics.arrays import chunk_advice
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.gpurun.graphs import tuning
 from gpu_magics.gpurun.timing import advice
 from gpu_magics.gpurun.timing.time_split import PARTS, TaskTiming, TimeSplit, split
@@ -140,14 +141,14 @@ def test_without_aliases_the_seed_graph_has_one_task_per_chunk_less() -> None:
 
 @pytest.fixture
 def cpu_cluster(ip: InteractiveShell) -> Iterator[None]:
-    cluster.stop()
+    stop.stop()
     with capture_output():
         ip.run_line_magic("gpucluster", "--cpu-workers 2 --no-dashboard")
     ip.run_cell("import dask.array as da", store_history=False)
     try:
         yield
     finally:
-        cluster.stop()
+        stop.stop()
 
 
 SEED = (
@@ -296,7 +297,7 @@ def test_cupys_random_state_is_drawn_by_a_reseeded_generator() -> None:
 def test_bytes_moved_agree_with_the_workers_own_count(ip: InteractiveShell, cpu_cluster: None) -> None:
     from benchmarks.transfers import incoming_bytes
 
-    client = cluster.require_client()
+    client = queries.require_client()
     ip.run_cell("from distributed import wait", store_history=False)
     with capture_output():
         ip.run_cell_magic(

@@ -14,9 +14,9 @@ from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 
 from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.control import lifecycle, parking
+from gpu_magics.cluster.control import answers, lifecycle, parking, queries
 from gpu_magics.cluster.control.queries import no_cluster_message
-from gpu_magics.cluster.control.verbs import changes, shutdown
+from gpu_magics.cluster.control.verbs import change, free, shutdown, start, stop
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
@@ -204,10 +204,10 @@ class ClusterMagics(Magics, FreeGpuSettings):
         action = options.action
         if action == "stop":
             self._forget_client_names()
-            print(lifecycle.stop(close=options.close, keep=options.keep))
+            print(stop.stop(close=options.close, keep=options.keep))
             return
         if options.gateway is not None and options.gateway.list_clusters:
-            print(lifecycle.list_gateway_clusters(options.gateway.address))
+            print(answers.list_gateway_clusters(options.gateway.address))
             return
         if action == "free":
             print(self._free(options.free_target))
@@ -225,19 +225,19 @@ class ClusterMagics(Magics, FreeGpuSettings):
             return
         if action == "status":
             progress = lifecycle.start_progress()
-            if lifecycle.active() is None:
+            if queries.active() is None:
                 failed = lifecycle.unreported_start_failure()  # the answer to it: no later cell says it again
                 said = failed or (progress.line() if progress is not None else f"{PROG}: {no_cluster_message()}")
                 print(said)
                 return
-            info = lifecycle.status()
+            info = answers.status()
         elif action in ("restart", "scale"):  # a change under way, shown as a start is
             count = options.scale_to
             info = self._while_it_goes(
                 lambda background, listen: (
-                    changes.begin_restart(background=background, listen=listen)
+                    change.begin_restart(background=background, listen=listen)
                     if count is None
-                    else changes.begin_scale(count, background=background, listen=listen)
+                    else change.begin_scale(count, background=background, listen=listen)
                 )
             )
             self._bind_client(options.client_name)
@@ -246,9 +246,9 @@ class ClusterMagics(Magics, FreeGpuSettings):
             return
         elif action == "adapt":
             assert options.adapt_range is not None
-            info = lifecycle.adapt(*options.adapt_range)
+            info = change.adapt(*options.adapt_range)
         else:  # dashboard
-            url = lifecycle.dashboard_url()
+            url = answers.dashboard_url()
             if url is None:
                 print(f"{PROG}: the cluster has no dashboard (started with --no-dashboard, or bokeh missing)")
             else:
@@ -266,7 +266,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         idle = options.idle_timeout if options.idle_timeout is not None else duration(self.idle_timeout)
         namespace = self.shell.user_ns if self.shell is not None else {}
         return self._while_it_goes(
-            lambda background, listen: lifecycle.begin(
+            lambda background, listen: start.begin(
                 options,
                 telemetry_interval=max(0.0, self.telemetry_interval),
                 idle_timeout=idle,
@@ -339,7 +339,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         free_gpus = options.local.free_gpus
         if free_gpus is None:
             return options
-        current = lifecycle.active()
+        current = queries.active()
         if current is not None and not options.replace:
             return options
         what = f"{PROG} --gpus free" + (f":{free_gpus}" if free_gpus else "")
@@ -359,11 +359,11 @@ class ClusterMagics(Magics, FreeGpuSettings):
             else:
                 said.append("this kernel holds no memory pool")
         if target in ("all", "workers"):
-            if lifecycle.active() is None:
+            if queries.active() is None:
                 if target == "workers":
                     raise NoCluster(f"{PROG} free workers: {no_cluster_message()}")
             else:
-                released, answered, kept = lifecycle.free_workers()
+                released, answered, kept = free.free_workers()
                 workers = f"{answered} worker{'s' if answered != 1 else ''}"
                 said.append(f"{workers} gave back {format_bytes(released)}" + "".join(f" ({why})" for why in kept))
         return f"{PROG} free: " + "; ".join(said)
@@ -372,8 +372,8 @@ class ClusterMagics(Magics, FreeGpuSettings):
         """``--client NAME``: the client, bound now (a start under way already made it)."""
         if name is None or self.shell is None:
             return
-        client = lifecycle.active_client() if lifecycle.start_under_way() is not None else None
-        self.shell.user_ns[name] = client if client is not None else lifecycle.require_client()
+        client = queries.active_client() if queries.start_under_way() is not None else None
+        self.shell.user_ns[name] = client if client is not None else queries.require_client()
         self._client_names.add(name)
 
     def _check_client_name(self, name: str | None) -> None:
@@ -390,7 +390,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
             )
 
     def _forget_client_names(self) -> None:
-        client = lifecycle.active_client()
+        client = queries.active_client()
         if self.shell is not None and client is not None:
             for name in self._client_names:
                 if self.shell.user_ns.get(name) is client:
@@ -403,7 +403,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         shutdown.uninstall(self.shell)
         if self.shell is not None:
             ahead.cancel(self.shell)  # unloaded in the cell that loaded it: the imports never begin
-        lifecycle.stop()
+        stop.stop()
 
 
 def _plain_cells(shell: Any) -> Any:

@@ -19,7 +19,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import answers, queries
+from gpu_magics.cluster.control.verbs import stop
 from tests.cli_cluster import CliCluster, cli_cluster
 from tests.gpu.conftest import GPU_COUNT
 
@@ -74,18 +75,18 @@ def attached(
         previous = gpus.set_inventory(None)
     else:
         previous = gpus.inventory()
-    cluster.stop()
+    stop.stop()
     try:
         with capture_output():
             ip.run_line_magic("gpucluster", f"--address {dask_cuda_cluster.address} --name cli")
-        telemetry = cluster.telemetry()
+        telemetry = queries.telemetry()
         assert telemetry is not None
         deadline = time.monotonic() + 60
         while len(telemetry.gpus()) < len(worker_gpus()) and time.monotonic() < deadline:
             time.sleep(0.2)
         yield
     finally:
-        cluster.stop()
+        stop.stop()
         gpus.set_inventory(previous)
 
 
@@ -98,8 +99,8 @@ def expected_labels() -> set[str]:
 
 
 def test_dask_cuda_workers_are_found_to_have_gpus(ip: InteractiveShell, attached: None) -> None:
-    assert cluster.has_gpu_workers()
-    info = cluster.status()
+    assert queries.has_gpu_workers()
+    info = answers.status()
     assert "NVIDIA" in info.hardware and "CPU" not in info.hardware
     labels = {gpu.label for worker in info.workers for gpu in worker.gpus}
     assert labels == expected_labels()
@@ -114,7 +115,7 @@ def test_seed_runs_on_cupy_chunks_on_the_workers_gpus(ip: InteractiveShell, atta
     figures = result.monitor
     assert figures.readings == "gpu"
     assert {gpu.label for gpu in figures.gpus} == expected_labels()  # and no GPU the workers do not use
-    telemetry = cluster.telemetry()
+    telemetry = queries.telemetry()
     assert telemetry is not None
     deadline = time.monotonic() + 15
     held: list[int] = []
@@ -146,6 +147,6 @@ def test_the_per_gpu_line_and_the_split_see_the_same_cell(ip: InteractiveShell, 
         ip.run_cell_magic("gpurun", "multi-gpu -o t_short", "import time\ntime.sleep(1.5)\n")
     short = ip.user_ns["t_short"]
     assert all(gpu.mean_gpu_util is None or gpu.mean_gpu_util < 20 for gpu in short.monitor.gpus), str(short.monitor)
-    info = cluster.status()
+    info = answers.status()
     held = [gpu.process_memory or 0 for worker in info.workers for gpu in worker.gpus]
     assert held and max(held) > 2**30, held  # the pool that the 80 GB cells left, not a stale 1.5 MiB

@@ -10,7 +10,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
 
@@ -34,14 +35,14 @@ def test_cupy_in_the_kernel_while_the_cluster_starts(magics: ClusterMagics) -> N
     with capture_output():
         line = "--gpus 0 --name overlap"
         magics.gpucluster(line)
-    assert cluster.start_under_way() is not None  # the prompt came back before the workers
+    assert queries.start_under_way() is not None  # the prompt came back before the workers
     sums: list[float] = []
-    while cluster.start_under_way() is not None and len(sums) < 10_000:
+    while queries.start_under_way() is not None and len(sums) < 10_000:
         values = cupy.arange(1_000_000, dtype=cupy.float64)
         sums.append(float((values * 2).sum()))
     assert sums and set(sums) == {999_999_000_000.0}  # CuPy here, during the start, right every time
-    client = cluster.require_client()  # ready: every worker up and warm
-    current = cluster.active()
+    client = queries.require_client()  # ready: every worker up and warm
+    current = queries.active()
     assert current is not None and current.warm_s is not None
     assert all(seen.get("gpu_name") for seen in current.devices.values())  # each warmed its GPU itself
     import dask.array as da
@@ -50,4 +51,4 @@ def test_cupy_in_the_kernel_while_the_cluster_starts(magics: ClusterMagics) -> N
         x = da.random.normal(10, 1, size=(4000, 4000), chunks=1000)
         mean = float(client.compute((x + 1)[::2, ::2].mean()).result())
     assert abs(mean - 11.0) < 0.05
-    assert "stopped cluster 'overlap'" in cluster.stop()
+    assert "stopped cluster 'overlap'" in stop.stop()

@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.cluster.options import GPU_WORKER_THREADS
 from gpu_magics.magics.gpucluster import ClusterMagics
 
@@ -35,7 +35,7 @@ def test_one_warm_worker_per_gpu(magics: ClusterMagics, gpu_count: int) -> None:
     began = time.perf_counter()
     text = gpucluster(magics, "--replace")
     elapsed = time.perf_counter() - began
-    client = cluster.require_client()
+    client = queries.require_client()
     workers = client.scheduler_info(n_workers=-1)["workers"]
     assert len(workers) == gpu_count
     assert all(w["nthreads"] == GPU_WORKER_THREADS for w in workers.values())
@@ -43,16 +43,16 @@ def test_one_warm_worker_per_gpu(magics: ClusterMagics, gpu_count: int) -> None:
     assert sorted(devices.values()) == sorted(device.cuda_id for device in gpus.inventory().devices())
     # warmed: CuPy is loaded and its device busy with nothing
     assert all(client.run(lambda: "cupy" in sys.modules).values())
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.warm_s is not None
-    assert cluster.has_gpu_workers()
+    assert queries.has_gpu_workers()
     names = {info["gpu_name"] for info in current.devices.values()}
     assert len(names) == 1
     (name,) = names
     workers_text = f"{gpu_count} worker{'s' if gpu_count != 1 else ''}"
-    assert cluster.describe_hardware() == f"{gpu_count}x {name} ({workers_text})"
+    assert queries.describe_hardware() == f"{gpu_count}x {name} ({workers_text})"
     assert text.count(name) >= gpu_count and " running " in text
-    assert set(cluster.gpu_worker_devices(client).values()) == {name}
+    assert set(queries.gpu_worker_devices(client).values()) == {name}
     print(f"\nstart+warm {elapsed:.2f} s (ready {current.ready_s:.2f} s, warm {current.warm_s:.2f} s)")
 
 
@@ -61,7 +61,7 @@ def test_seed_workload_on_cupy_chunks(magics: ClusterMagics) -> None:
     import dask
     import dask.array as da
 
-    client = cluster.require_client()
+    client = queries.require_client()
     with dask.config.set({"array.backend": "cupy"}):
         x = da.random.normal(10, 1, size=(8000, 8000), chunks=2000)
         assert isinstance(x._meta, cupy.ndarray)
@@ -81,7 +81,7 @@ def test_rechunk_across_the_other_axis_on_the_gpu_cluster(magics: ClusterMagics)
     import dask
     import dask.array as da
 
-    client = cluster.require_client()
+    client = queries.require_client()
     assert dask.config.get("array.rechunk.method") == "tasks"
     with dask.config.set({"array.backend": "cupy"}):
         x = da.random.random((16_000, 16_000), chunks=(16_000, 500)).persist()
@@ -104,17 +104,17 @@ def test_chosen_gpus_and_limits(magics: ClusterMagics, gpu_count: int) -> None:
     with pytest.raises(UsageError, match=f"no GPU {gpu_count} here"):
         magics.gpucluster(f"--gpus {gpu_count} --replace")
     gpucluster(magics, "--gpus 0 --replace --threads-per-worker 2")
-    client = cluster.require_client()
+    client = queries.require_client()
     assert list(client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0]).values()) == [visible[0]]
     with pytest.raises(UsageError, match="one worker each"):
         magics.gpucluster("scale 2")
 
 
 def test_stop_ends_the_worker_processes(magics: ClusterMagics) -> None:
-    pids = list(cluster.require_client().run(os.getpid).values())
+    pids = list(queries.require_client().run(os.getpid).values())
     assert "stopped" in gpucluster(magics, "stop")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and any(psutil.pid_exists(pid) for pid in pids):
         time.sleep(0.1)
     assert not any(psutil.pid_exists(pid) for pid in pids)
-    assert cluster.active() is None
+    assert queries.active() is None

@@ -26,16 +26,17 @@ KERNEL = r"""
 import json, sys, time
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import answers, queries
+from gpu_magics.cluster.control.verbs import stop
 
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "gpu_magics")
 began = time.perf_counter()
 with capture_output():
     ip.run_line_magic("gpucluster", sys.argv[1])
-    cluster.status()
+    answers.status()
 start_s = time.perf_counter() - began
-telemetry = cluster.telemetry()
+telemetry = queries.telemetry()
 deadline = time.monotonic() + 60
 while telemetry is not None and not telemetry.gpus() and time.monotonic() < deadline:
     time.sleep(0.2)
@@ -73,7 +74,7 @@ print(json.dumps({
     "cupy_here": direct.stderr,
     "plain": ip.user_ns.get("plain"),
 }))
-cluster.stop()
+stop.stop()
 """
 
 

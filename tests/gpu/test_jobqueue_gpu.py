@@ -14,7 +14,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.records import record as cluster_records
 from tests.gpu.conftest import GPU_COUNT
 
@@ -46,7 +47,7 @@ def jobs(ip: InteractiveShell, tmp_path: Any) -> Iterator[Any]:
     try:
         yield made
     finally:
-        cluster.stop()
+        stop.stop()
         made.close()
         if previous is None:
             del os.environ[cluster_records.RUNTIME_DIR_ENV]
@@ -61,8 +62,8 @@ def test_a_jobqueue_job_running_dask_cuda_workers_computes_the_seed(ip: Interact
         ip.run_line_magic("gpucluster", "--from t_jobs --wait 300")
     started = time.perf_counter() - began
     text = captured.stdout + "\n".join(o.data.get("text/plain", "") for o in captured.outputs)
-    assert cluster.has_gpu_workers(), text
-    client = cluster.require_client()
+    assert queries.has_gpu_workers(), text
+    client = queries.require_client()
     assert len(client.scheduler_info(n_workers=-1)["workers"]) == GPU_COUNT
 
     with capture_output() as captured:

@@ -12,8 +12,7 @@ import time
 import pytest
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import kernel_cluster
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import kernel_cluster, queries
 from gpu_magics.cluster.workers.kernel_context import process_memory
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.gpu.test_cluster_gpu import gpucluster
@@ -26,7 +25,7 @@ def test_a_parked_cluster_gives_its_gpus_back_and_work_resumes_it_with_its_data(
     import dask.array as da
 
     gpucluster(magics, "--replace --name parked")
-    client = cluster.require_client()
+    client = queries.require_client()
     workers = len(client.scheduler_info(n_workers=-1)["workers"])
     per_gpu = float(os.environ.get("PARK_GIB", "4"))
     n = int(per_gpu * GIB / 8) * workers

@@ -9,7 +9,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 
 # The issue's plain cell (20000^2, 5000^2 chunks); each chunk also says where it was computed.
 PLAIN_CELL = """
@@ -54,7 +54,7 @@ def test_plain_cells_on_the_clusters_gpu(shell: InteractiveShell) -> None:
     assert type(shell.user_ns["t_x"]._meta).__module__.split(".")[0] == "cupy"
     assert shell.user_ns["t_value"] == pytest.approx(11.0, abs=1e-3)
     pids, _, all_cupy = seen(shell)
-    workers = set(cluster.require_client().run(os.getpid).values())
+    workers = set(queries.require_client().run(os.getpid).values())
     assert pids <= workers and os.getpid() not in pids and all_cupy
     assert "plain cells: multi-gpu, CuPy chunks" in run(shell, "%gpucluster status")
     run(shell, "%gpurun off")

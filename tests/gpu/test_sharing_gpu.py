@@ -19,7 +19,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import stop
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
@@ -157,18 +158,18 @@ def test_an_idle_timeout_closes_a_one_gpu_cluster_and_frees_its_gpu(
 ) -> None:
     import dask.array as da
 
-    cluster.stop()
+    stop.stop()
     before = used_on(0)
     with capture_output():
         magics.gpucluster("--gpus 0 --idle-timeout 5s --replace --name idle")
-    client = cluster.require_client()
+    client = queries.require_client()
     pids = [int(pid) for pid in client.run(os.getpid).values()]
     x = da.random.random((20_000, 20_000), chunks=(5_000, 5_000))
     assert float((x + 1).sum().compute()) > 0
     assert used_on(0) - before > GIB // 4  # the worker holds its context and pool
     seen: list[str] = []
     wait_for(lambda: seen.append(capsys.readouterr().out) or "closed cluster 'idle'" in "".join(seen), 40, "closing")
-    assert cluster.active() is None
+    assert queries.active() is None
     wait_for(lambda: used_on(0) - before < GIB // 4, 30, "the worker's memory to go")
     import psutil
 
@@ -177,7 +178,7 @@ def test_an_idle_timeout_closes_a_one_gpu_cluster_and_frees_its_gpu(
 
 @pytest.mark.skipif(GPU_COUNT < 2, reason="needs 2 GPUs: one kept busy by another process, one free")
 def test_gpus_free_leaves_the_gpu_another_process_keeps_busy(magics: ClusterMagics) -> None:
-    cluster.stop()
+    stop.stop()
     busy = gpus.inventory().devices()[0]
     load = textwrap.dedent("""
         import sys, cupy
@@ -198,10 +199,10 @@ def test_gpus_free_leaves_the_gpu_another_process_keeps_busy(magics: ClusterMagi
         line = captured.stdout.splitlines()[0]
         print("\n" + line)
         assert line.startswith("%gpucluster --gpus free: chose GPU") and "not GPU 0:" in line
-        current = cluster.active()
+        current = queries.active()
         assert current is not None and busy.cuda_id not in current.gpu_ids
         assert gpus.inventory().devices()[1].cuda_id in current.gpu_ids
     finally:
         loader.kill()
         loader.wait(timeout=30)
-        cluster.stop()
+        stop.stop()

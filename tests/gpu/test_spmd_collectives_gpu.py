@@ -17,7 +17,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle
+from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.worker import host
 from tests.gpu.test_spmd_gpu import COLLECTIVE_TIMEOUT_MIN, run, started
 from tests.interrupting import interrupt_when, shows
@@ -55,7 +55,7 @@ def check_remade_in_place(shell: InteractiveShell) -> None:
 
 def rank_pids() -> list[int]:
     found: list[int] = []
-    for owners in lifecycle.require_client().run(host.rank_pids).values():
+    for owners in queries.require_client().run(host.rank_pids).values():
         found.extend(owners.values())
     return sorted(found)
 

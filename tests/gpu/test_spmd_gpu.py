@@ -18,7 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus, spmd
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.worker import host
 
 pytestmark = [
@@ -135,7 +135,7 @@ def started(shell: InteractiveShell, line: str) -> Iterator[None]:
     rank_pids: list[int] = []
     try:
         yield
-        for owners in cluster.require_client().run(host.rank_pids).values():  # owner -> pid, on each worker
+        for owners in queries.require_client().run(host.rank_pids).values():  # owner -> pid, on each worker
             rank_pids.extend(owners.values())
     finally:
         run(shell, "%gpucluster stop")
@@ -168,7 +168,7 @@ def listed_uuid(entry: str) -> str:
 def worker_gpus() -> dict[int, str]:
     """Worker pid -> the normalized UUID of the GPU its CUDA_VISIBLE_DEVICES names first (dask-cuda's own GPU)."""
     by_id = {device.cuda_id: device.uuid for device in gpus.inventory().devices()}
-    client = cluster.require_client()
+    client = queries.require_client()
     pids = client.run(os.getpid)
     firsts = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0])
     found = {}

@@ -96,8 +96,8 @@ def kernels(stack: Stack) -> Iterator[tuple[Kernel, Kernel]]:
 STATUS = """
 import json
 from gpu_magics import gpus
-from gpu_magics.cluster.control import lifecycle
-info = lifecycle.status()
+from gpu_magics.cluster.control import answers
+info = answers.status()
 uuid_of = {f"GPU {device.index}": device.uuid for device in gpus.inventory().devices()}
 print(json.dumps({
     "workers": {g.uuid: g.process_memory for w in info.workers for g in w.gpus if g.process_memory},

@@ -16,7 +16,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.cluster.records import record as cluster_records
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.waiting import wait_for
@@ -77,7 +77,7 @@ def magics(queue: None, _session_shell: InteractiveShell, runtime_dir: Path) -> 
     instance = ClusterMagics(shell=_session_shell)
     yield instance
     instance.close()
-    assert cluster.active() is None
+    assert queries.active() is None
 
 
 def gpucluster(magics: ClusterMagics, line: str) -> str:

@@ -12,7 +12,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
+from gpu_magics.cluster.control.verbs import start
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.slurm.conftest import gpucluster, queued
 from tests.waiting import wait_for
@@ -28,7 +29,7 @@ SEED = (
 
 
 def job_ids() -> set[str]:
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.manager is not None
     return set(current.manager.submitted)  # type: ignore[attr-defined]
 
@@ -81,7 +82,7 @@ def test_a_job_that_waits_is_named_with_its_reason_and_cells_run_on_the_workers_
 
     wait_for(pending_for_resources, 60, "the third job to wait for resources")
     wait_for(lambda: gpucluster(magics, "status").count(" running on ") == 2, 60, "two jobs running")
-    cluster.require_client().wait_for_workers(2, timeout=60)
+    queries.require_client().wait_for_workers(2, timeout=60)
     with capture_output():
         result = ip.run_cell(SEED)
     assert result.success and abs(float(result.result) - 11.0) < 1e-2
@@ -94,7 +95,7 @@ def test_adapt_gives_jobs_back_when_idle_and_asks_again_for_work(magics: Cluster
     first = job_ids()
     text = gpucluster(magics, "adapt 0 2")
     assert "adapts between 0 and 2 workers" in text
-    client = cluster.require_client()
+    client = queries.require_client()
     wait_for(lambda: not first & queued(), 90, "the idle job to leave the queue")
     assert client.scheduler_info(n_workers=-1)["workers"] == {}
 
@@ -121,7 +122,7 @@ def test_the_idle_timeout_cancels_the_jobs(magics: ClusterMagics) -> None:
     gpucluster(magics, "--slurm --jobs 1 --cpu-workers 1 --idle-timeout 8s")
     ids = job_ids()
     assert ids <= queued()
-    wait_for(lambda: cluster.active() is None, 60, "the idle cluster to close")
+    wait_for(lambda: queries.active() is None, 60, "the idle cluster to close")
     wait_for(lambda: not ids & queued(), 60, "its job to leave the queue")
 
 
@@ -134,7 +135,7 @@ def test_cpu_workers_stay_cpu_workers_on_a_host_with_gpus(
     text = gpucluster(magics, "--slurm --jobs 1 --cpu-workers 1 --name t-cpu-stays")
     try:
         assert "did not start" not in text and "1 CPU worker" in text
-        assert cluster.split_workers_by_gpu()[0] == set()
+        assert queries.split_workers_by_gpu()[0] == set()
         with capture_output() as captured:
             result = ip.run_cell(SEED)
         assert result.success, captured.stdout
@@ -165,7 +166,7 @@ def test_the_start_line_says_how_many_workers_are_up_and_which_jobs_wait(magics:
     from gpu_magics.cluster.options import parse_cluster_line
 
     lines: list[str] = []
-    starting = cluster.begin(
+    starting = start.begin(
         parse_cluster_line("--slurm --jobs 3 --cpu-workers 1 --wait 8 --name t-line"),
         listen=lambda start: start.listen(lambda progress: lines.append(progress.line())),
     )

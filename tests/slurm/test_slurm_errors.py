@@ -13,7 +13,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import gpu_magics
-from gpu_magics.cluster.control import lifecycle as cluster
+from gpu_magics.cluster.control import queries
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.slurm.conftest import gpucluster, queued
 from tests.waiting import wait_for
@@ -27,7 +27,7 @@ def one_line_error(magics: ClusterMagics, line: str) -> str:
         gpucluster(magics, line)
     message = str(caught.value)
     assert "\n" not in message and "Traceback" not in message
-    assert cluster.active() is None
+    assert queries.active() is None
     return message
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from gpu_magics.cluster.control import lifecycle
+from gpu_magics.cluster.control import queries
 from gpu_magics.cluster.managers.opening import make_manager
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.magics.gpucluster import ClusterMagics
@@ -35,7 +35,7 @@ def test_a_job_slurm_refuses_leaves_the_running_cluster_running(magics: ClusterM
     before = queued()
     with pytest.raises(UsageError, match=r"^%gpucluster --slurm: SLURM refused the job: .*nosuch"):
         gpucluster(magics, "--slurm --cpu-workers 1 --partition nosuch --replace")
-    current = lifecycle.active()
+    current = queries.active()
     assert current is not None and current.name == "t-stays" and current.client.status == "running"
     assert queued() == before
     gpucluster(magics, "stop")

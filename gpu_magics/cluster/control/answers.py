@@ -1,7 +1,7 @@
 """In the kernel: what the verbs that change nothing answer about the cluster in use: its ``status`` (fetched from
 its scheduler; while it starts, as far as it got, without waiting), its ``dashboard_url``, and the cluster a verb
 needs (``require_active``: one in use, its start settled; ``require_owned``: one this kernel started).
-``lifecycle`` answers with these; nothing here imports it."""
+The verbs (``verbs``) answer with these; nothing here imports them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What may be asked about the cluster in use without changing it: the one interface through which ``gpurun``
 (and the magics) reach the cluster engine. The one thing told through it: which session backend plain cells
-use (``tell_plain_cells``), for the cluster's record. ``lifecycle`` starts and stops the cluster these answer about.
+use (``tell_plain_cells``), for the cluster's record. The verbs start and stop the cluster these answer about.
 
 The dependency runs one way: ``gpurun`` imports this, nothing in ``cluster`` imports ``gpurun``.
 """

@@ -1,2 +1,3 @@
-"""In the kernel: what acts on the cluster in use above the lifecycle: restart and scale under way (``changes``),
-the kernel's shutdown, an interrupted cell's tasks, the idle reclaim the server asks for."""
+"""In the kernel: the verbs, one short module each (``start``, ``stop``, ``change``: restart, scale and adapt;
+``free``; ``idle``: the idle timeout), and the kernel's shutdown, an interrupted cell's tasks, the idle reclaim the
+server asks for."""

@@ -62,15 +62,15 @@ def running_after_stop(client: Client, wait: float = STOP_WAIT) -> int | None:
 def after_interrupt(client: Client, *, restart: bool) -> str:
     """One line for the user after an interrupt; with ``restart``, restart the workers of a cluster started
     here first (tasks still running stop, their memory is freed)."""
-    from gpu_magics.cluster.control import lifecycle
-    from gpu_magics.cluster.control.verbs import changes
+    from gpu_magics.cluster.control import queries
+    from gpu_magics.cluster.control.verbs import change
 
     count = running_after_stop(client)
-    current = lifecycle.active()
+    current = queries.active()
     ours = current is not None and current.client is client and current.owned
     if restart and count and ours:
         try:
-            changes.restart()
+            change.restart()
         except Exception as error:  # any failure is said in the interrupt's line
             dropped("restarting the workers after an interrupt", error)
             return f"{PROG}: interrupted; restarting the workers failed ({error}); try {PROG} restart"

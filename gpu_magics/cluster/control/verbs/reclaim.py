@@ -31,8 +31,8 @@ def run(idle_s: float, park: bool = False) -> dict[str, Any]:
     """Free the cached memory, close the idle cluster where that loses nothing (``park``: park its GPU workers
     instead, their data kept, where they can be), say so at the next cell; returns ``{"freed": bytes, "cluster": name
     or None, "stopped": bool, "parked": bool, "kept": why or None, "line": str or None}``."""
-    from gpu_magics.cluster.control import lifecycle
     from gpu_magics.cluster.control.kernel_cluster import in_use
+    from gpu_magics.cluster.control.verbs import stop
 
     freed = _free_kernel()
     current = in_use()
@@ -48,7 +48,7 @@ def run(idle_s: float, park: bool = False) -> dict[str, Any]:
         kept = why_kept(current) if current.owned else None
         if current.owned and kept is None:
             try:
-                lifecycle.stop()
+                stop.stop()
             except (OSError, RuntimeError) as error:  # said in the line, the kernel goes on: the record's file, a
                 # loop gone (stop says a failure of the close itself in its own line)
                 dropped("closing the idle cluster", error)

@@ -30,12 +30,12 @@ def close_everything(shell: Any = None) -> None:
     """Freeze ``%gpumonitor`` panels (a saved notebook keeps their last view, marked stopped), stop the cluster
     (or disconnect from an attached one), then the worker server, resource tracker and driver's process."""
     from gpu_magics.cluster.background import start_logs
-    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control.verbs import stop
     from gpu_magics.cluster.workers import driver_start, forkserver
 
     monitor = getattr(getattr(shell, "magics_manager", None), "registry", {}).get("MonitorMagics")
     steps = [monitor.close] if monitor is not None else []
-    for step in (*steps, close_local_adopted, lifecycle.stop, forkserver.stop_server, driver_start.stop):
+    for step in (*steps, close_local_adopted, stop.stop, forkserver.stop_server, driver_start.stop):
         try:
             step()
         except Exception as error:  # the kernel is going: a step that fails any way never stops the next one
@@ -55,8 +55,8 @@ def close_local_adopted() -> None:
     restart or scale under way): the kernel never exits under its workers."""
     from distributed import LocalCluster
 
-    from gpu_magics.cluster.control import lifecycle
     from gpu_magics.cluster.control.kernel_cluster import in_use
+    from gpu_magics.cluster.control.verbs import stop
 
     current = in_use()
     manager = None if current is None else current.manager
@@ -67,8 +67,8 @@ def close_local_adopted() -> None:
     quiet.setLevel(logging.CRITICAL)  # its nannies' words about workers ending as they close
     try:
         _quiet_workers(current.client)
-        lifecycle.stop(close=True)
-        lifecycle.wait_wound_down(CLOSE_WAIT_S)
+        stop.stop(close=True)
+        stop.wait_wound_down(CLOSE_WAIT_S)
     finally:
         quiet.setLevel(level)  # (workers that are threads of this process logged through this logger too)
 

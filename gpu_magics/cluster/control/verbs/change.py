@@ -1,6 +1,7 @@
-"""In the kernel: restarting and scaling the cluster in use as changes under way, as a start is (``starting``): in
-a notebook the prompt comes back at once, a line shows the workers come back, and cells that need the cluster wait
-for them; elsewhere (and in ``restart()``, ``scale()``) they run here."""
+"""``%gpucluster restart``, ``scale`` and ``adapt``. Restarting and scaling the cluster in use are changes under way
+(``ChangeAsked``, ``ChangeEnded``), as a start is: in a notebook the prompt comes back at once, a line shows the
+workers come back, and cells that need the cluster wait for them; elsewhere (and in ``restart()``, ``scale()``)
+they run here. ``adapt`` asks the workers (``AdaptAsked``: a parked cluster resumes first)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import cast
 
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner, parking
+from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner, parking, steps
+from gpu_magics.cluster.control.answers import require_owned, status
+from gpu_magics.cluster.control.machine import events
 from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded
 from gpu_magics.cluster.control.machine.table import PhaseRefused, require
 from gpu_magics.cluster.info import ClusterInfo
@@ -31,7 +34,7 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
     """``restart`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
     from gpu_magics.cluster.workers import warmup
 
-    current = lifecycle.require_owned("restart")
+    current = require_owned("restart")
 
     def job(change: Starting) -> ClusterInfo:
         # no lock across the network waits: a stop meanwhile closes the cluster at once, and this job then ends
@@ -55,7 +58,7 @@ def begin_restart(*, background: bool = False, listen: Callable[[Starting], None
             owner.replace_figures(current, devices=devices, ready_s=ready_s, warm_s=warm_s)
 
         owner.change(restarted)
-        return lifecycle.status(notice=f"{PROG}: restarted {current.name!r}")
+        return status(notice=f"{PROG}: restarted {current.name!r}")
 
     return _change(current, "restarting", len(inspection.scheduler_workers(current.client)), job, background, listen)
 
@@ -67,9 +70,7 @@ def scale(count: int) -> ClusterInfo:
 
 def begin_scale(count: int, *, background: bool = False, listen: Callable[[Starting], None] | None = None) -> Starting:
     """``scale`` as a change under way (``background``: in a thread; ``listen`` gets its handle first)."""
-    from gpu_magics.cluster.control import steps
-
-    current = lifecycle.require_owned("scale", scalable=True)
+    current = require_owned("scale", scalable=True)
     current.manager.check_scale(count, "scale")  # a count it cannot have: this line's error, at once
 
     def job(change: Starting) -> ClusterInfo:
@@ -81,6 +82,13 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
         return lifecycle.written_status(current, notice or f"{PROG}: scaled {current.name!r} to {count} worker(s)")
 
     return _change(current, "scaling", count, job, background, listen)
+
+
+def adapt(minimum: int, maximum: int) -> ClusterInfo:
+    """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
+    current = require_owned("adapt", scalable=True)
+    parking.asking_workers(events.AdaptAsked(current), "adapt")
+    return lifecycle.written_status(current, steps.adapt(current, minimum, maximum))
 
 
 _VERBS = {"restarting": "restart", "scaling": "scale"}  # the verb a change's line names, by what it says it does

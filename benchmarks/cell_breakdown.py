@@ -11,8 +11,9 @@ cell and as a ``%%gpurun multi-gpu`` cell. LOCAL is ``gpu`` on a GPU, ``cpu-thre
 Each cell's time is cut at moments read in this process (the magic's entry and exit, the cell's compile, the monitor's
 start and stop, the cell's code, a graph's submit through ``Client``) and on the schedulers (the package's task counter
 on the cluster: a graph's arrival, each task's compute start and stop; a dask callback on the local schedulers), all
-in one clock. The steps between consecutive moments add up to the cell's wall time. Medians over every run after
-one warm-up round (a step's over the middle half of the runs by wall time); ``--json`` writes every run's wall time.
+in one clock. The steps between consecutive moments add up to the cell's wall time. After one warm-up round: the
+cell's median, and each step's mean over the runs of middle wall time (the middle quarter), which add up to it;
+``--json`` writes every run's wall time.
 """
 
 from __future__ import annotations
@@ -154,14 +155,16 @@ def _cluster_moments(client: Any, mark: tuple[int, int, int, float] | None, mome
 
 
 def steps_of(began: float, ended: float, seen: dict[str, float]) -> dict[str, float]:
-    """Seconds per step: each step ends at its moment, moments not passed (or out of order) join the next step;
+    """Seconds per step: each step ends at its moment, moments not passed join the next step (one out of order is
+    taken as the previous one);
     a cell that submitted no graph spends its code's time in ``CODE_STEP``."""
     steps: dict[str, float] = {}
     last = began
     for name, step in STEPS:
         at = ended if name == "end" else seen.get(name)
-        if at is None or at < last or at > ended:
+        if at is None:
             continue  # not passed: its time is the next step's
+        at = min(max(at, last), ended)  # a worker's clock, corrected by distributed's estimate, may be off by a little
         if step == GATHER and "submit" not in seen:
             step = CODE_STEP
         steps[step] = steps.get(step, 0.0) + at - last
@@ -198,14 +201,15 @@ class Breakdown:
 
 
 def summarize(runs: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
-    """Medians in ms: the cell's wall time, and each step (0 where a run did not pass it) over the middle half of
-    the runs by wall time (a spike in one step of one run does not pull the others' medians away), and their sum."""
+    """In ms: the cell's median wall time, and each step's mean (0 where a run did not pass it) over the runs of
+    middle wall time (the middle quarter; with 3 runs the median one), so the steps add up to a middle of the cell's
+    time where medians of skewed steps would not (a spike in one step of one run is left out)."""
     names = list(dict.fromkeys([step for _, step in STEPS] + [PLAIN_STEP]))
     found = [name for name in names if any(name in steps for _, steps in runs)]
     ordered = sorted(runs, key=lambda run: run[0])
     count = len(runs)
-    middle = ordered[(count - 1) // 2 - count // 4 : count // 2 + 1 + count // 4]  # 3 runs: the median one
-    steps = {name: statistics.median(steps.get(name, 0.0) for _, steps in middle) * 1e3 for name in found}
+    middle = ordered[(count - 1) // 2 - count // 8 : count // 2 + 1 + count // 8]  # 3 runs: the median one
+    steps = {name: statistics.fmean(steps.get(name, 0.0) for _, steps in middle) * 1e3 for name in found}
     wall = statistics.median(total for total, _ in runs) * 1e3
     return {
         "wall_ms": round(wall, 4),
@@ -253,7 +257,7 @@ def show(results: dict[str, Any]) -> None:
         print(f"{name}: {result['wall_ms']:.3f} ms median of {result['runs']}{over}")
         for step, value in result["steps_ms"].items():
             print(f"    {step:<66} {value:9.3f} ms")
-        print(f"    {'(sum of the steps medians)':<66} {result['sum_of_steps_ms']:9.3f} ms")
+        print(f"    {'(the steps added up)':<66} {result['sum_of_steps_ms']:9.3f} ms")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -276,7 +280,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results = measure(shell, local, SEED.format(n=args.n, chunk=args.chunk), args.repeat, args.count)
     finally:
         magic(shell, "gpucluster", "stop")
-    print(f"seed {args.n}^2 float64 in {args.chunk}^2 chunks; medians of {args.repeat} interleaved rounds")
+    print(
+        f"seed {args.n}^2 float64 in {args.chunk}^2 chunks, {args.repeat} interleaved rounds: each cell's median, "
+        "each step's mean over the middle quarter of its runs by wall time"
+    )
     show(results)
     if args.json:
         args.json.write_text(json.dumps({"n": args.n, "chunk": args.chunk, "local": local, "cells": results}, indent=1))

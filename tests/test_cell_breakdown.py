@@ -22,7 +22,7 @@ def test_the_steps_of_each_cell_add_up_to_its_time(tmp_path: Path) -> None:
     env = {**os.environ, "GPU_MAGICS_SOURCE": "fake:0", cluster_records.RUNTIME_DIR_ENV: str(tmp_path)}
     command = [sys.executable, "benchmarks/cell_breakdown.py", "--cpu-workers", "1", "--n", "400", "--chunk", "100"]
     done = subprocess.run(
-        [*command, "--repeat", "3", "--count", "10", "--json", str(found)],
+        [*command, "--repeat", "3", "--count", "20", "--json", str(found)],
         cwd=ROOT,
         env=env,
         capture_output=True,

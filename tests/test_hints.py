@@ -52,19 +52,19 @@ def test_the_cpu_worker_count_is_at_most_the_cores() -> None:
 
 @pytest.mark.usefixtures("no_gpu")
 def test_without_a_gpu_hints_name_cpu_workers() -> None:
-    assert hints.start_cluster_command() == hints.cpu_cluster_command()
+    assert queries.start_cluster_command() == hints.cpu_cluster_command()
 
 
 @pytest.mark.usefixtures("simulated")
 def test_simulated_gpus_hint_cpu_workers() -> None:
-    assert hints.start_cluster_command() == hints.cpu_cluster_command()
+    assert queries.start_cluster_command() == hints.cpu_cluster_command()
 
 
 def test_real_gpus_hint_plain_gpucluster_only_with_cupy_and_dask_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     real_gpus(monkeypatch, packages=True)
-    assert hints.start_cluster_command() == "%gpucluster"
+    assert queries.start_cluster_command() == "%gpucluster"
     real_gpus(monkeypatch, packages=False)
-    assert hints.start_cluster_command() == hints.cpu_cluster_command()
+    assert queries.start_cluster_command() == hints.cpu_cluster_command()
 
 
 @pytest.fixture

@@ -333,8 +333,6 @@ def folders_importing_each_other(modules: dict[str, Path] = MODULES) -> dict[tup
 FOLDERS_BOTH_WAYS: set[tuple[str, str]] = {
     # the package's entry points (``load_ipython_extension``) call the magics; ``magics.free_gpus`` reads the inventory
     ("gpu_magics", "gpu_magics.magics"),
-    # ``gpus`` writes its errors with ``text.units``; ``text.hints`` counts the GPUs for its advice
-    ("gpu_magics", "gpu_magics.text"),
     # ``managers/`` holds both what each manager builds on (``base``, ``needs``, ``attach``) and what picks one
     # (``opening``) or reads another's jobs (``adopted``)
     ("gpu_magics.cluster.managers", "gpu_magics.cluster.managers.gateway"),

@@ -25,7 +25,6 @@ from gpu_magics.gpurun import device_pools, gpuless
 from gpu_magics.gpurun.graphs import kernel_tail, tuning
 from gpu_magics.gpurun.options import BACKENDS
 from gpu_magics.gpurun.timing import task_count
-from gpu_magics.text import hints
 from gpu_magics.text.argparsing import check_threads
 from gpu_magics.text.errors import ClusterError, LineError
 from gpu_magics.text.units import dropped
@@ -174,7 +173,7 @@ def unavailable_reason(name: str) -> str | None:
 
         if queries.active_client() is not None:
             return None
-        return f"no cluster: start one with {hints.start_cluster_command()}"
+        return f"no cluster: start one with {queries.start_cluster_command()}"
     return None
 
 

@@ -2,7 +2,8 @@
 
 Plain ``%gpucluster`` needs real GPUs, CuPy and dask-cuda; where any is missing (no GPU, simulated GPUs), the
 command that works is ``%gpucluster --cpu-workers N`` with the same N everywhere (``cpu_workers()``: at most the
-cores). Nothing here imports CuPy or dask-cuda (``find_spec`` only) nor reads a GPU until a hint is asked for.
+cores); which of the two a hint names, the inventory says (``gpus.start_cluster_command``). Nothing here imports
+CuPy or dask-cuda (``find_spec`` only) nor reads a GPU.
 """
 
 from __future__ import annotations
@@ -24,24 +25,9 @@ def cpu_cluster_command() -> str:
     return f"{PROG} --cpu-workers {cpu_workers()}"
 
 
-def gpu_cluster_ready() -> bool:
-    """Whether plain ``%gpucluster`` starts here: real GPUs are visible and CuPy and dask-cuda are installed."""
-    from gpu_magics import gpus
-
-    inventory = gpus.inventory()
-    if inventory.simulated or not inventory.devices():
-        return False
-    return gpu_packages_installed()
-
-
 def gpu_packages_installed() -> bool:
     """Whether CuPy and dask-cuda are installed (found, not imported)."""
     return all(_installed(name) for name in ("cupy", "dask_cuda"))
-
-
-def start_cluster_command() -> str:
-    """The command that starts a cluster on this machine: ``%gpucluster`` or ``%gpucluster --cpu-workers N``."""
-    return PROG if gpu_cluster_ready() else cpu_cluster_command()
 
 
 def _installed(name: str) -> bool:

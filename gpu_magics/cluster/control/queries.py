@@ -47,10 +47,18 @@ if TYPE_CHECKING:
     from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 
 
+def start_cluster_command() -> str:
+    """The command that starts a cluster on this machine: ``%gpucluster`` (real GPUs, CuPy and dask-cuda) or
+    ``%gpucluster --cpu-workers N``."""
+    from gpu_magics.cluster.managers.local.factories import gpu_cluster_ready
+
+    return hints.PROG if gpu_cluster_ready() else hints.cpu_cluster_command()
+
+
 def no_cluster_message() -> str:
     """One line: no cluster runs, and the commands that start one here (or attach to a scheduler)."""
     return (
-        f"no cluster is running: start one with {hints.start_cluster_command()}, "
+        f"no cluster is running: start one with {start_cluster_command()}, "
         f"or attach with {PROG} --address <scheduler address>"
     )
 

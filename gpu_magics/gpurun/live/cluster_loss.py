@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 from typing import TYPE_CHECKING
 
-from gpu_magics.text import hints
+from gpu_magics.cluster.control import queries
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -22,7 +22,7 @@ def stopped_message() -> str:
     """The line for a cell whose cluster was stopped while it ran (with the command that starts one here)."""
     return (
         "%%gpurun: the cluster was stopped while this cell ran, and its tasks were cancelled; "
-        f"start one with {hints.start_cluster_command()} and run the cell again"
+        f"start one with {queries.start_cluster_command()} and run the cell again"
     )
 
 
@@ -30,7 +30,7 @@ def went_away_message() -> str:
     """The line for a cell whose cluster's scheduler went away while it ran."""
     return (
         "%%gpurun: the cluster's scheduler went away while this cell ran, and its tasks were cancelled; "
-        f"start a new cluster with {hints.start_cluster_command()} --replace and run the cell again"
+        f"start a new cluster with {queries.start_cluster_command()} --replace and run the cell again"
     )
 
 

@@ -230,3 +230,11 @@ def choose_gpus(indices: tuple[int, ...] | None) -> tuple[str, ...]:
             f"the {len(visible)} visible GPU(s) are {names}"
         )
     return tuple(visible[index].cuda_id for index in indices)
+
+
+def gpu_cluster_ready() -> bool:
+    """Whether plain ``%gpucluster`` starts here: real GPUs are visible and CuPy and dask-cuda are installed."""
+    found = gpus.inventory()
+    if found.simulated or not found.devices():
+        return False
+    return hints.gpu_packages_installed()

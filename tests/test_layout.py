@@ -483,7 +483,7 @@ def test_the_rules_see_a_violation(tmp_path: Path) -> None:
 
 
 BROAD = {"Exception", "BaseException"}
-CATCH_BUDGET = 3.0  # broad catches per 1,000 lines of the package (distributed has 1.1 to 4.2): those left are
+CATCH_BUDGET = 2.5  # broad catches per 1,000 lines of the package (distributed has 1.1 to 4.2): those left are
 # listeners, threads' loops, shutdown steps, NVML polls, user code and one-line errors; never raise it
 
 

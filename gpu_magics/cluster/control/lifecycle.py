@@ -22,7 +22,8 @@ def prestart_processes() -> None:
     for launch, what in ((forkserver.start_server, "the worker server"), (driver_start.start, "the CUDA driver")):
         try:
             launch()
-        except Exception as error:  # a failure of any kind only makes the first start slower
+        except (OSError, EOFError, RuntimeError, ValueError, ImportError) as error:  # a process or its pipe refused,
+            # a module missing: it only makes the first start slower
             dropped(f"starting {what} ahead", error)
 
 

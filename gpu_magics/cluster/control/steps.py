@@ -35,32 +35,34 @@ def start(manager: ClusterManager, options: ClusterOptions, starting: Starting) 
     """The cluster ``manager`` gives, once its scheduler answers (not in use yet: the start's job posts that);
     ``starting`` hears how far it got. A failure (or ``starting``'s cancel) closes what this made (SLURM: its jobs
     leave the queue); a failure is one ``UsageError`` line."""
-    client: Client | None = None
-    try:
-        client = manager.start(options, starting)
-        quiet_abandoned_gathers(getattr(client.loop, "asyncio_loop", None))
+    clients: list[Client] = []
+    with _undone(manager, options.cluster_name, None, clients):
+        clients.append(manager.start(options, starting))
+        quiet_abandoned_gathers(getattr(clients[0].loop, "asyncio_loop", None))
         starting.check()
-        return ActiveCluster(
-            name=options.cluster_name,
-            kind=options.kind,
-            options=options,
-            client=client,
-            manager=manager,
-            cluster=manager._local_cluster,
-            gpu_ids=getattr(manager, "gpu_ids", ()),
-        )
-    except BaseException as error:  # the clean-up runs for any failure; re-raised, as one line where it is not one
-        _failed(manager, None, client, options.cluster_name, error)
+    return ActiveCluster(
+        name=options.cluster_name,
+        kind=options.kind,
+        options=options,
+        client=clients[0],
+        manager=manager,
+        cluster=manager._local_cluster,
+        gpu_ids=getattr(manager, "gpu_ids", ()),
+    )
+
+
+def undone_on_failure(started: ActiveCluster) -> contextlib.AbstractContextManager[None]:
+    """A failure inside (or ``Starting``'s cancel) releases ``started`` (``release``) and closes what its start made;
+    it is raised again, as one ``UsageError`` line where it is not one."""
+    return _undone(started.manager, started.name, started, [started.client])
 
 
 @contextlib.contextmanager
-def undone_on_failure(started: ActiveCluster) -> Iterator[None]:
-    """A failure inside (or ``Starting``'s cancel) releases ``started`` (``release``) and closes what its start made;
-    it is raised again, as one ``UsageError`` line where it is not one."""
+def _undone(manager: ClusterManager, name: str, started: ActiveCluster | None, clients: list[Client]) -> Iterator[None]:
     try:
         yield
-    except BaseException as error:  # the clean-up runs for any failure
-        _failed(started.manager, started, started.client, started.name, error)
+    except BaseException as error:  # the clean-up runs for any failure; re-raised, as one line where it is not one
+        _failed(manager, started, clients[0] if clients else None, name, error)
 
 
 def come(started: ActiveCluster, began: float, starting: Starting) -> str | None:
@@ -222,7 +224,7 @@ def release(current: ActiveCluster) -> None:
         current.telemetry.close(unregister=False)
     try:
         current.client.close(timeout=5)
-    except Exception as error:  # a close that fails any way: the cluster is let go all the same
+    except (OSError, RuntimeError, TimeoutError) as error:  # the scheduler silent or gone, its loop closed: let go
         dropped("closing the client", error)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from IPython.core.error import UsageError
+
 from gpu_magics.cluster.options import PROG
 from gpu_magics.text.units import dropped
 
@@ -71,7 +73,8 @@ def after_interrupt(client: Client, *, restart: bool) -> str:
     if restart and count and ours:
         try:
             change.restart()
-        except Exception as error:  # any failure is said in the interrupt's line
+        except (UsageError, TimeoutError, OSError, RuntimeError) as error:  # its one line (StartFailed, ...), a wait
+            # that timed out, the scheduler silent or gone: said in the interrupt's line
             dropped("restarting the workers after an interrupt", error)
             return f"{PROG}: interrupted; restarting the workers failed ({error}); try {PROG} restart"
         return f"{PROG}: interrupted; restarted the workers, which stopped {_tasks(count)} still running"

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from IPython.core.error import UsageError
+
 from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import StartCancelled, Starting
@@ -208,5 +210,6 @@ def _register_atexit() -> None:
 def _close_at_exit() -> None:
     try:
         stop()
-    except Exception as error:  # the process ends: anything goes
+    except (UsageError, OSError, RuntimeError, TimeoutError) as error:  # its one line, the scheduler silent or
+        # gone, its loop closed: the process ends all the same
         dropped("stopping the cluster at exit", error)

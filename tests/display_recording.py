@@ -76,3 +76,32 @@ def shown_text(content: dict[str, Any]) -> str:
     lines of its own (as the notebook shows it, apart from what is printed next)."""
     text = str(content["data"].get("text/plain", ""))
     return text if not text or text.endswith("\n") else text + "\n"
+
+
+@dataclass
+class CellOutput:
+    """What a cell printed or showed, from its kernel's output messages taken in order (``take``): an output
+    updated in place (a live table, a line that ends as the cluster) as it was left, its last frame where its first
+    one was. An update of an output this cell did not show is not the cell's."""
+
+    parts: list[str] = field(default_factory=list)
+    places: dict[str, int] = field(default_factory=dict)  # display id -> its place in parts
+
+    def take(self, message: dict[str, Any]) -> None:
+        kind, content = message["msg_type"], message["content"]
+        display_id = (content.get("transient") or {}).get("display_id")
+        if kind == "stream":
+            self.parts.append(content["text"])
+        elif kind == "update_display_data":
+            if display_id in self.places:
+                self.parts[self.places[display_id]] = shown_text(content)
+        elif kind in ("execute_result", "display_data"):
+            if display_id is not None:
+                self.places[display_id] = len(self.parts)
+            self.parts.append(shown_text(content))
+        elif kind == "error":
+            self.parts.append("\n".join(content["traceback"]))
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from tests.display_recording import shown_text
+from tests.display_recording import CellOutput
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -52,34 +53,37 @@ class Kernel:
     def finish(self, msg_id: str, timeout: float) -> tuple[dict[str, Any], str]:
         """Wait for the cell's reply; returns the reply's content and everything the cell printed or showed (an
         output updated in place, as a live table, as it was left: its last frame, where its first one was)."""
-        text: list[str] = []
-        where: dict[str, int] = {}  # display id -> its place in text
+        output = CellOutput()
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
-            assert remaining > 0, f"no idle status within {timeout} s; output so far: {''.join(text)}"
+            assert remaining > 0, f"no idle status within {timeout} s; output so far: {output.text}"
             message = self.client.get_iopub_msg(timeout=remaining)
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, content = message["msg_type"], message["content"]
-            display_id = (content.get("transient") or {}).get("display_id")
-            if kind == "stream":
-                text.append(content["text"])
-            elif kind == "update_display_data":  # (one of an output this cell did not show: not the cell's)
-                if display_id in where:
-                    text[where[display_id]] = shown_text(content)
-            elif kind in ("execute_result", "display_data"):
-                if display_id is not None:
-                    where[display_id] = len(text)
-                text.append(shown_text(content))
-            elif kind == "error":
-                text.append("\n".join(content["traceback"]))
-            elif kind == "status" and content["execution_state"] == "idle":
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
                 break
+            output.take(message)
         while True:  # replies to earlier requests (kernel_info at start-up) may come first
             reply = self.client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
             if reply["parent_header"].get("msg_id") == msg_id:
-                return reply["content"], "".join(text)
+                return reply["content"], output.text
+
+    def read_until(self, msg_id: str, line: str, timeout: float) -> str:
+        """What the running cell ``msg_id`` printed or showed (updates taken in place) once it says ``line``; the
+        rest is for ``finish``."""
+        output = CellOutput()
+        deadline = time.monotonic() + timeout
+        while line not in output.text:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no {line!r} within {timeout} s; output so far: {output.text}"
+            try:
+                message = self.client.get_iopub_msg(timeout=remaining)
+            except queue.Empty:
+                raise AssertionError(f"no {line!r} within {timeout} s; output so far: {output.text}") from None
+            if message["parent_header"].get("msg_id") == msg_id:
+                output.take(message)
+        return output.text
 
     def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], str]:
         return self.finish(self.start(code), timeout)

@@ -10,7 +10,6 @@ for a file or a line that says where the kernel is.
 
 from __future__ import annotations
 
-import queue
 import re
 import time
 from collections.abc import Iterator
@@ -160,7 +159,7 @@ def test_a_cell_that_imports_nothing_new_does_not_wait_for_the_imports_begun_ahe
     assert first.strip() == "importing" and not go.exists()
     wait_for(began.exists, timeout=120, what="the imports ahead reaching the held module")
     msg_id = kernel.start("import gm_slow_ahead\nprint('imported')")
-    seen = read_until(kernel, msg_id, WAITING_LINE, timeout=60)
+    seen = kernel.read_until(msg_id, WAITING_LINE, timeout=60)
     go.touch()
     messages = until_idle(kernel, msg_id, timeout=120)
     said = seen + "".join(message["content"].get("text", "") for message in messages)
@@ -170,26 +169,6 @@ def test_a_cell_that_imports_nothing_new_does_not_wait_for_the_imports_begun_ahe
     assert shown["content"]["data"] == {"text/plain": "", "text/html": ""}
     later = kernel.ok("%gpucluster status\nimport json\nprint(a.importing())")
     assert WAITING_LINE not in later and later.strip().endswith("False"), later
-
-
-def read_until(kernel: Kernel, msg_id: str, line: str, timeout: float) -> str:
-    """What the cell ``msg_id`` printed or showed, up to and including ``line``."""
-    text: list[str] = []
-    deadline = time.monotonic() + timeout
-    while line not in "".join(text):
-        remaining = deadline - time.monotonic()
-        assert remaining > 0, f"no {line!r} within {timeout} s; output so far: {''.join(text)}"
-        try:
-            message = kernel.client.get_iopub_msg(timeout=remaining)
-        except queue.Empty:
-            raise AssertionError(f"no {line!r} within {timeout} s; output so far: {''.join(text)}") from None
-        if message["parent_header"].get("msg_id") != msg_id:
-            continue
-        if message["msg_type"] == "stream":
-            text.append(message["content"]["text"])
-        elif message["msg_type"] == "display_data":
-            text.append(message["content"]["data"].get("text/plain", ""))
-    return "".join(text)
 
 
 def until_idle(kernel: Kernel, msg_id: str, timeout: float) -> list[dict[str, Any]]:
@@ -213,7 +192,7 @@ def test_an_interrupt_while_a_cell_waits_for_the_imports_is_one_line(kernel: Ker
     kernel.ok("%load_ext gpu_magics")
     msg_id = kernel.start("import gm_slow_ahead\nprint('imported')")
     queued = kernel.start("print('queued cell ran')")
-    seen = read_until(kernel, msg_id, WAITING_LINE, timeout=120)
+    seen = kernel.read_until(msg_id, WAITING_LINE, timeout=120)
     kernel.manager.interrupt_kernel()
     reply, text = kernel.finish(msg_id, timeout=60)
     assert_one_line_interrupt(

@@ -184,28 +184,45 @@ def test_free_gives_the_workers_and_the_kernel_s_cache_back(shared: Client, magi
 
 
 def test_an_idle_cluster_started_here_closes_and_says_so(
-    magics: ClusterMagics, environment: Path, capsys: pytest.CaptureFixture[str]
+    magics: ClusterMagics, environment: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    text, _ = gpucluster(magics, "--cpu-workers 1 --name idle --replace --idle-timeout 3s")
-    assert "closes after 3 s without a task" in text
+    """Started with an hour's timeout (nothing closes while the test looks at it idle), then given 3 s while a task
+    runs: the task keeps it open past the timeout; once the task ends, it closes after 3 s and says so."""
+    text, _ = gpucluster(magics, "--cpu-workers 1 --name idle --replace --idle-timeout 1h")
+    assert "closes after 1 h without a task" in text
     client = queries.require_client()
     pids = [int(pid) for pid in client.run(os.getpid).values()]
     [record] = cluster_records.list_records(clean=False)
-    assert record.idle_timeout == 3.0
-    future = client.submit(time.sleep, 4, pure=False)  # a task keeps it open past the timeout
-    time.sleep(3.5)
-    assert queries.active() is not None and queries.active().name == "idle"  # type: ignore[union-attr]
-    info = answers.status()
-    assert info.idle_timeout == 3.0 and info.idle_left is None
-    future.result()
-    wait_for(lambda: (c := queries.active()) is not None and c.idle is not None and c.idle.idle_since, 10, "idle")
+    assert record.idle_timeout == 3600.0
+    wait_for(lambda: (c := queries.active()) is not None and c.idle is not None and c.idle.idle_since, 60, "idle")
     text = ClusterView(answers.status()).text()  # not captured: the line it prints on closing must not be
-    assert "closes after 3 s without a task · idle now: " in text and " left" in text
-    said = printed(capsys, "closed cluster", 20)  # once the cluster has closed
+    assert "closes after 1 h without a task · idle now: " in text and " left" in text
+    began, go = tmp_path / "task-began", tmp_path / "task-go"
+
+    def held(began: Path, go: Path) -> None:
+        began.touch()
+        deadline = time.monotonic() + 120
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    future = client.submit(held, began, go, pure=False)
+    try:
+        wait_for(began.exists, 120, "the task running")
+        text, _ = gpucluster(magics, "--idle-timeout 3s")
+        assert "closes after 3 s without a task" in text
+        wait_for(lambda: [r.idle_timeout for r in cluster_records.list_records(clean=False)] == [3.0], 30, "record")
+        time.sleep(4.0)  # longer than the timeout, while the task runs (until the test lets it end): it stays open
+        assert queries.active() is not None and queries.active().name == "idle"  # type: ignore[union-attr]
+        info = answers.status()
+        assert info.idle_timeout == 3.0 and info.idle_left is None
+    finally:
+        go.touch()
+    future.result(timeout=60)
+    said = printed(capsys, "closed cluster", 60)  # once the cluster has closed
     assert "%gpucluster: closed cluster 'idle' after 3 s without a task (--idle-timeout); its GPUs are free" in said
     assert queries.active() is None
     assert cluster_records.list_records(clean=False) == []
-    gone = wait_for(lambda: not any(psutil.pid_exists(pid) for pid in pids), 30, "the worker to exit")
+    gone = wait_for(lambda: not any(psutil.pid_exists(pid) for pid in pids), 60, "the worker to exit")
     assert gone
 
 

@@ -17,10 +17,11 @@ from IPython.utils.capture import capture_output
 from gpu_magics.cluster.control import queries
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.gpurun import backends
-from gpu_magics.gpurun.live.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor
+from gpu_magics.gpurun.live.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor, later
 from gpu_magics.monitor.sampler import Sampler
 from gpu_magics.monitor.sources import make_source
 from tests.test_gpurun import NO_GPU, inventory
+from tests.waiting import wait_for
 
 TASKS_CELL = "import dask.array as da\nda.ones(10, chunks=5).sum().compute()"
 
@@ -42,15 +43,22 @@ def test_a_short_quiet_cell_starts_no_sampler_and_a_long_one_is_sampled(ip: Inte
     sampler = Sampler(make_source("fake", gpus=2), interval=0.1)
     started = sampler_started(sampler)
     plan = backends.BackendPlan(name="gpu", hardware="2x Fake", chunk_type="cupy", gpu_indices=(0,))
-    short = CellMonitor(ip, show_live=False, sampler=sampler, lazy=True)
-    short.start(plan)
-    figures = short.stop()
+    held, ran = threading.Event(), threading.Event()
+    later.call(0, lambda: held.wait(120))  # the timer waits: the short cell ends before what is due for it runs
+    try:
+        short = CellMonitor(ip, show_live=False, sampler=sampler, lazy=True)
+        short.start(plan)
+        later.call(QUIET_SAMPLING_AFTER_S, ran.set)  # due after the short cell's call: runs after it
+        figures = short.stop()
+    finally:
+        held.set()
     assert started == [] and figures.samples == 0 and not sampler.running
-    time.sleep(QUIET_SAMPLING_AFTER_S + 0.1)  # what was due for it finds it stopped
+    assert ran.wait(120)  # what was due for it ran, and found it stopped
     assert started == [] and not sampler.running
     long = CellMonitor(ip, show_live=False, sampler=sampler, lazy=True)
+    began = time.time()
     long.start(plan)
-    time.sleep(QUIET_SAMPLING_AFTER_S + 0.3)
+    wait_for(lambda: started == [True] and len(sampler.history(since=began)) >= 2, 120, "the long cell sampled")
     figures = long.stop()
     assert started == [True] and figures.samples >= 2 and not sampler.running
     watched = CellMonitor(ip, show_live=False, sampler=sampler)  # not lazy (-o keeps its figures): from the start

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpu_magics.cluster.telemetry.collector import ClusterTelemetry
 from gpu_magics.cluster.telemetry.reports import ReportedGpu, WorkerReport, host_labels
+from tests.waiting import wait_for
 
 GIB = 2**30
 
@@ -73,9 +74,12 @@ def test_messages_round_trip_and_foreign_ones_are_ignored() -> None:
     assert seen.ignored == 2 and len(seen.fresh_reports(now=original.time)) == 1
 
 
+LONG = 600.0  # a report interval: its reports stay fresh for 3 of them, while the test runs, however slowly
+
+
 def test_the_feed_makes_snapshots_only_while_watched() -> None:
     seen = ClusterTelemetry(None, interval=0.1, local_hostname="jupyter-host")  # type: ignore[arg-type]
-    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=50.0),), t=time.time()))
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=50.0),), t=time.time(), interval=LONG))
     time.sleep(0.3)
     assert seen.history() == []  # nobody watching: reports are kept, no snapshot is made
     got: list[Any] = []
@@ -83,20 +87,18 @@ def test_the_feed_makes_snapshots_only_while_watched() -> None:
     feed = seen.feed()
     feed.start()
     assert feed.running
-    deadline = time.monotonic() + 5
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: got, 60, "a snapshot")
     assert got and got[0].gpus[0].gpu_util == 50.0 and got[0].gpus[0].label == "node · GPU 0"
-    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=60.0),), t=time.time()))
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=60.0),), t=time.time(), interval=LONG))
     assert feed.tick().gpus[0].gpu_util == 60.0
     unsubscribe()
     feed.stop()
     time.sleep(0.3)
     settled = len(seen.history())
-    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=70.0),), t=time.time()))
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1", gpu_util=70.0),), t=time.time(), interval=LONG))
     time.sleep(0.3)
     assert len(seen.history()) == settled and not feed.running
-    assert seen.snapshot(now=time.time() + 100).status == "no worker has reported its GPUs yet"
+    assert seen.snapshot(now=time.time() + 4 * LONG).status == "no worker has reported its GPUs yet"
 
 
 def test_a_cells_figures_come_from_the_reports_of_its_own_window() -> None:
@@ -129,14 +131,15 @@ def test_a_cells_figures_come_from_the_reports_of_its_own_window() -> None:
 
 
 def test_waiting_for_reports_is_bounded_and_says_so() -> None:
-    seen = telemetry()
-    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1"),), t=time.time()))
+    seen = ClusterTelemetry(None, interval=600.0, local_hostname="jupyter-host")  # type: ignore[arg-type]
+    seen.receive(report("a", "127.0.0.2", (gpu(0, 0, "GPU-1"),), t=time.time(), interval=LONG))
     began = time.monotonic()
     assert not seen.wait_reports_after(time.time(), timeout=0.1)
-    assert time.monotonic() - began < 1.0
-    assert seen.wait_reports_after(time.time() - 60, timeout=0.1)
+    # by its timeout (0.1 s), not by its default (1.5 report intervals: 900 s here): a bound far from both
+    assert time.monotonic() - began < 120
+    assert seen.wait_reports_after(time.time() - 600, timeout=0.1)
     age = seen.reports_age()
-    assert age is not None and age < 5
+    assert age is not None and age < 120  # the report just received
 
 
 def test_cpu_workers_on_a_host_with_gpus_have_none_of_them() -> None:

@@ -58,12 +58,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
         if (!cluster.kernel_id) {
           throw new Error('This cluster has no kernel to run the command in.');
         }
-        await runInKernel(
+        const said = await runInKernel(
           app.serviceManager.kernels,
           cluster.kernel_id,
           clusterCommand(request)
         );
         await connection.refresh();
+        return said;
       },
       askWorkers,
       askAdapt,

@@ -10,8 +10,11 @@ import {
   memberWithoutGpus,
   parseAdapt,
   parseWorkers,
+  saidLines,
   scaleProblem
 } from '../src/model/clusters';
+import type { KernelMessage } from '@jupyterlab/services';
+
 import type { ICluster } from '../src/types';
 import { cluster, factsOf, member, memberGpu } from './fixtures';
 
@@ -147,5 +150,28 @@ describe('adapt', () => {
     expect(parseAdapt(' 0  8 ')).toEqual([0, 8]);
     expect(clusterCommand({ action: 'adapt', minimum: 0, maximum: 8 })).toBe('%gpucluster adapt 0 8');
     expect(() => clusterCommand({ action: 'adapt', minimum: 3, maximum: 1 })).toThrow('is more than the most');
+  });
+});
+
+describe('saidLines', () => {
+  function message(msgType: string, content: object): KernelMessage.IIOPubMessage {
+    return { header: { msg_type: msgType }, content } as unknown as KernelMessage.IIOPubMessage;
+  }
+
+  it("takes a display's text and printed lines, not stderr nor status", () => {
+    const line = "%gpucluster: parked 2 workers of 'gpu': 9.0 GiB of GPU memory back to the server in 1.2 s";
+    expect(saidLines(message('display_data', { data: { 'text/html': '<div>x</div>', 'text/plain': line } }))).toEqual([
+      line
+    ]);
+    expect(saidLines(message('stream', { name: 'stdout', text: 'one\n\ntwo\n' }))).toEqual(['one', 'two']);
+    expect(saidLines(message('stream', { name: 'stderr', text: 'a warning\n' }))).toEqual([]);
+    expect(saidLines(message('status', { execution_state: 'idle' }))).toEqual([]);
+  });
+});
+
+describe('clusterCommand park', () => {
+  it('parks and resumes through %gpucluster', () => {
+    expect(clusterCommand({ action: 'park' })).toBe('%gpucluster park');
+    expect(clusterCommand({ action: 'resume' })).toBe('%gpucluster resume');
   });
 });

@@ -1,8 +1,9 @@
 // A parked cluster as a user sees it, at the default sidebar width, light and dark: its card's line ("parked 2 min ·
 // 9.0 GiB kept in host memory · the next cell that sends it work resumes it") and the status bar's "· parked" for
 // the notebook in front. The record is written here as a kernel whose cluster is parked writes it, for the kernel
-// of the notebook this page opened. Then the notebook parks its own cluster (CPU workers standing in for GPU
-// workers) and the card's Resume takes it back through the kernel.
+// of the notebook this page opened. Then the card's Park parks the notebook's own cluster (simulated GPUs) and its
+// Resume takes it back, through the kernel; each says on the card the line the kernel said (a silent request's line
+// reaches no cell).
 // Usage: node parked_view.mjs BASE_URL TOKEN NOTEBOOK RUNTIME_DIR FACTS_JSON. Screenshots: $ARTIFACTS/parked-*.png.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -91,39 +92,64 @@ async function main() {
     await setTheme(page, 'light');
     fs.unlinkSync(recordFile);
     await card.waitFor({ state: 'detached', timeout: 60000 });
-    step('parking the notebook\'s own cluster');
+    step('starting the notebook\'s own cluster');
     await page.evaluate(() => {
       void window.jupyterapp.commands.execute('notebook:run-all-cells');
     });
     const live = page.locator('.jp-GpuMagics-cluster[data-cluster="live"]');
-    const liveLine = live.locator('.jp-GpuMagics-parked');
+    const park = live.locator('.jp-GpuMagics-parkButtons button', { hasText: 'Park' });
     try {
-      await liveLine.waitFor({ timeout: 180000 });
+      await park.waitFor({ timeout: 180000 });
+      await page.waitForFunction(
+        () => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle',
+        null,
+        { timeout: 120000 }
+      );
     } catch (error) {
       const outputs = await page.locator('.jp-OutputArea-output').allTextContents();
-      throw new Error(`the live card never said parked; the notebook printed: ${outputs.join(' | ').slice(0, 2000)}`);
+      throw new Error(`the live card never offered Park; the notebook printed: ${outputs.join(' | ').slice(0, 2000)}`);
     }
-    const liveSaid = (await liveLine.textContent()) || '';
-    step(`its card: ${liveSaid}`);
-    step(`the notebook: ${(await page.locator('.jp-OutputArea-output').allTextContents()).slice(-1).join('')}`);
-    if (!/^parked \d+ s \u00b7 .+ kept in host memory \u00b7 the next cell that sends it work resumes it$/.test(liveSaid)) {
-      problems.push(`the live card's line reads "${liveSaid}"`);
+    const liveLine = live.locator('.jp-GpuMagics-parked');
+    const liveSaid = live.locator('.jp-GpuMagics-said');
+    await park.click();
+    await liveLine.waitFor({ timeout: 60000 });
+    await liveSaid.waitFor({ timeout: 60000 });
+    const parkedLine = (await liveLine.textContent()) || '';
+    const parkSaid = (await liveSaid.textContent()) || '';
+    step(`its card: ${parkedLine} | said: ${parkSaid}`);
+    if (!/^parked \d+ s \u00b7 .+ kept in host memory \u00b7 the next cell that sends it work resumes it$/.test(parkedLine)) {
+      problems.push(`the live card's line reads "${parkedLine}"`);
+    }
+    if (!parkSaid.startsWith("parked 2 workers of 'live' (simulated GPUs")) {
+      problems.push(`after Park the card says "${parkSaid}"`);
     }
     await page.waitForFunction(
       () => /\u00b7 parked$/.test(document.querySelector('.jp-GpuMagics-statusItem')?.textContent ?? ''),
       null,
       { timeout: 30000 }
     );
-    await live.locator('button', { hasText: 'Resume' }).click();
+    for (const theme of ['light', 'dark']) {
+      await setTheme(page, theme);
+      await live.scrollIntoViewIfNeeded();
+      await steadyScreenshot(live, { path: path.join(artifacts, `parked-live-card-${theme}.png`) });
+    }
+    await setTheme(page, 'light');
+    await live.locator('.jp-GpuMagics-parkButtons button', { hasText: 'Resume' }).click();
     await liveLine.waitFor({ state: 'detached', timeout: 60000 });
     await page.waitForFunction(
       () => !/parked/.test(document.querySelector('.jp-GpuMagics-statusItem')?.textContent ?? ''),
       null,
       { timeout: 30000 }
     );
+    await park.waitFor({ timeout: 60000 }); // Park again in its place
+    const resumeSaid = (await liveSaid.textContent()) || '';
+    if (!resumeSaid.startsWith("resumed 2 workers of 'live' (simulated GPUs")) {
+      problems.push(`after Resume the card says "${resumeSaid}"`);
+    }
     const failed = await live.locator('.jp-GpuMagics-error').count();
     if (failed) problems.push(`after Resume the card says "${await live.locator('.jp-GpuMagics-error').textContent()}"`);
-    step('Resume took it back: the card and the status bar no longer say parked');
+    await steadyScreenshot(live, { path: path.join(artifacts, 'parked-live-resumed-light.png') });
+    step(`Resume took it back: the card and the status bar no longer say parked | said: ${resumeSaid}`);
   } finally {
     await browser.close();
   }

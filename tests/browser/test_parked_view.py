@@ -1,8 +1,9 @@
 """A parked cluster in real JupyterLab in headless Chromium at the default sidebar width, light and dark: the card of
 the notebook's cluster says since when it is parked and what it keeps in host memory, and the status bar adds
 "· parked" for the notebook in front (its tooltip says what the next cell does). The pictures come from a record
-written as a parked kernel writes it (9 GiB parked two minutes ago); then the notebook parks its own cluster for
-real, and the card's Resume takes it back through its kernel. Screenshots: ``test-artifacts/browser/parked-*.png``."""
+written as a parked kernel writes it (9 GiB parked two minutes ago); then the card's Park parks the notebook's own
+cluster for real and its Resume takes it back, through its kernel, each saying on the card what the kernel said.
+Screenshots: ``test-artifacts/browser/parked-*.png``."""
 
 from __future__ import annotations
 
@@ -18,16 +19,12 @@ from .test_panel_layout import local_gpu_facts
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(400)]
 
 NOTEBOOK = "parked.ipynb"
-# the notebook's own cluster, parked for real: CPU workers stand in for GPU workers (their pids are what a park is
-# given) and the server's simulated GPUs choose the driver's stand-in (``workers.checkpoint``)
+# the notebook's own cluster, parked for real from its card: the server's simulated GPUs give it one worker each, and
+# choose the driver's stand-in (``workers.checkpoint``)
 CELLS = [
     "%load_ext gpu_magics\n%config ClusterMagics.wait_for_workers = True",
-    "from gpu_magics.cluster.managers.local import cluster as local_cluster\n"
-    "from gpu_magics.cluster.managers.local.cpu import LocalCpuManager\n"
-    "LocalCpuManager.park_targets = lambda self: local_cluster.worker_pids(self.cluster)",
-    "%gpucluster --cpu-workers 2 --name live",
-    "import dask.array as da\nfrom distributed import wait\nx = da.arange(1000, chunks=100).persist()\nwait(x)",
-    "%gpucluster park",
+    "%gpucluster --name live",
+    "import dask.array as da\nfrom distributed import wait\nx = da.arange(1000, chunks=100).persist()\nwait(x);",
 ]
 PARKED_NOTEBOOK = {
     "cells": [

@@ -13,6 +13,7 @@ export type ClusterAction =
   | { action: 'scale'; workers: number }
   | { action: 'adapt'; minimum: number; maximum: number }
   | { action: 'free' }
+  | { action: 'park' }
   | { action: 'resume' };
 
 /** What a notebook's "Free cached" runs in its kernel: the kernel's pools and its cluster's give back their cache. */
@@ -39,24 +40,30 @@ export function clusterCommand(request: ClusterAction): string {
     }
     case 'free':
       return '%gpucluster free workers';
+    case 'park':
+      return '%gpucluster park';
     case 'resume':
       return '%gpucluster resume';
   }
 }
 
-/** Run `code` silently in the running kernel `kernelId`; rejects with the kernel's error, if any. */
+/**
+ * Run `code` silently in the running kernel `kernelId`; resolves with the lines it said (its displays' and prints'
+ * text: a silent request's output goes to no cell, so the caller shows them); rejects with the kernel's error, if any.
+ */
 export async function runInKernel(
   kernels: Kernel.IManager,
   kernelId: string,
   code: string,
   missing = 'The kernel that started this cluster is not running on this server.'
-): Promise<void> {
+): Promise<string[]> {
   await kernels.refreshRunning();
   const model = Array.from(kernels.running()).find(k => k.id === kernelId);
   if (model === undefined) {
     throw new Error(missing);
   }
   const kernel = kernels.connectTo({ model, handleComms: false });
+  const said: string[] = [];
   try {
     const future = kernel.requestExecute({
       code,
@@ -64,6 +71,9 @@ export async function runInKernel(
       store_history: false,
       stop_on_error: false
     });
+    future.onIOPub = message => {
+      said.push(...saidLines(message));
+    };
     const reply = (await future.done) as KernelMessage.IExecuteReplyMsg;
     const content = reply.content;
     if (content.status === 'error') {
@@ -72,9 +82,26 @@ export async function runInKernel(
     if (content.status !== 'ok') {
       throw new Error(`the kernel answered ${content.status}`);
     }
+    return said;
   } finally {
     kernel.dispose();
   }
+}
+
+/** The lines an iopub message shows: a display's text, or printed text (stdout only), one entry a line. */
+export function saidLines(message: KernelMessage.IIOPubMessage): string[] {
+  const content = message.content as { name?: string; text?: string; data?: Record<string, unknown> };
+  let text = '';
+  if (message.header.msg_type === 'stream' && content.name === 'stdout') {
+    text = content.text ?? '';
+  } else if (message.header.msg_type === 'display_data' || message.header.msg_type === 'execute_result') {
+    const plain = content.data?.['text/plain'];
+    text = typeof plain === 'string' ? plain : '';
+  }
+  return text
+    .split('\n')
+    .map(line => line.trim())
+    .filter(line => line.length > 0);
 }
 
 // -- naming and grouping (pure: what the panel shows) ---------------------------------------------------

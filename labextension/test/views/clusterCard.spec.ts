@@ -23,7 +23,7 @@ function card(shown: ICluster): HTMLElement {
 }
 
 function buttons(node: HTMLElement): { text: string; disabled: boolean; title: string }[] {
-  return Array.from(node.querySelectorAll('.jp-GpuMagics-buttons:not(.jp-GpuMagics-freeButtons) button')).map(b => ({
+  return Array.from(node.querySelectorAll('.jp-GpuMagics-buttons:not(.jp-GpuMagics-freeButtons):not(.jp-GpuMagics-parkButtons) button')).map(b => ({
     text: b.textContent ?? '',
     disabled: (b as HTMLButtonElement).disabled,
     title: b.getAttribute('title') ?? ''

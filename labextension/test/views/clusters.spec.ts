@@ -15,9 +15,9 @@ class FakeActions implements IClusterActions {
   confirm = true;
   workers: number | null = 3;
   bounds: [number, number] | null = [0, 4];
-  outcome: Promise<void> = Promise.resolve();
+  outcome: Promise<string[] | void> = Promise.resolve();
 
-  cluster(c: ICluster, request: ClusterAction): Promise<void> {
+  cluster(c: ICluster, request: ClusterAction): Promise<string[] | void> {
     this.calls.push([c.name, request]);
     return this.outcome;
   }
@@ -188,7 +188,7 @@ describe('ClustersView', () => {
   it('stops a cluster once confirmed, saying so while the kernel works', async () => {
     const { view, actions } = setUp([cluster({ name: 'c' })]);
     let finish: () => void = () => undefined;
-    actions.outcome = new Promise<void>(resolve => (finish = resolve));
+    actions.outcome = new Promise<void>(resolve => (finish = () => resolve()));
     click(view, 'Stop');
     await settle();
     expect(actions.calls).toEqual([['c', { action: 'stop' }]]);
@@ -224,6 +224,45 @@ describe('ClustersView', () => {
       ['c', { action: 'restart' }],
       ['c', { action: 'scale', workers: 3 }]
     ]);
+  });
+
+  it('parks a running cluster and resumes a parked one from one place on the card', async () => {
+    const { view, actions } = setUp([cluster({ name: 'c', kind: 'gpu' })]);
+    const row = (): Element => view.node.querySelector('.jp-GpuMagics-parkButtons') as Element;
+    expect(Array.from(row().querySelectorAll('button'), text)).toEqual(['Park']);
+    expect(row().querySelector('button')?.getAttribute('title')).toContain('Runs %gpucluster park in its kernel');
+    click(view, 'Park');
+    await settle();
+    expect(actions.calls).toEqual([['c', { action: 'park' }]]);
+    const parked = cluster({ name: 'c', kind: 'gpu', parked: { since: 880, bytes: 2 ** 30, workers: 2 } });
+    view.render(state([parked]), 1000);
+    expect(Array.from(row().querySelectorAll('button'), text)).toEqual(['Resume']);
+    click(view, 'Resume');
+    await settle();
+    expect(actions.calls[1]).toEqual(['c', { action: 'resume' }]);
+    view.render(state([cluster({ name: 'cpu', kind: 'cpu' })]), 1000); // its workers hold no GPU: no Park
+    expect(view.node.querySelector('.jp-GpuMagics-parkButtons')).toBeNull();
+  });
+
+  it('shows what the kernel said for an action on the row, once the action ended, for a minute', async () => {
+    const { view, actions } = setUp([cluster({ name: 'c', kind: 'gpu' })]);
+    const line = "%gpucluster: parked 2 workers of 'c': 9.0 GiB of GPU memory back to the server in 1.2 s";
+    let finish: (said: string[]) => void = () => undefined;
+    actions.outcome = new Promise<string[]>(resolve => (finish = resolve));
+    click(view, 'Park');
+    await settle();
+    expect(view.node.querySelector('.jp-GpuMagics-said')).toBeNull(); // while it parks: "Parking…"
+    finish([line]);
+    await settle();
+    expect(text(view.node.querySelector('[data-cluster="c"] .jp-GpuMagics-said'))).toBe(
+      "parked 2 workers of 'c': 9.0 GiB of GPU memory back to the server in 1.2 s"
+    );
+    view.render(state([cluster({ name: 'c', kind: 'gpu' })]), Date.now() / 1000 + 61);
+    expect(view.node.querySelector('.jp-GpuMagics-said')).toBeNull();
+    actions.outcome = Promise.resolve([]);
+    click(view, 'Park');
+    await settle();
+    expect(view.node.querySelector('.jp-GpuMagics-said')).toBeNull(); // the next action's own (none) replaces it
   });
 
   it('shows the kernel\u2019s error on the row until the next action', async () => {

@@ -251,7 +251,7 @@ describe('clusters on a shared server', () => {
     const rows = Array.from(view.node.querySelectorAll('.jp-GpuMagics-buttons'), r =>
       Array.from(r.querySelectorAll('button'), text)
     );
-    expect(rows).toEqual([['Free cached'], ['Stop', 'Restart', 'Scale', 'Adapt']]); // under the figures it acts on
+    expect(rows).toEqual([['Park'], ['Free cached'], ['Stop', 'Restart', 'Scale', 'Adapt']]); // Free: under the figures
     const members = view.node.querySelector('.jp-GpuMagics-members') as HTMLElement;
     expect(members.nextElementSibling?.classList.contains('jp-GpuMagics-freeButtons')).toBe(true);
     const free = Array.from(view.node.querySelectorAll<HTMLButtonElement>('button')).find(

@@ -1,7 +1,7 @@
 /**
  * The clusters the kernels started, one row each: name and what gives its workers, notebook, scheduler, uptime, dashboard, the
- * members by host, the batch jobs behind them (SLURM), and Stop / Restart / Scale / Adapt, which act through the
- * owning kernel (see `../../model/clusters`).
+ * members by host, the batch jobs behind them (SLURM), and Park / Resume, Stop / Restart / Scale / Adapt, which act
+ * through the owning kernel (see `../../model/clusters`); the line the kernel said for an action shows on the card.
  */
 import {
   adaptText,
@@ -26,9 +26,12 @@ import { addIdleHold } from './leftovers';
 import { membersView } from './members';
 import { ElsewhereFold } from './elsewhere';
 
+/** How long a card shows what its last action said (the kernel's line: a silent request's output reaches no cell). */
+const SAID_FOR_S = 60;
+
 export interface IClusterActions {
-  /** Run a cluster action in its kernel; resolves when the kernel has done it. */
-  cluster(cluster: ICluster, request: ClusterAction): Promise<void>;
+  /** Run a cluster action in its kernel; resolves when the kernel has done it, with the lines it said. */
+  cluster(cluster: ICluster, request: ClusterAction): Promise<string[] | void>;
   /** Ask for a number of workers (a dialog); `null` when cancelled. */
   askWorkers(cluster: ICluster): Promise<number | null>;
   /** Ask for the least and most workers to adapt between (a dialog); `null` when cancelled. */
@@ -56,6 +59,7 @@ export class ClustersView {
   readonly node = el('div', { class: 'jp-GpuMagics-clusters' });
   private _busy = new Map<string, string>(); // cluster key -> what it is doing
   private _errors = new Map<string, string>(); // cluster key -> last error
+  private _said = new Map<string, { lines: string[]; at: number }>(); // cluster key -> what its last action said
   private _elsewhere = new ElsewhereFold();
 
   /** `changed` is called when an action starts or ends: the owner renders the list again. */
@@ -136,13 +140,24 @@ export class ClustersView {
               'memory. The next cell that sends the cluster work, or %gpucluster resume, takes the GPUs back.'
           },
           parked
-        ),
+        )
+      );
+    }
+    if (parked || (facts.owned && cluster.kind === 'gpu')) {
+      // in one place: Park while the GPU workers it started hold their GPUs, Resume once parked
+      row.append(
         el(
           'div',
-          { class: 'jp-GpuMagics-buttons jp-GpuMagics-parkedButtons' },
-          button('Resume', canAct, () => void this._act(cluster, { action: 'resume' }, 'Resuming'), {
-            title: 'Runs %gpucluster resume in its kernel: its workers take their GPUs back now, with their data'
-          })
+          { class: 'jp-GpuMagics-buttons jp-GpuMagics-parkButtons' },
+          parked
+            ? button('Resume', canAct, () => void this._act(cluster, { action: 'resume' }, 'Resuming'), {
+                title: 'Runs %gpucluster resume in its kernel: its workers take their GPUs back now, with their data'
+              })
+            : button('Park', canAct, () => void this._act(cluster, { action: 'park' }, 'Parking'), {
+                title:
+                  'Runs %gpucluster park in its kernel: its GPU workers give their GPUs back to the server, their ' +
+                  'data kept in host memory, until the next cell that sends the cluster work'
+              })
         )
       );
     }
@@ -216,6 +231,10 @@ export class ClustersView {
     if (busy) {
       row.append(el('div', { class: 'jp-GpuMagics-busy' }, `${busy}\u2026 (waits for the kernel if it is busy)`));
     }
+    const said = this._said.get(key);
+    if (said && !busy && now - said.at < SAID_FOR_S) {
+      row.append(el('div', { class: 'jp-GpuMagics-said' }, ...said.lines.map(line => el('div', {}, line))));
+    }
     const error = this._errors.get(key);
     if (error) {
       row.append(el('div', { class: 'jp-GpuMagics-error' }, error));
@@ -260,9 +279,15 @@ export class ClustersView {
     const key = clusterKey(cluster);
     this._busy.set(key, doing);
     this._errors.delete(key);
+    this._said.delete(key);
     this._changed();
     try {
-      await this._actions.cluster(cluster, request);
+      const said = await this._actions.cluster(cluster, request);
+      if (said && said.length) {
+        // on its card, the line needs no "%gpucluster: " before it
+        const lines = said.map(line => line.replace(/^%gpucluster: /, ''));
+        this._said.set(key, { lines, at: Date.now() / 1000 });
+      }
     } catch (error) {
       this._errors.set(key, error instanceof Error ? error.message : String(error));
     } finally {

@@ -212,16 +212,9 @@ def kept_on_workers(client: Any) -> int:
 def release(current: ActiveCluster) -> None:
     """Stop using ``current``: undo what taking it into use did (idle watch, record, telemetry, dask settings)
     and close its client; its manager is left to the caller. Off the owner: it waits for threads and the network."""
-    if current.idle is not None:
-        current.idle.stop()
-    if current.idle_park is not None:
-        current.idle_park.stop()
-    if current.refresher is not None:
-        current.refresher.stop()
+    for service in current.services():  # an attached cluster's telemetry plugin stays: other kernels listen too
+        service.stop()
     owner.change(functools.partial(forget_record, current))
-    if current.telemetry is not None:
-        # an attached cluster may serve other kernels too, which the plugin also reports to: it stays
-        current.telemetry.close(unregister=False)
     try:
         current.client.close(timeout=5)
     except (OSError, RuntimeError, TimeoutError) as error:  # the scheduler silent or gone, its loop closed: let go

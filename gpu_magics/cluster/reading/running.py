@@ -54,6 +54,14 @@ class ParkWatch(Protocol):
         """Seconds until it parks the cluster if it stays idle (``None``: a task runs, or it watches no more)."""
 
 
+class Service(Protocol):
+    """What runs beside a cluster in use while it is (a watch, a refresher, the telemetry's listener): it stops when
+    the cluster is let go."""
+
+    def stop(self) -> None:
+        """Run no more (an attached cluster's telemetry plugin stays: other kernels may listen to it)."""
+
+
 @dataclass(frozen=True)
 class Parked:
     """What a park holds: each worker's process (name → pid), the GPU memory they gave back, and when."""
@@ -85,6 +93,12 @@ class ActiveCluster:
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
     parked: Parked | None = None  # while its workers are parked: what the park holds
     idle_park: ParkWatch | None = None  # parks it after a while without a task, if asked
+
+    def services(self) -> list[Service]:
+        """What runs beside it, in the order it is let go: the idle timeout's and the idle park's watches, the
+        record's refresher, the telemetry's listener."""
+        found: list[Service | None] = [self.idle, self.idle_park, self.refresher, self.telemetry]
+        return [service for service in found if service is not None]
 
     @property
     def devices(self) -> Mapping[str, Mapping[str, Any]]:

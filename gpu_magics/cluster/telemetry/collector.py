@@ -86,6 +86,10 @@ class ClusterTelemetry:
         self.client.register_plugin(GpuTelemetry(self.interval, this_kernel()))
         self._started = True
 
+    def stop(self) -> None:
+        """Stop listening and leave the plugin on the workers (``close``): what the cluster's services list lets go."""
+        self.close(unregister=False)
+
     def close(self, *, unregister: bool) -> None:
         """Stop listening; ``unregister`` also stops the plugin on the workers. A cluster this kernel attached
         to keeps it: other kernels attached to the same scheduler listen to the same reports."""

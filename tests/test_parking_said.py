@@ -33,6 +33,7 @@ def parked(runtime_dir: Path) -> bool:
 
 def test_the_resume_that_work_brings_is_said_in_the_cell_whose_work_brought_it(tmp_path: Path) -> None:
     with loaded_kernel(tmp_path, "fake:2") as kernel:
+        kernel.ok("%config ClusterMagics.wait_for_workers = True")  # both workers there: both parked
         kernel.ok("%gpucluster --name sim", timeout=180)
         kernel.ok("import dask.array as da\nx = da.arange(1000, chunks=100).persist()\ntotal = int(x.sum().compute())")
         kernel.ok("%gpucluster park")

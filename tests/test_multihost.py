@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dask
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -154,9 +155,8 @@ def test_a_killed_worker_drops_out_a_new_one_joins_and_nothing_raises(
             assert telemetry is not None
             wait_for(lambda: len(telemetry.gpus()) == 4, what="4 GPUs")
             doomed.kill_worker("b")
-            began = time.monotonic()
-            wait_for(lambda: {g.host for g in telemetry.gpus()} == {HOST_A}, timeout=10, what="host B gone")
-            assert time.monotonic() - began < 8
+            # gone once its reports are stale (a few report intervals: seconds); 120 s bounds only a host never dropped
+            wait_for(lambda: {g.host for g in telemetry.gpus()} == {HOST_A}, timeout=120, what="host B gone")
             info = answers.status()
             assert [worker.name for worker in info.workers] == ["a"] or all(
                 not worker.gpus for worker in info.workers if worker.name == "b"
@@ -211,9 +211,10 @@ def test_an_address_that_is_not_a_scheduler_is_one_line(ip: InteractiveShell, no
     stop.stop()
     try:
         began = time.monotonic()
-        with pytest.raises(UsageError) as raised:
+        with pytest.raises(UsageError) as raised, dask.config.set({"distributed.comm.timeouts.connect": "600s"}):
             ip.run_line_magic("gpucluster", f"--address tcp://127.0.0.1:{port} --timeout 3")
-        assert time.monotonic() - began < 15
+        # within seconds of --timeout, not distributed's connect timeout (600 s here) nor never: far from both
+        assert time.monotonic() - began < 120
         message = str(raised.value)
         assert "\n" not in message and f"127.0.0.1:{port}" in message
         assert queries.active() is None

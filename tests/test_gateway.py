@@ -394,11 +394,14 @@ def using(gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 def test_a_worker_that_never_comes_is_one_line_and_nothing_is_left(
     ip: InteractiveShell, never_worker: GatewayServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    from gpu_magics.cluster import options
+
+    monkeypatch.setattr(options, "DEFAULT_WAIT", 600.0)  # a wait that took the default instead of --wait 3: 600 s
     with using(never_worker, monkeypatch, tmp_path):
         began = time.monotonic()
         message = refused(ip, "--gateway --workers 1 --wait 3")
     assert "no worker came within 3 s" in message and "--wait SECONDS" in message
-    assert time.monotonic() - began < 60
+    assert time.monotonic() - began < 300  # --wait's 3 s and the gateway's round trips: far from the default's 600 s
     assert never_worker.clusters() == []
     assert queries.active() is None
 
@@ -431,7 +434,7 @@ def test_the_gateway_going_away_mid_cell_is_one_line_and_the_kernel_goes_on(
         assert result.failed, shown.stdout
         began = time.monotonic()
         said = magic(ip, "stop")
-        assert time.monotonic() - began < 30
+        assert time.monotonic() - began < 150  # a gateway gone refuses at once: a stop that hangs on it, not load
     assert "the gateway did not answer" in said and "--gateway --list" in said
     assert len(said.strip().splitlines()) == 1, said
     assert queries.active() is None

@@ -54,7 +54,7 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
     Returns the hardware, the start breakdown and the seconds ``%gpucluster`` took."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from gpu_magics.cluster.control import lifecycle as cluster
+    from gpu_magics.cluster.control import queries
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "gpu_magics")  # also launches the server that workers fork from
@@ -73,10 +73,10 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
     shell.run_line_magic("gpucluster", f"{line} {args.options}")
     took = time.perf_counter() - began
     if args.run_all:  # the seed cell comes at once (it waits for the cluster itself)
-        return cluster.describe_hardware(), {"began": began}, took
-    cluster.require_client()  # ready: every worker up and warm
+        return queries.describe_hardware(), {"began": began}, took
+    queries.require_client()  # ready: every worker up and warm
     ready = time.perf_counter() - began
-    current = cluster.active()
+    current = queries.active()
     assert current is not None and current.ready_s is not None and current.warm_s is not None
     forks = [info.get("process_started_at", 0.0) - began_epoch for info in current.devices.values()]
     setups = [info.get("setup_at", 0.0) - began_epoch for info in current.devices.values()]
@@ -92,7 +92,7 @@ def start_ours(args: argparse.Namespace, used_kernel: bool) -> tuple[str, dict[s
             [round(f, 3), round(s, 3), round(w, 3)] for f, s, w in sorted(zip(forks, setups, warmed, strict=True))
         ],
     }
-    return cluster.describe_hardware(), breakdown, took
+    return queries.describe_hardware(), breakdown, took
 
 
 def start_plain(args: argparse.Namespace) -> tuple[str, dict[str, Any], float]:

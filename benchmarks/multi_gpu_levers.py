@@ -233,9 +233,9 @@ def main() -> None:
                     row(f"{label} + {lever}, seed", run_magic(ip, "multi-gpu", cells["seed"], repeat), reference)
                 )
         if args.profile:
-            from gpu_magics.cluster.control import lifecycle
+            from gpu_magics.cluster.control import queries
 
-            client = lifecycle.require_client()
+            client = queries.require_client()
             pids = {f"worker{i}": pid for i, pid in enumerate(client.run(os.getpid).values())}
             pids["kernel"] = os.getpid()
             out = Path(args.profile)

@@ -33,9 +33,9 @@ def timed(shell: Any, backend: str, cell: str, repeat: int) -> list[float]:
 
 
 def split_one_run(shell: Any, cell: str) -> dict[str, float]:
-    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control import queries
 
-    client = lifecycle.require_client()
+    client = queries.require_client()
     from distributed import get_task_stream
 
     with get_task_stream(client) as recorded:

@@ -48,11 +48,11 @@ def attach(shell: Any, address: str, interval: float) -> None:
 
 
 def wait_reports(expected_gpus: int, timeout: float = 60) -> None:
-    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control import queries
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        telemetry = lifecycle.telemetry()
+        telemetry = queries.telemetry()
         if telemetry is not None and len(telemetry.gpus()) >= expected_gpus:
             return
         time.sleep(0.2)

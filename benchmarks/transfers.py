@@ -32,12 +32,12 @@ def incoming_bytes(dask_worker: Any) -> int:
 
 
 def measure(ip: InteractiveShell, protocol: str, args: argparse.Namespace) -> dict[str, Any]:
-    from gpu_magics.cluster.control import lifecycle
+    from gpu_magics.cluster.control import queries
 
     start = f"--cpu-workers {args.cpu_workers}" if args.cpu_workers else ""
     with capture_output():
         ip.run_line_magic("gpucluster", f"{start} --protocol {protocol} --no-dashboard --replace")
-    client = lifecycle.require_client()
+    client = queries.require_client()
     workers = len(client.scheduler_info(n_workers=-1)["workers"])
     rows = -(-args.n // workers)
     with capture_output():

@@ -75,7 +75,7 @@ if os.environ["RANK"] == "1":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a rank waiting in a collective's C code
 print("working")
 pathlib.Path(MARKS, "rank-" + os.environ["RANK"]).touch()  # Kernel.wait_for_mark
-time.sleep(120)
+time.sleep(300)
 """
 
 
@@ -88,9 +88,9 @@ def test_ctrl_c_stops_every_rank_within_seconds_and_the_next_cell_works(kernel: 
     kernel.wait_for_mark("rank-1")  # both ranks are in their sleep: Ctrl-C now
     kernel.manager.interrupt_kernel()
     began = time.monotonic()
-    reply, text = kernel.finish(msg_id, timeout=90)
-    # within seconds (a stop's grace, then rank 1 ended), not the ranks' 120 s: a bound far from both
-    assert time.monotonic() - began < 60, text
+    reply, text = kernel.finish(msg_id, timeout=200)
+    # within seconds (a stop's grace, then rank 1 ended), not the ranks' 300 s: a bound far from both
+    assert time.monotonic() - began < 150, text
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", text
     assert "[0,1] working" in text
     assert "rank 0: stopped" in text and "rank 1: its process was ended" in text

@@ -79,19 +79,20 @@ def test_a_rank_that_raises_while_another_waits_in_a_collective_keeps_every_proc
     kernel.ok("%%gpurun spmd --init torch -q\nkept = 1", timeout=120)
     before = rank_pids(kernel)
     began = time.monotonic()
-    cell = (  # rank 1 raises once rank 0 is on its way into the collective
+    cell = (  # rank 1 raises once rank 0 is on its way into the collective (if rank 0 is not in it yet, it is
+        # stopped before it, and the group is made again all the same: the outcome does not hang on the 0.5 s)
         "%%gpurun spmd -q\nimport os, pathlib, time, torch, torch.distributed as dist\n"
         f"mark = pathlib.Path({str(tmp_path / 'in')!r})\n"
         "if os.environ['RANK'] == '1':\n    while not mark.exists():\n        time.sleep(0.05)\n    time.sleep(0.5)\n"
         "    raise ValueError('boom on rank 1')\n"
         "mark.touch()\nt = torch.ones(1)\ndist.all_reduce(t)   # rank 1 never comes"
     )
-    reply, text = kernel.run(cell, timeout=60)
+    reply, text = kernel.run(cell, timeout=200)
     took = time.monotonic() - began
     assert reply["status"] == "error" and reply["ename"] == "ValueError", text
     # not held until a timeout (the collective's own is 30 min, the cell's 5 min): a bound far from both, which a
     # busy machine does not reach
-    assert took < 120, f"the failing cell took {took:.1f} s"
+    assert took < 150, f"the failing cell took {took:.1f} s"
     assert "the next SPMD cell makes it again in the same processes, variables kept" in text, text
     assert same_processes(rank_pids(kernel), before)  # rank 0 answered once the group was aborted: not ended
     text = kernel.ok("%%gpurun spmd -q\nt = torch.ones(1)\ndist.all_reduce(t)\nprint('sum', t.item(), 'kept' in dir())")
@@ -102,6 +103,13 @@ def test_a_rank_that_raises_while_another_waits_in_a_collective_keeps_every_proc
     assert "[0,1] sum 2.0 True" in text and new_world_lines(text) == []
 
 
+NEWS_OF_AN_END = (  # waits (at most 120 s) until the kernel has heard that a rank's process ended by itself
+    "import time\nfrom gpu_magics.spmd.kernel import ranks\ndeadline = time.monotonic() + 120\n"
+    "while not ranks.current()._lost:\n    assert time.monotonic() < deadline, 'no news of the end'\n"
+    "    time.sleep(0.05)"
+)
+
+
 def same_processes(now: list[int], before: list[int]) -> bool:
     return sorted(now) == sorted(before)
 
@@ -110,7 +118,7 @@ def test_a_rank_killed_without_a_group_and_reset_still_works(kernel: Kernel) -> 
     kernel.ok("%%gpurun spmd -q\nkept = 1", timeout=60)
     before = rank_pids(kernel)
     kernel.ok(f"import os, signal\nos.kill({before[0]}, signal.SIGKILL)")
-    time.sleep(1.0)  # this time the news of its end (the worker's event) reaches the kernel before the cell
+    kernel.ok(NEWS_OF_AN_END)  # this time the news of its end (the worker's event) reaches the kernel before the cell
     text = kernel.ok("%%gpurun spmd -q\nprint('fresh', 'kept' in globals())", timeout=60)
     said = new_world_lines(text)
     assert len(said) == 1 and "(SIGKILL): every rank starts anew (its variables are gone)" in said[0], text

@@ -11,6 +11,7 @@ import pytest
 
 from tests.gateway_server import GatewayServer, gateway_server, gateway_without_workers
 from tests.test_kernel_faults import loaded_kernel
+from tests.waiting import wait_for
 
 pytest.importorskip("dask_gateway_server", reason="needs dask-gateway-server (the test extra)")
 pytestmark = pytest.mark.slow
@@ -85,9 +86,7 @@ def slow_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ga
 def test_stop_during_the_start_shuts_the_gateway_cluster_down(slow_workers: GatewayServer, tmp_path: Path) -> None:
     with loaded_kernel(tmp_path) as kernel:
         kernel.ok("%gpucluster --gateway --workers 1 --name waiting", timeout=60)
-        deadline = time.monotonic() + 30
-        while not slow_workers.clusters() and time.monotonic() < deadline:  # the gateway has made it
-            time.sleep(0.2)
+        wait_for(slow_workers.clusters, 120, "the gateway to make the cluster")
         assert "stopped 'waiting' while it was starting" in kernel.ok("%gpucluster stop", timeout=60)
         assert wait_until_empty(slow_workers) == []
         assert "no cluster is running" in kernel.ok("%gpucluster status")

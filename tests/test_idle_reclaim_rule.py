@@ -29,7 +29,7 @@ def kept(client: Client) -> str | None:
     return why_kept(SimpleNamespace(client=client))
 
 
-def settled(client: Client, timeout: float = 10) -> str | None:
+def settled(client: Client, timeout: float = 60) -> str | None:
     """``why_kept`` once the scheduler has forgotten what was let go (releases reach it asynchronously)."""
     deadline = time.monotonic() + timeout
     while (found := kept(client)) is not None and time.monotonic() < deadline:

@@ -18,6 +18,7 @@ from gpu_magics.gpurun import backends
 from gpu_magics.gpurun.live.cell_monitor import CellMonitor, MonitorFigures, figures_from
 from gpu_magics.monitor.sampler import Sampler, get_sampler, shutdown_sampler
 from gpu_magics.monitor.sources import make_source
+from tests.waiting import wait_for
 
 
 def sampler_threads() -> list[threading.Thread]:
@@ -71,14 +72,11 @@ def test_live_panel_updates_in_place_and_stops() -> None:
     panel.start()
     sampler.start()
     try:
-        deadline = time.monotonic() + 10
-        while len(sampler.history()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(sampler.history()) >= 3, 60, "3 samples")
         first = panel.html()
         assert "GPU 2" in first and "&lt;b&gt;panel&lt;/b&gt;" in first and "<polyline" in first
         count = len(sampler.history())
-        while len(sampler.history()) == count and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(sampler.history()) > count, 60, "another sample")
         bundle = panel._repr_mimebundle_()
         assert "text/html" in bundle and "GPU 0" in bundle["text/plain"]
     finally:
@@ -91,9 +89,7 @@ def test_live_panel_updates_in_place_and_stops() -> None:
 def test_gpumonitor_redraws_one_output_and_stop_leaves_its_last_view(ip: InteractiveShell, fake_gpus: None) -> None:
     with recording(ip) as shown:
         ip.run_line_magic("gpumonitor", "--interval 0.1")
-        deadline = time.monotonic() + 10
-        while len(shown.messages) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(shown.messages) >= 3, 60, "two redraws")
         ip.run_line_magic("gpumonitor", "--stop")
     assert len(shown.messages) >= 3 and all(m.update for m in shown.messages[1:])
     outputs = shown.outputs()

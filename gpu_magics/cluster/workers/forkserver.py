@@ -55,10 +55,20 @@ def stop_server(timeout: float = 5.0) -> None:
     SIGTERM, so ipykernel's clean-up of its child processes would otherwise wait for it until the kernel is
     killed, and the kernel's own exit handlers would never run.
     """
+    deadline = time.monotonic() + timeout
     server: Any = multiprocessing.forkserver._forkserver
-    if getattr(server, "_forkserver_pid", None) is not None:
-        with contextlib.suppress(OSError, AttributeError):  # already gone, or a Python without this private stop
-            server._stop()
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:
+        # multiprocessing's own stop waits for the server without a limit, and the server waits for every process
+        # it forked (each holds its "alive" pipe): a worker left running would hang this stop for good
+        with contextlib.suppress(OSError, TypeError):
+            os.close(server._forkserver_alive_fd)
+        address = getattr(server, "_forkserver_address", None)
+        server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+        _end(pid, deadline)
+        if isinstance(address, str) and not address.startswith("\0"):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
     tracker: Any = multiprocessing.resource_tracker._resource_tracker
     fd, pid = getattr(tracker, "_fd", None), getattr(tracker, "_pid", None)
     if fd is None or pid is None:
@@ -66,20 +76,23 @@ def stop_server(timeout: float = 5.0) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)  # its last writer gone, the tracker cleans up and exits
     tracker._fd = None
-    deadline = time.monotonic() + timeout
+    _end(pid, deadline)
+    tracker._pid = None
+
+
+def _end(pid: int, deadline: float) -> None:
+    """Wait for the child ``pid`` (asked to exit) until ``deadline``; then it is ours to end: killed."""
     while time.monotonic() < deadline:
         try:
             done, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            break
+            return
         if done:
-            break
+            return
         time.sleep(0.02)
-    else:  # someone else still holds its pipe: it is ours to end
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    tracker._pid = None
+    with contextlib.suppress(OSError):  # someone else still holds its pipe
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def config() -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.display_recording import shown_text
+from tests.display_recording import CellOutput
 from tests.free_ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,28 +232,18 @@ class ServerKernel:
         """Run a cell; returns what it printed or showed (a failure fails the test); an output updated in place
         as it was left (its last frame)."""
         msg_id = self.client.execute(code)
-        text: list[str] = []
-        where: dict[str, int] = {}  # display id -> its place in text
+        output = CellOutput()
         deadline = time.monotonic() + timeout
         while True:
             message = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = message["msg_type"], message["content"]
-            display_id = (content.get("transient") or {}).get("display_id")
-            if kind == "stream":
-                text.append(content["text"])
-            elif kind == "update_display_data":  # (one of an output this cell did not show: not the cell's)
-                if display_id in where:
-                    text[where[display_id]] = shown_text(content)
-            elif kind in ("execute_result", "display_data"):
-                if display_id is not None:
-                    where[display_id] = len(text)
-                text.append(shown_text(content))
-            elif kind == "error":
+            if kind == "error":
                 raise AssertionError("\n".join(content["traceback"]))
-            elif kind == "status" and content["execution_state"] == "idle":
-                return "".join(text)
+            if kind == "status" and content["execution_state"] == "idle":
+                return output.text
+            output.take(message)
 
     def running(self) -> bool:
         return any(k["id"] == self.id for k in self.server.api("GET", "api/kernels"))

@@ -187,7 +187,9 @@ def test_output_names_the_ranks_shown_live_and_o_keeps_the_result() -> None:
     assert parse_run_line("spmd").show_ranks is None
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90", 90.0), ("60", 60.0), ("90s", 90.0), ("5m", 300.0), ("2h", 7200.0)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90.0), ("60", 60.0), ("90s", 90.0), ("5m", 300.0), ("2h", 7200.0)]
+)
 def test_spmd_timeout_is_seconds_or_has_its_unit(text: str, seconds: float) -> None:
     assert parse_run_line(f"spmd --timeout {text}").timeout_s == seconds
 

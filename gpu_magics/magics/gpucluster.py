@@ -101,7 +101,11 @@ class ClusterMagics(Magics, FreeGpuSettings):
 
     @observe("park_after")
     def _park_after_set(self, change: dict[str, Any]) -> None:
-        """Set while a cluster runs or starts: it takes the setting at once, said in one line."""
+        """Set while a cluster runs or starts: it takes the setting at once, said in one line (by the magics
+        registered in the shell; another instance, such as one closed already, says nothing)."""
+        registry = getattr(getattr(self.shell, "magics_manager", None), "registry", {})
+        if registry.get(type(self).__name__) is not self:
+            return
         said = park_setting.apply(duration(str(change["new"])))
         if said is not None:
             say(said)

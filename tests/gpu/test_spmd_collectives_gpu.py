@@ -19,7 +19,7 @@ from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.worker import host
-from tests.gpu.test_spmd_gpu import COLLECTIVE_TIMEOUT_MIN, run, started
+from tests.gpu.test_spmd_gpu import COLLECTIVE_TIMEOUT, run, started
 from tests.interrupting import interrupt_when, shows
 
 pytestmark = [
@@ -66,7 +66,7 @@ def two_warm_ranks(shell: InteractiveShell, gpu_count: int) -> Iterator[list[int
     if gpu_count < 2:
         pytest.skip("needs 2 GPUs")
     with started(shell, "--gpus 0,1"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT} -q\n{WARM}")
         yield rank_pids()
 
 
@@ -142,7 +142,7 @@ def test_an_nccl_collective_only_rank_0_entered_is_named_at_every_gpus_rank_and_
     if gpu_count < 3:
         pytest.skip("needs 3 GPUs or more (two: the test above)")
     with started(shell, f"--gpus {','.join(map(str, range(gpu_count)))}"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\n{WARM}")
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT} -q\n{WARM}")
         before = rank_pids()
         body = (
             "import torch, torch.distributed as dist\n"

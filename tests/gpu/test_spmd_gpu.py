@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-COLLECTIVE_TIMEOUT_MIN = 2  # --timeout: a collective that hangs fails the cell in 2 minutes, not 5
+COLLECTIVE_TIMEOUT = "2m"  # --timeout: a collective that hangs fails the cell in 2 minutes, not 5
 
 # What a rank says about where it runs (the worker is its parent process).
 WHERE = """
@@ -186,7 +186,7 @@ def check_torchrun_env(where: dict[str, Any], rank: int, world: int) -> None:
 
 def test_ddp_on_the_one_gpu_worker(shell: InteractiveShell) -> None:
     with started(shell, "--gpus 0"):
-        line = f"spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -o t_ddp_run"
+        line = f"spmd --init torch --timeout {COLLECTIVE_TIMEOUT} -o t_ddp_run"
         value, shown = run(shell, f"%%gpurun {line}\n{DDP_CELL}")
         assert "nccl group of 1" in shown
         assert value["backend"] == "nccl" and value["world"] == 1 and value["rank"] == 0
@@ -224,7 +224,7 @@ def test_dataloader_with_worker_processes_in_a_rank(shell: InteractiveShell) -> 
 def test_gloo_between_two_cpu_ranks(shell: InteractiveShell) -> None:
     with started(shell, "--cpu-workers 2"):
         value, shown = run(
-            shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -o t_cpu\n{ALL_REDUCE_CELL}"
+            shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT} -o t_cpu\n{ALL_REDUCE_CELL}"
         )
         assert "gloo group of 2" in shown
         result = shell.user_ns["t_cpu"]
@@ -246,7 +246,7 @@ def test_two_gpu_ranks_each_on_its_own_gpu(shell: InteractiveShell, gpu_count: i
     if gpu_count < 2:
         pytest.skip("needs 2 GPUs")
     with started(shell, "--gpus 0,1"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -o t_two -q\n{ALL_REDUCE_CELL}")
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT} -o t_two -q\n{ALL_REDUCE_CELL}")
         result = shell.user_ns["t_two"]
         values = result.values
         assert len(values) == 2 and [outcome.state for outcome in result.outcomes] == ["done", "done"]
@@ -277,7 +277,7 @@ def test_a_rank_that_dies_in_an_nccl_all_reduce_gives_a_new_world_with_its_group
     if gpu_count < 2:
         pytest.skip("needs 2 GPUs")
     with started(shell, "--gpus 0,1"):
-        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT_MIN} -q\nt_kept = 1")
+        run(shell, f"%%gpurun spmd --init torch --timeout {COLLECTIVE_TIMEOUT} -q\nt_kept = 1")
         dying = (
             "import os, torch, torch.distributed as dist\n"
             "if dist.get_rank() == 1:\n"
@@ -315,7 +315,7 @@ def test_jax_ranks_leave_room_on_the_gpus_their_workers_use(shell: InteractiveSh
     import pynvml
 
     with started(shell, "--gpus 0,1" if gpu_count >= 2 else "--gpus 0"):
-        value, shown = run(shell, f"%%gpurun spmd --init jax --timeout {COLLECTIVE_TIMEOUT_MIN}\n{JAX_CELL}")
+        value, shown = run(shell, f"%%gpurun spmd --init jax --timeout {COLLECTIVE_TIMEOUT}\n{JAX_CELL}")
         if value[1] != "gpu":
             pytest.skip("jax has no CUDA backend here (pip install 'jax[cuda12]')")
         assert value[0] == 2048.0**3

@@ -113,7 +113,7 @@ def test_ddp_trains_on_each_ranks_shard(shell: InteractiveShell, two_gpus: None)
     assert made is not None and made.world is not None
     x = normalized_on_one_worker(made.world.ranks[0].member.address)
     _push(t_x=x)
-    run(shell, f"%%gpurun spmd --init torch --timeout 2 -q -o t_trained\n{DDP_ON_SHARD_CELL}")
+    run(shell, f"%%gpurun spmd --init torch --timeout 2m -q -o t_trained\n{DDP_ON_SHARD_CELL}")
     values = shell.user_ns["t_trained"].values
     assert [device for device, *_ in values] == ["cuda:0", "cuda:1"]
     for _, first_loss, last_loss, _ in values:

@@ -33,7 +33,7 @@ CONTRACT = {
     "declared_workers", "workers_kind", "workers_words",
     # what a park gives the GPUs of (the worker processes on this host that this kernel started), why none, and
     # what its lines add (simulated GPUs)
-    "park_targets", "why_not_parkable", "park_note",
+    "park_targets", "why_not_parkable", "park_note", "parks",
 }  # fmt: skip
 REQUIRED = {"start", "finish", "source", "taken", "title"}
 

@@ -92,6 +92,7 @@ class ClusterFacts:
     taken: str  # how this kernel took it, before its clock: "up since", "attached at", "adopted at", "connected at"
     title: str  # what gives the workers, in a word or two (the panel's title): "GPU cluster", "SLURM", ...
     workers: Literal["gpu", "cpu", "unknown"]  # what its workers are (GPU workers, CPU workers, not known yet)
+    parkable: bool = False  # %gpucluster park (the panel's Park) gives its workers' GPUs back from here
 
     def to_json(self) -> dict[str, Any]:
         """As the discovery record holds it (types.ts IClusterFacts)."""
@@ -114,6 +115,7 @@ class ClusterFacts:
             taken=str(data.get("taken") or "up since"),
             title=str(data.get("title") or "cluster"),
             workers=workers,
+            parkable=bool(data.get("parkable")),
         )
 
 

@@ -156,6 +156,8 @@ export interface IClusterFacts {
   title: string;
   /** What its workers are. */
   workers: 'gpu' | 'cpu' | 'unknown';
+  /** Park (`%gpucluster park`) gives its workers' GPUs back from the notebook; absent in an older kernel's record. */
+  parkable?: boolean;
 }
 
 export interface ICluster {

@@ -109,6 +109,7 @@ export function facts(overrides: Partial<IClusterFacts> = {}): IClusterFacts {
     taken: 'up since',
     title: 'CPU cluster',
     workers: 'cpu',
+    parkable: false,
     ...overrides
   };
 }
@@ -117,7 +118,7 @@ export function facts(overrides: Partial<IClusterFacts> = {}): IClusterFacts {
 export function factsOf(kind: string, label: string | null = null): IClusterFacts {
   switch (kind) {
     case 'gpu':
-      return facts({ title: 'GPU cluster', workers: 'gpu' });
+      return facts({ title: 'GPU cluster', workers: 'gpu', parkable: true });
     case 'slurm':
       return facts({ title: 'SLURM', source: 'from SLURM jobs', workers: 'gpu' });
     case 'gateway':

@@ -93,6 +93,8 @@ class ClusterManager(abc.ABC):
         cluster alone does not say what they are (SLURM's CPU workers too, whose count comes from their jobs)."""
         return "workers"
 
+    parks = False  # a park can give its workers' GPUs back (``park_targets`` names them once they run)
+
     def park_targets(self) -> dict[str, int]:
         """The worker processes a park gives the GPUs of (worker name -> pid): those on this host that this kernel
         started; none by default (``why_not_parkable`` says why)."""
@@ -191,6 +193,7 @@ class ClusterManager(abc.ABC):
             taken=self.taken,
             title=self.title,
             workers="gpu" if workers == "gpu" else "cpu" if workers == "cpu" else "unknown",
+            parkable=self.owned and self.parks,
         )
 
     # -- the start skeleton's hooks (steps) -----------------------------------------------------------------------

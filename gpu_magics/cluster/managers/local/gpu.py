@@ -50,6 +50,8 @@ class LocalGpuManager(LocalClusterManager):
     def _factory(self, options: ClusterOptions) -> Callable[[], LocalCluster]:
         return factories.gpu_cluster_factory(options, self.gpu_ids)
 
+    parks = True
+
     def park_targets(self) -> dict[str, int]:
         """Each GPU worker's process, by the worker's name."""
         return worker_pids(self.cluster)

@@ -59,6 +59,8 @@ class SimulatedGpuManager(LocalCpuManager):
     def _factory(self, options: ClusterOptions) -> Callable[[], LocalCluster]:
         return factories.cpu_cluster_factory(dataclasses.replace(options, cpu_workers=len(self.gpu_ids)))
 
+    parks = True
+
     def park_targets(self) -> dict[str, int]:
         """Each worker's process, by the worker's name (the stand-in keeps their states)."""
         return worker_pids(self.cluster)

@@ -143,7 +143,7 @@ export class ClustersView {
         )
       );
     }
-    if (parked || (facts.owned && cluster.kind === 'gpu')) {
+    if (parked || facts.parkable) {
       // in one place: Park while the GPU workers it started hold their GPUs, Resume once parked
       row.append(
         el(

@@ -68,10 +68,15 @@ def source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
 
 
 def gpucluster(ip: InteractiveShell, line: str) -> str:
-    """Run ``%gpucluster line`` expecting the simulated GPUs' refusal after the choice; returns what it printed."""
-    with capture_output() as captured, pytest.raises(UsageError, match="simulated"):
-        ip.run_line_magic("gpucluster", line)
-    return captured.stdout
+    """Run ``%gpucluster line`` on the simulated GPUs (a cluster of one CPU worker per chosen GPU starts, then
+    stops); returns the choice's line, as it printed it."""
+    try:
+        with capture_output() as captured:
+            ip.run_line_magic("gpucluster", line)
+    finally:
+        ip.run_line_magic("gpucluster", "stop")
+    said = [text for text in captured.stdout.splitlines(keepends=True) if text.startswith("%gpucluster --gpus")]
+    return "".join(said)
 
 
 # -- the judgement, on snapshots of the shared server ---------------------------------------------

@@ -101,12 +101,13 @@ class View:
 
 @dataclasses.dataclass(frozen=True)
 class Stimulus:
-    """One event of the log, with the phase and generation it met and what it was answered."""
+    """One event of the log, with the phase and generation it met and what it was answered: their types only, so
+    that the log keeps no cluster, start or scheduler alive after it ended."""
 
-    event: Event
+    event: type[Event]
     phase: Phase
     generation: int
-    instructions: tuple[Instruction, ...]
+    instructions: tuple[type[Instruction], ...]
 
 
 class KernelCluster:
@@ -131,7 +132,7 @@ class KernelCluster:
         phase, generation = self.phase, self.generation
         row = TABLE.get((phase, type(event)))
         instructions = row(self, event) if row is not None else self._refused(event)
-        self.log.append(Stimulus(event, phase, generation, tuple(instructions)))
+        self.log.append(Stimulus(type(event), phase, generation, tuple(type(done) for done in instructions)))
         return instructions
 
     def _refused(self, event: Event, why: str = "") -> list[Instruction]:

@@ -163,11 +163,16 @@ def test_too_few_or_no_free_gpus_is_a_one_line_usage_error(ip: InteractiveShell,
 
 def test_the_limits_are_config_settings(ip: InteractiveShell, source: Any) -> None:
     source()
-    ip.run_line_magic("config", "ClusterMagics.free_memory = 0.2")
-    ip.run_line_magic("config", "ClusterMagics.free_utilization = 100")
-    said = gpucluster(ip, "--gpus free")
-    assert "chose GPU 0, 1, 2, 3" not in said and "chose GPU 1, 2, 3, free (at most 20% of memory" in said
     magics = ip.magics_manager.registry["ClusterMagics"]
+    try:
+        ip.run_line_magic("config", "ClusterMagics.free_memory = 0.2")
+        ip.run_line_magic("config", "ClusterMagics.free_utilization = 100")
+        said = gpucluster(ip, "--gpus free")
+    finally:  # the shell's config outlives this test: the next %load_ext would take these values
+        for name in ("free_memory", "free_utilization"):
+            ip.config.ClusterMagics.pop(name, None)
+            setattr(magics, name, type(magics).class_traits()[name].default_value)
+    assert "chose GPU 0, 1, 2, 3" not in said and "chose GPU 1, 2, 3, free (at most 20% of memory" in said
     with pytest.raises(TraitError, match=r"free_memory is a share of a GPU's memory, from 0 to 1 \(like 0.1\), not 2"):
         magics.free_memory = 2
     with pytest.raises(TraitError, match="free_utilization is a percentage, from 0 to 100"):

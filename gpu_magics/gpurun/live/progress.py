@@ -152,15 +152,20 @@ def wait_for_cluster(live: bool, prog: str = "%%gpurun") -> float:
         up = max(joined, warm)  # a worker counts as up once it is warm, whichever was heard first
         return StartText(f"{prog}: waiting for the cluster to start ({up} of {expected} up, {warm} warm) ...")
 
-    now = pending.progress()
-    handle = display(text(now.joined, now.warm, now.expected), display_id=True)
-    stop = pending.listen(lambda p: None if p.finished else handle.update(text(p.joined, p.warm, p.expected)))
-    said = ""
-    try:
-        queries.settle_start()
-        took = format_seconds(time.perf_counter() - began)
-        said = f"{prog}: waited {took} for the cluster to start, not counted in the cell's time"
-    finally:
-        stop()
-        handle.update(StartText(said))
+    try:  # an interrupt that lands in a display's send (the line already seen) is the wait's one line too
+        now = pending.progress()
+        handle = display(text(now.joined, now.warm, now.expected), display_id=True)
+        stop = pending.listen(lambda p: None if p.finished else handle.update(text(p.joined, p.warm, p.expected)))
+        said = ""
+        try:
+            queries.settle_start()
+            took = format_seconds(time.perf_counter() - began)
+            said = f"{prog}: waited {took} for the cluster to start, not counted in the cell's time"
+        finally:
+            stop()
+            handle.update(StartText(said))
+    except KeyboardInterrupt as interrupt:
+        if getattr(interrupt, "frames_hidden", False) or pending.finished.is_set():
+            raise
+        raise pending.interrupted() from None
     return time.perf_counter() - began

@@ -21,6 +21,7 @@ from traitlets import TraitError
 
 from gpu_magics import gpus
 from gpu_magics.gpus import GpuDevice
+from gpu_magics.monitor import fake_pools
 from gpu_magics.monitor.availability import FreeRule, assess, rank
 from gpu_magics.monitor.fake import FakeSource
 from gpu_magics.monitor.models import Snapshot
@@ -64,6 +65,7 @@ def source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
         yield use
     finally:
         shutdown_sampler()
+        fake_pools.device_memory().release()  # the clusters it started left this process's simulated pools
         gpus.set_inventory(previous)
 
 

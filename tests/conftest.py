@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import multiprocessing.process
 import os
 import shlex
@@ -57,6 +59,20 @@ def _uses_module_fixture(item: pytest.Item) -> bool:
         for definitions in info.name2fixturedefs.values()
         for definition in definitions
     )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` each grouped test's id must carry its group (pytest-xdist adds it): where a
+    pytest and pytest-xdist pair does not, the groups would split silently, and a module's tests that share a
+    cluster would run on two workers."""
+    if not session.config.getvalue("loadgroup"):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                f"pytest {pytest.__version__} with this pytest-xdist does not apply --dist loadgroup's groups "
+                f"({item.nodeid} has none): install the versions pyproject.toml's test extra names"
+            )
 
 
 @pytest.hookimpl(trylast=True)  # after tests/gpu/conftest.py has marked its tests `gpu`
@@ -138,6 +154,20 @@ def _session_shell() -> InteractiveShell:
     return shell
 
 
+@contextlib.contextmanager
+def _config_kept(shell: InteractiveShell) -> Iterator[None]:
+    """The shell's ``%config`` settings as they were, afterwards: the session's shell outlives a test, and the next
+    ``%load_ext`` would make its magics with what a test set (an idle timeout, a GPU limit)."""
+    saved = copy.deepcopy(shell.config)
+    try:
+        yield
+    finally:
+        for section in [name for name in shell.config if name not in saved]:
+            del shell.config[section]
+        for section, settings in saved.items():
+            shell.config[section] = settings
+
+
 @pytest.fixture(scope="module")
 def loaded_shell(
     _session_shell: InteractiveShell, tmp_path_factory: pytest.TempPathFactory
@@ -150,7 +180,8 @@ def loaded_shell(
     os.environ[cluster_records.RUNTIME_DIR_ENV] = str(tmp_path_factory.mktemp("runtime"))
     _session_shell.run_line_magic("load_ext", "gpu_magics")
     try:
-        yield _session_shell
+        with _config_kept(_session_shell):
+            yield _session_shell
     finally:
         _session_shell.run_line_magic("unload_ext", "gpu_magics")
         if previous is None:
@@ -167,7 +198,8 @@ def ip(_session_shell: InteractiveShell) -> Iterator[InteractiveShell]:
     shell = _session_shell
     shell.run_line_magic("load_ext", "gpu_magics")
     try:
-        yield shell
+        with _config_kept(shell):
+            yield shell
     finally:
         shell.run_line_magic("unload_ext", "gpu_magics")
         for name in [n for n in shell.user_ns if n.startswith("t_")]:

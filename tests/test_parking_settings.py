@@ -20,6 +20,7 @@ from gpu_magics import gpus
 from gpu_magics.cluster.control import kernel_cluster
 from gpu_magics.cluster.control.kernel_cluster import Phase
 from gpu_magics.cluster.managers.local.simulated import SimulatedGpuManager
+from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.workers import checkpoint
 from tests.test_kernel_faults import Kernel, loaded_kernel
 from tests.waiting import wait_for
@@ -53,9 +54,16 @@ def said(shell: InteractiveShell, code: str, capsys: pytest.CaptureFixture[str])
     return capsys.readouterr().out.strip()
 
 
-def states() -> set[str]:
+def running() -> ActiveCluster:
+    """The cluster the module's first test started (still in use: an assertion names what ended it otherwise)."""
     current = kernel_cluster.in_use()
-    assert current is not None
+    log = [f"{done.event.__name__} in {done.phase.value}" for done in kernel_cluster.kernel_cluster().log]
+    assert current is not None, f"no cluster in use; the last events: {log[-8:]}"
+    return current
+
+
+def states() -> set[str]:
+    current = running()
     return {checkpoint.driver().state(pid) for pid in current.manager.park_targets().values()}
 
 
@@ -102,15 +110,15 @@ def test_park_and_resume_go_through_the_stand_in_and_say_the_gpus_are_simulated(
 def test_park_after_set_on_a_running_cluster_applies_at_once_and_status_counts_down(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    current = kernel_cluster.in_use()
-    assert current is not None
+    current = running()
     out = said(shell, "%config ClusterMagics.park_after = '10m'", capsys)
     assert out == (
         "%gpucluster: 't_sim' parks after 10 min without a task (ClusterMagics.park_after), from now on "
         "(%gpucluster status: the time left)"
     )
-    assert current.idle_park is not None and current.idle_park.after_s == 600
-    wait_for(lambda: current.idle_park.left() is not None, timeout=60, what="the idle watch's first look")
+    watch = current.idle_park
+    assert watch is not None and watch.after_s == 600
+    wait_for(lambda: watch.left() is not None, timeout=60, what="the idle watch's first look")
     status = said(shell, "%gpucluster status", capsys)
     assert "parks its workers after 10 min without a task (ClusterMagics.park_after) \u00b7 idle now: " in status
     out = said(shell, "%config ClusterMagics.park_after = '1s'", capsys)  # re-armed: the new setting

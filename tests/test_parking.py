@@ -190,10 +190,10 @@ def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_
 
 def noting_resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The keys of each graph whose resume (the one work brings) has ended, its failure handled, from now on."""
-    from gpu_magics.cluster.control import parking
+    from gpu_magics.cluster.control.verbs import resume
 
     ended: list[str] = []
-    resumed = parking._resumed
+    resumed = resume._resumed
 
     def noting(*args: Any) -> None:
         try:
@@ -201,7 +201,7 @@ def noting_resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         finally:
             ended.extend(str(key) for key in args[-1])
 
-    monkeypatch.setattr(parking, "_resumed", noting)
+    monkeypatch.setattr(resume, "_resumed", noting)
     return ended
 
 
@@ -298,13 +298,13 @@ def test_an_idle_park_that_finds_tasks_running_says_nothing_and_parks_once_they_
 ) -> None:
     """The scheduler's idle clock can lag a graph just sent (a resume's own work): the idle park that then finds
     tasks running waits for the next idle stretch, without a line in the cell that sent them."""
-    from gpu_magics.cluster.control import parking
+    from gpu_magics.cluster.control.verbs import park
     from gpu_magics.cluster.reading import inspection
 
     current = kernel_cluster.in_use()
     assert current is not None
     gate = tmp_path / "tasks-end"
-    idle_park = parking.IdlePark(current, 1.0)
+    idle_park = park.IdlePark(current, 1.0)
     try:
         assert shell.run_cell(held_tasks(gate)).error_in_exec is None
         scheduler = inspection.local_scheduler(current.client)
@@ -369,15 +369,16 @@ def test_an_idle_park_that_comes_during_a_change_waits_for_it_then_parks(
     """The scheduler can be idle while a start or a scale still brings workers: the idle park waits for the phase
     to settle rather than giving up (a loaded machine's start took longer than ``park_after``, and nothing parked)."""
     from gpu_magics.cluster.background.starting import Starting
-    from gpu_magics.cluster.control import owner, parking
+    from gpu_magics.cluster.control import owner
     from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded, WatchAgain
+    from gpu_magics.cluster.control.verbs import park
 
     assert shell.run_cell("%gpucluster --cpu-workers 2 --name t_settling --replace").error_in_exec is None
     current = kernel_cluster.in_use()
     assert current is not None and kernel_cluster.phase() is Phase.IN_USE
     changing = Starting("%gpucluster", current.name, 2, verb="scaling")
     assert owner.post(ChangeAsked(changing, current)) == []
-    idle_park = parking.IdlePark(current, 0.3)
+    idle_park = park.IdlePark(current, 0.3)
     try:
         idle_park.arm()
         # idle for longer than park_after, while the change is under way: it waits for the change, not polls

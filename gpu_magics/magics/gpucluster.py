@@ -14,9 +14,9 @@ from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 
 from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.control import answers, lifecycle, parking, queries
+from gpu_magics.cluster.control import answers, lifecycle, queries
 from gpu_magics.cluster.control.queries import no_cluster_message
-from gpu_magics.cluster.control.verbs import change, free, shutdown, start, stop
+from gpu_magics.cluster.control.verbs import change, free, park, resume, shutdown, start, stop
 from gpu_magics.cluster.options import PROG, ClusterOptions, FreeTarget, parse_cluster_line
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.display.cluster_view import ClusterView, DashboardLink
@@ -217,7 +217,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
             print(self._free(options.free_target))
             return
         if action in ("park", "resume"):
-            said = parking.park() if action == "park" else parking.resume()
+            said = park.park() if action == "park" else resume.resume()
             say(said or "")  # as HTML: it wraps between words
             return
         if action == "start":

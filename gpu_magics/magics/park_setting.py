@@ -4,7 +4,8 @@ once (as ``--idle-timeout`` on a running cluster is), said in one line. A start 
 from __future__ import annotations
 
 from gpu_magics.cluster.background.starting import Starting, StartProgress
-from gpu_magics.cluster.control import kernel_cluster, owner, parking
+from gpu_magics.cluster.control import kernel_cluster, owner
+from gpu_magics.cluster.control.verbs import park
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.text.units import format_duration
@@ -46,7 +47,7 @@ def _rewatch(current: ActiveCluster, after_s: float) -> str:
         new = None
         said = f"{PROG}: {current.name!r} does not park by itself: {current.manager.why_not_parkable}"
     else:
-        new = parking.watch_idle(current, after_s)
+        new = park.watch_idle(current, after_s)
         said = _line(current, after_s)
     owner.change(lambda: setattr(current, "idle_park", new))
     if old is not None:

@@ -1,4 +1,4 @@
-"""What the lifecycle's verbs (``verbs``: start, stop, change, free, idle; ``parking``: park, resume) share, and
+"""What the lifecycle's verbs (``verbs``: start, stop, change, free, idle, park, resume) share, and
 what the magic asks of it around them: the processes a first start forks from, the start under way and the one
 that failed, and the end of a verb that changed the workers. Nothing here touches a GPU at import."""
 

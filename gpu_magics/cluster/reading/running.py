@@ -37,7 +37,7 @@ class Figures:
 
 
 class ParkWatch(Protocol):
-    """What parks the cluster after ``after_s`` seconds without a task (``control.parking.IdlePark``)."""
+    """What parks the cluster after ``after_s`` seconds without a task (``control.verbs.park.IdlePark``)."""
 
     after_s: float
 

@@ -11,11 +11,12 @@ from typing import cast
 
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import Starting
-from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner, parking, steps
+from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner, steps
 from gpu_magics.cluster.control.answers import require_owned, status
 from gpu_magics.cluster.control.machine import events
 from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded
 from gpu_magics.cluster.control.machine.table import PhaseRefused, require
+from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.local import factories
 from gpu_magics.cluster.options import PROG
@@ -87,7 +88,7 @@ def begin_scale(count: int, *, background: bool = False, listen: Callable[[Start
 def adapt(minimum: int, maximum: int) -> ClusterInfo:
     """Let the cluster grow when tasks wait and shrink when idle, between ``minimum`` and ``maximum`` workers."""
     current = require_owned("adapt", scalable=True)
-    parking.asking_workers(events.AdaptAsked(current), "adapt")
+    resume.asking_workers(events.AdaptAsked(current), "adapt")
     return lifecycle.written_status(current, steps.adapt(current, minimum, maximum))
 
 
@@ -111,7 +112,7 @@ def _change(
         changing.counting(lambda: len(scheduler.workers))
     try:  # decided on the owner: the cluster is still in use, and nothing else changes it
         answer = owner.post(ChangeAsked(changing, current))
-        if parking.resumed_first(answer):  # parked: its workers run again first
+        if resume.resumed_first(answer):  # parked: its workers run again first
             answer = owner.post(ChangeAsked(changing, current))
         require(answer)
     except PhaseRefused:

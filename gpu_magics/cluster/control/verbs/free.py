@@ -3,9 +3,9 @@ first: ``FreeAsked``)."""
 
 from __future__ import annotations
 
-from gpu_magics.cluster.control import parking
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine import events
+from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG
 from gpu_magics.text.errors import ServiceError
 from gpu_magics.text.units import dropped, one_line
@@ -17,7 +17,7 @@ def free_workers() -> tuple[int, int, list[str]]:
     from gpu_magics.cluster.telemetry.pools import free_workers as free_on_workers
 
     current = require_active("free")
-    parking.asking_workers(events.FreeAsked(current), "free")
+    resume.asking_workers(events.FreeAsked(current), "free")
     client = current.client
     try:
         return free_on_workers(client)

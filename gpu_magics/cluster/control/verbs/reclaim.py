@@ -64,10 +64,10 @@ def run(idle_s: float, park: bool = False) -> dict[str, Any]:
 
 def _park(current: Any) -> tuple[bool, str | None]:
     """Park ``current``'s GPU workers: (parked, why not)."""
-    from gpu_magics.cluster.control import parking
+    from gpu_magics.cluster.control.verbs import park
 
     try:
-        parking.park()
+        park.park()
     except ClusterError as error:  # tasks run, or the driver refused: the line says why it stays as it was
         return False, str(error).split(": ", 1)[-1]
     return True, None

@@ -15,11 +15,11 @@ from IPython.core.error import UsageError
 from gpu_magics.arrays import dask_settings
 from gpu_magics.cluster.background import start_logs
 from gpu_magics.cluster.background.starting import StartCancelled, Starting
-from gpu_magics.cluster.control import owner, parking, record_writer, steps
+from gpu_magics.cluster.control import owner, record_writer, steps
 from gpu_magics.cluster.control.answers import status
 from gpu_magics.cluster.control.machine import events
 from gpu_magics.cluster.control.machine.table import Phase, require
-from gpu_magics.cluster.control.verbs import idle
+from gpu_magics.cluster.control.verbs import idle, park
 from gpu_magics.cluster.control.verbs.stop import stop
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.base import ClusterManager
@@ -155,7 +155,7 @@ def _start_job(
                     cpu = manager.declared_workers == "cpu"
                     started.telemetry = start_collecting(started.client, reports_every, cpu)
                 started.idle = idle.watcher(started, idle_after[0])
-                started.idle_park = parking.watch_idle(started, idle_after[1])
+                started.idle_park = park.watch_idle(started, idle_after[1])
                 if not events.accepted(owner.post(events.SchedulerAnswered(handle, started))):
                     raise StartCancelled  # a stop asked meanwhile came first: this start ends as stopped
                 record_writer.write_record(started)

@@ -4,10 +4,11 @@ first, nothing); the cluster taken out of use is let go here and closes in a thr
 from __future__ import annotations
 
 from gpu_magics.cluster.background.closing import Closing
-from gpu_magics.cluster.control import kernel_cluster, owner, parking, steps
+from gpu_magics.cluster.control import kernel_cluster, owner, steps
 from gpu_magics.cluster.control.machine import events
 from gpu_magics.cluster.control.machine.table import Phase
 from gpu_magics.cluster.control.queries import settle_start
+from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.text.units import one_line
@@ -24,7 +25,7 @@ def stop(close: bool = False, keep: bool = False, *, only: ActiveCluster | None 
     if keep and kernel_cluster.phase() is Phase.STARTING:
         settle_start()  # keep what the start makes: let it finish first (its failure is this verb's line)
     answer = owner.post(events.StopAsked(only, keep))
-    if parking.resumed_first(answer, said_here=False):  # a parked cluster's workers end as usual once resumed
+    if resume.resumed_first(answer, said_here=False):  # a parked cluster's workers end as usual once resumed
         answer = owner.post(events.StopAsked(only, keep, resumed=True))
     refused = next((item.cluster for item in answer if isinstance(item, events.KeepRefused)), None)
     if refused is not None:

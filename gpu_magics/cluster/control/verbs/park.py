@@ -1,0 +1,129 @@
+"""``%gpucluster park`` and ``ClusterMagics.park_after``: the GPU workers of the cluster started here give their
+GPUs back to the server while the notebook idles, their data kept; the next work resumes them (``verbs.resume``).
+
+The machine moves the cluster IN_USE → PARKED (``ParkAsked``: refused while a start, restart or scale is under
+way); tasks running on it refuse the park (it waits for none). Every worker process is then parked at once
+(``parking``). A process the driver refuses is named with the reason and keeps running, and those already parked
+are resumed: a failed park loses nothing and leaves the cluster in use (``WorkersMoved`` without a park). The
+cluster's record says it is parked (the side panel, the status bar, ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpu_magics.cluster.background.idle import IdleWatcher
+from gpu_magics.cluster.control import owner, parking
+from gpu_magics.cluster.control.answers import require_active
+from gpu_magics.cluster.control.machine.events import IdleFor, ParkAsked, ParkIdle, WorkersMoved
+from gpu_magics.cluster.control.machine.table import PhaseRefused, require
+from gpu_magics.cluster.control.verbs import resume
+from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.reading.running import ActiveCluster, Parked
+from gpu_magics.text.errors import ClusterError, NotOurs
+from gpu_magics.text.said import say
+from gpu_magics.text.units import format_bytes, format_duration, format_seconds
+
+
+class TasksRunning(ClusterError):
+    """A park refused: tasks run on the cluster (a park waits for none: it loses nothing)."""
+
+
+def park(idle_s: float | None = None) -> str:
+    """Park the GPU workers of the cluster in use; one line says what was given back and how long it took
+    (``idle_s``: parked by ``IdlePark`` after that long without a task)."""
+    current = require_active("park")
+    targets = current.manager.park_targets()
+    if not targets:
+        raise NotOurs(f"{PROG} park: {current.manager.why_not_parkable}")
+    try:
+        require(owner.post(ParkAsked(current)))
+    except PhaseRefused:
+        raise ClusterError(parking.refused("park", current)) from None
+    running = parking.running_tasks(current)
+    if running:
+        owner.post(WorkersMoved(current))
+        raise TasksRunning(
+            f"{PROG} park: {running} task(s) run on {current.name!r} now; park it once the cell that sent them is done"
+        )
+    began = time.perf_counter()
+    held = parking.gpu_bytes(targets.values())
+    failed = parking.all_at_once(parking.park_one, targets)
+    if failed:
+        parked = {name: pid for name, pid in targets.items() if name not in failed}
+        undone = parking.all_at_once(parking.resume_one, parked)
+        owner.post(WorkersMoved(current))
+        names = "; ".join(f"{name} (pid {targets[name]}): {why}" for name, why in failed.items())
+        left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
+        raise ClusterError(f"{PROG} park: nothing parked, the workers keep their GPUs: {names}{left}")
+    took = time.perf_counter() - began
+    state = Parked(dict(targets), sum(held.values()), time.time())
+    owner.post(WorkersMoved(current, state))
+    parking.record(current)
+    resume.watch_for_work(current)
+    count = len(targets)
+    idle = current.manager.park_note  # simulated GPUs: says so
+    if idle_s is not None:  # said at the next cell, maybe much later: when, too
+        idle += f" at {time.strftime('%H:%M:%S')}, after {format_duration(idle_s)} without a task"
+        idle += " (ClusterMagics.park_after)"
+    return (
+        f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}{idle}: "
+        f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}; the next cell "
+        f"that sends it work resumes {'them' if count != 1 else 'it'}"
+    )
+
+
+class IdlePark:
+    """Parks ``current`` after ``after_s`` seconds without a task (``%config ClusterMagics.park_after``), and again
+    each time it idles that long after a resume (which arms it again). Its line, said from the watch's thread, goes
+    to the cell running then, else once to the top of the next cell (``said.say``)."""
+
+    def __init__(self, current: ActiveCluster, after_s: float) -> None:
+        self.current, self.after_s = current, after_s
+        self._watcher: IdleWatcher | None = None
+
+    def arm(self) -> None:
+        """Watch from now on (a watch under way is replaced)."""
+        self.stop()
+        self._watcher = IdleWatcher(self.current.client, self.after_s, self._idle)
+
+    def left(self) -> float | None:
+        """Seconds until it parks the cluster if it stays idle (``None``: a task runs, or it watches no more)."""
+        watcher = self._watcher
+        return None if watcher is None else watcher.left()
+
+    def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+
+    def again(self) -> None:
+        """Watch again from now on, unless stopped meanwhile (the start or change this watch waited for ended)."""
+        if self._watcher is not None:
+            self.arm()
+
+    def _idle(self) -> None:
+        """The watcher's end (on its thread): park, where the cluster is still in use and nothing is under way. A
+        start or change still under way (the scheduler can be idle while workers come) keeps it waiting: once that
+        ended, the scheduler is asked again from a new watch (``again``)."""
+        if not any(isinstance(item, ParkIdle) for item in owner.post(IdleFor(self.current, self))):
+            return
+        if parking.running_tasks(self.current):  # the scheduler's idle clock lags a graph just sent: the next stretch
+            self.arm()
+            return
+        try:
+            say(park(idle_s=self.after_s))
+        except TasksRunning:  # tasks came meanwhile: nothing to say, watch for the next idle stretch
+            self.arm()
+        except ClusterError as error:  # what cannot be parked is said once; the cluster goes on as it was
+            say(str(error))
+
+
+def watch_idle(current: ActiveCluster, after_s: float) -> IdlePark | None:
+    """An armed ``IdlePark`` for ``current`` (``None`` where ``after_s`` is 0); a cluster whose workers cannot be
+    parked says so once, when it first idles that long."""
+    if after_s <= 0:
+        return None
+    idle_park = IdlePark(current, after_s)
+    idle_park.arm()
+    return idle_park

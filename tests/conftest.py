@@ -65,7 +65,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Under ``--dist loadgroup`` each grouped test's id must carry its group (pytest-xdist adds it): where a
     pytest and pytest-xdist pair does not, the groups would split silently, and a module's tests that share a
     cluster would run on two workers."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist's workers only
         return
     for item in session.items:
         if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
@@ -95,7 +96,8 @@ def test_an_event_is_handled_on_the_owner_and_its_listeners_hear_on_the_posters_
         handled.append(threading.current_thread().name)
         return original(self, event)
 
-    start, cluster = Starting("%gpucluster", "heard", 1), cast(ActiveCluster, object())
+    nothing_beside = SimpleNamespace(attached={}, services=list)  # a cluster stand-in with no service beside it
+    start, cluster = Starting("%gpucluster", "heard", 1), cast(ActiveCluster, nothing_beside)
     remove = owner.on_change(lambda current: heard.append((current, threading.current_thread().name)))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernel_cluster.KernelCluster, "handle", recording)

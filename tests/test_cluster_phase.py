@@ -43,6 +43,8 @@ from gpu_magics.cluster.control.machine.events import (
     StartEnded,
     StartReady,
     StopAsked,
+    StopServices,
+    SwapService,
     TakeIntoUse,
     TellListeners,
     WatchAgain,
@@ -53,16 +55,30 @@ from gpu_magics.cluster.control.machine.events import (
 from gpu_magics.cluster.control.machine.table import TABLE, KernelCluster, Phase, PhaseRefused, describe, require
 from gpu_magics.cluster.control.verbs import start, stop
 from gpu_magics.cluster.options import parse_cluster_line
-from gpu_magics.cluster.reading.running import ActiveCluster, Parked
+from gpu_magics.cluster.reading.running import ActiveCluster, Parked, Role, Service
 
 
 def handle(verb: str = "starting") -> Starting:
     return Starting("%gpucluster", "phase", 1, verb=verb)
 
 
+class HeldCluster(SimpleNamespace):
+    """What the machine holds of a cluster: it keeps it, compares it, reads whether it may be kept, and attaches and
+    detaches what runs beside it."""
+
+    def services(self) -> list[Service]:
+        return ActiveCluster.services(cast(ActiveCluster, self))
+
+
 def a_cluster(keepable: bool = False) -> ActiveCluster:
-    """What the machine holds of a cluster: it keeps it, compares it, and reads whether it may be kept."""
-    return cast(ActiveCluster, SimpleNamespace(parked=None, manager=SimpleNamespace(keepable=keepable)))
+    return cast(ActiveCluster, HeldCluster(parked=None, manager=SimpleNamespace(keepable=keepable), attached={}))
+
+
+class Beside:
+    """A service beside a cluster: the machine attaches and detaches it and says when to stop it; it never calls it."""
+
+    def stop(self) -> None:
+        raise AssertionError("the machine itself never stops a service")
 
 
 class Watch:
@@ -117,6 +133,7 @@ def one_of_each(kc: KernelCluster) -> list[Event]:
         StopAsked(),
         CloseBegan(a_closing()),
         CloseEnded(),
+        SwapService(cluster, Role.IDLE_TIMEOUT, None),
     ]
 
 
@@ -402,6 +419,65 @@ def test_a_close_that_ends_after_a_new_start_began_leaves_the_new_start_alone() 
     assert kc.handle(CloseEnded(a_closing())) == [Refused("ending a close: another close is under way")]
 
 
+def test_services_are_attached_with_the_start_swapped_one_role_at_a_time_and_all_stopped_at_a_stop() -> None:
+    kc = KernelCluster()
+    start, cluster = handle(), a_cluster()
+    telemetry, watch, other = Beside(), Beside(), Beside()
+    kc.handle(StartAsked(start, kc.generation))
+    services = ((Role.TELEMETRY, telemetry), (Role.IDLE_TIMEOUT, watch))
+    assert accepted(kc.handle(SchedulerAnswered(start, cluster, services)))
+    assert cluster.services() == [watch, telemetry]  # in the order they are let go
+    assert kc.handle(SwapService(cluster, Role.IDLE_TIMEOUT, other)) == [StopServices((watch,))]  # the old one stops
+    assert kc.handle(SwapService(cluster, Role.IDLE_PARK, None)) == []  # nothing did it: nothing stops
+    offered = Beside()
+    assert kc.handle(SwapService(a_cluster(), Role.IDLE_PARK, offered)) == [
+        Refused("changing what runs beside the cluster: the cluster is no longer in use"),
+        StopServices((offered,)),
+    ]
+    assert kc.handle(SwapService(cluster, Role.IDLE_TIMEOUT, None, only_if=watch)) == [
+        Refused("changing what runs beside the cluster: another service does it now")
+    ]
+    assert kc.handle(SwapService(cluster, Role.IDLE_TIMEOUT, None, only_if=other)) == [StopServices((other,))]
+    kc.handle(WorkersReady(start))
+    kc.handle(SwapService(cluster, Role.IDLE_PARK, watch))
+    assert kc.handle(StopAsked()) == [CloseCluster(cluster), StopServices((watch, telemetry)), TellListeners(None)]
+    assert cluster.services() == []
+    assert kc.handle(SwapService(cluster, Role.IDLE_PARK, offered)) == [
+        Refused("changing what runs beside the cluster: the cluster is no longer in use"),
+        StopServices((offered,)),
+    ]
+
+
+def test_a_start_that_ends_or_is_stopped_stops_what_it_attached_and_a_refused_one_stops_what_it_offered() -> None:
+    for ending in ("failed", "stopped"):
+        kc = KernelCluster()
+        start, cluster, listener = handle(), a_cluster(), Beside()
+        kc.handle(StartAsked(start, kc.generation))
+        kc.handle(SchedulerAnswered(start, cluster, ((Role.TELEMETRY, listener),)))
+        answer = kc.handle(StartEnded(start, failed=True) if ending == "failed" else StopAsked())
+        assert StopServices((listener,)) in answer and cluster.services() == []
+    late = Beside()
+    assert kc.handle(SchedulerAnswered(start, a_cluster(), ((Role.TELEMETRY, late),))) == [
+        Refused("taking a cluster into use: the start is no longer under way"),
+        StopServices((late,)),
+    ]
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_what_is_offered_beside_a_cluster_not_in_use_stops_in_every_phase(phase: Phase) -> None:
+    kc = machine_in(phase)
+    offered = Beside()
+    assert kc.handle(SchedulerAnswered(handle(), a_cluster(), ((Role.TELEMETRY, offered),))) == [
+        Refused("taking a cluster into use: the start is no longer under way"),
+        StopServices((offered,)),
+    ]
+    assert kc.handle(SwapService(a_cluster(), Role.IDLE_PARK, offered)) == [
+        Refused("changing what runs beside the cluster: the cluster is no longer in use"),
+        StopServices((offered,)),
+    ]
+    assert kc.phase is phase
+
+
 def test_every_row_of_the_table_is_met_by_these_tests(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scenarios above, run again with every event recorded: each (phase, event type) of the table was met."""
     met: set[tuple[Phase, type[Event]]] = set()
@@ -433,6 +509,12 @@ def test_every_row_of_the_table_is_met_by_these_tests(monkeypatch: pytest.Monkey
         test_a_start_that_ends_after_a_stop_ended_its_close_changes_nothing,
         test_a_stop_for_another_cluster_stops_nothing_and_keep_may_refuse_before_anything_changes,
         test_a_close_that_ends_after_a_new_start_began_leaves_the_new_start_alone,
+        test_services_are_attached_with_the_start_swapped_one_role_at_a_time_and_all_stopped_at_a_stop,
+        test_a_start_that_ends_or_is_stopped_stops_what_it_attached_and_a_refused_one_stops_what_it_offered,
+        *(
+            functools.partial(test_what_is_offered_beside_a_cluster_not_in_use_stops_in_every_phase, phase)
+            for phase in Phase
+        ),
     ):
         scenario()
     assert set(TABLE) - met == set()
@@ -488,7 +570,10 @@ def test_of_many_threads_posting_a_start_from_one_view_exactly_one_wins() -> Non
     assert kernel_cluster.phase() is Phase.IDLE
 
 
-def test_starts_and_stops_posted_from_many_threads_always_leave_one_consistent_phase() -> None:
+def test_starts_and_stops_posted_from_many_threads_always_leave_one_consistent_phase(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(owner, "_carriers", {})  # the phases only: nothing of these stand-in clusters is set up
     kc = kernel_cluster.kernel_cluster()
     gate = threading.Barrier(6)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from gpu_magics.cluster.background.starting import Starting, StartProgress
 from gpu_magics.cluster.control import kernel_cluster, owner
+from gpu_magics.cluster.control.machine.events import SwapService
 from gpu_magics.cluster.control.verbs import park
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.reading.running import ActiveCluster, Role
 from gpu_magics.text.units import format_duration
 
 SETTING = "ClusterMagics.park_after"
@@ -42,16 +43,13 @@ def _once_up(pending: Starting, after_s: float) -> None:
 
 def _rewatch(current: ActiveCluster, after_s: float) -> str:
     """Replace ``current``'s idle park with one of ``after_s`` seconds (0: none); what it does now, in one line."""
-    old = current.idle_park
     if after_s > 0 and not current.manager.park_targets():
         new = None
         said = f"{PROG}: {current.name!r} does not park by itself: {current.manager.why_not_parkable}"
     else:
         new = park.watch_idle(current, after_s)
         said = _line(current, after_s)
-    owner.change(lambda: setattr(current, "idle_park", new))
-    if old is not None:
-        old.stop()
+    owner.post(SwapService(current, Role.IDLE_PARK, new))  # the old watch stops
     return said
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpu_magics.cluster.control import kernel_cluster
-from gpu_magics.cluster.control.machine.events import Event, Instruction, TellListeners, WatchAgain
+from gpu_magics.cluster.control.machine.events import Event, Instruction, StopServices, TellListeners, WatchAgain
 from gpu_magics.cluster.control.machine.table import View
 from gpu_magics.text.units import dropped
 
@@ -140,7 +140,18 @@ def _handle(event: Event) -> list[Instruction]:
             afterwards(functools.partial(_tell_listeners, instruction.cluster))
         elif isinstance(instruction, WatchAgain):  # on the poster's thread: a new watch starts its thread
             afterwards(instruction.watch.again)
+        elif isinstance(instruction, StopServices):  # on the poster's thread: they wait for their threads
+            afterwards(functools.partial(_stop_services, instruction))
     return instructions
+
+
+def _stop_services(stopping: StopServices) -> None:
+    for service in stopping.services:
+        try:
+            service.stop()
+        except (OSError, RuntimeError, TimeoutError) as error:  # a thread or the network that fails to end: the next
+            # one stops all the same
+            dropped("stopping what ran beside the cluster", error)
 
 
 def view() -> View:

@@ -4,11 +4,12 @@ changes it, on its owner thread."""
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.info import ClusterFacts
@@ -62,6 +63,15 @@ class Service(Protocol):
         """Run no more (an attached cluster's telemetry plugin stays: other kernels may listen to it)."""
 
 
+class Role(enum.Enum):
+    """What a service does beside the cluster; the order is the order they are let go."""
+
+    IDLE_TIMEOUT = "the idle timeout's watch"  # an ``IdleWatcher``
+    IDLE_PARK = "the idle park's watch"  # a ``ParkWatch``
+    RECORD_REFRESH = "the record's refresher"  # a ``RecordRefresher``
+    TELEMETRY = "the telemetry's listener"  # a ``ClusterTelemetry``
+
+
 @dataclass(frozen=True)
 class Parked:
     """What a park holds: each worker's process (name → pid), the GPU memory they gave back, and when."""
@@ -87,18 +97,34 @@ class ActiveCluster:
     record_path: Path | None = None
     record: ClusterRecord | None = None  # the last record written
     saved_config: dict[str, Any] | None = None  # dask settings to put back when the cluster closes
-    telemetry: ClusterTelemetry | None = None  # the workers' own GPU reports
-    refresher: RecordRefresher | None = None  # rewrites the record as the workers report
-    idle: IdleWatcher | None = None  # closes it (attached: detaches) after a while without a task
     plain_cells: str | None = None  # the session backend plain cells run on here (``%gpurun multi-gpu``), if any
     parked: Parked | None = None  # while its workers are parked: what the park holds
-    idle_park: ParkWatch | None = None  # parks it after a while without a task, if asked
+    attached: dict[Role, Service] = field(default_factory=dict)  # what runs beside it: the machine's rows alone
+    # attach and detach them (``SchedulerAnswered``, ``SwapService``, a stop), and say which to stop
 
     def services(self) -> list[Service]:
-        """What runs beside it, in the order it is let go: the idle timeout's and the idle park's watches, the
-        record's refresher, the telemetry's listener."""
-        found: list[Service | None] = [self.idle, self.idle_park, self.refresher, self.telemetry]
-        return [service for service in found if service is not None]
+        """What runs beside it, in the order it is let go (``Role``'s order)."""
+        return [self.attached[role] for role in Role if role in self.attached]
+
+    @property
+    def idle(self) -> IdleWatcher | None:
+        """Closes it (attached: detaches) after a while without a task."""
+        return cast("IdleWatcher | None", self.attached.get(Role.IDLE_TIMEOUT))
+
+    @property
+    def idle_park(self) -> ParkWatch | None:
+        """Parks it after a while without a task, if asked."""
+        return cast("ParkWatch | None", self.attached.get(Role.IDLE_PARK))
+
+    @property
+    def refresher(self) -> RecordRefresher | None:
+        """Rewrites the record as the workers report."""
+        return cast("RecordRefresher | None", self.attached.get(Role.RECORD_REFRESH))
+
+    @property
+    def telemetry(self) -> ClusterTelemetry | None:
+        """The workers' own GPU reports."""
+        return cast("ClusterTelemetry | None", self.attached.get(Role.TELEMETRY))
 
     @property
     def devices(self) -> Mapping[str, Mapping[str, Any]]:

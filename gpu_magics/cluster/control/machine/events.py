@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from gpu_magics.cluster.background.closing import Closing
     from gpu_magics.cluster.background.starting import Starting
-    from gpu_magics.cluster.reading.running import ActiveCluster, Parked, ParkWatch
+    from gpu_magics.cluster.reading.running import ActiveCluster, Parked, ParkWatch, Role, Service
 
 
 # -- events: what happened, as the verbs and their jobs tell it ----------------------------------------------------
@@ -36,6 +36,7 @@ class SchedulerAnswered(Event):
     what = "taking a cluster into use"
     start: Starting
     cluster: ActiveCluster
+    services: tuple[tuple[Role, Service], ...] = ()  # what runs beside it from then on (refused: stopped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +135,18 @@ class FreeAsked(Event):
 
 
 @dataclasses.dataclass(frozen=True)
+class SwapService(Event):
+    """Beside ``cluster``, ``service`` does ``role`` from now on (``None``: nothing does); ``only_if``: only where
+    that one does it now (a watch that detaches itself)."""
+
+    what = "changing what runs beside the cluster"
+    cluster: ActiveCluster
+    role: Role
+    service: Service | None
+    only_if: Service | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class StopAsked(Event):
     """A stop is asked (``only``: only while that cluster is in use; ``keep``: only a cluster that can be kept;
     ``resumed``: the poster resumed a parked cluster first, or tried: it closes as it is)."""
@@ -183,6 +196,14 @@ class KeepRefused(Instruction):
     """``stop --keep`` of ``cluster``, which cannot outlive its kernel: nothing changed."""
 
     cluster: ActiveCluster
+
+
+@dataclasses.dataclass(frozen=True)
+class StopServices(Instruction):
+    """What ran beside a cluster and no longer does: stopped on the poster's thread, in this order (they wait for
+    their threads)."""
+
+    services: tuple[Service, ...]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,6 +55,8 @@ from gpu_magics.cluster.control.machine.events import (
     StartEnded,
     StartReady,
     StopAsked,
+    StopServices,
+    SwapService,
     TakeIntoUse,
     TellListeners,
     WatchAgain,
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
 
     from gpu_magics.cluster.background.closing import Closing
     from gpu_magics.cluster.background.starting import Starting
-    from gpu_magics.cluster.reading.running import ActiveCluster, ParkWatch
+    from gpu_magics.cluster.reading.running import ActiveCluster, ParkWatch, Service
 
 LOG_LENGTH = 100  # how many of the last events the machine keeps
 
@@ -159,9 +161,36 @@ class KernelCluster:
         return [LookAgain()] if event.seen != self.generation else self._refused(event)
 
     def _take_into_use(self, event: SchedulerAnswered) -> list[Instruction]:
+        """Its services run beside it from now on; refused, they stop."""
         if self.pending is not event.start:
-            return self._refused(event, "the start is no longer under way")
+            given = tuple(service for _, service in event.services)
+            return [*self._refused(event, "the start is no longer under way"), *_stopping(given)]
+        event.cluster.attached.update(event.services)
         return [*self._use(event.cluster), TakeIntoUse(event.start, event.cluster)]
+
+    def _swap_service(self, event: SwapService) -> list[Instruction]:
+        """The service a role had stops; one offered for a cluster no longer in use stops at once."""
+        cluster, new = self.cluster, event.service
+        offered = () if new is None else (new,)
+        if cluster is None or cluster is not event.cluster:
+            return [*self._refused(event, "the cluster is no longer in use"), *_stopping(offered)]
+        old = cluster.attached.get(event.role)
+        if event.only_if is not None and old is not event.only_if:
+            return [*self._refused(event, "another service does it now"), *_stopping(offered)]
+        if new is None:
+            cluster.attached.pop(event.role, None)
+        else:
+            cluster.attached[event.role] = new
+        return _stopping(() if old is None or old is new else (old,))
+
+    def _detach_all(self) -> list[Instruction]:
+        """The cluster in use is let go: everything beside it stops."""
+        cluster = self.cluster
+        if cluster is None:
+            return []
+        services = tuple(cluster.services())
+        cluster.attached.clear()
+        return _stopping(services)
 
     def _start_ready(self, event: WorkersReady) -> list[Instruction]:
         if self.pending is not event.start:
@@ -182,7 +211,7 @@ class KernelCluster:
         self.pending = None
         if event.failed:
             self.failed = event.start
-        return self._use(None)
+        return [*self._detach_all(), *self._use(None)]
 
     def _stopped_start_ended(self, event: StartEnded) -> list[Instruction]:
         return self._wound_down(CloseEnded(event.start)) if self.winding is event.start else self._refused(event)
@@ -279,7 +308,7 @@ class KernelCluster:
         assert start is not None
         self._move(Phase.CLOSING)
         self.pending, self.winding, self.idle_waiting = None, start, None
-        return [CancelStart(start), *self._use(None)]
+        return [CancelStart(start), *self._detach_all(), *self._use(None)]
 
     def _stop_cluster(self, event: StopAsked) -> list[Instruction]:
         self.failed = None
@@ -291,7 +320,7 @@ class KernelCluster:
         during = self.pending
         self._move(Phase.CLOSING)
         self.pending, self.winding, self.idle_waiting, self.resuming = None, None, None, None
-        return [CloseCluster(cluster, during), *self._use(None)]
+        return [CloseCluster(cluster, during), *self._detach_all(), *self._use(None)]
 
     def _stop_parked(self, event: StopAsked) -> list[Instruction]:
         """A parked cluster resumes first, so its workers end as usual (where that failed: it closes all the same)."""
@@ -315,6 +344,10 @@ class KernelCluster:
         return []
 
 
+def _stopping(services: tuple[Service, ...]) -> list[Instruction]:
+    return [StopServices(services)] if services else []
+
+
 E = TypeVar("E", bound=Event)
 Row = Callable[[KernelCluster, E], list[Instruction]]
 TABLE: dict[tuple[Phase, type[Event]], Row[Event]] = {}
@@ -328,7 +361,7 @@ def _rows(event: type[E], row: Row[E], *phases: Phase) -> None:
 P = Phase
 _rows(StartAsked, KernelCluster._begin_start, P.IDLE, P.CLOSING)
 _rows(StartAsked, KernelCluster._look_again_or_refuse, P.STARTING, P.IN_USE, P.CHANGING, P.PARKED)
-_rows(SchedulerAnswered, KernelCluster._take_into_use, P.STARTING)
+_rows(SchedulerAnswered, KernelCluster._take_into_use, *Phase)  # elsewhere refused: what it offered stops
 _rows(WorkersReady, KernelCluster._start_ready, P.STARTING)
 _rows(StartEnded, KernelCluster._start_failed, P.STARTING)
 _rows(StartEnded, KernelCluster._stopped_start_ended, P.CLOSING)
@@ -348,6 +381,7 @@ _rows(StopAsked, KernelCluster._stop_nothing, P.IDLE, P.CLOSING)
 _rows(StopAsked, KernelCluster._stop_start, P.STARTING)
 _rows(StopAsked, KernelCluster._stop_cluster, P.IN_USE, P.CHANGING)
 _rows(StopAsked, KernelCluster._stop_parked, P.PARKED)
+_rows(SwapService, KernelCluster._swap_service, *Phase)
 _rows(CloseBegan, KernelCluster._close_began, P.CLOSING)
 _rows(CloseEnded, KernelCluster._wound_down, P.CLOSING)
 

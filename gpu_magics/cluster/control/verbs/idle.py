@@ -4,18 +4,16 @@ without a task, through ``stop``, and says so."""
 from __future__ import annotations
 
 from gpu_magics.cluster.background import idle
-from gpu_magics.cluster.control import kernel_cluster, owner, record_writer
+from gpu_magics.cluster.control import owner, record_writer
+from gpu_magics.cluster.control.machine.events import SwapService, accepted
 from gpu_magics.cluster.control.verbs.stop import NO_CLUSTER, stop
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.reading.running import ActiveCluster, Role
 
 
 def watch(current: ActiveCluster, timeout: float) -> None:
     """Close ``current`` (attached: detach) after ``timeout`` seconds without a task; 0 stops watching."""
-    old, new = current.idle, watcher(current, timeout)
-    if old is not None:
-        old.stop()
-    owner.change(lambda: setattr(current, "idle", new))
+    owner.post(SwapService(current, Role.IDLE_TIMEOUT, watcher(current, timeout)))  # the old one stops
     if current.record is not None:
         record_writer.write_record(current, refresh=True)
 
@@ -29,19 +27,15 @@ def watcher(current: ActiveCluster, timeout: float) -> idle.IdleWatcher | None:
         if current.record is not None:
             record_writer.write_record(current, refresh=True)
 
-    return idle.IdleWatcher(current.client, timeout, lambda: _close_idle(current), changed)
+    made = idle.IdleWatcher(current.client, timeout, lambda: _close_idle(current, made), changed)
+    return made
 
 
-def _close_idle(watched: ActiveCluster) -> None:
-    """The idle watcher's end (on its thread): close the cluster it watched (if still in use) and say so."""
-
-    def claim() -> float | None:  # on the owner: stop() must not wait for the thread that calls this
-        if kernel_cluster.in_use() is not watched or watched.idle is None:
-            return None
-        waited, watched.idle = watched.idle.timeout, None
-        return waited
-
-    waited = owner.change(claim)
-    if waited is None or stop(only=watched) == NO_CLUSTER:
+def _close_idle(watched: ActiveCluster, watcher: idle.IdleWatcher) -> None:
+    """The idle watcher's end (on its thread): close the cluster it watched (if still in use, and this watch still
+    its idle timeout's) and say so."""
+    if not accepted(owner.post(SwapService(watched, Role.IDLE_TIMEOUT, None, only_if=watcher))):
         return
-    print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, waited))
+    if stop(only=watched) == NO_CLUSTER:
+        return
+    print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, watcher.timeout))

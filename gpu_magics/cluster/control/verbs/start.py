@@ -5,6 +5,7 @@ what runs or starts, stop it first, or begin: ``StartAsked``), and the start's j
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.opening import make_manager, refuse_another
 from gpu_magics.cluster.options import PROG, ClusterOptions
 from gpu_magics.cluster.reading import cluster_state
-from gpu_magics.cluster.reading.running import ActiveCluster
+from gpu_magics.cluster.reading.running import ActiveCluster, Role, Service
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records.refresh import RecordRefresher
 from gpu_magics.cluster.telemetry.collector import start_collecting
@@ -151,12 +152,8 @@ def _start_job(
         with start_logs.during_start(manager.background):  # distributed's lines to the log file; a failure names it
             started = steps.start(manager, options, handle)
             with steps.undone_on_failure(started):
-                if reports_every > 0:  # set before the owner takes it: a start stopped meanwhile lets all of it go
-                    cpu = manager.declared_workers == "cpu"
-                    started.telemetry = start_collecting(started.client, reports_every, cpu)
-                started.idle = idle.watcher(started, idle_after[0])
-                started.idle_park = park.watch_idle(started, idle_after[1])
-                if not events.accepted(owner.post(events.SchedulerAnswered(handle, started))):
+                services = _services(started, manager.declared_workers == "cpu", reports_every, idle_after)
+                if not events.accepted(owner.post(events.SchedulerAnswered(handle, started, services))):
                     raise StartCancelled  # a stop asked meanwhile came first: this start ends as stopped
                 record_writer.write_record(started)
                 waiting = steps.come(started, began, handle)
@@ -172,6 +169,29 @@ def _start_job(
     return cluster_state.describe(started, state, notice=waiting)
 
 
+def _services(
+    started: ActiveCluster, cpu: bool, reports_every: float, idle_after: tuple[float, float]
+) -> tuple[tuple[Role, Service], ...]:
+    """What runs beside a start's cluster once the machine takes it into use: the telemetry's listener, the idle
+    timeout's and the idle park's watches (those asked for); one that fails to start stops those made before it."""
+    made: list[tuple[Role, Service | None]] = []
+    with contextlib.ExitStack() as undo:  # a failure stops what was made before it
+        for role, make in (
+            (
+                Role.TELEMETRY,
+                lambda: start_collecting(started.client, reports_every, cpu) if reports_every > 0 else None,
+            ),
+            (Role.IDLE_TIMEOUT, lambda: idle.watcher(started, idle_after[0])),
+            (Role.IDLE_PARK, lambda: park.watch_idle(started, idle_after[1])),
+        ):
+            service: Service | None = make()
+            made.append((role, service))
+            if service is not None:
+                undo.callback(service.stop)
+        undo.pop_all()
+    return tuple((role, service) for role, service in made if service is not None)
+
+
 def _take_into_use(taken: events.TakeIntoUse) -> None:
     """On the owner, as the machine takes a start's cluster into use: dask's settings, the record's refresh."""
     started = taken.cluster
@@ -179,7 +199,7 @@ def _take_into_use(taken: events.TakeIntoUse) -> None:
     reports = started.telemetry
     if reports is not None:
         reports.kernel_held = kernel_report.held_by_uuid
-        started.refresher = RecordRefresher(
+        started.attached[Role.RECORD_REFRESH] = RecordRefresher(  # (the machine's step under way: on the owner)
             lambda: record_writer.write_record(started, refresh=True), lambda: reports.version, RECORD_REFRESH_S
         )
     _register_atexit()

@@ -52,7 +52,8 @@ from gpu_magics.cluster.control.machine.events import (
     WorkersReady,
     accepted,
 )
-from gpu_magics.cluster.control.machine.table import TABLE, KernelCluster, Phase, PhaseRefused, describe, require
+from gpu_magics.cluster.control.machine.phase import Phase, PhaseRefused
+from gpu_magics.cluster.control.machine.table import TABLE, KernelCluster, describe, require
 from gpu_magics.cluster.control.verbs import start, stop
 from gpu_magics.cluster.options import parse_cluster_line
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked, Role, Service

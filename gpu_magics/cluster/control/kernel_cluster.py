@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpu_magics.cluster.control.machine.table import KernelCluster, Phase
+from gpu_magics.cluster.control.machine.phase import Phase
+from gpu_magics.cluster.control.machine.table import KernelCluster
 
 if TYPE_CHECKING:
     from gpu_magics.cluster.background.closing import Closing

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpu_magics.cluster.control import kernel_cluster
 from gpu_magics.cluster.control.machine.events import Event, Instruction, StopServices, TellListeners, WatchAgain
-from gpu_magics.cluster.control.machine.table import View
+from gpu_magics.cluster.control.machine.phase import View
 from gpu_magics.text.units import dropped
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ from gpu_magics.cluster.control import kernel_cluster, lifecycle, owner, steps
 from gpu_magics.cluster.control.answers import require_owned, status
 from gpu_magics.cluster.control.machine import events
 from gpu_magics.cluster.control.machine.events import ChangeAsked, ChangeEnded
-from gpu_magics.cluster.control.machine.table import PhaseRefused, require
+from gpu_magics.cluster.control.machine.phase import PhaseRefused
+from gpu_magics.cluster.control.machine.table import require
 from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.info import ClusterInfo
 from gpu_magics.cluster.managers.local import factories

@@ -16,7 +16,8 @@ from gpu_magics.cluster.background.idle import IdleWatcher
 from gpu_magics.cluster.control import owner, parking
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine.events import IdleFor, ParkAsked, ParkIdle, WorkersMoved
-from gpu_magics.cluster.control.machine.table import PhaseRefused, require
+from gpu_magics.cluster.control.machine.phase import PhaseRefused
+from gpu_magics.cluster.control.machine.table import require
 from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked

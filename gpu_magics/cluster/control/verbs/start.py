@@ -19,7 +19,8 @@ from gpu_magics.cluster.background.starting import StartCancelled, Starting
 from gpu_magics.cluster.control import owner, record_writer, steps
 from gpu_magics.cluster.control.answers import status
 from gpu_magics.cluster.control.machine import events
-from gpu_magics.cluster.control.machine.table import Phase, require
+from gpu_magics.cluster.control.machine.phase import Phase
+from gpu_magics.cluster.control.machine.table import require
 from gpu_magics.cluster.control.verbs import idle, park
 from gpu_magics.cluster.control.verbs.stop import stop
 from gpu_magics.cluster.info import ClusterInfo

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpu_magics.cluster.background.closing import Closing
 from gpu_magics.cluster.control import kernel_cluster, owner, steps
 from gpu_magics.cluster.control.machine import events
-from gpu_magics.cluster.control.machine.table import Phase
+from gpu_magics.cluster.control.machine.phase import Phase
 from gpu_magics.cluster.control.queries import settle_start
 from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG

@@ -8,11 +8,14 @@ in JupyterLab, where a long stdout line breaks mid-word)."""
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dask.core import flatten
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -21,7 +24,7 @@ from gpu_magics.cluster.control import kernel_cluster
 from gpu_magics.cluster.control.kernel_cluster import Phase
 from gpu_magics.cluster.managers.local.simulated import SimulatedGpuManager
 from gpu_magics.cluster.reading.running import ActiveCluster
-from gpu_magics.cluster.workers import checkpoint
+from gpu_magics.cluster.workers import checkpoint, offload
 from tests.test_kernel_faults import Kernel, loaded_kernel
 from tests.waiting import wait_for
 
@@ -98,13 +101,44 @@ def test_park_and_resume_go_through_the_stand_in_and_say_the_gpus_are_simulated(
 ) -> None:
     out = said(shell, "%gpucluster park", capsys)
     assert out.startswith(f"%gpucluster: parked 2 workers of 't_sim' {SIMULATED}: ")
+    assert "(7.8 KiB of it copied to host memory by the workers at " in out  # t_x's 10 chunks of 100 int64
     assert kernel_cluster.phase() is Phase.PARKED and states() == {"checkpointed"}
+    assert held_values(shell) == {"Parked"}  # the arrays wait in host memory, out of the workers' data
     status = said(shell, "%gpucluster status", capsys)
     assert "2 workers parked" in status and "running" not in status  # the scheduler sees them, parked
     out = said(shell, "t_again = int(t_x.sum().compute())", capsys)  # work resumes them, data kept
     assert out.startswith(f"%gpucluster: resumed 2 workers of 't_sim' {SIMULATED} in ")
+    assert "(7.8 KiB copied back by the workers at " in out and held_values(shell) == {"ndarray"}
     assert shell.user_ns["t_again"] == shell.user_ns["t_total"] and states() == {"running"}
     assert "2 workers running" in said(shell, "%gpucluster status", capsys)
+
+
+def test_a_park_whose_arrays_would_not_fit_in_host_memory_is_refused_before_anything_moves(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(offload.HOST_BYTES_ENV, "4096")  # the stand-in's host: 4 KiB for 7.8 KiB of arrays
+    result = shell.run_cell("%gpucluster park")
+    assert type(result.error_in_exec) is UsageError
+    line = str(result.error_in_exec)
+    assert re.fullmatch(  # (t_x and what else the module's cells left on the workers)
+        r"%gpucluster park: nothing parked: the workers' \d+\.\d KiB of arrays need as much host memory on "
+        + re.escape(socket.gethostname())
+        + r", where 4\.0 KiB is available; free host memory, or let go of data the notebook no longer needs, "
+        r"then park again",
+        line,
+    ), line
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"} and held_values(shell) == {"ndarray"}
+
+
+def held_values(shell: InteractiveShell) -> set[str]:
+    """The types of what the workers' data holds now for ``t_x``'s chunks."""
+    keys = [str(key) for key in flatten(shell.user_ns["t_x"].__dask_keys__())]
+
+    def types(dask_worker: Any) -> list[str]:
+        return sorted({type(value).__name__ for key, value in dask_worker.data.items() if str(key) in keys})
+
+    held = running().client.run(types)
+    return {name for names in held.values() for name in names}
 
 
 def test_park_after_set_on_a_running_cluster_applies_at_once_and_status_counts_down(

@@ -1,19 +1,84 @@
 """In the kernel: the work behind ``%gpucluster park`` and ``resume`` (the verbs: ``verbs.park``,
-``verbs.resume``): every GPU worker process of the cluster locked and checkpointed at once through the CUDA driver
-(``workers.checkpoint``: its GPU memory goes to host memory, the GPU is released), or restored and unlocked at once;
-the GPU memory they hold; the tasks that run on them; the record that says the cluster is parked; the line of a verb
-its phase refuses. No event of the cluster is posted here.
+``verbs.resume``). A park first has every worker copy its device arrays to host memory itself and free them
+(``workers.offload``: parallel copies, at the bus's pace), where the host has the memory for them; then every GPU
+worker process is locked and checkpointed at once through the CUDA driver (``workers.checkpoint``: what is left of
+its GPU memory goes to host memory, the GPU is released). A resume restores and unlocks them at once, then has the
+workers copy their arrays back. Also: the GPU memory they hold, the tasks that run on them, the record that says the
+cluster is parked, the line of a verb its phase refuses. No event of the cluster is posted here.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 from collections.abc import Callable, Iterable
 
 from gpu_magics.cluster.control import kernel_cluster, record_writer
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
-from gpu_magics.cluster.workers import checkpoint
+from gpu_magics.cluster.workers import checkpoint, offload
+from gpu_magics.text.units import format_bytes
+
+COPY_FAILURES = (MemoryError, OSError, RuntimeError, ValueError, TimeoutError)  # a worker's copies failing: CUDA's
+# errors (CuPy's are RuntimeErrors, its out-of-memory a MemoryError), host memory, a worker silent or gone
+HOST_HEADROOM = 0.9  # the share of a host's available memory a park may fill with the workers' arrays
+
+
+@dataclasses.dataclass(frozen=True)
+class Moved:
+    """What the workers copied themselves (to host memory at a park, back at a resume): bytes, and the slowest
+    worker's seconds."""
+
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def words(self, way: str) -> str:
+        """`` (7.9 GiB of it copied to host memory at 48.2 GiB/s)``; nothing where nothing moved."""
+        if self.bytes <= 0:
+            return ""
+        return f" ({format_bytes(self.bytes)} {way} at {format_bytes(int(self.bytes / max(self.seconds, 1e-6)))}/s)"
+
+
+def host_refusal(current: ActiveCluster) -> str | None:
+    """Where the workers' arrays would not fit in their host's available memory: the park's one line; else
+    ``None``. Asked of every worker before anything moves."""
+    plans = current.client.run(offload.plan, _device())
+    arrays: dict[str, int] = {}
+    taken: dict[str, int] = {}
+    available: dict[str, int] = {}
+    for plan in plans.values():
+        host = plan["host"]
+        arrays[host] = arrays.get(host, 0) + int(plan["bytes"])
+        taken[host] = taken.get(host, 0) + int(plan["taken"])
+        available[host] = min(available.get(host, plan["available"]), int(plan["available"]))
+    for host, size in arrays.items():
+        if taken[host] > HOST_HEADROOM * available[host]:
+            return (
+                f"{PROG} park: nothing parked: the workers' {format_bytes(size)} of arrays need as much host memory "
+                f"on {host}, where {format_bytes(available[host])} is available; free host memory, or let go of data "
+                "the notebook no longer needs, then park again"
+            )
+    return None
+
+
+def offload_all(current: ActiveCluster) -> Moved:
+    """Every worker copies its device arrays to host memory and frees them, at once."""
+    return _moved(current.client.run(offload.offload, _device()))
+
+
+def reload_all(current: ActiveCluster) -> Moved:
+    """Every worker copies back what its last offload holds (a worker that holds nothing answers at once)."""
+    return _moved(current.client.run(offload.reload, _device()))
+
+
+def _device() -> offload.Device:
+    """The device the workers copy from, as this kernel knows it (sent with each call: pickled, a few bytes)."""
+    return offload.device(offload.simulated_here())
+
+
+def _moved(answers: dict[str, dict[str, float]]) -> Moved:
+    figures = list(answers.values())
+    return Moved(int(sum(f["bytes"] for f in figures)), max((f["seconds"] for f in figures), default=0.0))
 
 
 def park_one(pid: int) -> None:

@@ -23,7 +23,7 @@ from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 from gpu_magics.text.errors import ClusterError, NotOurs
 from gpu_magics.text.said import say
-from gpu_magics.text.units import format_bytes, format_duration, format_seconds
+from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds, one_line
 
 
 class TasksRunning(ClusterError):
@@ -49,10 +49,12 @@ def park(idle_s: float | None = None) -> str:
         )
     began = time.perf_counter()
     held = parking.gpu_bytes(targets.values())
+    moved, fallback = _offload(current)
     failed = parking.all_at_once(parking.park_one, targets)
     if failed:
         parked = {name: pid for name, pid in targets.items() if name not in failed}
         undone = parking.all_at_once(parking.resume_one, parked)
+        parking.reload_all(current)  # the arrays back on their GPUs, where the workers run again
         owner.post(WorkersMoved(current))
         names = "; ".join(f"{name} (pid {targets[name]}): {why}" for name, why in failed.items())
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
@@ -69,9 +71,28 @@ def park(idle_s: float | None = None) -> str:
         idle += " (ClusterMagics.park_after)"
     return (
         f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}{idle}: "
-        f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}; the next cell "
-        f"that sends it work resumes {'them' if count != 1 else 'it'}"
+        f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}"
+        f"{moved.words('of it copied to host memory by the workers')}{fallback}; the next cell that sends it work "
+        f"resumes {'them' if count != 1 else 'it'}"
     )
+
+
+def _offload(current: ActiveCluster) -> tuple[parking.Moved, str]:
+    """The workers' arrays to host memory, where it has room (else the park is refused, the phase undone); a fast
+    path that fails leaves the driver to move everything, said in the line: (what moved, the words that say so)."""
+    try:
+        refused = parking.host_refusal(current)
+    except (OSError, RuntimeError, TimeoutError) as error:  # a worker silent or gone: the driver moves it all
+        return parking.Moved(), f" (the driver moved it all: the workers did not answer, {one_line(error)})"
+    if refused is not None:
+        owner.post(WorkersMoved(current))
+        raise ClusterError(refused)
+    try:
+        return parking.offload_all(current), ""
+    except parking.COPY_FAILURES as error:  # a worker's failure (CUDA, host memory): what it copied comes back
+        dropped("copying the workers' arrays to host memory", error)
+        parking.reload_all(current)
+        return parking.Moved(), f" (the driver moved it all: the workers' copies failed, {one_line(error)})"
 
 
 class IdlePark:

@@ -34,7 +34,7 @@ from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
 from gpu_magics.text.errors import ClusterError, shown_as_one_line
 from gpu_magics.text.said import say
-from gpu_magics.text.units import dropped, format_seconds
+from gpu_magics.text.units import dropped, format_seconds, one_line
 
 PLUGIN_NAME = "gpu-magics-resume-on-work"
 
@@ -60,6 +60,7 @@ def resume(*, asked: bool = True) -> str | None:
     began = time.perf_counter()
     try:
         _resume_workers(current, state)
+        moved = _reload(current)
     except BaseException as error:  # the cluster stays parked: those waiting hear why
         owner.post(ResumeFailed(current))
         done.set_exception(error)
@@ -72,8 +73,20 @@ def resume(*, asked: bool = True) -> str | None:
     count = len(state.processes)
     return (
         f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r}{current.manager.park_note} in "
-        f"{format_seconds(time.perf_counter() - began)}"
+        f"{format_seconds(time.perf_counter() - began)}{moved.words('copied back by the workers')}"
     )
+
+
+def _reload(current: ActiveCluster) -> parking.Moved:
+    """The workers copy their arrays back onto their GPUs (where one cannot: the resume fails in one line, the
+    cluster stays parked with its data, and the next try copies again)."""
+    try:
+        return parking.reload_all(current)
+    except parking.COPY_FAILURES as error:  # CUDA's errors, a full GPU, a worker silent or gone
+        raise ClusterError(
+            f"{PROG} resume: the workers of {current.name!r} could not copy their arrays back onto their GPUs "
+            f"({one_line(error)}); they stay parked, with their data: run {PROG} resume to try again"
+        ) from None
 
 
 def _resume_workers(current: ActiveCluster, state: Parked) -> None:

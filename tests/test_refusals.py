@@ -155,3 +155,21 @@ def test_a_refused_config_value_stops_a_run_all_in_a_kernel(tmp_path: Path) -> N
         assert "%config ClusterMagics.park_after = 'soon': takes a duration in quotes" in text
         assert "after" not in text.replace("park_after", "") and "ERROR:root" not in text and "Traceback" not in text
         assert kernel.ok("%config ClusterMagics.park_after").strip() == "'off'"
+
+
+def test_a_refusal_says_the_registered_magics_value_whatever_other_instances_hold(
+    ip: InteractiveShell,
+) -> None:
+    """An instance made outside the extension (and closed after) neither speaks for the cell nor outlives its close
+    in the shell's configurables (``%config`` sets every configurable of the class)."""
+    from gpu_magics.magics.gpucluster import ClusterMagics
+
+    stray = ClusterMagics(shell=ip)
+    stray.free_memory = 0.3
+    try:
+        result = ip.run_cell("%config ClusterMagics.free_memory = 2")
+        assert type(result.error_in_exec) is UsageError
+        assert str(result.error_in_exec).endswith("; it stays 0.1"), result.error_in_exec
+    finally:
+        stray.close()
+    assert all(configurable is not stray for configurable in ip.configurables)

@@ -36,9 +36,17 @@ class CheckedSettings(Configurable):
         except TraitError as error:
             refusal = SettingError(self._refusal_line(config, error))
             self._forget(config)
+            if not self._registered():  # another instance of the class (made outside the extension): its value is
+                return  # refused too; the line is the registered one's, which the cell uses
             if _checking[0] is None or _checking[0] != _cell_number():  # no cell's %config: raised into its log
                 raise refusal from None
             _refused.append(refusal)
+
+    def _registered(self) -> bool:
+        """Whether this is the instance the shell's magics use (or no instance of the class is registered)."""
+        manager = getattr(getattr(self, "shell", None), "magics_manager", None)
+        registered = getattr(manager, "registry", {}).get(type(self).__name__)
+        return registered is None or registered is self
 
     def _forget(self, config: Config) -> None:
         """The refused values leave the config ``%config`` passes on (to the configurables after this one) and the

@@ -407,6 +407,7 @@ class ClusterMagics(Magics, FreeGpuSettings):
         shutdown.uninstall(self.shell)
         if self.shell is not None:
             ahead.cancel(self.shell)  # unloaded in the cell that loaded it: the imports never begin
+            self.shell.configurables[:] = [c for c in self.shell.configurables if c is not self]  # %config: no more
         stop.stop()
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from IPython.utils.capture import capture_output
 
-from gpu_magics.cluster.control import kernel_cluster, queries
+from gpu_magics.cluster.control import kernel_cluster, parking, queries
 from gpu_magics.cluster.workers.kernel_context import process_memory
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.gpu.test_cluster_gpu import gpucluster
@@ -71,6 +71,7 @@ def test_a_parked_cluster_gives_its_gpus_back_and_work_resumes_it_with_its_data(
         "first_cell_after_resume_s": round(first_after, 3),
         "same_cell_before_park_s": round(warm_before, 3),
         "same_cell_after_resume_warm_s": round(warm_after, 3),
+        "steps": parking.last_figures,
     }
     print("PARK FIGURES " + json.dumps(figures))
     gpucluster(magics, "stop")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from gpu_magics.cluster.control import kernel_cluster, record_writer
 from gpu_magics.cluster.options import PROG
@@ -21,6 +22,7 @@ from gpu_magics.text.units import format_bytes
 
 COPY_FAILURES = (MemoryError, OSError, RuntimeError, ValueError, TimeoutError)  # a worker's copies failing: CUDA's
 # errors (CuPy's are RuntimeErrors, its out-of-memory a MemoryError), host memory, a worker silent or gone
+last_figures: dict[str, dict[str, float]] = {}  # the last park's and resume's seconds by step (benchmarks)
 HOST_HEADROOM = 0.9  # the share of a host's available memory a park may fill with the workers' arrays
 
 
@@ -31,6 +33,7 @@ class Moved:
 
     bytes: int = 0
     seconds: float = 0.0
+    steps: dict[str, float] = dataclasses.field(default_factory=dict)  # the slowest worker's, by step (benchmarks)
 
     def words(self, way: str) -> str:
         """`` (7.9 GiB of it copied to host memory at 48.2 GiB/s)``; nothing where nothing moved."""
@@ -76,9 +79,13 @@ def _device() -> offload.Device:
     return offload.device(offload.simulated_here())
 
 
-def _moved(answers: dict[str, dict[str, float]]) -> Moved:
+def _moved(answers: dict[str, dict[str, Any]]) -> Moved:
     figures = list(answers.values())
-    return Moved(int(sum(f["bytes"] for f in figures)), max((f["seconds"] for f in figures), default=0.0))
+    if not figures:
+        return Moved()
+    slowest = max(figures, key=lambda f: float(f["seconds"]))
+    steps = {step: round(seconds, 3) for step, seconds in slowest["steps"].items()}
+    return Moved(int(sum(f["bytes"] for f in figures)), float(slowest["seconds"]), steps)
 
 
 def park_one(pid: int) -> None:

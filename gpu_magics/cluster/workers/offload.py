@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import dataclasses
 import os
 import socket
@@ -68,10 +69,10 @@ class Device(Protocol):
     def movable(self, value: object) -> Layout | None:
         """``"C"`` or ``"F"`` for an array that moves whole (its layout), else ``None``."""
 
-    def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray) -> None:
+    def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray, clock: Clock) -> None:
         """Copy each ``(array, offset)`` into ``host`` at its offset; return once all are there."""
 
-    def to_device(self, entries: list[Entry], host: np.ndarray) -> list[Any]:
+    def to_device(self, entries: list[Entry], host: np.ndarray, clock: Clock) -> list[Any]:
         """New arrays from ``host``, one per entry; return once all are there."""
 
     def release(self) -> None:
@@ -81,12 +82,27 @@ class Device(Protocol):
         """Bytes of host memory available for the copies."""
 
 
+class Clock:
+    """How long each step took, in seconds, by name (what the park's figures print)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._at = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.steps[step] = self.steps.get(step, 0.0) + now - self._at
+        self._at = now
+
+
 def _touch(host: np.ndarray) -> None:
-    """Fault every page of ``host`` in, by many threads at once (one thread alone makes about 2.5 GB/s)."""
+    """Fault every page of ``host`` in, by many threads at once (one thread alone makes about 2.5 GB/s):
+    ``ctypes.memset`` lets the GIL go while it runs."""
     threads = max(1, min(16, os.cpu_count() or 1))
-    step = -(-host.nbytes // threads)
+    base, size = host.ctypes.data, host.nbytes
+    step = -(-size // threads)
     with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="gpu-magics-touch") as pool:
-        list(pool.map(lambda start: host[start : start + step].fill(0), range(0, host.nbytes, step)))
+        list(pool.map(lambda start: ctypes.memset(base + start, 0, min(step, size - start)), range(0, size, step)))
 
 
 class CupyDevice:
@@ -117,32 +133,37 @@ class CupyDevice:
         for stream in streams:
             stream.synchronize()
 
-    def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray) -> None:
+    def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray, clock: Clock) -> None:
         import cupy
 
         _touch(host)
+        clock.lap("touch")
         base = host.ctypes.data
         cupy.cuda.runtime.hostRegister(base, host.nbytes, 0)
+        clock.lap("pin")
         try:
             pieces = [(base + offset, array.data.ptr, array.nbytes) for array, offset in arrays]
             self._copies(pieces, cupy.cuda.runtime.memcpyDeviceToHost)
+            clock.lap("copy")
         finally:
             cupy.cuda.runtime.hostUnregister(base)  # the driver's checkpoint then sees plain host memory
+            clock.lap("unpin")
 
-    def to_device(self, entries: list[Entry], host: np.ndarray) -> list[Any]:
+    def to_device(self, entries: list[Entry], host: np.ndarray, clock: Clock) -> list[Any]:
         import cupy
 
         arrays = [cupy.empty(entry.shape, entry.dtype, order=entry.order) for entry in entries]
+        clock.lap("allocate")
         base = host.ctypes.data
         cupy.cuda.runtime.hostRegister(base, host.nbytes, 0)
+        clock.lap("pin")
         try:
-            pieces = [
-                (array.data.ptr, base + entry.offset, entry.nbytes)
-                for array, entry in zip(arrays, entries, strict=True)
-            ]
+            pieces = [(a.data.ptr, base + e.offset, e.nbytes) for a, e in zip(arrays, entries, strict=True)]
             self._copies(pieces, cupy.cuda.runtime.memcpyHostToDevice)
+            clock.lap("copy")
         finally:
             cupy.cuda.runtime.hostUnregister(base)
+            clock.lap("unpin")
         return arrays
 
     def release(self) -> None:
@@ -170,12 +191,14 @@ class SimulatedDevice:
             return None
         return "C" if value.flags.c_contiguous else "F" if value.flags.f_contiguous else None
 
-    def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray) -> None:
+    def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray, clock: Clock) -> None:
         _touch(host)
+        clock.lap("touch")
         for array, offset in arrays:
             host[offset : offset + array.nbytes] = np.frombuffer(array.tobytes(order="A"), np.uint8)
+        clock.lap("copy")
 
-    def to_device(self, entries: list[Entry], host: np.ndarray) -> list[Any]:
+    def to_device(self, entries: list[Entry], host: np.ndarray, clock: Clock) -> list[Any]:
         return [
             np.frombuffer(host[e.offset : e.offset + e.nbytes].tobytes(), e.dtype).reshape(e.shape, order=e.order)
             for e in entries
@@ -240,13 +263,13 @@ async def plan(gpu: Device, dask_worker: Any) -> dict[str, Any]:
     return {"bytes": size, "taken": taken, "host": socket.gethostname(), "available": gpu.host_available()}
 
 
-async def offload(gpu: Device, dask_worker: Any) -> dict[str, float]:
+async def offload(gpu: Device, dask_worker: Any) -> dict[str, Any]:
     """Copy this worker's device arrays to host memory and free them: ``{"bytes", "seconds"}``."""
     return await asyncio.get_running_loop().run_in_executor(None, _offload, gpu, dask_worker)
 
 
-def _offload(gpu: Device, worker: Any) -> dict[str, float]:
-    began = time.perf_counter()
+def _offload(gpu: Device, worker: Any) -> dict[str, Any]:
+    began, clock = time.perf_counter(), Clock()
     if getattr(worker, PARKED_ATTRIBUTE, None) is not None:  # an earlier park's arrays never came back: first back
         _reload(gpu, worker)
     data = worker.data
@@ -256,34 +279,39 @@ def _offload(gpu: Device, worker: Any) -> dict[str, float]:
         entries.append(Entry(key, offset, value.nbytes, tuple(value.shape), value.dtype.str, order))
         offset += -(-value.nbytes // ALIGN) * ALIGN
     if not entries:
-        return {"bytes": 0, "seconds": time.perf_counter() - began}
+        return {"bytes": 0, "seconds": time.perf_counter() - began, "steps": {}}
     host = np.empty(offset, np.uint8)
-    gpu.to_host([(value, entry.offset) for (_, value, _), entry in zip(chosen, entries, strict=True)], host)
+    clock.lap("choose")
+    gpu.to_host([(value, entry.offset) for (_, value, _), entry in zip(chosen, entries, strict=True)], host, clock)
     chosen.clear()  # no reference left here: the arrays go once the data lets them go
     for entry in entries:
         data[entry.key] = Parked(str(entry.key), entry.nbytes)
     gpu.release()
+    clock.lap("free")
     setattr(worker, PARKED_ATTRIBUTE, Offloaded(host, entries))
-    return {"bytes": sum(entry.nbytes for entry in entries), "seconds": time.perf_counter() - began}
+    seconds = time.perf_counter() - began
+    return {"bytes": sum(entry.nbytes for entry in entries), "seconds": seconds, "steps": clock.steps}
 
 
-async def reload(gpu: Device, dask_worker: Any) -> dict[str, float]:
+async def reload(gpu: Device, dask_worker: Any) -> dict[str, Any]:
     """Copy back what the last offload holds (keys released meanwhile stay out): ``{"bytes", "seconds"}``."""
     return await asyncio.get_running_loop().run_in_executor(None, _reload, gpu, dask_worker)
 
 
-def _reload(gpu: Device, worker: Any) -> dict[str, float]:
-    began = time.perf_counter()
+def _reload(gpu: Device, worker: Any) -> dict[str, Any]:
+    began, clock = time.perf_counter(), Clock()
     held: Offloaded | None = getattr(worker, PARKED_ATTRIBUTE, None)
     if held is None:
-        return {"bytes": 0, "seconds": 0.0}
+        return {"bytes": 0, "seconds": 0.0, "steps": {}}
     data = worker.data
     wanted = [entry for entry in held.entries if isinstance(_peek(data, entry.key), Parked)]
-    arrays = gpu.to_device(wanted, held.host)
+    arrays = gpu.to_device(wanted, held.host, clock)
     for entry, array in zip(wanted, arrays, strict=True):
         data[entry.key] = array
     delattr(worker, PARKED_ATTRIBUTE)  # the host buffer goes with it
-    return {"bytes": sum(entry.nbytes for entry in wanted), "seconds": time.perf_counter() - began}
+    clock.lap("free host memory")
+    seconds = time.perf_counter() - began
+    return {"bytes": sum(entry.nbytes for entry in wanted), "seconds": seconds, "steps": clock.steps}
 
 
 def _peek(data: MutableMapping[Any, Any], key: Any) -> object:

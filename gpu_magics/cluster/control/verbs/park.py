@@ -50,6 +50,7 @@ def park(idle_s: float | None = None) -> str:
     began = time.perf_counter()
     held = parking.gpu_bytes(targets.values())
     moved, fallback = _offload(current)
+    copied = time.perf_counter()
     failed = parking.all_at_once(parking.park_one, targets)
     if failed:
         parked = {name: pid for name, pid in targets.items() if name not in failed}
@@ -60,6 +61,8 @@ def park(idle_s: float | None = None) -> str:
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
         raise ClusterError(f"{PROG} park: nothing parked, the workers keep their GPUs: {names}{left}")
     took = time.perf_counter() - began
+    parking.last_figures["park"] = {"copies": round(copied - began, 3), "driver": round(took - (copied - began), 3)}
+    parking.last_figures["park copies"] = moved.steps
     state = Parked(dict(targets), sum(held.values()), time.time())
     owner.post(WorkersMoved(current, state))
     parking.record(current)

@@ -60,7 +60,10 @@ def resume(*, asked: bool = True) -> str | None:
     began = time.perf_counter()
     try:
         _resume_workers(current, state)
+        restored = time.perf_counter()
         moved = _reload(current)
+        parking.last_figures["resume"] = {"driver": round(restored - began, 3), "copies": round(moved.seconds, 3)}
+        parking.last_figures["resume copies"] = moved.steps
     except BaseException as error:  # the cluster stays parked: those waiting hear why
         owner.post(ResumeFailed(current))
         done.set_exception(error)

@@ -23,10 +23,11 @@ if [ "${1:-}" = "--quick" ]; then
   shift
 fi
 failed=()
-step() {  # step NAME COMMAND...: run it, remember a failure, keep going so every result is seen
-  local name=$1; shift
+step() {  # step NAME COMMAND...: run it, remember a failure, keep going so every result is seen; say how long
+  local name=$1 began=$SECONDS; shift
   echo "::: $name"
   "$@" || failed+=("$name")
+  echo "::: $name: $((SECONDS - began)) s"
 }
 
 if [ "$quick" = 1 ]; then
@@ -35,10 +36,12 @@ if [ "$quick" = 1 ]; then
     exit 1
   fi
 else
+  set_up_began=$SECONDS
   bash scripts/setup-env.sh "test,dev,docs" || { echo "setup failed"; exit 1; }
   bash tests/browser/setup.sh || { echo "browser test setup failed"; exit 1; }
   bash tests/prometheus/setup.sh || { echo "Prometheus test setup failed"; exit 1; }
   bash tests/slurm/setup.sh || { echo "SLURM test setup failed"; exit 1; }
+  echo "::: set-up: $((SECONDS - set_up_began)) s"
 fi
 tracked() {  # the tracked files' state: which differ from HEAD, and how (a file edited before the run is no fault)
   { git status --porcelain --untracked-files=no; git diff HEAD --binary; } 2>/dev/null | sha256sum
@@ -56,7 +59,7 @@ if [ "$quick" = 1 ]; then
 else
   # printed, then checked (no tee to /dev/stderr: reopening a redirected log truncates it, leaving NUL bytes)
   step "labextension list" bash -c 'listed=$(.venv/bin/jupyter labextension list 2>&1); echo "$listed"; grep -qE "gpu-magics.*enabled.*OK" <<<"$listed"'
-  step "pytest" .venv/bin/python -m pytest tests -p no:cacheprovider -n "$workers" --dist loadgroup "$@"
+  step "pytest" .venv/bin/python -m pytest tests -p no:cacheprovider -n "$workers" --dist loadgroup --durations=15 "$@"
   step "docs" bash scripts/docs.sh --no-setup
 fi
 # the tests and the docs build write only where git ignores (test-artifacts/, docs/_build/, temporary folders): a

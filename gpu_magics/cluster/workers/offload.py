@@ -32,7 +32,6 @@ Layout = Literal["C", "F"]
 ALIGN = 4096  # each array's place in the host buffer starts on a page
 PIECE_BYTES = 256 << 20  # a large array is copied in pieces of this size, spread over the streams
 STREAMS = 4
-SEGMENT_MIN = 256 << 20  # a thread touches and pins at least this much of the host buffer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,19 +105,11 @@ def _touch(host: np.ndarray) -> None:
         list(pool.map(lambda start: ctypes.memset(base + start, 0, min(step, size - start)), range(0, size, step)))
 
 
-def _segments(size: int) -> list[tuple[int, int]]:
-    """The host buffer in pieces that threads touch and pin at once: (start, length), page-aligned."""
-    threads = max(1, min(16, os.cpu_count() or 1))
-    length = max(SEGMENT_MIN, -(-size // threads))
-    length = -(-length // ALIGN) * ALIGN
-    return [(start, min(length, size - start)) for start in range(0, size, length)]
-
-
-def _pipelined(host: np.ndarray, pieces: list[tuple[int, int, int]], out: bool, clock: Clock) -> None:
-    """Copy ``(host offset, device pointer, bytes)`` pieces from the GPU into ``host`` (``out``) or back, on
-    ``STREAMS`` streams: threads pin the host buffer a segment each (touching it first on the way out: fresh memory),
-    and each segment's copies start as soon as it is pinned; the segments are unpinned at the end (the driver's
-    checkpoint then sees plain host memory)."""
+def _copy_through_pinned(host: np.ndarray, pieces: list[tuple[int, int, int]], out: bool, clock: Clock) -> None:
+    """Copy ``(host offset, device pointer, bytes)`` pieces from the GPU into ``host`` (``out``) or back: the buffer
+    touched by many threads first on the way out (fresh memory), pinned in one call, the pieces copied on ``STREAMS``
+    streams, then unpinned (the driver's checkpoint then sees plain host memory). Pinning it a segment a thread while
+    the copies run was twice as slow on an H200: the pins and the page faults contend for the process's memory map."""
     import cupy
 
     if not pieces:
@@ -126,39 +117,27 @@ def _pipelined(host: np.ndarray, pieces: list[tuple[int, int, int]], out: bool, 
     runtime = cupy.cuda.runtime
     kind = runtime.memcpyDeviceToHost if out else runtime.memcpyHostToDevice
     base = host.ctypes.data
-    segments = _segments(host.nbytes)
+    if out:
+        _touch(host)
+        clock.lap("touch")
+    runtime.hostRegister(base, host.nbytes, 0)
+    clock.lap("pin")
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(STREAMS)]
-
-    def pin(segment: tuple[int, int]) -> tuple[int, int]:
-        start, length = segment
-        if out:
-            ctypes.memset(base + start, 0, length)
-        runtime.hostRegister(base + start, length, 0)
-        return segment
-
-    futures: list[concurrent.futures.Future[tuple[int, int]]] = []
-    with concurrent.futures.ThreadPoolExecutor(len(segments), thread_name_prefix="gpu-magics-pin") as pool:
-        try:
-            futures = [pool.submit(pin, segment) for segment in segments]
-            issued = 0
-            for future in concurrent.futures.as_completed(futures):
-                start, length = future.result()
-                for offset, device, size in pieces:  # each piece's part that lies in this segment
-                    low, high = max(offset, start), min(offset + size, start + length)
-                    for at in range(low, high, PIECE_BYTES):
-                        host_at, device_at = base + at, device + (at - offset)
-                        destination, source = (host_at, device_at) if out else (device_at, host_at)
-                        part = min(PIECE_BYTES, high - at)
-                        runtime.memcpyAsync(destination, source, part, kind, streams[issued % STREAMS].ptr)
-                        issued += 1
-        finally:
-            for stream in streams:  # what was issued ends before its memory is unpinned
-                stream.synchronize()
-            clock.lap("pin and copy")
-            concurrent.futures.wait(futures)
-            pinned = [future.result() for future in futures if future.exception() is None]
-            list(pool.map(lambda segment: runtime.hostUnregister(base + segment[0]), pinned))
-            clock.lap("unpin")
+    try:
+        issued = 0
+        for offset, device, size in pieces:
+            for at in range(0, size, PIECE_BYTES):
+                host_at, device_at = base + offset + at, device + at
+                destination, source = (host_at, device_at) if out else (device_at, host_at)
+                part = min(PIECE_BYTES, size - at)
+                runtime.memcpyAsync(destination, source, part, kind, streams[issued % STREAMS].ptr)
+                issued += 1
+    finally:
+        for stream in streams:  # what was issued ends before its memory is unpinned
+            stream.synchronize()
+        clock.lap("copy")
+        runtime.hostUnregister(base)
+        clock.lap("unpin")
 
 
 class CupyDevice:
@@ -175,7 +154,7 @@ class CupyDevice:
         return "C" if array.flags.c_contiguous else "F" if array.flags.f_contiguous else None
 
     def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray, clock: Clock) -> None:
-        _pipelined(host, [(offset, array.data.ptr, array.nbytes) for array, offset in arrays], True, clock)
+        _copy_through_pinned(host, [(offset, array.data.ptr, array.nbytes) for array, offset in arrays], True, clock)
 
     def to_device(self, entries: list[Entry], host: np.ndarray, clock: Clock) -> list[Any]:
         import cupy
@@ -183,7 +162,7 @@ class CupyDevice:
         arrays = [cupy.empty(entry.shape, entry.dtype, order=entry.order) for entry in entries]
         clock.lap("allocate")
         pieces = [(e.offset, a.data.ptr, e.nbytes) for a, e in zip(arrays, entries, strict=True)]
-        _pipelined(host, pieces, False, clock)
+        _copy_through_pinned(host, pieces, False, clock)
         return arrays
 
     def release(self) -> None:

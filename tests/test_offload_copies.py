@@ -1,6 +1,7 @@
-"""The fast path's copies between a worker's GPU and host memory (``workers.offload._pipelined``), with CUDA's
-runtime stood in by plain memory copies: every piece lands at its place, across the segments that threads pin
-one each, whatever their sizes; every segment is unpinned again, after the copies, also when a pin fails."""
+"""The fast path's copies between a worker's GPU and host memory (``workers.offload._copy_through_pinned``), with
+CUDA's runtime stood in by plain memory copies: every piece lands at its place, split in parts on the streams,
+whatever their sizes; the buffer is pinned for the copies only (unpinned after them, also when one fails), and a pin
+that fails pins nothing."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class FakeRuntime:
         self.unpinned: list[int] = []
         self.copied_while_pinned = True
         self.fail_pin_at = fail_pin_at
+        self.fail_copy = False
         self._lock = threading.Lock()
 
     def hostRegister(self, pointer: int, size: int, flags: int) -> None:
@@ -41,6 +43,9 @@ class FakeRuntime:
 
     def memcpyAsync(self, destination: int, source: int, size: int, kind: int, stream: int) -> None:
         assert kind in (self.memcpyHostToDevice, self.memcpyDeviceToHost)
+        if self.fail_copy:
+            raise RuntimeError("cudaErrorIllegalAddress")
+        assert self.pinned, "a copy while the host buffer is not pinned"
         ctypes.memmove(destination, source, size)
 
 
@@ -57,8 +62,7 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
     fake = FakeRuntime()
     cuda = types.SimpleNamespace(runtime=fake, Stream=FakeStream)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
-    monkeypatch.setattr(offload, "SEGMENT_MIN", 4 * offload.ALIGN)  # many segments for a small buffer
-    monkeypatch.setattr(offload, "PIECE_BYTES", 3000)  # pieces split inside and across segments
+    monkeypatch.setattr(offload, "PIECE_BYTES", 3000)  # arrays split in parts over the streams
     yield fake
 
 
@@ -74,28 +78,34 @@ def layout(sizes: list[int]) -> tuple[list[np.ndarray], list[int], int]:
 
 
 @pytest.mark.parametrize("sizes", [[1], [100_000], [4096, 9000, 1, 70_001, 4096 * 7], [50_000] * 9])
-def test_every_piece_goes_out_and_comes_back_at_its_place_and_every_segment_is_unpinned(
+def test_every_piece_goes_out_and_comes_back_at_its_place_and_the_buffer_is_unpinned(
     runtime: FakeRuntime, sizes: list[int]
 ) -> None:
     arrays, offsets, total = layout(sizes)
     host = np.empty(total, np.uint8)
     clock = offload.Clock()
     out = [(offset, array.ctypes.data, array.nbytes) for array, offset in zip(arrays, offsets, strict=True)]
-    offload._pipelined(host, out, True, clock)
+    offload._copy_through_pinned(host, out, True, clock)
     for array, offset in zip(arrays, offsets, strict=True):
         assert np.array_equal(host[offset : offset + array.nbytes], array)
-    assert runtime.pinned == set() and len(runtime.unpinned) == len(offload._segments(total))
+    assert runtime.pinned == set() and runtime.unpinned == [host.ctypes.data]
     back = [np.zeros_like(array) for array in arrays]
-    offload._pipelined(host, [(o, b.ctypes.data, b.nbytes) for b, o in zip(back, offsets, strict=True)], False, clock)
+    offload._copy_through_pinned(
+        host, [(o, b.ctypes.data, b.nbytes) for b, o in zip(back, offsets, strict=True)], False, clock
+    )
     assert all(np.array_equal(a, b) for a, b in zip(arrays, back, strict=True))
-    assert runtime.pinned == set() and set(clock.steps) == {"pin and copy", "unpin"}
+    assert runtime.pinned == set() and set(clock.steps) == {"touch", "pin", "copy", "unpin"}
 
 
-def test_a_pin_that_fails_unpins_the_others_and_says_why(runtime: FakeRuntime) -> None:
+def test_a_pin_that_fails_pins_nothing_and_a_copy_that_fails_leaves_the_buffer_unpinned(runtime: FakeRuntime) -> None:
     arrays, _, total = layout([60_000])
     host = np.empty(total, np.uint8)
-    second = offload._segments(total)[1][0]
-    runtime.fail_pin_at = host.ctypes.data + second
+    piece = [(0, arrays[0].ctypes.data, arrays[0].nbytes)]
+    runtime.fail_pin_at = host.ctypes.data
     with pytest.raises(RuntimeError, match="AlreadyRegistered"):
-        offload._pipelined(host, [(0, arrays[0].ctypes.data, arrays[0].nbytes)], True, offload.Clock())
-    assert runtime.pinned == set() and len(runtime.unpinned) == len(offload._segments(total)) - 1
+        offload._copy_through_pinned(host, piece, True, offload.Clock())
+    assert runtime.pinned == set() and runtime.unpinned == []
+    runtime.fail_pin_at, runtime.fail_copy = None, True
+    with pytest.raises(RuntimeError, match="IllegalAddress"):
+        offload._copy_through_pinned(host, piece, True, offload.Clock())
+    assert runtime.pinned == set() and runtime.unpinned == [host.ctypes.data]

@@ -1,9 +1,9 @@
 """Where parking's lines appear in a real kernel (``GPU_MAGICS_SOURCE=fake:2``, the CUDA driver's stand-in): a kernel
 sends what a thread other than the cell's own prints or shows to the cell whose context it runs in, so a line said from
 the scheduler's plugin or the idle watch's thread could reach no cell. The resume that work brings is said in the
-output of the cell whose work brought it (a ``.compute()`` in a plain cell, a ``%%gpurun`` cell, a plain cell in a
-session); a park on idle (``ClusterMagics.park_after``) is said once, in the next cell's output. Each cell's outputs
-are those the kernel sent with that cell's message id, as the notebook takes them."""
+output of the cell whose work brought it (a ``.compute()`` in a plain cell, a ``%%gpurun`` cell, an SPMD cell, a
+plain cell in a session); a park on idle (``ClusterMagics.park_after``) is said once, in the next cell's output.
+Each cell's outputs are those the kernel sent with that cell's message id, as the notebook takes them."""
 
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ def test_the_resume_that_work_brings_is_said_in_the_cell_whose_work_brought_it(t
         kernel.ok("%gpucluster park")
         shown = outputs(kernel, "%%gpurun multi-gpu\nprint(int(x.sum().compute()) == total)")
         html_line(shown, RESUMED)
+        kernel.ok("%gpucluster park")
+        shown = outputs(kernel, "%%gpurun spmd -q\nimport os\nprint('rank', os.environ['RANK'])", timeout=180)
+        html_line(shown, RESUMED)  # the ranks reach the workers without the scheduler: the cell resumes them first
+        assert any(kind == "stream" and "rank 0" in str(data) for kind, data in shown), shown
         kernel.ok("%gpurun multi-gpu", timeout=180)
         try:
             kernel.ok("%gpucluster park")

@@ -7,6 +7,7 @@ The dependency runs one way: ``gpurun`` imports this, nothing in ``cluster`` imp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.control.kernel_cluster import in_use, under_way, unreported
@@ -84,6 +85,22 @@ def settle_start() -> None:
     pending = under_way() or unreported()
     if pending is not None:
         pending.wait()
+
+
+_before_direct_work: list[Callable[[], None]] = []
+
+
+def before_direct_work(hook: Callable[[], None]) -> None:
+    """Have ``hook`` run before work reaches the workers without their scheduler (``direct_work_ahead``): a module
+    above this one registers what must happen first (``verbs.resume``: a parked cluster resumes)."""
+    _before_direct_work.append(hook)
+
+
+def direct_work_ahead() -> None:
+    """Work is about to reach the workers of the cluster in use without passing its scheduler (an SPMD cell's
+    ranks): what must come first does (a parked cluster resumes, its line said in the cell; its failure raised)."""
+    for hook in _before_direct_work:
+        hook()
 
 
 def require_client() -> Client:

@@ -39,6 +39,7 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
 
     check_source(code)
     client = queries.require_client()
+    queries.direct_work_ahead()  # a parked cluster resumes first: the ranks reach the workers without the scheduler
     made = for_client(client)
     if options.reset:
         made.end()

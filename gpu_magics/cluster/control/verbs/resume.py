@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gpu_magics.cluster.control import kernel_cluster, owner, parking
+from gpu_magics.cluster.control import kernel_cluster, owner, parking, queries
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine.events import (
     AdaptAsked,
@@ -109,6 +109,9 @@ def resume_for_work() -> None:
     said = resume(asked=False)
     if said is not None:
         say(said)
+
+
+queries.before_direct_work(resume_for_work)  # an SPMD cell reaches the workers without the scheduler's plugin
 
 
 def resumed_first(answer: list[Instruction], *, said_here: bool = True) -> bool:

@@ -10,7 +10,9 @@ driver, they say so in one line."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpu_magics import gpus
-from gpu_magics.cluster.control import kernel_cluster
+from gpu_magics.cluster.control import kernel_cluster, parking
 from gpu_magics.cluster.control.kernel_cluster import Phase
 from gpu_magics.cluster.managers.base import ClusterManager
 from gpu_magics.cluster.managers.local import cluster as local_cluster
@@ -155,6 +157,27 @@ def test_a_resume_that_cannot_get_a_gpu_back_keeps_the_cluster_parked_and_the_ne
     assert one_line(shell, "resume", capsys).startswith("%gpucluster: resumed 2 workers of 't_parked' in ")
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
     assert shell.run_cell("assert int(t_x.sum().compute()) == t_total").error_in_exec is None
+
+
+def test_a_worker_killed_while_parked_is_said_at_the_resume_and_dask_computes_its_data_again(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its process ended (killed, out of host memory): nothing of it to resume; the others resume, the line names
+    it, and what it held is computed again from the graph (its nanny started a new worker meanwhile)."""
+    current = kernel_cluster.in_use()
+    assert current is not None
+    name, pid = sorted(current.manager.park_targets().items())[0]
+    one_line(shell, "park", capsys)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not parking.running(pid), 60, "the killed worker's end")
+    said = one_line(shell, "resume", capsys)
+    assert said.startswith("%gpucluster: resumed 1 worker of 't_parked' in "), said
+    assert said.endswith(
+        f"; worker {name} had ended while parked: what it held is gone, and dask computes again what it can"
+    )
+    assert kernel_cluster.phase() is Phase.IN_USE
+    assert shell.run_cell("assert int(t_x.sum().compute()) == t_total").error_in_exec is None
+    wait_for(lambda: len(current.client.scheduler_info(n_workers=-1)["workers"]) == 2, 120, "the new worker")
 
 
 def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_next_cell_resumes_it(

@@ -70,8 +70,13 @@ def offload_all(current: ActiveCluster) -> Moved:
 
 
 def reload_all(current: ActiveCluster) -> Moved:
-    """Every worker copies back what its last offload holds (a worker that holds nothing answers at once)."""
-    return _moved(current.client.run(offload.reload, _device()))
+    """Every worker copies back what its last offload holds (a worker that holds nothing answers at once; one
+    that ended while parked, which the scheduler may still list, holds nothing to copy back)."""
+    answers = current.client.run(offload.reload, _device(), on_error="return")
+    for answer in answers.values():
+        if isinstance(answer, BaseException) and not isinstance(answer, OSError):  # (a gone worker's comm: OSError)
+            raise answer
+    return _moved({address: answer for address, answer in answers.items() if isinstance(answer, dict)})
 
 
 def _device() -> offload.Device:
@@ -97,6 +102,16 @@ def park_one(pid: int) -> None:
     except checkpoint.CheckpointError:
         driver.unlock(pid)  # locked only: it goes on as it was
         raise
+
+
+def running(pid: int) -> bool:
+    """Whether the process still runs (a worker killed while parked has nothing to resume)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def resume_one(pid: int) -> None:

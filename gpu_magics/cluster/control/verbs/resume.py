@@ -59,7 +59,7 @@ def resume(*, asked: bool = True) -> str | None:
         return None
     began = time.perf_counter()
     try:
-        _resume_workers(current, state)
+        ended = _resume_workers(current, state)
         restored = time.perf_counter()
         moved = _reload(current)
         parking.last_figures["resume"] = {"driver": round(restored - began, 3), "copies": round(moved.seconds, 3)}
@@ -73,10 +73,17 @@ def resume(*, asked: bool = True) -> str | None:
     parking.record(current)
     if current.idle_park is not None:  # idle from now on: parked again after as long
         current.idle_park.arm()
-    count = len(state.processes)
+    count = len(state.processes) - len(ended)
+    gone = ""
+    if ended:  # its nanny started a new one, which was never parked
+        many = len(ended) > 1
+        gone = (
+            f"; worker{'s' * many} {', '.join(sorted(ended))} had ended while parked: what {'they' if many else 'it'} "
+            "held is gone, and dask computes again what it can"
+        )
     return (
         f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r}{current.manager.park_note} in "
-        f"{format_seconds(time.perf_counter() - began)}{moved.words('copied back by the workers')}"
+        f"{format_seconds(time.perf_counter() - began)}{moved.words('copied back by the workers')}{gone}"
     )
 
 
@@ -92,16 +99,20 @@ def _reload(current: ActiveCluster) -> parking.Moved:
         ) from None
 
 
-def _resume_workers(current: ActiveCluster, state: Parked) -> None:
-    """Every parked process of ``current`` restored and unlocked at once; a ``ClusterError`` names those that could
+def _resume_workers(current: ActiveCluster, state: Parked) -> list[str]:
+    """Every parked process of ``current`` that still runs, restored and unlocked at once; the names of those that
+    ended while parked (a kill, an out-of-memory end: nothing to resume). A ``ClusterError`` names those that could
     not take their GPU back."""
-    failed = parking.all_at_once(parking.resume_one, state.processes)
+    ended = [name for name, pid in state.processes.items() if not parking.running(pid)]
+    alive = {name: pid for name, pid in state.processes.items() if name not in ended}
+    failed = parking.all_at_once(parking.resume_one, alive)
     if failed:
         names = "; ".join(f"{name}: {why}" for name, why in failed.items())
         raise ClusterError(
             f"{PROG} resume: {len(failed)} of {len(state.processes)} worker(s) of {current.name!r} could not take "
             f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
         )
+    return ended
 
 
 def resume_for_work() -> None:

@@ -28,6 +28,7 @@ from gpu_magics.cluster.control.machine.events import (
     FreeAsked,
     IdleFor,
     Instruction,
+    JoinPark,
     JoinResume,
     KeepRefused,
     LookAgain,
@@ -182,10 +183,13 @@ def test_a_park_and_a_resume_go_through_their_phases() -> None:
     cluster = kc.cluster
     assert cluster is not None
     assert kc.handle(ParkAsked(a_cluster())) == [Refused("parking: the cluster it parks is no longer in use")]
-    assert kc.handle(ParkAsked(cluster)) == [] and kc.phase is Phase.PARKED
+    asked = ParkAsked(cluster)
+    assert kc.handle(asked) == [] and kc.phase is Phase.PARKED
+    resuming: Future[None] = Future()  # asked while the park is under way: it waits for the park, then asks again
+    assert kc.handle(ResumeAsked(cluster, resuming)) == [JoinPark(asked.done)] and kc.resuming is None
     held = Parked({"w": 1}, 10, 0.0)
     assert kc.handle(WorkersMoved(cluster, held)) == []
-    assert (kc.phase, cluster.parked) == (Phase.PARKED, held)
+    assert (kc.phase, cluster.parked, kc.parking) == (Phase.PARKED, held, None)
     assert kc.handle(WorkersMoved(a_cluster())) == [Refused("moving the workers: the cluster is no longer in use")]
     assert kc.handle(WorkersMoved(cluster)) == []
     assert (kc.phase, cluster.parked) == (Phase.IN_USE, None)
@@ -236,7 +240,8 @@ def test_one_resume_at_a_time_and_who_asks_meanwhile_waits_for_it() -> None:
     cluster = kc.cluster
     assert cluster is not None
     first, second = Future[None](), Future[None]()
-    assert kc.handle(ResumeAsked(cluster, first)) == [Refused("resuming: its workers are not parked")]  # not yet
+    assert kc.parking is not None
+    assert kc.handle(ResumeAsked(cluster, first)) == [JoinPark(kc.parking)]  # not yet: after the park
     kc.handle(WorkersMoved(cluster, Parked({"w": 1}, 10, 0.0)))
     assert kc.handle(ResumeAsked(a_cluster(), first)) == [Refused("resuming: its workers are not parked")]
     assert kc.handle(ResumeAsked(cluster, first)) == [ResumeWorkers(cluster, first)]

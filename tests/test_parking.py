@@ -180,6 +180,41 @@ def test_a_worker_killed_while_parked_is_said_at_the_resume_and_dask_computes_it
     wait_for(lambda: len(current.client.scheduler_info(n_workers=-1)["workers"]) == 2, 120, "the new worker")
 
 
+def test_work_that_comes_while_a_park_is_under_way_waits_for_it_then_resumes_the_cluster(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Between the park's first step (the phase: PARKED) and its workers' checkpoint, work that reaches the
+    scheduler waits for the park to end, then resumes the cluster: its tasks never run on workers half parked."""
+    from gpu_magics.cluster.control.verbs import park
+
+    copying, gate = threading.Event(), threading.Event()
+    copy = parking.offload_all
+
+    def held_copies(current: Any) -> Any:
+        copying.set()
+        gate.wait(120)
+        return copy(current)
+
+    monkeypatch.setattr(parking, "offload_all", held_copies)
+    said: list[str] = []
+    parker = threading.Thread(target=lambda: said.append(park.park()), name="a-parking-thread")
+    parker.start()
+    try:
+        assert copying.wait(60) and kernel_cluster.phase() is Phase.PARKED
+        current = kernel_cluster.in_use()
+        assert current is not None and current.parked is None  # under way: its workers not parked yet
+        threading.Timer(1.0, gate.set).start()  # the park goes on a second after the work came
+        capsys.readouterr()
+        assert shell.run_cell("t_again = int(t_x.sum().compute())").error_in_exec is None
+    finally:
+        gate.set()
+        parker.join(60)
+    assert said and said[0].startswith("%gpucluster: parked 2 workers of 't_parked': "), said
+    assert "%gpucluster: resumed 2 workers of 't_parked' in " in capsys.readouterr().out
+    assert shell.user_ns["t_again"] == shell.user_ns["t_total"]
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+
+
 def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_next_cell_resumes_it(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -337,7 +372,7 @@ def test_an_idle_park_that_finds_tasks_running_says_nothing_and_parks_once_they_
         assert kernel_cluster.phase() is Phase.IN_USE and capsys.readouterr().out == ""
         gate.touch()
         # once the tasks ended and it idled a second
-        wait_for(lambda: kernel_cluster.phase() is Phase.PARKED, 120, "the park after the tasks ended")
+        wait_for(lambda: current.parked is not None, 120, "the park after the tasks ended")  # its workers too
     finally:
         gate.touch()
         idle_park.stop()
@@ -408,7 +443,7 @@ def test_an_idle_park_that_comes_during_a_change_waits_for_it_then_parks(
         wait_for(lambda: kernel_cluster.kernel_cluster().idle_waiting is idle_park, 120, "the park to wait")
         assert kernel_cluster.phase() is Phase.CHANGING and states() == {"running"}
         assert owner.post(ChangeEnded(changing)) == [WatchAgain(idle_park)]  # it watches again from now on
-        wait_for(lambda: kernel_cluster.phase() is Phase.PARKED, 120, "the park after the change")
+        wait_for(lambda: current.parked is not None, 120, "the park after the change")  # its workers too
         assert states() == {"checkpointed"}
     finally:
         idle_park.stop()

@@ -76,10 +76,12 @@ class ChangeEnded(Event):
 
 @dataclasses.dataclass(frozen=True)
 class ParkAsked(Event):
-    """A park of ``cluster``, which the verb saw in use, is asked."""
+    """A park of ``cluster``, which the verb saw in use, is asked; ``done`` says when it ended, parked or not (a
+    resume asked meanwhile waits for it)."""
 
     what = "parking"
     cluster: ActiveCluster
+    done: Future[None] = dataclasses.field(default_factory=lambda: _future())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +265,13 @@ class ResumeWorkers(Instruction):
 
 
 @dataclasses.dataclass(frozen=True)
+class JoinPark(Instruction):
+    """A park is under way (its workers not parked yet): the poster waits for ``done``, then asks again."""
+
+    done: Future[None]
+
+
+@dataclasses.dataclass(frozen=True)
 class JoinResume(Instruction):
     """A resume is under way already: the poster waits for ``done``."""
 
@@ -286,3 +295,9 @@ class WatchAgain(Instruction):
 def accepted(instructions: list[Instruction]) -> bool:
     """Whether the event was taken (neither refused nor decided from an old view)."""
     return not any(isinstance(item, (Refused, LookAgain, KeepRefused)) for item in instructions)
+
+
+def _future() -> Future[None]:
+    from concurrent.futures import Future
+
+    return Future()

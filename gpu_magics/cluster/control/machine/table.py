@@ -38,6 +38,7 @@ from gpu_magics.cluster.control.machine.events import (
     FreeAsked,
     IdleFor,
     Instruction,
+    JoinPark,
     JoinResume,
     KeepRefused,
     LookAgain,
@@ -84,6 +85,7 @@ class KernelCluster:
         self.winding: Starting | Closing | None = None
         self.generation = 0
         self.resuming: Future[None] | None = None  # the resume of the parked workers under way
+        self.parking: Future[None] | None = None  # the park under way (PARKED, its workers not parked yet)
         self.idle_waiting: ParkWatch | None = None  # an idle watch that waits for the start or change under way
         self.log: collections.deque[Stimulus] = collections.deque(maxlen=LOG_LENGTH)
 
@@ -217,6 +219,7 @@ class KernelCluster:
         if self.cluster is not event.cluster:
             return self._refused(event, "the cluster it parks is no longer in use")
         self._move(Phase.PARKED)
+        self.parking = event.done
         return []
 
     def _workers_moved(self, event: WorkersMoved) -> list[Instruction]:
@@ -224,13 +227,17 @@ class KernelCluster:
         if self.cluster is not event.cluster:
             return self._refused(event, "the cluster is no longer in use")
         event.cluster.parked = event.parked
+        self.parking = None  # the park ended (its verb says so to those waiting)
         if event.parked is None:
             self._move(Phase.IN_USE)
             self.resuming = None
         return []
 
     def _resume(self, event: ResumeAsked) -> list[Instruction]:
-        """One resume at a time: who asks while one is under way waits for it."""
+        """One resume at a time: who asks while one is under way waits for it; who asks while the park is still under
+        way waits for the park, then asks again."""
+        if self.cluster is event.cluster and event.cluster.parked is None and self.parking is not None:
+            return [JoinPark(self.parking)]
         if self.cluster is not event.cluster or event.cluster.parked is None:
             return self._refused(event, "its workers are not parked")
         if self.resuming is not None:
@@ -280,7 +287,7 @@ class KernelCluster:
             return [KeepRefused(cluster)]
         during = self.pending
         self._move(Phase.CLOSING)
-        self.pending, self.winding, self.idle_waiting, self.resuming = None, None, None, None
+        self.pending, self.winding, self.idle_waiting, self.resuming, self.parking = None, None, None, None, None
         return [CloseCluster(cluster, during), *self._detach_all(), *self._use(None)]
 
     def _stop_parked(self, event: StopAsked) -> list[Instruction]:

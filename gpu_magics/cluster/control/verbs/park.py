@@ -37,10 +37,21 @@ def park(idle_s: float | None = None) -> str:
     targets = current.manager.park_targets()
     if not targets:
         raise NotOurs(f"{PROG} park: {current.manager.why_not_parkable}")
+    asked = ParkAsked(current)
     try:
-        require(owner.post(ParkAsked(current)))
+        require(owner.post(asked))
     except PhaseRefused:
         raise ClusterError(parking.refused("park", current)) from None
+    try:
+        return _park(current, targets, idle_s)
+    finally:
+        if current.parked is None:  # whatever ended it before its workers were parked: in use again (posted
+            owner.post(WorkersMoved(current))  # already where it failed, and then refused: nothing changes)
+        asked.done.set_result(None)  # a resume that waited for it asks again
+
+
+def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None) -> str:
+    """From PARKED on (its workers not parked yet): the park itself, its line, or its one-line refusal."""
     running = parking.running_tasks(current)
     if running:
         owner.post(WorkersMoved(current))

@@ -23,6 +23,7 @@ from gpu_magics.cluster.control.machine.events import (
     AdaptAsked,
     FreeAsked,
     Instruction,
+    JoinPark,
     JoinResume,
     ResumeAsked,
     ResumeFailed,
@@ -44,7 +45,8 @@ def resume(*, asked: bool = True) -> str | None:
     and ``asked`` is false: a cell's own resume that had nothing to do)."""
     current = kernel_cluster.in_use()
     state = None if current is None else current.parked
-    if current is None or state is None:
+    parking_now = kernel_cluster.phase() is kernel_cluster.Phase.PARKED  # its workers may not be parked yet
+    if current is None or (state is None and not parking_now):
         if not asked:
             return None
         if current is None:
@@ -52,11 +54,17 @@ def resume(*, asked: bool = True) -> str | None:
         raise ClusterError(f"{PROG} resume: {current.name!r} is not parked" if current else "nothing is parked")
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
     answer = owner.post(ResumeAsked(current, done))
+    park = next((item.done for item in answer if isinstance(item, JoinPark)), None)
+    if park is not None:  # the park under way ends first (parked, or refused and in use again): then again
+        park.result()
+        return resume(asked=asked)
     joined = next((item.done for item in answer if isinstance(item, JoinResume)), None)
     if joined is not None:  # another thread resumes it: its end is this one's (its line is its own)
         joined.result()
-    if joined is not None or not accepted(answer):  # (or it resumed already)
+    if joined is not None or not accepted(answer):  # (or it resumed already, or its park ended unparked)
         return None
+    state = current.parked  # what the machine saw parked as it took this resume (a park may have ended since)
+    assert state is not None
     began = time.perf_counter()
     try:
         ended = _resume_workers(current, state)
@@ -178,9 +186,11 @@ def resume_on_work() -> Any:
             del kwargs
             current = kernel_cluster.in_use()
             parked = None if current is None else current.parked
-            if parked is None:
+            if parked is None and kernel_cluster.phase() is not kernel_cluster.Phase.PARKED:
                 return
-            waiting = [a for a, worker in scheduler.workers.items() if str(worker.name) in parked.processes]
+            waiting = [  # a park still under way: all of them wait for it, then for the resume
+                a for a, worker in scheduler.workers.items() if parked is None or str(worker.name) in parked.processes
+            ]
             _workers_status(scheduler, waiting, "paused")  # before the graph's transitions: its tasks wait
             resuming = asyncio.get_running_loop().run_in_executor(None, resume_for_work)  # off the event loop
             resuming.add_done_callback(lambda ended: _resumed(ended, scheduler, waiting, client, list(keys)))

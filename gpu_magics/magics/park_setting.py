@@ -47,8 +47,8 @@ def _rewatch(current: ActiveCluster, after_s: float) -> str:
         new = None
         said = f"{PROG}: {current.name!r} does not park by itself: {current.manager.why_not_parkable}"
     else:
+        said = _line(current, after_s)  # as it stands now: the new watch may park it at once (idle for longer)
         new = park.watch_idle(current, after_s)
-        said = _line(current, after_s)
     owner.post(SwapService(current, Role.IDLE_PARK, new))  # the old watch stops
     return said
 

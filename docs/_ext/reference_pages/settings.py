@@ -51,6 +51,9 @@ ENVIRONMENT = (
     ("GPU_MAGICS_CHECKPOINT_FAIL", "you", "With simulated GPUs (`GPU_MAGICS_SOURCE=fake:N`), the park's stand-in "
      "for the CUDA driver refuses the steps named here (`checkpoint:PID`, `restore:PID`, comma-separated), so a "
      "refused park or resume can be tried without a GPU."),
+    ("GPU_MAGICS_SIMULATED_HOST_BYTES", "you", "With simulated GPUs, the bytes of host memory the park's stand-in "
+     "says are available (read in the kernel; default: what the host has), so a park that host memory refuses can be "
+     "tried without a GPU."),
     ("GPU_MAGICS_RUNTIME_DIR", "you", "Where kernels and servers keep their discovery records (the clusters the side "
      "panel and `/metrics` list); default: Jupyter's runtime directory."),
     ("GPU_MAGICS_DEVICE_ARRAYS", "you", "The device array module a cluster's chunks are made with on the workers "

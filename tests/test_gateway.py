@@ -418,7 +418,9 @@ def test_the_gateway_going_away_mid_cell_is_one_line_and_the_kernel_goes_on(
     import threading
 
     with using(doomed, monkeypatch, tmp_path):
-        magic(ip, "--gateway --workers 1")
+        # --timeout bounds the start and, once up, how long the client tries to reach a scheduler that went away
+        # (the cell's one line comes then): 30 s rather than the 120 s default
+        magic(ip, "--gateway --workers 1 --timeout 30s")
         ip.run_cell("import dask.array as da, numpy as np, time", store_history=False)
         client = queries.require_client()
 

@@ -26,7 +26,8 @@ CLUSTER: dict[str, tuple[str, str]] = {
     "--client": ("Also put the `Client` in the notebook's namespace under this name (any action).", "none"),
     "--replace": ("Stop the running cluster and start this one, once its needs are checked.",
                   "reuse the running cluster; a line naming another cluster fails"),
-    "--timeout": ("How long to wait for a scheduler to answer (attaching) or for the workers (starting).",
+    "--timeout": ("How long to wait for a scheduler to answer (attaching) or for the workers (starting); once up, "
+                  "how long the client tries to reach a scheduler that went away before a cell fails.",
                   "{DEFAULT_ATTACH_TIMEOUT:g} s attaching, {DEFAULT_START_TIMEOUT:g} s starting"),
     "--idle-timeout": ("Close the cluster after this long without a task (an attached one: detach).",
                        "`%config ClusterMagics.idle_timeout` (`off`)"),

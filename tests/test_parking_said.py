@@ -68,3 +68,15 @@ def test_a_park_on_idle_is_said_once_in_the_next_cells_output(tmp_path: Path) ->
         assert " of GPU memory back to the server in " in line
         again = outputs(kernel, "2 + 2")
         assert not any("parked 2 workers" in str(data) for _, data in again), again
+
+
+def test_the_idle_timeouts_close_is_said_once_in_the_next_cells_output(tmp_path: Path) -> None:
+    """The idle timeout closes the cluster from its watch's thread, between cells: the next cell says so."""
+    with loaded_kernel(tmp_path) as kernel:
+        kernel.ok("%gpucluster --cpu-workers 1 --name idle --idle-timeout 2s", timeout=180)
+        wait_for(lambda: not list(tmp_path.glob("gpu-magics-cluster-*-idle.json")), 120, "the idle close", step=0.5)
+        shown = outputs(kernel, "1 + 1")
+        line = html_line(shown, "%gpucluster: closed cluster 'idle' after 2 s without a task (--idle-timeout)")
+        assert line.endswith("its workers have ended. %gpucluster starts a new one"), line  # CPU workers
+        again = outputs(kernel, "2 + 2")
+        assert not any("closed cluster" in str(data) for _, data in again), again

@@ -115,14 +115,16 @@ class IdleWatcher:
             self._wake.clear()
 
 
-def closed_line(prog: str, owned: bool, name: str, waited: float) -> str:
-    """What the kernel says when the idle timeout closed its cluster (``owned``) or detached from one."""
+def closed_line(prog: str, owned: bool, name: str, waited: float, gpus: bool = True) -> str:
+    """What the kernel says when the idle timeout closed its cluster (``owned``; ``gpus``: its workers had GPUs)
+    or detached from one."""
     from gpu_magics.text.units import format_duration
 
     if owned:
+        freed = "its GPUs are free" if gpus else "its workers have ended"
         return (
             f"{prog}: closed cluster {name!r} after {format_duration(waited)} without a task (--idle-timeout); "
-            f"its GPUs are free. {prog} starts a new one"
+            f"{freed}. {prog} starts a new one"
         )
     return (
         f"{prog}: detached from {name} after {format_duration(waited)} without a task (--idle-timeout); its "

@@ -1,5 +1,5 @@
 """The idle timeout (``--idle-timeout``): a watch that closes the cluster in use (attached: detaches) after a while
-without a task, through ``stop``, and says so."""
+without a task, through ``stop``, and says so (between cells: once, at the top of the next cell)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from gpu_magics.cluster.control.machine.events import SwapService, accepted
 from gpu_magics.cluster.control.verbs.stop import NO_CLUSTER, stop
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Role
+from gpu_magics.text.said import say
 
 
 def watch(current: ActiveCluster, timeout: float) -> None:
@@ -38,4 +39,5 @@ def _close_idle(watched: ActiveCluster, watcher: idle.IdleWatcher) -> None:
         return
     if stop(only=watched) == NO_CLUSTER:
         return
-    print(idle.closed_line(PROG, watched.owned, watched.options.address or watched.name, watcher.timeout))
+    name, gpus = watched.options.address or watched.name, watched.workers_kind != "cpu"
+    say(idle.closed_line(PROG, watched.owned, name, watcher.timeout, gpus))

@@ -80,3 +80,21 @@ def test_the_idle_timeouts_close_is_said_once_in_the_next_cells_output(tmp_path:
         assert line.endswith("its workers have ended. %gpucluster starts a new one"), line  # CPU workers
         again = outputs(kernel, "2 + 2")
         assert not any("closed cluster" in str(data) for _, data in again), again
+
+
+def test_a_kernel_restarted_while_parked_leaves_no_process_and_no_record(tmp_path: Path) -> None:
+    """The kernel's shutdown stops its cluster as usual: parked, it resumes it first, then closes it."""
+    from tests.test_background_start import descendants, gone
+
+    with loaded_kernel(tmp_path, "fake:2") as kernel:
+        kernel.ok("%config ClusterMagics.wait_for_workers = True")
+        kernel.ok("%gpucluster --name sim", timeout=180)
+        kernel.ok("import dask.array as da\nx = da.arange(1000, chunks=100).persist()\nint(x.sum().compute())")
+        kernel.ok("%gpucluster park")
+        assert parked(tmp_path)
+        held = descendants(kernel.manager.provisioner.pid)  # type: ignore[union-attr]
+        assert len(held) >= 2  # its workers (and the processes they fork from)
+        kernel.manager.restart_kernel(now=False)
+        assert gone(held, 120.0) == set()
+        assert not list(tmp_path.glob("gpu-magics-cluster-*.json"))
+        assert kernel.ok("print(1 + 1)", timeout=120).strip().endswith("2")  # the new kernel answers

@@ -97,4 +97,3 @@ def test_a_kernel_restarted_while_parked_leaves_no_process_and_no_record(tmp_pat
         kernel.manager.restart_kernel(now=False)
         assert gone(held, 120.0) == set()
         assert not list(tmp_path.glob("gpu-magics-cluster-*.json"))
-        assert kernel.ok("print(1 + 1)", timeout=120).strip().endswith("2")  # the new kernel answers

@@ -164,12 +164,16 @@ def test_a_refusal_says_the_registered_magics_value_whatever_other_instances_hol
     in the shell's configurables (``%config`` sets every configurable of the class)."""
     from gpu_magics.magics.gpucluster import ClusterMagics
 
-    stray = ClusterMagics(shell=ip)
-    stray.free_memory = 0.3
+    strays = [ClusterMagics(shell=ip) for _ in range(8)]  # %config sets a set of them, in no fixed order: with
+    for stray in strays:  # eight, the registered one nearly never comes first (the old gate then said nothing)
+        stray.free_memory = 0.3
+    registered = ip.magics_manager.registry["ClusterMagics"]
     try:
         result = ip.run_cell("%config ClusterMagics.free_memory = 2")
         assert type(result.error_in_exec) is UsageError
         assert str(result.error_in_exec).endswith("; it stays 0.1"), result.error_in_exec
+        assert registered.free_memory == 0.1 and {stray.free_memory for stray in strays} == {0.3}
     finally:
-        stray.close()
-    assert all(configurable is not stray for configurable in ip.configurables)
+        for stray in strays:
+            stray.close()
+    assert not any(configurable in strays for configurable in ip.configurables)

@@ -34,10 +34,10 @@ class CheckedSettings(Configurable):
         try:
             super().update_config(config)
         except TraitError as error:
+            if not self._registered():  # another instance of the class (made outside the extension): it keeps its
+                return  # value; the registered one, before or after it, refuses the value for the cell and forgets it
             refusal = SettingError(self._refusal_line(config, error))
             self._forget(config)
-            if not self._registered():  # another instance of the class (made outside the extension): its value is
-                return  # refused too; the line is the registered one's, which the cell uses
             if _checking[0] is None or _checking[0] != _cell_number():  # no cell's %config: raised into its log
                 raise refusal from None
             _refused.append(refusal)

@@ -1,7 +1,7 @@
 """``%gpucluster park`` on real GPUs: a cluster of one worker per GPU holding about 4 GiB of persisted CuPy data each
 gives its GPUs back (NVML lists none of its worker processes), and the next ``.compute()`` resumes the workers with
-their data. Prints the figures (GiB a GPU, park and resume seconds, the same cell before the park and after the
-resume) as a ``PARK FIGURES`` line."""
+their data; then parks and resumes again (a repeated park). Prints the figures (GiB a GPU, park and resume seconds,
+each step's, the same cell before the park and after the resume) as a ``PARK FIGURES`` line."""
 
 from __future__ import annotations
 
@@ -61,6 +61,15 @@ def test_a_parked_cluster_gives_its_gpus_back_and_work_resumes_it_with_its_data(
     began = time.perf_counter()
     x.sum().compute()
     warm_after = time.perf_counter() - began
+    first_steps = dict(parking.last_figures)
+    began = time.perf_counter()
+    again = gpucluster(magics, "park")  # a repeated park: its host memory is fresh again, as the first one's was
+    park_again_s = time.perf_counter() - began
+    assert f"parked {workers} worker" in again and all(not process_memory(pid) for pid in pids.values())
+    began = time.perf_counter()
+    with capture_output():
+        assert float(x.sum().compute()) == pytest.approx(before, rel=1e-12)
+    resume_again_s = time.perf_counter() - began
     figures = {
         "workers": workers,
         "gib_per_gpu": per_gpu,
@@ -71,7 +80,10 @@ def test_a_parked_cluster_gives_its_gpus_back_and_work_resumes_it_with_its_data(
         "first_cell_after_resume_s": round(first_after, 3),
         "same_cell_before_park_s": round(warm_before, 3),
         "same_cell_after_resume_warm_s": round(warm_after, 3),
-        "steps": parking.last_figures,
+        "steps": first_steps,
+        "park_again_s": round(park_again_s, 3),
+        "first_cell_after_the_second_resume_s": round(resume_again_s, 3),
+        "steps_again": parking.last_figures,
     }
     print("PARK FIGURES " + json.dumps(figures))
     gpucluster(magics, "stop")

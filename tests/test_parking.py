@@ -215,6 +215,33 @@ def test_work_that_comes_while_a_park_is_under_way_waits_for_it_then_resumes_the
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
 
 
+def test_an_interrupt_during_a_resume_leaves_the_cluster_parked_and_the_next_work_brings_every_worker_back(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while ``%gpucluster resume`` waits for the driver: the cell stops, the cluster stays parked (one worker
+    may run again already), and the next work resumes the rest and copies every worker's arrays back."""
+    current = kernel_cluster.in_use()
+    assert current is not None
+    _, pid = sorted(current.manager.park_targets().items())[0]
+    one_line(shell, "park", capsys)
+    resume_one = parking.resume_one
+
+    def interrupted(process: int) -> None:
+        if process == pid:
+            raise KeyboardInterrupt  # as the kernel raises it while the driver's call waits
+        resume_one(process)
+
+    monkeypatch.setattr(parking, "resume_one", interrupted)
+    result = shell.run_cell("%gpucluster resume")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert kernel_cluster.phase() is Phase.PARKED and checkpoint.driver().state(pid) == "checkpointed"
+    monkeypatch.setattr(parking, "resume_one", resume_one)
+    capsys.readouterr()
+    assert shell.run_cell("assert int(t_x.sum().compute()) == t_total").error_in_exec is None
+    assert "%gpucluster: resumed 2 workers of 't_parked' in " in capsys.readouterr().out
+    assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+
+
 def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_next_cell_resumes_it(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

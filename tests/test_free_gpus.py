@@ -133,6 +133,7 @@ def test_a_gpu_that_cannot_be_read_is_never_free() -> None:
 # -- %gpucluster --gpus free -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a cluster of the chosen simulated GPUs
 def test_gpus_free_says_which_gpus_and_why_not_the_others(ip: InteractiveShell, source: Any) -> None:
     source()
     said = gpucluster(ip, "--gpus free")
@@ -163,6 +164,7 @@ def test_too_few_or_no_free_gpus_is_a_one_line_usage_error(ip: InteractiveShell,
         ip.run_line_magic("gpucluster", "--gpus free")
 
 
+@pytest.mark.slow  # starts a cluster of the chosen simulated GPUs
 def test_the_limits_are_config_settings(ip: InteractiveShell, source: Any) -> None:
     source()
     magics = ip.magics_manager.registry["ClusterMagics"]
@@ -181,6 +183,7 @@ def test_the_limits_are_config_settings(ip: InteractiveShell, source: Any) -> No
         magics.free_utilization = -1
 
 
+@pytest.mark.slow  # starts a cluster of the chosen simulated GPUs
 def test_gpus_named_by_uuid_are_chosen_by_their_own_index(ip: InteractiveShell, source: Any) -> None:
     source(visible=f"{UUIDS[3]},{UUIDS[0]},{UUIDS[1]}")
     devices = gpus.inventory().devices()
@@ -189,6 +192,7 @@ def test_gpus_named_by_uuid_are_chosen_by_their_own_index(ip: InteractiveShell, 
     assert said.startswith("%gpucluster --gpus free: chose GPU 0, 2, free") and "not GPU 1: 40.0 GiB" in said
 
 
+@pytest.mark.slow  # starts a cluster of the chosen simulated GPUs
 def test_mig_instances_are_chosen_as_the_inventory_names_them(ip: InteractiveShell, source: Any) -> None:
     spec = json.loads((DATA / "fake_gpus.json").read_text())
     spec["gpus"][2]["mig"][0]["memory_used"] = 15 * GIB  # the 3g.20gb instance is mostly taken
@@ -228,6 +232,7 @@ def test_device_free_picks_the_freest_gpu_for_the_gpu_backend(ip: InteractiveShe
     assert "t_ran" not in ip.user_ns
 
 
+@pytest.mark.slow  # starts a cluster of the chosen simulated GPUs
 def test_processes_of_this_kernel_are_told_apart_in_the_reason(ip: InteractiveShell, source: Any) -> None:
     spec = json.loads(SHARED.read_text())
     spec["gpus"][3]["processes"] = [{"pid": "self", "used_memory": 30 * GIB}]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import queue
 import re
+import signal
 import sys
 import threading
 import time
@@ -63,7 +64,8 @@ def test_an_interrupt_python_ignored_in_the_main_thread_is_raised_again() -> Non
             raise KeyboardInterrupt  # as if SIGINT came here: Python prints it as ignored and goes on
 
     hook = sys.unraisablehook
-    kept_interrupts.install()
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a kernel's cell has it (an import
+    kept_interrupts.install()  # in another test may have left its own: dask-jobqueue's exits the process)
     gc.callbacks.append(interrupt_once)
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -74,6 +76,7 @@ def test_an_interrupt_python_ignored_in_the_main_thread_is_raised_again() -> Non
     finally:
         gc.callbacks.remove(interrupt_once)
         kept_interrupts.uninstall()
+        signal.signal(signal.SIGINT, handler)
     assert raised and sys.unraisablehook is hook
 
 

@@ -147,6 +147,7 @@ def test_a_refused_value_is_not_kept_for_the_next_load(ip: InteractiveShell) -> 
     assert ip.magics_manager.registry["ClusterMagics"].park_after == "off"
 
 
+@pytest.mark.slow  # a real kernel
 def test_a_refused_config_value_stops_a_run_all_in_a_kernel(tmp_path: Path) -> None:
     """In a real kernel: the cell's reply is an error (Jupyter's Run All stops there), shown as its one line."""
     with loaded_kernel(tmp_path) as kernel:

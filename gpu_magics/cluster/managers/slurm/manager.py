@@ -207,11 +207,32 @@ def _arguments(options: ClusterOptions) -> dict[str, Any]:
     return job_arguments(options, dict(dask.config.get("jobqueue.slurm", default={}) or {}))
 
 
+def _jobqueue_slurm() -> None:
+    """Import ``dask_jobqueue.slurm`` keeping this process's interrupt handler: its ``runner`` module sets one at
+    import that exits the process (``sys.exit``), so the notebook's stop button would end that cell with a
+    ``SystemExit`` rather than a ``KeyboardInterrupt``."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # (only the main thread's handler counts)
+        import dask_jobqueue.slurm
+
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        import dask_jobqueue.slurm  # noqa: F401
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+
+
 def job_script(arguments: dict[str, Any]) -> str:
     """The batch script ``SLURMCluster(**arguments)`` would submit, made without a cluster (no scheduler starts):
     dask-jobqueue's own job with its placeholder scheduler address, as its ``job_script()`` gives before the
     scheduler runs. One-line ``LineError`` for arguments it refuses."""
     import dask
+
+    _jobqueue_slurm()  # first imported keeping the interrupt handler; then as usual
     from dask_jobqueue.slurm import SLURMJob
 
     job = {key: value for key, value in arguments.items() if key not in ("name", "scheduler_options", "silence_logs")}
@@ -228,6 +249,7 @@ def make_cluster(arguments: dict[str, Any], submitted: set[str], failures: list[
     """dask-jobqueue's ``SLURMCluster`` (its scheduler starts here, no job yet), whose jobs add their ids to
     ``submitted`` and what SLURM said of a refused submission to ``failures``."""
     needs.require("dask_jobqueue.slurm", WHAT, f"dask-jobqueue is not installed ({INSTALL})")
+    _jobqueue_slurm()  # first imported keeping the interrupt handler; then as usual
     from dask_jobqueue import SLURMCluster
     from dask_jobqueue.slurm import SLURMJob
 

@@ -136,7 +136,7 @@ def test_a_park_the_driver_refuses_for_one_worker_leaves_every_worker_running(
     name, pid = sorted(current.manager.park_targets().items())[1]
     monkeypatch.setenv(checkpoint.FAIL_ENV, f"checkpoint:{pid}")
     said = refused(shell, "park")
-    assert said.startswith("%gpucluster park: nothing parked, the workers keep their GPUs: ")
+    assert said.startswith("%gpucluster park: nothing parked, every process keeps its GPU memory: ")
     assert f"{name} (pid {pid}): the driver refused to checkpoint it" in said
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
 
@@ -150,7 +150,7 @@ def test_a_resume_that_cannot_get_a_gpu_back_keeps_the_cluster_parked_and_the_ne
     one_line(shell, "park", capsys)
     monkeypatch.setenv(checkpoint.FAIL_ENV, f"restore:{pid}")
     said = refused(shell, "resume")
-    assert f"1 of 2 worker(s) of 't_parked' could not take their GPU back ({name}: " in said
+    assert f"1 of 2 processes of 't_parked' could not take their GPU back ({name}: " in said
     assert said.endswith("they stay parked, with their data: run %gpucluster resume to try again")
     assert kernel_cluster.phase() is Phase.PARKED
     monkeypatch.delenv(checkpoint.FAIL_ENV)
@@ -256,7 +256,7 @@ def test_work_that_cannot_resume_the_cluster_fails_its_cell_in_one_line_and_the_
     result = shell.run_cell("t_failed = int(t_x.sum().compute())")  # a plain cell: the scheduler's plugin resumes
     assert type(result.error_in_exec) is UsageError  # IPython's own: the notebook shows its one line
     said = str(result.error_in_exec)
-    assert said.startswith("%gpucluster resume: 1 of 2 worker(s) of 't_parked' could not take their GPU back (")
+    assert said.startswith("%gpucluster resume: 1 of 2 processes of 't_parked' could not take their GPU back (")
     assert f"{name}: " in said and said.endswith("run %gpucluster resume to try again")
     assert kernel_cluster.phase() is Phase.PARKED and "t_failed" not in shell.user_ns
     # a graph whose result is in memory already (another client asks for it): its data is neither failed nor let go

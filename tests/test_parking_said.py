@@ -22,6 +22,7 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 RESUMED = f"%gpucluster: resumed 2 workers of 'sim' {SIMULATED} in "
+RESUMED_WITH_RANKS = f"%gpucluster: resumed 2 workers and 2 ranks of 'sim' {SIMULATED} in "  # the SPMD ranks too
 
 
 def parked(runtime_dir: Path) -> bool:
@@ -52,7 +53,7 @@ def test_the_resume_that_work_brings_is_said_in_the_cell_whose_work_brought_it(t
         try:
             kernel.ok("%gpucluster park")
             shown = outputs(kernel, "print(int(x.sum().compute()) == total)")  # a plain cell in the session
-            html_line(shown, RESUMED)
+            html_line(shown, RESUMED_WITH_RANKS)
         finally:
             kernel.ok("%gpurun off")
 

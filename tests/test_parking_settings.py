@@ -121,7 +121,7 @@ def test_a_park_whose_arrays_would_not_fit_in_host_memory_is_refused_before_anyt
     assert type(result.error_in_exec) is UsageError
     line = str(result.error_in_exec)
     assert re.fullmatch(  # (t_x and what else the module's cells left on the workers)
-        r"%gpucluster park: nothing parked: the workers' \d+\.\d KiB of arrays need as much host memory on "
+        r"%gpucluster park: nothing parked: the \d+\.\d KiB it moves need as much host memory on "
         + re.escape(socket.gethostname())
         + r", where 4\.0 KiB is available; free host memory, or let go of data the notebook no longer needs, "
         r"then park again",

@@ -112,6 +112,7 @@ def test_an_interrupt_or_exit_landing_while_the_rows_are_drawn_stops_every_rank(
 ) -> None:
     """Ctrl-C lands wherever the kernel's main thread is, drawing the rows included; a SystemExit that surfaces
     there (a signal handler's, a library's) ends the cell the same way."""
+    run(shell, "kept = 1")  # the ranks running (where this test runs first in its process)
     before = rank_pids()
     draw = cell_run.CellRun.view
     started = ranks_started(tmp_path, 4)

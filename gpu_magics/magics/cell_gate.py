@@ -1,5 +1,6 @@
 """Before a cell runs, as the cell's own first statement: fail with the line of a cluster start that failed in the
-background since the last cell (once), so a Run All stops there.
+background since the last cell (once), so a Run All stops there; and with the line of a parked kernel whose GPU
+memory could not come back (``kernel_park``: every cell, a ``%gpucluster`` one too, until a resume succeeds).
 
 Done by an AST transformer that puts one call in front of the cell's statements, at the first statement's line
 (tracebacks keep their line numbers), and only when there is something to say. The failure is then the cell's own.
@@ -14,8 +15,9 @@ import ast
 import contextlib
 from typing import Any
 
+from gpu_magics.cluster.control import kernel_park
 from gpu_magics.cluster.control.kernel_cluster import unreported
-from gpu_magics.text.errors import StartFailed, said_in_one_line
+from gpu_magics.text.errors import ClusterError, StartFailed, said_in_one_line
 
 _CALL = "__import__('gpu_magics.magics.cell_gate', fromlist=['before_cell']).before_cell()"
 _KEY = "_gpu_magics_cell_gate"
@@ -28,15 +30,18 @@ def before_cell() -> None:
     line = None if failed is None else failed.take_unreported()
     if line is not None:
         raise StartFailed(f"{line} (this cell did not run)")
+    kept_parked = kernel_park.take_failure()
+    if kept_parked is not None:
+        raise ClusterError(kept_parked)
 
 
 class CellGate(ast.NodeTransformer):
     """Puts ``before_cell()`` in front of a cell that has something to say."""
 
     def visit_Module(self, node: ast.Module) -> ast.Module:
-        if not node.body or unreported() is None:  # the cheap test first: almost every cell has nothing to say
-            return node
-        if _is_gate(node.body[0]) or _is_cluster_magic(node.body[0]):
+        if not node.body or (unreported() is None and kernel_park.take_failure() is None):  # the cheap test first:
+            return node  # almost every cell has nothing to say
+        if _is_gate(node.body[0]) or (_is_cluster_magic(node.body[0]) and kernel_park.take_failure() is None):
             return node
         call = ast.parse(_CALL).body[0]
         first = node.body[0]

@@ -1,8 +1,9 @@
 """Every message between the three SPMD rooms, as typed dicts (plain dicts on the wire, pickled as before):
 
 - kernel -> host (the cell ``channel``, else ``Client.run``): a ``Command`` for the rank (``run``, ``init``,
-  ``push``, ``pull``); the host answers with its ``Reply``, the cell's lines added. ``start`` answers with a
-  ``RankStarted``, ``probe`` with a ``Probe``, ``where`` with a ``Where``.
+  ``push``, ``pull``, and a park's ``park``, ``plan-park``, ``unpark``); the host answers with its ``Reply``, the
+  cell's lines added. ``start`` answers with a ``RankStarted``, ``probe`` with a ``Probe``, ``where`` with a
+  ``Where``.
 - host -> rank, on the command pipe: the same ``Command`` with the host's ``id``; the rank says ``Ready`` once,
   ``Started`` as it takes a command, then its ``Reply``. On the control pipe: a ``Question`` (``where``,
   ``abort``), answered by a ``WhereAnswer`` or an ``AbortAnswer`` while a cell runs.
@@ -14,7 +15,7 @@ Standard library only: the rank process reads it too.
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 Line = tuple[int, str, str, float]  # sequence number in the cell, stream, text, read at (time.time)
 # stream: "out", "err", or "bar" (a progress bar's last state, its line ended: shown with the live bars)
@@ -61,7 +62,15 @@ class PullCommand(TypedDict):
     id: NotRequired[int]
 
 
-Command = RunCommand | InitCommand | PushCommand | PullCommand
+class ParkCommand(TypedDict):
+    """At a park (between cells): end the process group and move the GPU data to host memory (``park``), or say
+    how much it would move (``plan-park``); at the resume, copy it back (``unpark``). Its figures in ``parked``."""
+
+    op: Literal["park", "unpark", "plan-park"]
+    id: NotRequired[int]
+
+
+Command = RunCommand | InitCommand | PushCommand | PullCommand | ParkCommand
 
 
 # -- rank -> host -> kernel: replies -----------------------------------------------------------------------------
@@ -89,6 +98,7 @@ class Reply(TypedDict):
     seconds: NotRequired[float]
     peak_memory: NotRequired[int | None]  # bytes: torch's peak on the rank's GPU
     collectives: NotRequired[int | None]  # torch collectives the rank entered in this message (None: unknown)
+    parked: NotRequired[dict[str, Any]]  # a park's figures: bytes, seconds, the group ended, steps
     # the host's part
     lines: NotRequired[list[Line]]
     line_count: NotRequired[int]

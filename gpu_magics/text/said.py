@@ -92,6 +92,14 @@ def say(line: str) -> None:
         _show(SaidLine(line))
 
 
+def cell_running() -> bool:
+    """Whether a cell runs now (between IPython's ``pre_run_cell`` and ``post_run_cell``)."""
+    from IPython import get_ipython
+
+    at_hand = getattr(get_ipython(), _KEY, None)
+    return isinstance(at_hand, CellAtHand) and at_hand.context is not None
+
+
 def install(shell: InteractiveShell) -> None:
     """Follow the shell's cells (at ``%load_ext``)."""
     if isinstance(getattr(shell, _KEY, None), CellAtHand):

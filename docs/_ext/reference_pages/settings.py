@@ -49,8 +49,9 @@ ENVIRONMENT = (
      "simulated GPUs (panels, `%gpumonitor`, the inventory, the server's `/metrics`: demos and tests), "
      "`fake:spec.json` for GPUs as a spec file describes them. Simulated GPUs never run cells."),
     ("GPU_MAGICS_CHECKPOINT_FAIL", "you", "With simulated GPUs (`GPU_MAGICS_SOURCE=fake:N`), the park's stand-in "
-     "for the CUDA driver refuses the steps named here (`checkpoint:PID`, `restore:PID`, comma-separated), so a "
-     "refused park or resume can be tried without a GPU."),
+     "for the CUDA driver refuses the steps named here (`checkpoint:PID`, `restore:PID`, comma-separated; "
+     "`@PATH`: the steps that file names, while it exists), so a refused park or resume can be tried without a "
+     "GPU."),
     ("GPU_MAGICS_SIMULATED_HOST_BYTES", "you", "With simulated GPUs, the bytes of host memory the park's stand-in "
      "says are available (read in the kernel; default: what the host has), so a park that host memory refuses can be "
      "tried without a GPU."),

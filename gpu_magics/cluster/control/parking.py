@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
+import socket
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_magics.cluster.control import kernel_cluster, record_writer
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.workers import checkpoint, offload
 from gpu_magics.text.units import format_bytes
+
+if TYPE_CHECKING:
+    from gpu_magics.spmd.kernel.ranks import Ranks
 
 COPY_FAILURES = (MemoryError, OSError, RuntimeError, ValueError, TimeoutError)  # a worker's copies failing: CUDA's
 # errors (CuPy's are RuntimeErrors, its out-of-memory a MemoryError), host memory, a worker silent or gone
@@ -42,9 +47,56 @@ class Moved:
         return f" ({format_bytes(self.bytes)} {way} at {format_bytes(int(self.bytes / max(self.seconds, 1e-6)))}/s)"
 
 
-def host_refusal(current: ActiveCluster) -> str | None:
-    """Where the workers' arrays would not fit in their host's available memory: the park's one line; else
-    ``None``. Asked of every worker before anything moves."""
+@dataclasses.dataclass
+class Members:
+    """What a park takes: the workers' processes, the SPMD ranks' (with the kernel's handle on them), and this
+    kernel's GPU memory by GPU (empty: it holds none, or is not parked with them)."""
+
+    workers: dict[str, int]
+    ranks: dict[str, int] = dataclasses.field(default_factory=dict)
+    rank_calls: Ranks | None = None
+    kernel: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def processes(self) -> dict[str, int]:
+        """Every process the driver parks, by name (this kernel's as ``this kernel``)."""
+        found = {**self.workers, **self.ranks}
+        if self.kernel:
+            found[KERNEL] = os.getpid()
+        return found
+
+    def words(self) -> str:
+        """``2 workers, 2 ranks and this kernel``."""
+        parts = [_count(len(self.workers), "worker")]
+        if self.ranks:
+            parts.append(_count(len(self.ranks), "rank"))
+        if self.kernel:
+            parts.append("this kernel")
+        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+KERNEL = "this kernel"
+
+
+def _count(count: int, what: str) -> str:
+    return f"{count} {what}{'s' if count != 1 else ''}"
+
+
+def members(current: ActiveCluster, workers: dict[str, int], *, kernel_too: bool) -> Members:
+    """The park's members: the cluster's parkable workers, the ranks on them, and this kernel where it holds GPU
+    memory and may be parked now (``kernel_too``: not from another thread while a cell runs, whose next CUDA call
+    would then wait for a resume that only the next execution brings)."""
+    from gpu_magics.cluster.control import kernel_park
+    from gpu_magics.spmd.kernel import parking as rank_parking
+
+    simulated = offload.simulated_here()
+    rank_calls, ranks = rank_parking.parkable(simulated)
+    kernel = kernel_park.held() if kernel_too else {}
+    return Members(dict(workers), ranks, rank_calls, kernel)
+
+
+def host_refusal(current: ActiveCluster, party: Members) -> str | None:
+    """Where what the park moves would not fit in its host's available memory: the park's one line; else
+    ``None``. Asked of every worker (and rank) before anything moves; the kernel's own memory counts on its host."""
     plans = current.client.run(offload.plan, _device())
     arrays: dict[str, int] = {}
     taken: dict[str, int] = {}
@@ -54,14 +106,60 @@ def host_refusal(current: ActiveCluster) -> str | None:
         arrays[host] = arrays.get(host, 0) + int(plan["bytes"])
         taken[host] = taken.get(host, 0) + int(plan["taken"])
         available[host] = min(available.get(host, plan["available"]), int(plan["available"]))
+    others = _ranks_planned(party) + sum(party.kernel.values())
+    if others:
+        here = socket.gethostname()  # the ranks run beside their workers, which a park reaches from here
+        arrays[here] = arrays.get(here, 0) + others
+        taken[here] = taken.get(here, 0) + others
+        available.setdefault(here, offload.device(offload.simulated_here()).host_available())
     for host, size in arrays.items():
         if taken[host] > HOST_HEADROOM * available[host]:
             return (
-                f"{PROG} park: nothing parked: the workers' {format_bytes(size)} of arrays need as much host memory "
-                f"on {host}, where {format_bytes(available[host])} is available; free host memory, or let go of data "
-                "the notebook no longer needs, then park again"
+                f"{PROG} park: nothing parked: the {format_bytes(size)} it moves need as much host memory on {host}, "
+                f"where {format_bytes(available[host])} is available; free host memory, or let go of data the "
+                "notebook no longer needs, then park again"
             )
     return None
+
+
+def _ranks_planned(party: Members) -> int:
+    if not party.ranks or party.rank_calls is None:
+        return 0
+    from gpu_magics.spmd.kernel import parking as rank_parking
+
+    return rank_parking.planned(party.rank_calls, party.ranks)
+
+
+def offload_members(current: ActiveCluster, party: Members) -> Moved:
+    """The workers and the ranks copy their GPU data to host memory and free it, all at once."""
+    if not party.ranks or party.rank_calls is None:
+        return offload_all(current)
+    from gpu_magics.spmd.kernel import parking as rank_parking
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpu-magics-park") as pool:
+        ranks = pool.submit(rank_parking.offload, party.rank_calls, party.ranks)
+        workers = offload_all(current)
+        return _together(workers, _moved(ranks.result()))
+
+
+def reload_members(current: ActiveCluster, party: Members, alive: Iterable[str] | None = None) -> Moved:
+    """The workers and the ranks (those of ``alive`` among them, where given) copy their data back, all at once."""
+    names = set(party.ranks if alive is None else alive)
+    ranks = {name: pid for name, pid in party.ranks.items() if name in names}
+    if not ranks or party.rank_calls is None:
+        return reload_all(current)
+    from gpu_magics.spmd.kernel import parking as rank_parking
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpu-magics-resume") as pool:
+        back = pool.submit(rank_parking.reload, party.rank_calls, ranks)
+        workers = reload_all(current)
+        return _together(workers, _moved(back.result()))
+
+
+def _together(first: Moved, second: Moved) -> Moved:
+    """Two sets of copies that ran at once: their bytes, the slower one's time and steps."""
+    slower = first if first.seconds >= second.seconds else second
+    return Moved(first.bytes + second.bytes, slower.seconds, slower.steps)
 
 
 def offload_all(current: ActiveCluster) -> Moved:
@@ -88,13 +186,19 @@ def _moved(answers: dict[str, dict[str, Any]]) -> Moved:
     figures = list(answers.values())
     if not figures:
         return Moved()
-    slowest = max(figures, key=lambda f: float(f["seconds"]))
-    steps = {step: round(seconds, 3) for step, seconds in slowest["steps"].items()}
-    return Moved(int(sum(f["bytes"] for f in figures)), float(slowest["seconds"]), steps)
+    slowest = max(figures, key=lambda f: float(f.get("seconds", 0.0)))
+    steps = {step: round(seconds, 3) for step, seconds in (slowest.get("steps") or {}).items()}
+    return Moved(int(sum(f.get("bytes", 0) for f in figures)), float(slowest.get("seconds", 0.0)), steps)
 
 
-def park_one(pid: int) -> None:
-    """Lock and checkpoint the process (a refusal leaves it running, unlocked)."""
+def park_one(pid: int, kernel: dict[str, int] | None = None) -> None:
+    """Lock and checkpoint the process (a refusal leaves it running, unlocked); this kernel's own through a helper
+    process (``kernel``: what it holds, by GPU)."""
+    if pid == os.getpid():
+        from gpu_magics.cluster.control import kernel_park
+
+        kernel_park.park(kernel or {})
+        return
     driver = checkpoint.driver()
     driver.lock(pid)
     try:
@@ -115,7 +219,13 @@ def running(pid: int) -> bool:
 
 
 def resume_one(pid: int) -> None:
-    """From wherever the process got (a resume tried before may have brought some back): running again."""
+    """From wherever the process got (a resume tried before may have brought some back): running again (this
+    kernel's own through a helper process)."""
+    if pid == os.getpid():
+        from gpu_magics.cluster.control import kernel_park
+
+        kernel_park.restore()
+        return
     driver = checkpoint.driver()
     state = driver.state(pid)
     if state == "checkpointed":

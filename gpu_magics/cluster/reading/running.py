@@ -74,11 +74,19 @@ class Role(enum.Enum):
 
 @dataclass(frozen=True)
 class Parked:
-    """What a park holds: each worker's process (name → pid), the GPU memory they gave back, and when."""
+    """What a park holds: each worker's process (name → pid), the GPU memory given back, when, and the SPMD ranks'
+    processes parked with them (``rank 0`` → pid; this kernel's own context: ``control.kernel_park``)."""
 
     processes: dict[str, int]
     released: int
     since: float
+    ranks: dict[str, int] = field(default_factory=dict)
+    kernel: int = 0  # the bytes this kernel gave back with them (0: it held none, or was not parked)
+
+    @property
+    def all_processes(self) -> dict[str, int]:
+        """The workers' and the ranks' processes (what a resume restores)."""
+        return {**self.processes, **self.ranks}
 
 
 @dataclass

@@ -76,6 +76,10 @@ def kernel_memory(*, fresh: bool = False) -> list[KernelGpu]:
 
 
 def _read() -> list[KernelGpu]:
+    from gpu_magics.cluster.control import kernel_park
+
+    if kernel_park.parked() is not None:  # it holds nothing there, and a parked process's NVML read would wait
+        return []
     devices = gpus.inventory().devices()
     held = {device.index: pools.pool_on(device.index, device.uuid, "kernel") for device in devices}
     if not any(held.values()) and not _has_context(len(devices)):

@@ -8,8 +8,8 @@ driver refuses a process that uses managed memory or CUDA IPC, and a restore tha
 
 ``driver()`` gives the driver's own calls (``libcuda`` through ctypes, loaded on first use, never at import) or,
 where the GPUs are simulated (``$GPU_MAGICS_SOURCE`` ``fake:N``), a stand-in that keeps each process's state in
-this process and fails where ``$GPU_MAGICS_CHECKPOINT_FAIL`` names a step and a pid (``checkpoint:1234``), so the
-choices and lines above it are tested on machines without a GPU.
+this process and fails where ``$GPU_MAGICS_CHECKPOINT_FAIL`` names a step and a pid (``checkpoint:1234``; ``@path``:
+as that file says, while it exists), so the choices and lines above it are tested on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class StandInCheckpoint:
         self._guard = threading.Lock()
 
     def _step(self, step: str, pid: int) -> None:
-        wanted = {part.strip() for part in os.environ.get(FAIL_ENV, "").split(",") if part.strip()}
+        wanted = {part.strip() for part in _failures().split(",") if part.strip()}
         if f"{step}:{pid}" in wanted:
             raise CheckpointError(f"the driver refused to {step} it (asked by ${FAIL_ENV})")
         before, after = _STEPS[step]
@@ -139,6 +139,19 @@ class StandInCheckpoint:
         self._step("unlock", pid)
 
 
+def _failures() -> str:
+    """What ``$GPU_MAGICS_CHECKPOINT_FAIL`` asks for; ``@path``: what that file says now (none where it is gone),
+    so that a test can end a failure from outside the process."""
+    given = os.environ.get(FAIL_ENV, "")
+    if not given.startswith("@"):
+        return given
+    try:
+        with open(given[1:], encoding="utf-8") as named:
+            return named.read()
+    except OSError:
+        return ""
+
+
 _STEPS = {  # each step: the state it needs, the state it leaves (the driver's own state machine)
     "lock": ("running", "locked"),
     "checkpoint": ("locked", "checkpointed"),
@@ -156,3 +169,59 @@ def driver() -> ProcessCheckpoint:
 
         _chosen = StandInCheckpoint() if source_from_env().kind == "fake" else CudaCheckpoint()
     return _chosen
+
+
+def main(argv: list[str]) -> int:
+    """``python -m gpu_magics.cluster.workers.checkpoint park|resume PID [BYTES UUID...]``: the driver's steps on a
+    process that cannot make them itself (the kernel parks its own context through this helper). ``resume`` first
+    checks that each GPU named has ``BYTES`` free (NVML), as a restore that finds too little memory can fail the
+    process for good. Exit status 0, or 1 with the reason on standard error."""
+    import sys
+
+    verb, pid = argv[0], int(argv[1])
+    calls = CudaCheckpoint()
+    try:
+        if verb == "park":
+            calls.lock(pid)
+            try:
+                calls.checkpoint(pid)
+            except CheckpointError:
+                calls.unlock(pid)
+                raise
+        elif verb == "resume":
+            short = _short_of_memory(int(argv[2]), argv[3:]) if len(argv) > 2 else None
+            if short is not None:
+                raise CheckpointError(short)
+            if calls.state(pid) == "checkpointed":
+                calls.restore(pid)
+            if calls.state(pid) == "locked":
+                calls.unlock(pid)
+        else:
+            raise CheckpointError(f"unknown step {verb!r}: park or resume")
+    except CheckpointError as error:
+        print(error, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _short_of_memory(needed: int, uuids: list[str]) -> str | None:
+    """Where a GPU among ``uuids`` has less than ``needed`` bytes free, in words; else ``None``."""
+    import pynvml
+
+    from gpu_magics.text.units import format_bytes
+
+    pynvml.nvmlInit()
+    try:
+        for uuid in uuids:
+            free = int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByUUID(uuid)).free)
+            if free < needed:
+                return f"GPU {uuid} has {format_bytes(free)} free, and {format_bytes(needed)} must come back"
+    finally:
+        pynvml.nvmlShutdown()
+    return None
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -49,11 +49,22 @@ def run(shell: InteractiveShell, options: RunOptions, code: str, settings: CellS
     if not code.strip() and not options.init and not made.regroup:
         return None
     board = Board(settings.quiet, options.show_ranks)
+    made.busy = True  # a park waits for no SPMD cell: the idle one lets it be
     try:
-        return _run_world(shell, made, options, code, settings, board)
-    except WorldLost as lost:  # a rank had ended before the cell reached it: a new world, once
-        made.lose(lost.rank, lost.how)
-        board.notes.clear()
+        try:
+            return _run_world(shell, made, options, code, settings, board)
+        except WorldLost as lost:  # a rank had ended before the cell reached it: a new world, once
+            made.lose(lost.rank, lost.how)
+            board.notes.clear()
+        return _retry(shell, made, options, code, settings, board)
+    finally:
+        made.busy = False
+
+
+def _retry(
+    shell: InteractiveShell, made: Ranks, options: RunOptions, code: str, settings: CellSettings, board: Board
+) -> Any:
+    """The cell once more on a new world, after a rank found ended as the cell reached it."""
     try:
         return _run_world(shell, made, options, code, settings, board)
     except WorldLost as lost:

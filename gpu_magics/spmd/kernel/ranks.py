@@ -44,6 +44,7 @@ class Ranks(RankCalls):
         self.regroup: list[str] = []  # groups the last world had, made again at the next cell
         self.remake: list[str] = []  # groups aborted or out of step after a cell, made again in the same processes
         self.cells = 0
+        self.busy = False  # an SPMD cell runs on them now
         self._lost: dict[int, str] = {}  # rank -> how its process ended by itself (its host's event)
         self.pids: dict[int, int] = {}  # rank -> its process id, in the world running now
         self._why_new: str | None = None  # why the world was ended, said when the next one starts

@@ -160,6 +160,13 @@ class Repl:
                 self.put_environment_back()
                 remake = bool(message.get("remake"))
                 reply["repr"] = groups.initialize(message["kind"], float(message["timeout"]), remake)
+            elif message["op"] in ("park", "unpark", "plan-park"):
+                from gpu_magics.spmd.rank import parking
+
+                if message["op"] == "plan-park":
+                    reply["parked"] = {"bytes": parking.held_bytes()}
+                else:
+                    reply["parked"] = parking.park() if message["op"] == "park" else parking.unpark()
             else:
                 raise ValueError(f"unknown message {message.get('op')!r}")
         except BaseException as error:  # the cell's own failure, KeyboardInterrupt included: reported, not fatal

@@ -1,15 +1,20 @@
-"""``%gpucluster park`` and ``ClusterMagics.park_after``: the GPU workers of the cluster started here give their
-GPUs back to the server while the notebook idles, their data kept; the next work resumes them (``verbs.resume``).
+"""``%gpucluster park`` and ``ClusterMagics.park_after``: everything the notebook holds on its GPUs is given back
+to the server while it idles, its data kept: the GPU workers of the cluster started here, the SPMD ranks on them, and
+this kernel's own CUDA context and arrays. The next work resumes the workers and the ranks (``verbs.resume``), the
+next execution the kernel (``kernel_park``).
 
 The machine moves the cluster IN_USE → PARKED (``ParkAsked``: refused while a start, restart or scale is under
-way); tasks running on it refuse the park (it waits for none). Every worker process is then parked at once
-(``parking``). A process the driver refuses is named with the reason and keeps running, and those already parked
-are resumed: a failed park loses nothing and leaves the cluster in use (``WorkersMoved`` without a park). The
-cluster's record says it is parked (the side panel, the status bar, ``/metrics``).
+way); tasks or an SPMD cell running on it refuse the park (it waits for none). The workers and the ranks first copy
+their GPU data to host memory themselves (the ranks ending their process group), then every process is parked at
+once by the driver (``parking``). A process the driver refuses is named with the reason and keeps running, and
+those already parked are resumed: a failed park loses nothing and leaves the cluster in use (``WorkersMoved``
+without a park). The cluster's record says it is parked (the side panel, the status bar, ``/metrics``).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 from gpu_magics.cluster.background.idle import IdleWatcher
@@ -21,7 +26,8 @@ from gpu_magics.cluster.control.machine.table import require
 from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
-from gpu_magics.text.errors import ClusterError, NotOurs
+from gpu_magics.text import said
+from gpu_magics.text.errors import ClusterError, NotOurs, RankError
 from gpu_magics.text.said import say
 from gpu_magics.text.units import dropped, format_bytes, format_duration, format_seconds, one_line
 
@@ -53,60 +59,81 @@ def park(idle_s: float | None = None) -> str:
 def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None) -> str:
     """From PARKED on (its workers not parked yet): the park itself, its line, or its one-line refusal."""
     running = parking.running_tasks(current)
-    if running:
+    busy = _spmd_cell_running()
+    if running or busy:
         owner.post(WorkersMoved(current))
-        raise TasksRunning(
-            f"{PROG} park: {running} task(s) run on {current.name!r} now; park it once the cell that sent them is done"
-        )
+        what = f"{running} task(s) run" if running else "an SPMD cell runs"
+        raise TasksRunning(f"{PROG} park: {what} on {current.name!r} now; park it once the cell that sent them is done")
     began = time.perf_counter()
-    held = parking.gpu_bytes(targets.values())
-    moved, fallback = _offload(current)
+    party = parking.members(current, targets, kernel_too=_kernel_may_park())
+    processes = party.processes()
+    held = parking.gpu_bytes(processes.values())
+    moved, fallback = _offload(current, party)
     copied = time.perf_counter()
-    failed = parking.all_at_once(parking.park_one, targets)
+    failed = parking.all_at_once(lambda pid: parking.park_one(pid, party.kernel), processes)
     if failed:
-        parked = {name: pid for name, pid in targets.items() if name not in failed}
+        parked = {name: pid for name, pid in processes.items() if name not in failed}
         undone = parking.all_at_once(parking.resume_one, parked)
-        parking.reload_all(current)  # the arrays back on their GPUs, where the workers run again
+        parking.reload_members(current, party)  # the data back on the GPUs, where the processes run again
         owner.post(WorkersMoved(current))
-        names = "; ".join(f"{name} (pid {targets[name]}): {why}" for name, why in failed.items())
+        names = "; ".join(f"{name} (pid {processes[name]}): {why}" for name, why in failed.items())
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
-        raise ClusterError(f"{PROG} park: nothing parked, the workers keep their GPUs: {names}{left}")
+        raise ClusterError(f"{PROG} park: nothing parked, every process keeps its GPU memory: {names}{left}")
     took = time.perf_counter() - began
     parking.last_figures["park"] = {"copies": round(copied - began, 3), "driver": round(took - (copied - began), 3)}
     parking.last_figures["park copies"] = moved.steps
-    state = Parked(dict(targets), sum(held.values()), time.time())
+    kernel_bytes = held.get(os.getpid(), 0) if party.kernel else 0
+    state = Parked(dict(targets), sum(held.values()), time.time(), dict(party.ranks), kernel_bytes)
     owner.post(WorkersMoved(current, state))
     parking.record(current)
     resume.watch_for_work(current)
-    count = len(targets)
     idle = current.manager.park_note  # simulated GPUs: says so
     if idle_s is not None:  # said at the next cell, maybe much later: when, too
         idle += f" at {time.strftime('%H:%M:%S')}, after {format_duration(idle_s)} without a task"
         idle += " (ClusterMagics.park_after)"
+    many = len(targets) + len(party.ranks) != 1
+    later = "; this kernel's comes back at the next cell" if party.kernel else ""
+    copiers = "workers and the ranks" if party.ranks else "workers"
     return (
-        f"{PROG}: parked {count} worker{'s' if count != 1 else ''} of {current.name!r}{idle}: "
-        f"{format_bytes(state.released)} of GPU memory back to the server in {format_seconds(took)}"
-        f"{moved.words('of it copied to host memory by the workers')}{fallback}; the next cell that sends it work "
-        f"resumes {'them' if count != 1 else 'it'}"
+        f"{PROG}: parked {party.words()} of {current.name!r}{idle}: {format_bytes(state.released)} of GPU memory back "
+        f"to the server in {format_seconds(took)}{moved.words(f'of it copied to host memory by the {copiers}')}"
+        f"{fallback}; the next cell that sends it work resumes {'them' if many else 'it'}{later}"
     )
 
 
-def _offload(current: ActiveCluster) -> tuple[parking.Moved, str]:
-    """The workers' arrays to host memory, where it has room (else the park is refused, the phase undone); a fast
-    path that fails leaves the driver to move everything, said in the line: (what moved, the words that say so)."""
+def _spmd_cell_running() -> bool:
+    from gpu_magics.spmd.kernel import ranks
+
+    made = ranks.current()
+    return made is not None and made.busy
+
+
+def _kernel_may_park() -> bool:
+    """Whether this kernel's own context may be parked now: from the thread that runs cells, or between cells (a
+    cell that runs meanwhile would wait at its next CUDA call for a resume that only the next execution brings)."""
+    return threading.current_thread() is threading.main_thread() or not said.cell_running()
+
+
+def _offload(current: ActiveCluster, party: parking.Members) -> tuple[parking.Moved, str]:
+    """The workers' and the ranks' data to host memory, where it has room (else the park is refused, the phase
+    undone); a fast path that fails leaves the driver to move everything, said in the line: (what moved, the words
+    that say so)."""
     try:
-        refused = parking.host_refusal(current)
-    except (OSError, RuntimeError, TimeoutError) as error:  # a worker silent or gone: the driver moves it all
-        return parking.Moved(), f" (the driver moved it all: the workers did not answer, {one_line(error)})"
+        refused = parking.host_refusal(current, party)
+    except (OSError, RuntimeError, TimeoutError, RankError) as error:  # one silent or gone: the driver moves it all
+        return parking.Moved(), f" (the driver moved it all: not every process answered, {one_line(error)})"
     if refused is not None:
         owner.post(WorkersMoved(current))
         raise ClusterError(refused)
     try:
-        return parking.offload_all(current), ""
-    except parking.COPY_FAILURES as error:  # a worker's failure (CUDA, host memory): what it copied comes back
-        dropped("copying the workers' arrays to host memory", error)
-        parking.reload_all(current)
-        return parking.Moved(), f" (the driver moved it all: the workers' copies failed, {one_line(error)})"
+        return parking.offload_members(current, party), ""
+    except (*parking.COPY_FAILURES, RankError) as error:  # a copy failing (CUDA, host memory): what moved comes back
+        dropped("copying the GPU data to host memory", error)
+        try:
+            parking.reload_members(current, party)
+        except (*parking.COPY_FAILURES, RankError) as again:
+            dropped("copying back what a failed park had moved", again)
+        return parking.Moved(), f" (the driver moved it all: the processes' own copies failed, {one_line(error)})"
 
 
 class IdlePark:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gpu_magics.cluster.control import kernel_cluster, owner, parking, queries
+from gpu_magics.cluster.control import kernel_cluster, kernel_park, owner, parking, queries
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine.events import (
     AdaptAsked,
@@ -33,7 +33,7 @@ from gpu_magics.cluster.control.machine.events import (
 )
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
-from gpu_magics.text.errors import ClusterError, shown_as_one_line
+from gpu_magics.text.errors import ClusterError, RankError, shown_as_one_line
 from gpu_magics.text.said import say
 from gpu_magics.text.units import dropped, format_seconds, one_line
 
@@ -67,9 +67,10 @@ def resume(*, asked: bool = True) -> str | None:
     assert state is not None
     began = time.perf_counter()
     try:
+        kernel = kernel_park.resume()  # first: a parked kernel's own NVML reads wait (pre_execute has, in a cell)
         ended = _resume_workers(current, state)
         restored = time.perf_counter()
-        moved = _reload(current)
+        moved = _reload(current, state, ended)
         parking.last_figures["resume"] = {"driver": round(restored - began, 3), "copies": round(moved.seconds, 3)}
         parking.last_figures["resume copies"] = moved.steps
     except BaseException as error:  # the cluster stays parked: those waiting hear why
@@ -81,28 +82,39 @@ def resume(*, asked: bool = True) -> str | None:
     parking.record(current)
     if current.idle_park is not None:  # idle from now on: parked again after as long
         current.idle_park.arm()
-    count = len(state.processes) - len(ended)
+    back = parking.Members(
+        {name: pid for name, pid in state.processes.items() if name not in ended},
+        {name: pid for name, pid in state.ranks.items() if name not in ended},
+    )
     gone = ""
-    if ended:  # its nanny started a new one, which was never parked
+    if ended:  # a worker's nanny started a new one, which was never parked; a rank's world starts anew
         many = len(ended) > 1
+        named = ", ".join(sorted(f"worker {name}" if name in state.processes else name for name in ended))
         gone = (
-            f"; worker{'s' * many} {', '.join(sorted(ended))} had ended while parked: what {'they' if many else 'it'} "
-            "held is gone, and dask computes again what it can"
+            f"; {named} had ended while parked: what {'they' if many else 'it'} held is gone, and dask computes "
+            "again what it can"
         )
+        if any(name in state.ranks for name in ended):
+            gone += " (every rank starts anew at the next SPMD cell)"
+    copiers = "workers and the ranks" if back.ranks else "workers"
     return (
-        f"{PROG}: resumed {count} worker{'s' if count != 1 else ''} of {current.name!r}{current.manager.park_note} in "
-        f"{format_seconds(time.perf_counter() - began)}{moved.words('copied back by the workers')}{gone}"
+        f"{PROG}: resumed {back.words()} of {current.name!r}{current.manager.park_note} in "
+        f"{format_seconds(time.perf_counter() - began)}{moved.words(f'copied back by the {copiers}')}{gone}"
+        f"{'; ' + kernel.removeprefix(PROG + ': ') if kernel else ''}"
     )
 
 
-def _reload(current: ActiveCluster) -> parking.Moved:
-    """The workers copy their arrays back onto their GPUs (where one cannot: the resume fails in one line, the
-    cluster stays parked with its data, and the next try copies again)."""
+def _reload(current: ActiveCluster, state: Parked, ended: list[str]) -> parking.Moved:
+    """The workers and the ranks copy their data back onto their GPUs (where one cannot: the resume fails in one
+    line, the cluster stays parked with its data, and the next try copies again)."""
+    from gpu_magics.spmd.kernel import ranks
+
+    party = parking.Members(state.processes, state.ranks, ranks.current())
     try:
-        return parking.reload_all(current)
-    except parking.COPY_FAILURES as error:  # CUDA's errors, a full GPU, a worker silent or gone
+        return parking.reload_members(current, party, [name for name in state.ranks if name not in ended])
+    except (*parking.COPY_FAILURES, RankError) as error:  # CUDA's errors, a full GPU, a process silent or gone
         raise ClusterError(
-            f"{PROG} resume: the workers of {current.name!r} could not copy their arrays back onto their GPUs "
+            f"{PROG} resume: the processes of {current.name!r} could not copy their data back onto their GPUs "
             f"({one_line(error)}); they stay parked, with their data: run {PROG} resume to try again"
         ) from None
 
@@ -111,14 +123,15 @@ def _resume_workers(current: ActiveCluster, state: Parked) -> list[str]:
     """Every parked process of ``current`` that still runs, restored and unlocked at once; the names of those that
     ended while parked (a kill, an out-of-memory end: nothing to resume). A ``ClusterError`` names those that could
     not take their GPU back."""
-    ended = [name for name, pid in state.processes.items() if not parking.running(pid)]
-    alive = {name: pid for name, pid in state.processes.items() if name not in ended}
+    processes = state.all_processes
+    ended = [name for name, pid in processes.items() if not parking.running(pid)]
+    alive = {name: pid for name, pid in processes.items() if name not in ended}
     failed = parking.all_at_once(parking.resume_one, alive)
     if failed:
         names = "; ".join(f"{name}: {why}" for name, why in failed.items())
         raise ClusterError(
-            f"{PROG} resume: {len(failed)} of {len(state.processes)} worker(s) of {current.name!r} could not take "
-            f"their GPU back ({names}); they stay parked, with their data: run {PROG} resume to try again"
+            f"{PROG} resume: {len(failed)} of {len(processes)} processes of {current.name!r} could not take their GPU "
+            f"back ({names}); they stay parked, with their data: run {PROG} resume to try again"
         )
     return ended
 

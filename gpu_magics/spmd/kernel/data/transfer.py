@@ -29,6 +29,7 @@ def _ranks_ready(ranks: Sequence[int] | None, said: str) -> tuple[Any, tuple[Any
     from gpu_magics.spmd.kernel.ranks import for_client
 
     made = for_client(queries.require_client())
+    queries.direct_work_ahead()  # parked ranks come back first
     world, notes = made.prepare_for_cell(cell=False)
     for note in notes:
         print(note)

@@ -1,0 +1,190 @@
+"""This kernel's own CUDA context and arrays, parked with its cluster (``%gpucluster park``), and back before the
+next execution: a cell, a silent request of the side panel, a widget's message (IPython's ``pre_execute``). Any of
+them may touch a GPU, and in a parked process so much as an NVML read waits (seen on driver 580), so nothing runs
+here until the kernel is back.
+
+A process cannot checkpoint itself: the driver's steps on this kernel are made by a short-lived helper process it
+starts (``python -m gpu_magics.cluster.workers.checkpoint``), which also checks that the GPUs have room before a
+restore (one that finds too little memory may fail the process for good). Where the GPUs are simulated, the
+driver's stand-in takes the steps here. A resume that fails (another process took the GPU meanwhile) leaves the
+kernel parked: the next cell fails with its one line (``cell_gate``) and the one after tries again. At exit, a
+parked kernel is resumed first, so that its exit's own CUDA and NVML work does not wait forever.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from gpu_magics.cluster.options import PROG
+from gpu_magics.cluster.workers import checkpoint
+from gpu_magics.text.errors import ClusterError
+from gpu_magics.text.units import format_bytes, format_seconds
+
+HELPER_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelParked:
+    """The kernel's GPU memory given back (by GPU UUID, as NVML listed it), and when."""
+
+    by_gpu: dict[str, int]
+    since: float
+
+    @property
+    def released(self) -> int:
+        return sum(self.by_gpu.values())
+
+
+_parked: KernelParked | None = None
+_failed: str | None = None  # the last resume's failure, said by the next cell (then tried again)
+_lock = threading.Lock()
+_exit_hook: list[bool] = []
+
+
+def parked() -> KernelParked | None:
+    return _parked
+
+
+def held() -> dict[str, int]:
+    """The GPU memory this kernel holds now, by GPU UUID (one read of NVML's process lists; no CUDA call)."""
+    from gpu_magics.cluster.workers.kernel_context import processes_memory
+
+    found = processes_memory([os.getpid()]).get(os.getpid(), {})
+    return {uuid: used for uuid, used in found.items() if used}
+
+
+def park(by_gpu: dict[str, int]) -> None:
+    """Checkpoint this kernel's GPU state (``by_gpu``: what NVML lists it holding). A ``CheckpointError`` says
+    why the driver refused; the kernel then runs on as it was."""
+    global _parked
+    with _lock:
+        if _parked is not None:
+            return
+        _steps("park")
+        _parked = KernelParked(dict(by_gpu), time.time())
+        if not _exit_hook:  # registered at the first park: it runs before the handlers registered earlier
+            atexit.register(_resume_at_exit)
+            _exit_hook.append(True)
+
+
+def resume() -> str | None:
+    """Bring the kernel's GPU state back; its one line (``None`` where it was not parked). A ``ClusterError``
+    says why it could not, the kernel staying parked."""
+    global _failed
+    began = time.perf_counter()
+    try:
+        state = restore()
+    except checkpoint.CheckpointError as error:
+        _failed = (
+            f"{PROG}: this kernel's GPU memory could not come back ({error}); nothing ran: free GPU memory, then run "
+            "the cell again (or restart the kernel, which gives up what it held)"
+        )
+        raise ClusterError(_failed) from None
+    if state is None:
+        return None
+    return (
+        f"{PROG}: this kernel's {format_bytes(state.released)} of GPU memory came back in "
+        f"{format_seconds(time.perf_counter() - began)}"
+    )
+
+
+def restore() -> KernelParked | None:
+    """The driver's steps that bring the kernel back; what had been parked (``None``: nothing). A
+    ``CheckpointError`` says why they could not."""
+    global _parked, _failed
+    with _lock:
+        state = _parked
+        if state is None:
+            return None
+        _steps("resume", state)
+        _parked, _failed = None, None
+        return state
+
+
+def before_execute() -> None:
+    """IPython's ``pre_execute``: a parked kernel back before anything runs, said in the output at hand; a failure
+    is kept for the cell's gate, which fails the cell with it."""
+    if _parked is None:
+        return
+    from gpu_magics.text.said import say
+
+    try:
+        said = resume()
+    except ClusterError:
+        return
+    if said is not None:
+        say(said)
+
+
+def take_failure() -> str | None:
+    """The last resume's failure where the kernel is still parked (the cell's gate raises it)."""
+    return _failed if _parked is not None else None
+
+
+def _steps(verb: str, state: KernelParked | None = None) -> None:
+    driver = checkpoint.driver()
+    pid = os.getpid()
+    if isinstance(driver, checkpoint.StandInCheckpoint):
+        if verb == "park":
+            driver.lock(pid)
+            try:
+                driver.checkpoint(pid)
+            except checkpoint.CheckpointError:
+                driver.unlock(pid)
+                raise
+        else:
+            driver.restore(pid)
+            driver.unlock(pid)
+        return
+    args = [str(pid)]
+    if state is not None:  # each GPU must have room for what comes back there
+        args += [str(max(state.by_gpu.values(), default=0)), *state.by_gpu]
+    _helper(verb, args)
+
+
+def _helper(verb: str, args: list[str]) -> None:
+    """The driver's steps on this kernel, made by a process it starts."""
+    root = str(Path(checkpoint.__file__).resolve().parents[3])  # where ``gpu_magics`` is imported from
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", checkpoint.__name__, verb, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=HELPER_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise checkpoint.CheckpointError(f"the helper process failed: {error}") from None
+    if done.returncode != 0:
+        lines = (done.stderr or "").strip().splitlines()
+        raise checkpoint.CheckpointError(lines[-1] if lines else f"the helper process ended with {done.returncode}")
+
+
+def _resume_at_exit() -> None:
+    with contextlib.suppress(ClusterError):  # it exits all the same: the driver frees a parked process's memory
+        resume()
+
+
+def install(shell: object) -> None:
+    """Resume a parked kernel before each execution (at ``%load_ext``)."""
+    events = getattr(shell, "events", None)
+    if events is not None and before_execute not in events.callbacks.get("pre_execute", []):
+        events.register("pre_execute", before_execute)
+
+
+def uninstall(shell: object) -> None:
+    """No more (``%unload_ext``); a parked kernel comes back first."""
+    events = getattr(shell, "events", None)
+    if events is not None and before_execute in events.callbacks.get("pre_execute", []):
+        events.unregister("pre_execute", before_execute)
+    _resume_at_exit()

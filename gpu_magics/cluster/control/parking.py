@@ -10,6 +10,7 @@ cluster is parked, the line of a verb its phase refuses. No event of the cluster
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import socket
@@ -189,6 +190,21 @@ def _moved(answers: dict[str, dict[str, Any]]) -> Moved:
     slowest = max(figures, key=lambda f: float(f.get("seconds", 0.0)))
     steps = {step: round(seconds, 3) for step, seconds in (slowest.get("steps") or {}).items()}
     return Moved(int(sum(f.get("bytes", 0) for f in figures)), float(slowest.get("seconds", 0.0)), steps)
+
+
+def gpu_monitors(current: ActiveCluster, on: bool, *, kernel: bool) -> None:
+    """distributed's system monitors read NVML on their event loops every half second, and a parked process's NVML
+    read waits until it is resumed: off in the workers (and in the scheduler here, where ``kernel`` is parked too)
+    while parked, back on after the resume. A worker that does not answer is left as it is."""
+    with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+        current.client.run(offload.gpu_monitor, on, on_error="ignore")
+    if not kernel and on is False:
+        return
+    from gpu_magics.cluster.reading import inspection
+
+    scheduler = inspection.local_scheduler(current.client)
+    if scheduler is not None:
+        scheduler.loop.add_callback(offload.scheduler_gpu_monitor, on, scheduler)
 
 
 def park_one(pid: int, kernel: dict[str, int] | None = None) -> None:

@@ -318,3 +318,30 @@ def _peek(data: MutableMapping[Any, Any], key: Any) -> object:
         return data[key]
     except KeyError:
         return None
+
+
+GPU_MONITOR_ATTRIBUTE = "_gpu_magics_gpu_monitor"  # on the worker: the GPU its system monitor read before a park
+
+
+def gpu_monitor(on: bool, dask_worker: Any) -> None:
+    """Turn the GPU reads of distributed's system monitor off (at a park) or back on (at the resume). It reads NVML
+    on the worker's event loop every half second, and in a parked process an NVML read waits until the process is
+    resumed: the worker would stop answering, its heartbeats too."""
+    _gpu_monitor(on, getattr(dask_worker, "monitor", None), dask_worker)
+
+
+def _gpu_monitor(on: bool, monitor: Any, holder: Any) -> None:
+    if monitor is None:
+        return
+    if not on:
+        if getattr(monitor, "gpu_name", None):
+            setattr(holder, GPU_MONITOR_ATTRIBUTE, monitor.gpu_name)
+            monitor.gpu_name = None
+    elif getattr(holder, GPU_MONITOR_ATTRIBUTE, None):
+        monitor.gpu_name = getattr(holder, GPU_MONITOR_ATTRIBUTE)
+        delattr(holder, GPU_MONITOR_ATTRIBUTE)
+
+
+def scheduler_gpu_monitor(on: bool, scheduler: Any) -> None:
+    """The same for a scheduler that runs in a parked kernel (on its event loop, as the monitor's own reads)."""
+    _gpu_monitor(on, getattr(scheduler, "monitor", None), scheduler)

@@ -70,10 +70,12 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
     held = parking.gpu_bytes(processes.values())
     moved, fallback = _offload(current, party)
     copied = time.perf_counter()
+    parking.gpu_monitors(current, False, kernel=bool(party.kernel))
     failed = parking.all_at_once(lambda pid: parking.park_one(pid, party.kernel), processes)
     if failed:
         parked = {name: pid for name, pid in processes.items() if name not in failed}
         undone = parking.all_at_once(parking.resume_one, parked)
+        parking.gpu_monitors(current, True, kernel=bool(party.kernel))
         parking.reload_members(current, party)  # the data back on the GPUs, where the processes run again
         owner.post(WorkersMoved(current))
         names = "; ".join(f"{name} (pid {processes[name]}): {why}" for name, why in failed.items())

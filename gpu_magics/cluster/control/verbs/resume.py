@@ -69,6 +69,7 @@ def resume(*, asked: bool = True) -> str | None:
     try:
         kernel = kernel_park.resume()  # first: a parked kernel's own NVML reads wait (pre_execute has, in a cell)
         ended = _resume_workers(current, state)
+        parking.gpu_monitors(current, True, kernel=False)
         restored = time.perf_counter()
         moved = _reload(current, state, ended)
         parking.last_figures["resume"] = {"driver": round(restored - began, 3), "copies": round(moved.seconds, 3)}

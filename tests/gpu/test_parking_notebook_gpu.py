@@ -61,6 +61,7 @@ def lines(shown: list[tuple[str, object]]) -> str:
     return " | ".join(str(data["text/plain"]) for kind, data in shown if kind == "display_data")  # type: ignore[index]
 
 
+@pytest.mark.timeout(900)
 def test_a_park_gives_back_what_the_workers_the_ranks_and_the_kernel_hold(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     per_gpu = float(os.environ.get("PARK_GIB", "4"))
@@ -88,8 +89,15 @@ def test_a_park_gives_back_what_the_workers_the_ranks_and_the_kernel_hold(tmp_pa
             pytest.skip(f"NVML's pids are not this machine's (it lists {sorted(held)})")
         assert set(held) == set(everyone), (held, pids)
 
+        dump = tmp_path / "kernel-threads.txt"  # where the park cell hangs: every thread of the kernel, as it waits
+        kernel.ok(
+            f"import faulthandler\n_dump = open({str(dump)!r}, 'w')\nfaulthandler.dump_traceback_later(60, file=_dump)"
+        )
         began = time.perf_counter()
-        park_shown = outputs(kernel, "%gpucluster park", timeout=300)
+        try:
+            park_shown = outputs(kernel, "%gpucluster park", timeout=120)
+        except Exception:  # the kernel's threads say where they wait
+            pytest.fail(f"the park cell did not end: {dump.read_text() if dump.exists() else 'no dump'}")
         park_wall = time.perf_counter() - began
         park_line = lines(park_shown)
         assert "parked 1 worker, 1 rank and this kernel of 'nb'" in park_line, park_shown
@@ -97,7 +105,8 @@ def test_a_park_gives_back_what_the_workers_the_ranks_and_the_kernel_hold(tmp_pa
         assert while_parked == {}, (while_parked, park_line)  # NVML lists no process of the notebook
 
         began = time.perf_counter()
-        kernel_back = outputs(kernel, "float(k.sum()) == k_sum", timeout=300)
+        back_cell = "faulthandler.cancel_dump_traceback_later()\nfloat(k.sum()) == k_sum"
+        kernel_back = outputs(kernel, back_cell, timeout=300)
         kernel_wall = time.perf_counter() - began
         assert value(kernel_back) == "True" and "this kernel's" in lines(kernel_back), kernel_back
         began = time.perf_counter()

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 COPY_FAILURES = (MemoryError, OSError, RuntimeError, ValueError, TimeoutError)  # a worker's copies failing: CUDA's
 # errors (CuPy's are RuntimeErrors, its out-of-memory a MemoryError), host memory, a worker silent or gone
 last_figures: dict[str, dict[str, float]] = {}  # the last park's and resume's seconds by step (benchmarks)
+MONITOR_WAIT_S = 5.0  # how long a park waits for the scheduler's event loop to take its monitor's change
 HOST_HEADROOM = 0.9  # the share of a host's available memory a park may fill with the workers' arrays
 
 
@@ -203,8 +205,16 @@ def gpu_monitors(current: ActiveCluster, on: bool, *, kernel: bool) -> None:
     from gpu_magics.cluster.reading import inspection
 
     scheduler = inspection.local_scheduler(current.client)
-    if scheduler is not None:
-        scheduler.loop.add_callback(offload.scheduler_gpu_monitor, on, scheduler)
+    if scheduler is None:
+        return
+    changed = threading.Event()
+
+    def change() -> None:  # on the scheduler's event loop, between two of the monitor's reads
+        offload.scheduler_gpu_monitor(on, scheduler)
+        changed.set()
+
+    scheduler.loop.add_callback(change)
+    changed.wait(MONITOR_WAIT_S)
 
 
 def park_one(pid: int, kernel: dict[str, int] | None = None) -> None:

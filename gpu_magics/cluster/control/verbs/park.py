@@ -26,6 +26,7 @@ from gpu_magics.cluster.control.machine.table import require
 from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
+from gpu_magics.cluster.workers.checkpoint import CheckpointError
 from gpu_magics.text import said
 from gpu_magics.text.errors import ClusterError, NotOurs, RankError
 from gpu_magics.text.said import say
@@ -66,26 +67,30 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
         raise TasksRunning(f"{PROG} park: {what} on {current.name!r} now; park it once the cell that sent them is done")
     began = time.perf_counter()
     party = parking.members(current, targets, kernel_too=_kernel_may_park())
-    processes = party.processes()
-    held = parking.gpu_bytes(processes.values())
+    processes = {**party.workers, **party.ranks}
+    held = parking.gpu_bytes([*processes.values(), *([os.getpid()] if party.kernel else [])])
     moved, fallback = _offload(current, party)
     copied = time.perf_counter()
     parking.gpu_monitors(current, False, kernel=bool(party.kernel))
-    failed = parking.all_at_once(lambda pid: parking.park_one(pid, party.kernel), processes)
+    failed = parking.all_at_once(parking.park_one, processes)
     if failed:
         parked = {name: pid for name, pid in processes.items() if name not in failed}
         undone = parking.all_at_once(parking.resume_one, parked)
-        parking.gpu_monitors(current, True, kernel=bool(party.kernel))
+        parking.gpu_monitors(current, True, kernel=True)
         parking.reload_members(current, party)  # the data back on the GPUs, where the processes run again
         owner.post(WorkersMoved(current))
         names = "; ".join(f"{name} (pid {processes[name]}): {why}" for name, why in failed.items())
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
         raise ClusterError(f"{PROG} park: nothing parked, every process keeps its GPU memory: {names}{left}")
+    kernel_kept = _park_kernel(party)  # last: once parked, nothing here may read a GPU until the next execution
+    if kernel_kept:
+        party.kernel = {}
     took = time.perf_counter() - began
     parking.last_figures["park"] = {"copies": round(copied - began, 3), "driver": round(took - (copied - began), 3)}
     parking.last_figures["park copies"] = moved.steps
     kernel_bytes = held.get(os.getpid(), 0) if party.kernel else 0
-    state = Parked(dict(targets), sum(held.values()), time.time(), dict(party.ranks), kernel_bytes)
+    released = sum(held.get(pid, 0) for pid in processes.values()) + kernel_bytes
+    state = Parked(dict(targets), released, time.time(), dict(party.ranks), kernel_bytes)
     owner.post(WorkersMoved(current, state))
     parking.record(current)
     resume.watch_for_work(current)
@@ -94,13 +99,25 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
         idle += f" at {time.strftime('%H:%M:%S')}, after {format_duration(idle_s)} without a task"
         idle += " (ClusterMagics.park_after)"
     many = len(targets) + len(party.ranks) != 1
-    later = "; this kernel's comes back at the next cell" if party.kernel else ""
+    later = "; this kernel's comes back at the next cell" if party.kernel else kernel_kept
     copiers = "workers and the ranks" if party.ranks else "workers"
     return (
         f"{PROG}: parked {party.words()} of {current.name!r}{idle}: {format_bytes(state.released)} of GPU memory back "
         f"to the server in {format_seconds(took)}{moved.words(f'of it copied to host memory by the {copiers}')}"
         f"{fallback}; the next cell that sends it work resumes {'them' if many else 'it'}{later}"
     )
+
+
+def _park_kernel(party: parking.Members) -> str:
+    """This kernel's own GPU memory parked, where it holds some; where the driver refused, the words that say so
+    (the rest stays parked: the kernel just keeps its own)."""
+    if not party.kernel:
+        return ""
+    try:
+        parking.park_one(os.getpid(), party.kernel)
+    except CheckpointError as error:
+        return f"; this kernel keeps its own {format_bytes(sum(party.kernel.values()))} ({error})"
+    return ""
 
 
 def _spmd_cell_running() -> bool:

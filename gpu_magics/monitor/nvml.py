@@ -18,11 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_magics.monitor import reads_paused
 from gpu_magics.monitor.models import GpuProcess, GpuReading
 
 __all__ = ["FROM_ENV", "NvmlSource", "select_visible"]
 
 KIB = 1024
+PARKED = "this process is parked (%gpucluster park): its GPU readings wait until it is resumed"
 _ALL_LINKS = 0xFFFFFFFF  # NVML field scope: the sum over all NVLinks
 # NVML field value types (nvmlValueType_t) -> attribute of the value union
 _VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
@@ -149,8 +151,12 @@ class NvmlSource:
         self._nvlink: dict[str, tuple[float, int, int, float | None, float | None]] = {}
 
     def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
-        devices, reason = self._ready()
-        return tuple(self._read_device(i, d, slow) for i, d in enumerate(devices)), reason
+        try:
+            with reads_paused.reading():
+                devices, reason = self._ready()
+                return tuple(self._read_device(i, d, slow) for i, d in enumerate(devices)), reason
+        except reads_paused.Paused:  # this process is parked: its GPUs cannot be read until it is resumed
+            return tuple(_failed(i, d, PARKED) for i, d in enumerate(self._devices)), self._reason
 
     def _ready(self) -> tuple[tuple[_Device, ...], str | None]:
         with self._lock:
@@ -163,6 +169,13 @@ class NvmlSource:
     def read_processes(self) -> dict[str, tuple[GpuProcess, ...] | None]:
         """Device UUID -> the processes on it and the memory each holds (``None`` where NVML does not say), without
         the other slow fields: a process's own report asks this for its figure."""
+        try:
+            with reads_paused.reading():
+                return self._read_processes()
+        except reads_paused.Paused:  # this process is parked: processes unknown until it is resumed
+            return {device.uuid: None for device in self._devices}
+
+    def _read_processes(self) -> dict[str, tuple[GpuProcess, ...] | None]:
         devices, _ = self._ready()
         found: dict[str, tuple[GpuProcess, ...] | None] = {}
         for device in devices:

@@ -25,10 +25,12 @@ from pathlib import Path
 
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.workers import checkpoint
+from gpu_magics.monitor import reads_paused
 from gpu_magics.text.errors import ClusterError
 from gpu_magics.text.units import format_bytes, format_seconds
 
 HELPER_TIMEOUT_S = 120.0
+READS_WAIT_S = 10.0  # how long a park waits for this process's NVML reads under way
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +70,12 @@ def park(by_gpu: dict[str, int]) -> None:
     with _lock:
         if _parked is not None:
             return
-        _steps("park")
+        reads_paused.pause(READS_WAIT_S)  # no NVML read of this process may wait in the driver while it is parked
+        try:
+            _steps("park")
+        except BaseException:
+            reads_paused.unpause()
+            raise
         _parked = KernelParked(dict(by_gpu), time.time())
         if not _exit_hook:  # registered at the first park: it runs before the handlers registered earlier
             atexit.register(_resume_at_exit)
@@ -106,6 +113,7 @@ def restore() -> KernelParked | None:
             return None
         _steps("resume", state)
         _parked, _failed = None, None
+        reads_paused.unpause()
         return state
 
 

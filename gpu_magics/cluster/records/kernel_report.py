@@ -77,8 +77,9 @@ def kernel_memory(*, fresh: bool = False) -> list[KernelGpu]:
 
 def _read() -> list[KernelGpu]:
     from gpu_magics.cluster.control import kernel_park
+    from gpu_magics.monitor import reads_paused
 
-    if kernel_park.parked() is not None:  # it holds nothing there, and a parked process's NVML read would wait
+    if kernel_park.parked() is not None or reads_paused.paused():  # it holds nothing there (or is being parked)
         return []
     devices = gpus.inventory().devices()
     held = {device.index: pools.pool_on(device.index, device.uuid, "kernel") for device in devices}

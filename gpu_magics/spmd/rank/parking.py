@@ -146,13 +146,14 @@ def _offload(steps: dict[str, float]) -> int:
         if pinned:
             _unpin(host)
     at = _lap(steps, "copy", at)
+    moved = sum(storage.nbytes() for storage, _ in copies)  # (before the storages are emptied)
     for storage, _ in copies:
         storage.resize_(0)
     torch.cuda.empty_cache()
     _lap(steps, "free", at)
     _parked.extend(copies)
     _buffer.append(host)
-    return sum(storage.nbytes() for storage, _ in copies)
+    return moved
 
 
 def _reload(steps: dict[str, float]) -> int:

@@ -19,6 +19,7 @@ import gc
 import os
 import sys
 import time
+import warnings
 from typing import Any
 
 MIN_BYTES = 1 << 20  # smaller storages stay: the driver moves them with the context
@@ -73,8 +74,11 @@ def _storages() -> list[Any]:
     import torch
 
     found: dict[int, Any] = {}
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and obj.is_cuda and obj.layout == torch.strided:
+    with warnings.catch_warnings():  # asking some objects of other libraries for their type warns
+        warnings.simplefilter("ignore")
+        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    for obj in tensors:
+        if obj.is_cuda and obj.layout == torch.strided:
             storage = obj.untyped_storage()
             size = storage.nbytes()
             if size >= MIN_BYTES and storage.resizable() and storage.data_ptr() not in found:

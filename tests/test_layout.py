@@ -388,12 +388,14 @@ def test_the_folder_check_sees_two_folders_importing_each_other(tmp_path: Path) 
 
 def test_only_squeue_runs_slurms_commands_and_only_the_rank_host_starts_processes() -> None:
     """SLURM's commands run in ``managers.squeue`` only (every call with a timeout); the only other processes this
-    package starts itself are a rank process, from its worker's rank host (``rank_process``), and the one that
-    starts the CUDA driver ahead, from the kernel (``driver_start``)."""
+    package starts itself are a rank process, from its worker's rank host (``rank_process``), the one that
+    starts the CUDA driver ahead, from the kernel (``driver_start``), and the helper that parks the kernel's own
+    context (``kernel_park``: a process cannot checkpoint itself)."""
     starting = {
         "gpu_magics.cluster.managers.slurm.squeue",
         "gpu_magics.spmd.worker.rank_process",
         "gpu_magics.cluster.workers.driver_start",
+        "gpu_magics.cluster.workers.kernel_park",
     }
     assert importers_of("subprocess") == starting
 

@@ -12,7 +12,6 @@ import pytest
 
 from gpu_magics.monitor import reads_paused
 from gpu_magics.monitor.fake import FakeSource
-from gpu_magics.monitor.nvml import PARKED
 
 SLOW_SPEC = {"pcie_delay": 0.5, "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-5a0", "memory_total": 2**34,
                                           "processes": [{"pid": "self", "used_memory": 2**30}]}]}  # fmt: skip
@@ -31,7 +30,7 @@ def test_reads_asked_while_paused_answer_at_once_as_gpus_that_cannot_be_read(unp
     calls_before = sum(source.nvml.calls.values())
     assert source.read_processes() == {device: None for device in source.read_processes()}
     readings, _ = source.read(slow=True)
-    assert len(readings) == 2 and all(reading.error == PARKED for reading in readings)
+    assert len(readings) == 2 and all(reading.error == reads_paused.PARKED for reading in readings)
     assert sum(source.nvml.calls.values()) == calls_before  # NVML itself was not asked
     reads_paused.unpause()
     assert all(found is not None for found in source.read_processes().values())
@@ -51,4 +50,4 @@ def test_a_pause_waits_for_the_reads_under_way(unpaused: None) -> None:
     assert reads_paused.pause(30)  # and then it ended
     read.join(30)
     readings, _ = source.read(slow=True)
-    assert readings[0].error == PARKED
+    assert readings[0].error == reads_paused.PARKED

@@ -15,8 +15,8 @@ import ast
 import contextlib
 from typing import Any
 
-from gpu_magics.cluster.control import kernel_park
 from gpu_magics.cluster.control.kernel_cluster import unreported
+from gpu_magics.cluster.workers import kernel_park
 from gpu_magics.text.errors import ClusterError, StartFailed, said_in_one_line
 
 _CALL = "__import__('gpu_magics.magics.cell_gate', fromlist=['before_cell']).before_cell()"

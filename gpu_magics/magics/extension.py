@@ -23,7 +23,7 @@ MAGICS_CLASSES: tuple[str, ...] = (
 LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.background.start_logs:package_logs_to_file",  # what a catch lets go: to the kernel's log
     "gpu_magics.cluster.background.kept_interrupts:install",  # an interrupt always ends the cell
-    "gpu_magics.cluster.control.kernel_park:install",  # a parked kernel comes back before anything runs
+    "gpu_magics.cluster.workers.kernel_park:install",  # a parked kernel comes back before anything runs
     "gpu_magics.display.formatters:register",
     "gpu_magics.text.said:install",  # a line said from a thread goes to the cell at hand, or the next one
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
@@ -41,7 +41,7 @@ UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.magics.cell_gate:uninstall",
     "gpu_magics.magics.config_gate:uninstall",
     "gpu_magics.cluster.background.kept_interrupts:uninstall",
-    "gpu_magics.cluster.control.kernel_park:uninstall",
+    "gpu_magics.cluster.workers.kernel_park:uninstall",
     "gpu_magics.cluster.background.start_logs:package_logs_back",
 )
 

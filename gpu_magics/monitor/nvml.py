@@ -24,10 +24,8 @@ from gpu_magics.monitor.models import GpuProcess, GpuReading
 __all__ = ["FROM_ENV", "NvmlSource", "select_visible"]
 
 KIB = 1024
-PARKED = "this process is parked (%gpucluster park): its GPU readings wait until it is resumed"
 _ALL_LINKS = 0xFFFFFFFF  # NVML field scope: the sum over all NVLinks
-# NVML field value types (nvmlValueType_t) -> attribute of the value union
-_VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_VALUE_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by nvmlValueType_t
 # NVML errors that stop a whole device rather than one field
 _DEVICE_FATAL = ("NVMLError_GpuIsLost", "NVMLError_ResetRequired", "NVMLError_Uninitialized")
 # NVML failures that stop it as a whole, in plain words (NVML's own text adds nothing a user can act on)
@@ -155,8 +153,8 @@ class NvmlSource:
             with reads_paused.reading():
                 devices, reason = self._ready()
                 return tuple(self._read_device(i, d, slow) for i, d in enumerate(devices)), reason
-        except reads_paused.Paused:  # this process is parked: its GPUs cannot be read until it is resumed
-            return tuple(_failed(i, d, PARKED) for i, d in enumerate(self._devices)), self._reason
+        except reads_paused.Paused:  # this process is parked: no reading until it is resumed
+            return tuple(_failed(i, d, reads_paused.PARKED) for i, d in enumerate(self._devices)), self._reason
 
     def _ready(self) -> tuple[tuple[_Device, ...], str | None]:
         with self._lock:
@@ -169,21 +167,16 @@ class NvmlSource:
     def read_processes(self) -> dict[str, tuple[GpuProcess, ...] | None]:
         """Device UUID -> the processes on it and the memory each holds (``None`` where NVML does not say), without
         the other slow fields: a process's own report asks this for its figure."""
+        found: dict[str, tuple[GpuProcess, ...] | None] = {}
         try:
             with reads_paused.reading():
-                return self._read_processes()
+                for device in (device for device in self._ready()[0] if device.handle is not None):
+                    try:
+                        found[device.uuid] = self._processes(device.handle)
+                    except self._nv.NVMLError:  # the device was lost meanwhile: processes unknown
+                        found[device.uuid] = None
         except reads_paused.Paused:  # this process is parked: processes unknown until it is resumed
-            return {device.uuid: None for device in self._devices}
-
-    def _read_processes(self) -> dict[str, tuple[GpuProcess, ...] | None]:
-        devices, _ = self._ready()
-        found: dict[str, tuple[GpuProcess, ...] | None] = {}
-        for device in devices:
-            if device.handle is not None:
-                try:
-                    found[device.uuid] = self._processes(device.handle)
-                except self._nv.NVMLError:  # the device was lost meanwhile: processes unknown
-                    found[device.uuid] = None
+            found = dict.fromkeys((device.uuid for device in self._devices), None)
         return found
 
     def close(self) -> None:

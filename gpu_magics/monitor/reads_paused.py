@@ -9,6 +9,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+PARKED = "this process is parked (%gpucluster park): its GPU readings wait until it is resumed"
 _changed = threading.Condition()
 _under_way = 0
 _paused = False

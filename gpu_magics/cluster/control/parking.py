@@ -16,16 +16,13 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpu_magics.cluster.control import kernel_cluster, record_writer
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster
 from gpu_magics.cluster.workers import checkpoint, offload
 from gpu_magics.text.units import format_bytes
-
-if TYPE_CHECKING:
-    from gpu_magics.spmd.kernel.ranks import Ranks
 
 COPY_FAILURES = (MemoryError, OSError, RuntimeError, ValueError, TimeoutError)  # a worker's copies failing: CUDA's
 # errors (CuPy's are RuntimeErrors, its out-of-memory a MemoryError), host memory, a worker silent or gone
@@ -57,7 +54,7 @@ class Members:
 
     workers: dict[str, int]
     ranks: dict[str, int] = dataclasses.field(default_factory=dict)
-    rank_calls: Ranks | None = None
+    rank_calls: Any = None  # the ranks' side of the park (``queries.rank_park``)
     kernel: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def processes(self) -> dict[str, int]:
@@ -88,11 +85,11 @@ def members(current: ActiveCluster, workers: dict[str, int], *, kernel_too: bool
     """The park's members: the cluster's parkable workers, the ranks on them, and this kernel where it holds GPU
     memory and may be parked now (``kernel_too``: not from another thread while a cell runs, whose next CUDA call
     would then wait for a resume that only the next execution brings)."""
-    from gpu_magics.cluster.control import kernel_park
-    from gpu_magics.spmd.kernel import parking as rank_parking
+    from gpu_magics.cluster.control import queries
+    from gpu_magics.cluster.workers import kernel_park
 
-    simulated = offload.simulated_here()
-    rank_calls, ranks = rank_parking.parkable(simulated)
+    rank_calls = queries.rank_park()
+    ranks = {} if rank_calls is None else rank_calls.parkable(offload.simulated_here())
     kernel = kernel_park.held() if kernel_too else {}
     return Members(dict(workers), ranks, rank_calls, kernel)
 
@@ -128,19 +125,15 @@ def host_refusal(current: ActiveCluster, party: Members) -> str | None:
 def _ranks_planned(party: Members) -> int:
     if not party.ranks or party.rank_calls is None:
         return 0
-    from gpu_magics.spmd.kernel import parking as rank_parking
-
-    return rank_parking.planned(party.rank_calls, party.ranks)
+    return int(party.rank_calls.planned(party.ranks))
 
 
 def offload_members(current: ActiveCluster, party: Members) -> Moved:
     """The workers and the ranks copy their GPU data to host memory and free it, all at once."""
     if not party.ranks or party.rank_calls is None:
         return offload_all(current)
-    from gpu_magics.spmd.kernel import parking as rank_parking
-
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpu-magics-park") as pool:
-        ranks = pool.submit(rank_parking.offload, party.rank_calls, party.ranks)
+        ranks = pool.submit(party.rank_calls.offload, party.ranks)
         workers = offload_all(current)
         return _together(workers, _moved(ranks.result()))
 
@@ -151,10 +144,8 @@ def reload_members(current: ActiveCluster, party: Members, alive: Iterable[str] 
     ranks = {name: pid for name, pid in party.ranks.items() if name in names}
     if not ranks or party.rank_calls is None:
         return reload_all(current)
-    from gpu_magics.spmd.kernel import parking as rank_parking
-
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpu-magics-resume") as pool:
-        back = pool.submit(rank_parking.reload, party.rank_calls, ranks)
+        back = pool.submit(party.rank_calls.reload, ranks)
         workers = reload_all(current)
         return _together(workers, _moved(back.result()))
 
@@ -221,7 +212,7 @@ def park_one(pid: int, kernel: dict[str, int] | None = None) -> None:
     """Lock and checkpoint the process (a refusal leaves it running, unlocked); this kernel's own through a helper
     process (``kernel``: what it holds, by GPU)."""
     if pid == os.getpid():
-        from gpu_magics.cluster.control import kernel_park
+        from gpu_magics.cluster.workers import kernel_park
 
         kernel_park.park(kernel or {})
         return
@@ -248,7 +239,7 @@ def resume_one(pid: int) -> None:
     """From wherever the process got (a resume tried before may have brought some back): running again (this
     kernel's own through a helper process)."""
     if pid == os.getpid():
-        from gpu_magics.cluster.control import kernel_park
+        from gpu_magics.cluster.workers import kernel_park
 
         kernel_park.restore()
         return

@@ -259,3 +259,22 @@ def tell_plain_cells(backend: str | None) -> None:
     from gpu_magics.cluster.control import record_writer
 
     record_writer.set_plain_cells(backend)
+
+
+_rank_parks: list[Callable[[], Any]] = []
+
+
+def ranks_take_part_in_parks(finder: Callable[[], Any]) -> None:
+    """Have ``finder`` give a park this kernel's SPMD ranks (an ``spmd.kernel.rank_parking.RankPark``, or ``None``
+    where there are none): the SPMD side registers it, so that the park needs nothing of it."""
+    if finder not in _rank_parks:
+        _rank_parks.append(finder)
+
+
+def rank_park() -> Any:
+    """This kernel's SPMD ranks as a park sees them (``None``: none)."""
+    for finder in _rank_parks:
+        found = finder()
+        if found is not None:
+            return found
+    return None

@@ -76,7 +76,7 @@ def kernel_memory(*, fresh: bool = False) -> list[KernelGpu]:
 
 
 def _read() -> list[KernelGpu]:
-    from gpu_magics.cluster.control import kernel_park
+    from gpu_magics.cluster.workers import kernel_park
     from gpu_magics.monitor import reads_paused
 
     if kernel_park.parked() is not None or reads_paused.paused():  # it holds nothing there (or is being parked)

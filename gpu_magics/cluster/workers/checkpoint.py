@@ -205,19 +205,20 @@ def main(argv: list[str]) -> int:
 
 
 def _short_of_memory(needed: int, uuids: list[str]) -> str | None:
-    """Where a GPU among ``uuids`` has less than ``needed`` bytes free, in words; else ``None``."""
-    import pynvml
-
+    """Where a GPU among ``uuids`` has less than ``needed`` bytes free (NVML), in words; else ``None``."""
+    from gpu_magics.monitor.nvml import NvmlSource
     from gpu_magics.text.units import format_bytes
 
-    pynvml.nvmlInit()
+    source = NvmlSource(visible_devices=None)
     try:
-        for uuid in uuids:
-            free = int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByUUID(uuid)).free)
-            if free < needed:
-                return f"GPU {uuid} has {format_bytes(free)} free, and {format_bytes(needed)} must come back"
+        readings, _ = source.read(slow=False)
     finally:
-        pynvml.nvmlShutdown()
+        source.close()
+    for reading in readings:
+        if reading.uuid in uuids and reading.memory_total is not None and reading.memory_used is not None:
+            free = reading.memory_total - reading.memory_used
+            if free < needed:
+                return f"GPU {reading.uuid} has {format_bytes(free)} free, and {format_bytes(needed)} must come back"
     return None
 
 

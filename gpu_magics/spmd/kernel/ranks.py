@@ -17,7 +17,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.kernel.rank_calls import RankCalls
+from gpu_magics.spmd.kernel.rank_parking import RankPark
 from gpu_magics.spmd.kernel.view import results
 from gpu_magics.spmd.kernel.world import PROG, USER_SET, Member, Rank, World, check_gpus, order
 from gpu_magics.spmd.messages import Event, ExitedEvent, Line, LinesEvent
@@ -310,6 +312,14 @@ def current() -> Ranks | None:
 
     client = queries.active_client()
     return None if client is None else _by_client.get(str(client.id))
+
+
+def _rank_park() -> RankPark | None:
+    made = current()
+    return None if made is None else RankPark(made)
+
+
+queries.ranks_take_part_in_parks(_rank_park)  # a park takes the ranks too, needing nothing of this side
 
 
 def end_all() -> None:

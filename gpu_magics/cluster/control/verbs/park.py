@@ -18,7 +18,7 @@ import threading
 import time
 
 from gpu_magics.cluster.background.idle import IdleWatcher
-from gpu_magics.cluster.control import owner, parking
+from gpu_magics.cluster.control import owner, parking, queries
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine.events import IdleFor, ParkAsked, ParkIdle, WorkersMoved
 from gpu_magics.cluster.control.machine.phase import PhaseRefused
@@ -121,10 +121,8 @@ def _park_kernel(party: parking.Members) -> str:
 
 
 def _spmd_cell_running() -> bool:
-    from gpu_magics.spmd.kernel import ranks
-
-    made = ranks.current()
-    return made is not None and made.busy
+    found = queries.rank_park()
+    return found is not None and bool(found.busy)
 
 
 def _kernel_may_park() -> bool:

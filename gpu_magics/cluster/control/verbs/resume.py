@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gpu_magics.cluster.control import kernel_cluster, kernel_park, owner, parking, queries
+from gpu_magics.cluster.control import kernel_cluster, owner, parking, queries
 from gpu_magics.cluster.control.answers import require_active
 from gpu_magics.cluster.control.machine.events import (
     AdaptAsked,
@@ -33,6 +33,7 @@ from gpu_magics.cluster.control.machine.events import (
 )
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
+from gpu_magics.cluster.workers import kernel_park
 from gpu_magics.text.errors import ClusterError, RankError, shown_as_one_line
 from gpu_magics.text.said import say
 from gpu_magics.text.units import dropped, format_seconds, one_line
@@ -108,9 +109,7 @@ def resume(*, asked: bool = True) -> str | None:
 def _reload(current: ActiveCluster, state: Parked, ended: list[str]) -> parking.Moved:
     """The workers and the ranks copy their data back onto their GPUs (where one cannot: the resume fails in one
     line, the cluster stays parked with its data, and the next try copies again)."""
-    from gpu_magics.spmd.kernel import ranks
-
-    party = parking.Members(state.processes, state.ranks, ranks.current())
+    party = parking.Members(state.processes, state.ranks, queries.rank_park())
     try:
         return parking.reload_members(current, party, [name for name in state.ranks if name not in ended])
     except (*parking.COPY_FAILURES, RankError) as error:  # CUDA's errors, a full GPU, a process silent or gone

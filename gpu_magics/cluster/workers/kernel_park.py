@@ -73,7 +73,7 @@ def park(by_gpu: dict[str, int]) -> None:
         reads_paused.pause(READS_WAIT_S)  # no NVML read of this process may wait in the driver while it is parked
         try:
             _steps("park")
-        except BaseException:
+        except BaseException:  # anything, an interrupt too: the kernel runs on, and so must its GPU readings
             reads_paused.unpause()
             raise
         _parked = KernelParked(dict(by_gpu), time.time())

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import os
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -57,13 +56,6 @@ class Members:
     rank_calls: Any = None  # the ranks' side of the park (``queries.rank_park``)
     kernel: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def processes(self) -> dict[str, int]:
-        """Every process the driver parks, by name (this kernel's as ``this kernel``)."""
-        found = {**self.workers, **self.ranks}
-        if self.kernel:
-            found[KERNEL] = os.getpid()
-        return found
-
     def words(self) -> str:
         """``2 workers, 2 ranks and this kernel``."""
         parts = [_count(len(self.workers), "worker")]
@@ -72,9 +64,6 @@ class Members:
         if self.kernel:
             parts.append("this kernel")
         return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
-
-
-KERNEL = "this kernel"
 
 
 def _count(count: int, what: str) -> str:
@@ -208,21 +197,9 @@ def gpu_monitors(current: ActiveCluster, on: bool, *, kernel: bool) -> None:
     changed.wait(MONITOR_WAIT_S)
 
 
-def park_one(pid: int, kernel: dict[str, int] | None = None) -> None:
-    """Lock and checkpoint the process (a refusal leaves it running, unlocked); this kernel's own through a helper
-    process (``kernel``: what it holds, by GPU)."""
-    if pid == os.getpid():
-        from gpu_magics.cluster.workers import kernel_park
-
-        kernel_park.park(kernel or {})
-        return
-    driver = checkpoint.driver()
-    driver.lock(pid)
-    try:
-        driver.checkpoint(pid)
-    except checkpoint.CheckpointError:
-        driver.unlock(pid)  # locked only: it goes on as it was
-        raise
+def park_one(pid: int) -> None:
+    """Lock and checkpoint the process (a refusal leaves it running, unlocked)."""
+    checkpoint.park_process(checkpoint.driver(), pid)
 
 
 def running(pid: int) -> bool:
@@ -236,20 +213,8 @@ def running(pid: int) -> bool:
 
 
 def resume_one(pid: int) -> None:
-    """From wherever the process got (a resume tried before may have brought some back): running again (this
-    kernel's own through a helper process)."""
-    if pid == os.getpid():
-        from gpu_magics.cluster.workers import kernel_park
-
-        kernel_park.restore()
-        return
-    driver = checkpoint.driver()
-    state = driver.state(pid)
-    if state == "checkpointed":
-        driver.restore(pid)
-        state = "locked"
-    if state == "locked":
-        driver.unlock(pid)
+    """From wherever the process got (a resume tried before may have brought some back): running again."""
+    checkpoint.resume_process(checkpoint.driver(), pid)
 
 
 def all_at_once(step: Callable[[int], None], processes: dict[str, int]) -> dict[str, str]:

@@ -81,7 +81,6 @@ class Parked:
     released: int
     since: float
     ranks: dict[str, int] = field(default_factory=dict)
-    kernel: int = 0  # the bytes this kernel gave back with them (0: it held none, or was not parked)
 
     @property
     def all_processes(self) -> dict[str, int]:

@@ -171,6 +171,26 @@ def driver() -> ProcessCheckpoint:
     return _chosen
 
 
+def park_process(calls: ProcessCheckpoint, pid: int) -> None:
+    """Lock and checkpoint the process (a refusal leaves it running, unlocked)."""
+    calls.lock(pid)
+    try:
+        calls.checkpoint(pid)
+    except CheckpointError:
+        calls.unlock(pid)  # locked only: it goes on as it was
+        raise
+
+
+def resume_process(calls: ProcessCheckpoint, pid: int) -> None:
+    """From wherever the process got (a resume tried before may have brought some back): running again."""
+    state = calls.state(pid)
+    if state == "checkpointed":
+        calls.restore(pid)
+        state = "locked"
+    if state == "locked":
+        calls.unlock(pid)
+
+
 def main(argv: list[str]) -> int:
     """``python -m gpu_magics.cluster.workers.checkpoint park|resume PID [BYTES UUID...]``: the driver's steps on a
     process that cannot make them itself (the kernel parks its own context through this helper). ``resume`` first
@@ -182,20 +202,12 @@ def main(argv: list[str]) -> int:
     calls = CudaCheckpoint()
     try:
         if verb == "park":
-            calls.lock(pid)
-            try:
-                calls.checkpoint(pid)
-            except CheckpointError:
-                calls.unlock(pid)
-                raise
+            park_process(calls, pid)
         elif verb == "resume":
             short = _short_of_memory(int(argv[2]), argv[3:]) if len(argv) > 2 else None
             if short is not None:
                 raise CheckpointError(short)
-            if calls.state(pid) == "checkpointed":
-                calls.restore(pid)
-            if calls.state(pid) == "locked":
-                calls.unlock(pid)
+            resume_process(calls, pid)
         else:
             raise CheckpointError(f"unknown step {verb!r}: park or resume")
     except CheckpointError as error:

@@ -140,17 +140,8 @@ def take_failure() -> str | None:
 def _steps(verb: str, state: KernelParked | None = None) -> None:
     driver = checkpoint.driver()
     pid = os.getpid()
-    if isinstance(driver, checkpoint.StandInCheckpoint):
-        if verb == "park":
-            driver.lock(pid)
-            try:
-                driver.checkpoint(pid)
-            except checkpoint.CheckpointError:
-                driver.unlock(pid)
-                raise
-        else:
-            driver.restore(pid)
-            driver.unlock(pid)
+    if isinstance(driver, checkpoint.StandInCheckpoint):  # simulated GPUs: the stand-in's steps, here
+        (checkpoint.park_process if verb == "park" else checkpoint.resume_process)(driver, pid)
         return
     args = [str(pid)]
     if state is not None:  # each GPU must have room for what comes back there

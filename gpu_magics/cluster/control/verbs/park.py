@@ -13,7 +13,6 @@ without a park). The cluster's record says it is parked (the side panel, the sta
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -26,6 +25,7 @@ from gpu_magics.cluster.control.machine.table import require
 from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
+from gpu_magics.cluster.workers import kernel_park
 from gpu_magics.cluster.workers.checkpoint import CheckpointError
 from gpu_magics.text import said
 from gpu_magics.text.errors import ClusterError, NotOurs, RankError
@@ -68,7 +68,7 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
     began = time.perf_counter()
     party = parking.members(current, targets, kernel_too=_kernel_may_park())
     processes = {**party.workers, **party.ranks}
-    held = parking.gpu_bytes([*processes.values(), *([os.getpid()] if party.kernel else [])])
+    held = parking.gpu_bytes(processes.values())  # (the kernel's: read with the party)
     moved, fallback = _offload(current, party)
     copied = time.perf_counter()
     parking.gpu_monitors(current, False, kernel=bool(party.kernel))
@@ -82,15 +82,14 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
         names = "; ".join(f"{name} (pid {processes[name]}): {why}" for name, why in failed.items())
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
         raise ClusterError(f"{PROG} park: nothing parked, every process keeps its GPU memory: {names}{left}")
-    kernel_kept = _park_kernel(party)  # last: once parked, nothing here may read a GPU until the next execution
+    kernel_kept = _park_kernel(party)  # last of the driver's work: from then on this kernel's GPU readings wait
     if kernel_kept:
         party.kernel = {}
     took = time.perf_counter() - began
     parking.last_figures["park"] = {"copies": round(copied - began, 3), "driver": round(took - (copied - began), 3)}
     parking.last_figures["park copies"] = moved.steps
-    kernel_bytes = held.get(os.getpid(), 0) if party.kernel else 0
-    released = sum(held.get(pid, 0) for pid in processes.values()) + kernel_bytes
-    state = Parked(dict(targets), released, time.time(), dict(party.ranks), kernel_bytes)
+    released = sum(held.get(pid, 0) for pid in processes.values()) + sum(party.kernel.values())
+    state = Parked(dict(targets), released, time.time(), dict(party.ranks))
     owner.post(WorkersMoved(current, state))
     parking.record(current)
     resume.watch_for_work(current)
@@ -114,7 +113,7 @@ def _park_kernel(party: parking.Members) -> str:
     if not party.kernel:
         return ""
     try:
-        parking.park_one(os.getpid(), party.kernel)
+        kernel_park.park(party.kernel)
     except CheckpointError as error:
         return f"; this kernel keeps its own {format_bytes(sum(party.kernel.values()))} ({error})"
     return ""

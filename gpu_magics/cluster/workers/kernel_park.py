@@ -120,6 +120,7 @@ def restore() -> KernelParked | None:
 def before_execute() -> None:
     """IPython's ``pre_execute``: a parked kernel back before anything runs, said in the output at hand; a failure
     is kept for the cell's gate, which fails the cell with it."""
+    global _failed
     if _parked is None:
         return
     from gpu_magics.text.said import say
@@ -127,6 +128,9 @@ def before_execute() -> None:
     try:
         said = resume()
     except ClusterError:
+        return
+    except KeyboardInterrupt:  # the stop came during the resume: parked still, said by the gate, tried again next
+        _failed = f"{PROG}: the stop came while this kernel's GPU memory was coming back; nothing ran: run it again"
         return
     if said is not None:
         say(said)

@@ -378,6 +378,26 @@ def test_a_park_while_tasks_run_is_refused_and_changes_nothing(shell: Interactiv
     assert shell.run_cell("t_slow.compute()").error_in_exec is None
 
 
+def test_a_park_between_two_tasks_of_a_graph_is_refused(shell: InteractiveShell) -> None:
+    """A graph whose next tasks wait while none runs (here: for a worker that has what they ask for) keeps the
+    cluster from parking: parked, its data would be placeholders when they run."""
+    from gpu_magics.cluster.reading import inspection
+
+    code = "from distributed import get_client\nt_waits = get_client().submit(sum, [1, 2], resources={'nowhere': 1})"
+    assert shell.run_cell(code).error_in_exec is None
+    try:
+        current = kernel_cluster.in_use()
+        assert current is not None
+        scheduler = inspection.local_scheduler(current.client)
+        states_now = lambda: [t.state for t in list(scheduler.tasks.values()) if t.state != "memory"]  # noqa: E731
+        wait_for(lambda: "no-worker" in states_now(), 120, "the task waiting for a worker")
+        said = refused(shell, "park")
+        assert "task(s) run on 't_parked' now; park it once the cell that sent them is done" in said
+        assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
+    finally:
+        assert shell.run_cell("t_waits.cancel()\ndel t_waits").error_in_exec is None
+
+
 def test_an_idle_park_that_finds_tasks_running_says_nothing_and_parks_once_they_end(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

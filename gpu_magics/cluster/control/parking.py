@@ -240,14 +240,20 @@ def gpu_bytes(pids: Iterable[int]) -> dict[int, int]:
     return {pid: sum(used or 0 for used in held.values()) for pid, held in processes_memory(pids).items()}
 
 
+UNFINISHED = frozenset({"waiting", "queued", "no-worker", "processing"})  # a graph's tasks still to run
+
+
 def running_tasks(current: ActiveCluster) -> int:
-    """How many tasks run on the cluster's workers now (the scheduler in this process: no round trip)."""
+    """How many tasks run or wait to run on the cluster now (the scheduler in this process: no round trip). Those
+    that wait count too: between two tasks of a graph none may be running, and a park then would leave the next
+    ones reading the placeholders of data moved to host memory."""
     from gpu_magics.cluster.reading import inspection
 
     scheduler = inspection.local_scheduler(current.client)
     if scheduler is None:
         return 0
-    return sum(len(worker.processing) for worker in scheduler.workers.values())
+    tasks = list(scheduler.tasks.values())  # (one copy in C: the scheduler's loop changes the dict meanwhile)
+    return sum(task.state in UNFINISHED for task in tasks)
 
 
 def record(current: ActiveCluster) -> None:

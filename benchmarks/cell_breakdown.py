@@ -215,6 +215,7 @@ def summarize(runs: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
         "wall_ms": round(wall, 4),
         "steps_ms": {name: round(value, 4) for name, value in steps.items()},
         "sum_of_steps_ms": round(sum(steps.values()), 4),
+        "middle_wall_ms": round(statistics.fmean(total for total, _ in middle) * 1e3, 4),  # what the steps add up to
         "runs": len(runs),
         "all_wall_ms": [round(total * 1e3, 4) for total, _ in runs],
     }

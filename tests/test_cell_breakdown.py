@@ -39,9 +39,10 @@ def test_the_steps_of_each_cell_add_up_to_its_time(tmp_path: Path) -> None:
         "seed %%gpurun multi-gpu (one-worker %gpucluster)",
     }
     for name, cell in cells.items():
-        # within 10%, or 0.15 ms on an empty cell (the steps' own clock reads; more on a busy machine)
-        slack = max(0.1 * cell["wall_ms"], 0.15)
-        assert abs(cell["sum_of_steps_ms"] - cell["wall_ms"]) <= slack, (name, cell)
+        # the steps' means over the middle runs add up to those runs' mean time (a busy machine skews the runs, so
+        # the median of all of them may lie elsewhere): within 10%, or 0.15 ms on an empty cell (the clock reads)
+        slack = max(0.1 * cell["middle_wall_ms"], 0.15)
+        assert abs(cell["sum_of_steps_ms"] - cell["middle_wall_ms"]) <= slack, (name, cell)
         assert name in done.stdout
     for name in ("seed %%gpurun cpu-threads", "seed %%gpurun multi-gpu (one-worker %gpucluster)"):
         steps = cells[name]["steps_ms"]

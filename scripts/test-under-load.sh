@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run CI's job (.ci/run) on fresh clones of this checkout's HEAD while a CPU burner keeps every core busy: the
 # conditions of a shared, busy 2-core machine, where a test that waits for a time instead of the thing it needs
-# fails. Each round clones HEAD into its own folder (the committed tree only, as CI sees it), so commit first.
+# fails. Each round clones the commit that was HEAD when the run began into its own folder (the committed tree only,
+# as CI sees it), so commit first; commits made while it runs do not change what the later rounds test.
 #
 # bash scripts/test-under-load.sh [ROUNDS] [BURNERS]   ROUNDS clean clones one after another (default 3);
 #                                                      BURNERS busy processes beside them (default: one per core)
@@ -28,13 +29,15 @@ for _ in $(seq "$burners"); do
   python3 -c 'while True: pass' &
   burner_pids+=("$!")
 done
-echo "under load: $burners busy processes on $(nproc) cores; $rounds rounds of .ci/run on clean clones of $(git rev-parse --short HEAD)"
+commit=$(git rev-parse HEAD)
+echo "under load: $burners busy processes on $(nproc) cores; $rounds rounds of .ci/run on clean clones of ${commit:0:7}"
 
 passed=0
 summary=()
 for round in $(seq "$rounds"); do
   clone="$work/round-$round/gpu-magics"
   git clone -q "$here" "$clone"
+  git -C "$clone" checkout -q "$commit"
   # ../shared sits beside a CI clone; bring it where this checkout has one
   [ -d "$here/../shared" ] && ln -s "$(cd "$here/../shared" && pwd)" "$work/round-$round/shared"
   start=$(date +%s)

@@ -1,7 +1,7 @@
-"""The fast path's copies between a worker's GPU and host memory (``workers.offload._copy_through_pinned``), with
-CUDA's runtime stood in by plain memory copies: every piece lands at its place, split in parts on the streams,
-whatever their sizes; the buffer is pinned for the copies only (unpinned after them, also when one fails), and a pin
-that fails pins nothing."""
+"""The fast path's copies between a GPU and host memory (``workers.host_copies``), with CUDA's
+runtime stood in by plain memory copies: every piece lands at its place, split in parts on the streams, whatever
+their sizes; the buffer is pinned a segment at a time and no part is copied before all its memory is pinned; it is
+unpinned after the copies (also when one fails, or a pin), or, on the way back, handed over to be unpinned later."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu_magics.cluster.workers import offload
+from gpu_magics.cluster.workers import host_copies as offload
 
 
 class FakeRuntime:
@@ -23,7 +23,7 @@ class FakeRuntime:
     memcpyHostToDevice, memcpyDeviceToHost = 1, 2
 
     def __init__(self, fail_pin_at: int | None = None) -> None:
-        self.pinned: set[int] = set()
+        self.pinned: dict[int, int] = {}  # start -> bytes
         self.unpinned: list[int] = []
         self.copied_while_pinned = True
         self.fail_pin_at = fail_pin_at
@@ -34,18 +34,27 @@ class FakeRuntime:
         if pointer == self.fail_pin_at:
             raise RuntimeError("cudaErrorHostMemoryAlreadyRegistered")
         with self._lock:
-            self.pinned.add(pointer)
+            self.pinned[pointer] = size
 
     def hostUnregister(self, pointer: int) -> None:
         with self._lock:
-            self.pinned.discard(pointer)
+            del self.pinned[pointer]
             self.unpinned.append(pointer)
+
+    def is_pinned(self, start: int, size: int) -> bool:
+        """Whether every byte of ``[start, start + size)`` lies in a pinned segment."""
+        covered = start
+        for begin, length in sorted(self.pinned.items()):
+            if begin <= covered < begin + length:
+                covered = begin + length
+        return covered >= start + size
 
     def memcpyAsync(self, destination: int, source: int, size: int, kind: int, stream: int) -> None:
         assert kind in (self.memcpyHostToDevice, self.memcpyDeviceToHost)
         if self.fail_copy:
             raise RuntimeError("cudaErrorIllegalAddress")
-        assert self.pinned, "a copy while the host buffer is not pinned"
+        host = destination if kind == self.memcpyDeviceToHost else source
+        assert self.is_pinned(host, size), "a copy from or to host memory not pinned yet"
         ctypes.memmove(destination, source, size)
 
 
@@ -63,6 +72,7 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
     cuda = types.SimpleNamespace(runtime=fake, Stream=FakeStream)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(offload, "PIECE_BYTES", 3000)  # arrays split in parts over the streams
+    monkeypatch.setattr(offload, "SEGMENT_BYTES", 4096 * 5)  # and the buffer pinned in segments
     yield fake
 
 
@@ -83,29 +93,36 @@ def test_every_piece_goes_out_and_comes_back_at_its_place_and_the_buffer_is_unpi
 ) -> None:
     arrays, offsets, total = layout(sizes)
     host = np.empty(total, np.uint8)
+    segments = [host.ctypes.data + start for start in range(0, total, offload.SEGMENT_BYTES)]
     clock = offload.Clock()
     out = [(offset, array.ctypes.data, array.nbytes) for array, offset in zip(arrays, offsets, strict=True)]
-    offload._copy_through_pinned(host, out, True, clock)
+    assert offload.copy_through_pinned(host, out, True, clock) is None
     for array, offset in zip(arrays, offsets, strict=True):
         assert np.array_equal(host[offset : offset + array.nbytes], array)
-    assert runtime.pinned == set() and runtime.unpinned == [host.ctypes.data]
+    assert runtime.pinned == {} and sorted(runtime.unpinned) == segments
+    assert set(clock.steps) == {"touch", "pin", "copy", "unpin"}
     back = [np.zeros_like(array) for array in arrays]
-    offload._copy_through_pinned(
-        host, [(o, b.ctypes.data, b.nbytes) for b, o in zip(back, offsets, strict=True)], False, clock
+    runtime.unpinned.clear()
+    unpin = offload.copy_through_pinned(
+        host, [(o, b.ctypes.data, b.nbytes) for b, o in zip(back, offsets, strict=True)], False, clock, unpin_later=True
     )
     assert all(np.array_equal(a, b) for a, b in zip(arrays, back, strict=True))
-    assert runtime.pinned == set() and set(clock.steps) == {"touch", "pin", "copy", "unpin"}
+    assert unpin is not None and sorted(runtime.pinned) == segments  # still pinned: the unpin is handed over
+    offload.UNPINS.later(unpin, host)
+    offload.UNPINS.wait()
+    assert runtime.pinned == {} and sorted(runtime.unpinned) == segments
 
 
-def test_a_pin_that_fails_pins_nothing_and_a_copy_that_fails_leaves_the_buffer_unpinned(runtime: FakeRuntime) -> None:
+def test_a_pin_or_a_copy_that_fails_leaves_nothing_pinned(runtime: FakeRuntime) -> None:
     arrays, _, total = layout([60_000])
     host = np.empty(total, np.uint8)
     piece = [(0, arrays[0].ctypes.data, arrays[0].nbytes)]
-    runtime.fail_pin_at = host.ctypes.data
+    runtime.fail_pin_at = host.ctypes.data + offload.SEGMENT_BYTES  # the second segment's pin
     with pytest.raises(RuntimeError, match="AlreadyRegistered"):
-        offload._copy_through_pinned(host, piece, True, offload.Clock())
-    assert runtime.pinned == set() and runtime.unpinned == []
+        offload.copy_through_pinned(host, piece, True, offload.Clock())
+    assert runtime.pinned == {} and runtime.unpinned == [host.ctypes.data]
+    runtime.unpinned.clear()
     runtime.fail_pin_at, runtime.fail_copy = None, True
     with pytest.raises(RuntimeError, match="IllegalAddress"):
-        offload._copy_through_pinned(host, piece, True, offload.Clock())
-    assert runtime.pinned == set() and runtime.unpinned == [host.ctypes.data]
+        offload.copy_through_pinned(host, piece, False, offload.Clock(), unpin_later=True)
+    assert runtime.pinned == {} and runtime.unpinned == [host.ctypes.data]  # a failed resume unpins at once

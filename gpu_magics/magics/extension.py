@@ -24,6 +24,7 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.background.start_logs:package_logs_to_file",  # what a catch lets go: to the kernel's log
     "gpu_magics.cluster.background.kept_interrupts:install",  # an interrupt always ends the cell
     "gpu_magics.cluster.workers.kernel_park:install",  # a parked kernel comes back before anything runs
+    "gpu_magics.cluster.workers.kernel_arrays:install_on_import",  # the kernel's CuPy arrays parked at the bus's pace
     "gpu_magics.display.formatters:register",
     "gpu_magics.text.said:install",  # a line said from a thread goes to the cell at hand, or the next one
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
@@ -42,6 +43,7 @@ UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.magics.config_gate:uninstall",
     "gpu_magics.cluster.background.kept_interrupts:uninstall",
     "gpu_magics.cluster.workers.kernel_park:uninstall",
+    "gpu_magics.cluster.workers.kernel_arrays:stop_watching",
     "gpu_magics.cluster.background.start_logs:package_logs_back",
 )
 

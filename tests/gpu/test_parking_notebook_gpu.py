@@ -125,7 +125,10 @@ def test_a_park_gives_back_what_the_workers_the_ranks_and_the_kernel_hold(tmp_pa
         assert value(rank_back) == f"({rank_sum}, 4.0)", rank_back  # model, optimizer and tensors intact; NCCL again
         assert set(nvml_bytes(everyone)) == set(everyone)
         figures_text = kernel.ok(
-            "import json\nfrom gpu_magics.cluster.control import parking\nprint(json.dumps(parking.last_figures))"
+            "import json\nfrom gpu_magics.cluster.control import parking\n"
+            "from gpu_magics.cluster.workers import kernel_arrays, kernel_park\n"
+            "print(json.dumps({**parking.last_figures, 'kernel resume': kernel_park.last_resume,"
+            " 'kernel arrays parkable': kernel_arrays.installed()}))"
         )
         figures = {
             "gib_per_worker": per_gpu,

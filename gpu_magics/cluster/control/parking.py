@@ -118,25 +118,45 @@ def _ranks_planned(party: Members) -> int:
 
 
 def offload_members(current: ActiveCluster, party: Members) -> Moved:
-    """The workers and the ranks copy their GPU data to host memory and free it, all at once."""
-    if not party.ranks or party.rank_calls is None:
-        return offload_all(current)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpu-magics-park") as pool:
-        ranks = pool.submit(party.rank_calls.offload, party.ranks)
-        workers = offload_all(current)
-        return _together(workers, _moved(ranks.result()))
+    """The workers, the ranks and this kernel (its CuPy arrays, where it is parked too) copy their GPU data to host
+    memory and free it, all at once."""
+    from gpu_magics.cluster.workers import kernel_arrays
+
+    others: list[Callable[[], dict[str, Any]]] = []
+    if party.ranks and party.rank_calls is not None:
+        ranks, calls = dict(party.ranks), party.rank_calls
+        others.append(lambda: calls.offload(ranks))
+    if party.kernel:
+        others.append(lambda: {"kernel": kernel_arrays.offload()})
+    return _beside(others, lambda: offload_all(current), "gpu-magics-park")
 
 
 def reload_members(current: ActiveCluster, party: Members, alive: Iterable[str] | None = None) -> Moved:
-    """The workers and the ranks (those of ``alive`` among them, where given) copy their data back, all at once."""
+    """The workers and the ranks (those of ``alive`` among them, where given) copy their data back, all at once; and
+    this kernel's arrays where a park that failed had copied them out."""
+    from gpu_magics.cluster.workers import kernel_arrays
+
     names = set(party.ranks if alive is None else alive)
     ranks = {name: pid for name, pid in party.ranks.items() if name in names}
-    if not ranks or party.rank_calls is None:
-        return reload_all(current)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpu-magics-resume") as pool:
-        back = pool.submit(party.rank_calls.reload, ranks)
-        workers = reload_all(current)
-        return _together(workers, _moved(back.result()))
+    others: list[Callable[[], dict[str, Any]]] = []
+    if ranks and party.rank_calls is not None:
+        calls = party.rank_calls
+        others.append(lambda: calls.reload(ranks))
+    others.append(lambda: {"kernel": kernel_arrays.reload()})  # (nothing to do unless a park left them out)
+    return _beside(others, lambda: reload_all(current), "gpu-magics-resume")
+
+
+def _beside(others: list[Callable[[], dict[str, Any]]], workers: Callable[[], Moved], name: str) -> Moved:
+    """``workers`` here while the ``others`` (answers by process, as ``client.run``'s) run on threads; all of their
+    copies together."""
+    if not others:
+        return workers()
+    with concurrent.futures.ThreadPoolExecutor(len(others), thread_name_prefix=name) as pool:
+        running = [pool.submit(other) for other in others]
+        moved = workers()
+        for done in running:
+            moved = _together(moved, _moved(done.result()))
+        return moved
 
 
 def _together(first: Moved, second: Moved) -> Moved:

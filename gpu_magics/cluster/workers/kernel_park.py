@@ -1,14 +1,16 @@
-"""This kernel's own CUDA context and arrays, parked with its cluster (``%gpucluster park``), and back before the
-next execution: a cell, a silent request of the side panel, a widget's message (IPython's ``pre_execute``). Any of
-them may touch a GPU, and in a parked process so much as an NVML read waits (seen on driver 580), so nothing runs
-here until the kernel is back.
+"""This kernel's own CUDA context and arrays, parked with its cluster (``%gpucluster park``), and back before the next
+execution: a cell, a silent request of the side panel, a widget's message (IPython's ``pre_execute``). Any of them
+may touch a GPU, and in a parked process so much as an NVML read waits (seen on driver 580), so nothing runs here
+until the kernel is back.
 
-A process cannot checkpoint itself: the driver's steps on this kernel are made by a short-lived helper process it
-starts (``python -m gpu_magics.cluster.workers.checkpoint``), which also checks that the GPUs have room before a
-restore (one that finds too little memory may fail the process for good). Where the GPUs are simulated, the
-driver's stand-in takes the steps here. A resume that fails (another process took the GPU meanwhile) leaves the
-kernel parked: the next cell fails with its one line (``cell_gate``) and the one after tries again. At exit, a
-parked kernel is resumed first, so that its exit's own CUDA and NVML work does not wait forever.
+Its CuPy arrays (``kernel_arrays``) are copied to host memory first, with the workers' and the ranks' data, so the
+driver checkpoints only the context; they come back after it. A process cannot checkpoint itself: the driver's steps on
+this kernel are made by a short-lived helper process it starts (``python -m gpu_magics.cluster.workers.checkpoint``),
+which also checks that the GPUs have room before a restore (one that finds too little memory may fail the process for
+good). Where the GPUs are simulated, the driver's stand-in takes the steps here. A resume that fails (another process
+took the GPU meanwhile) leaves the kernel parked: the next cell fails with its one line (``cell_gate``) and the one
+after tries again. At exit, a parked kernel is resumed first, so that its exit's own CUDA and NVML work does not wait
+forever.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import logging
 import os
 import subprocess
 import sys
@@ -24,10 +27,10 @@ import time
 from pathlib import Path
 
 from gpu_magics.cluster.options import PROG
-from gpu_magics.cluster.workers import checkpoint
+from gpu_magics.cluster.workers import checkpoint, kernel_arrays
 from gpu_magics.monitor import reads_paused
 from gpu_magics.text.errors import ClusterError
-from gpu_magics.text.units import format_bytes, format_seconds
+from gpu_magics.text.units import dropped, format_bytes, format_seconds
 
 HELPER_TIMEOUT_S = 120.0
 READS_WAIT_S = 10.0  # how long a park waits for this process's NVML reads under way
@@ -49,6 +52,7 @@ _parked: KernelParked | None = None
 _failed: str | None = None  # the last resume's failure, said by the next cell (then tried again)
 _lock = threading.Lock()
 _exit_hook: list[bool] = []
+last_resume: dict[str, float] = {}  # the last resume's seconds: the driver's, the arrays' copies (benchmarks)
 
 
 def parked() -> KernelParked | None:
@@ -64,8 +68,9 @@ def held() -> dict[str, int]:
 
 
 def park(by_gpu: dict[str, int]) -> None:
-    """Checkpoint this kernel's GPU state (``by_gpu``: what NVML lists it holding). A ``CheckpointError`` says
-    why the driver refused; the kernel then runs on as it was."""
+    """Checkpoint this kernel's GPU state (``by_gpu``: what NVML lists it holding; its arrays were copied out
+    already). A ``CheckpointError`` says why the driver refused; the kernel then runs on as it was, its arrays
+    back."""
     global _parked
     with _lock:
         if _parked is not None:
@@ -75,6 +80,10 @@ def park(by_gpu: dict[str, int]) -> None:
             _steps("park")
         except BaseException:  # anything, an interrupt too: the kernel runs on, and so must its GPU readings
             reads_paused.unpause()
+            try:
+                kernel_arrays.reload()
+            except kernel_arrays.DriverError as error:  # the GPU taken meanwhile: they stay in host memory
+                dropped("copying this kernel's arrays back after a refused park", error, level=logging.WARNING)
             raise
         _parked = KernelParked(dict(by_gpu), time.time())
         if not _exit_hook:  # registered at the first park: it runs before the handlers registered earlier
@@ -111,9 +120,15 @@ def restore() -> KernelParked | None:
         state = _parked
         if state is None:
             return None
-        _steps("resume", state)
-        _parked, _failed = None, None
+        began = time.perf_counter()
+        _steps("resume", state)  # (once resumed, again a no-op)
         reads_paused.unpause()
+        try:
+            moved = kernel_arrays.reload()
+        except kernel_arrays.DriverError as error:  # kept in host memory: the next execution tries again
+            raise checkpoint.CheckpointError(f"its arrays could not be mapped again: {error}") from None
+        last_resume.update(driver=round(moved["began"] - began, 3), copies=round(moved["seconds"], 3))
+        _parked, _failed = None, None
         return state
 
 

@@ -3,8 +3,7 @@ driver's checkpoint that follows moves only what is left (the CUDA context, memo
 the resume, once the driver restored the process, copied back. Run through ``client.run`` (``plan``, ``offload``,
 ``reload``), off the worker's event loop.
 
-The driver's own checkpoint copies at about 2 GB/s; fresh host memory touched by many threads, pinned
-(``cudaHostRegister``) and filled by copies on several streams takes about 55 GB/s on an H200. Only CuPy arrays held
+The copies go through ``host_copies`` (about 55 GB/s on an H200, against the driver's 2 GB/s). Only CuPy arrays held
 whole in the worker's data (its device buffer where dask-cuda spills) move this way; each stays in the data as a
 ``Parked`` placeholder, which the resume replaces with the array again. Where the kernel's GPUs are simulated (it
 says so: a worker forked before ``$GPU_MAGICS_SOURCE`` was set cannot tell) a stand-in treats NumPy arrays as device
@@ -15,8 +14,6 @@ arrays, so the choices, the lines and the data's way out and back are tested wit
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import ctypes
 import dataclasses
 import os
 import socket
@@ -26,12 +23,13 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from gpu_magics.cluster.workers import host_copies
+
 PARKED_ATTRIBUTE = "_gpu_magics_offloaded"  # on the worker: what its last offload holds
 HOST_BYTES_ENV = "GPU_MAGICS_SIMULATED_HOST_BYTES"
 Layout = Literal["C", "F"]
-ALIGN = 4096  # each array's place in the host buffer starts on a page
-PIECE_BYTES = 256 << 20  # a large array is copied in pieces of this size, spread over the streams
-STREAMS = 4
+ALIGN = host_copies.ALIGN
+Clock = host_copies.Clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,71 +71,14 @@ class Device(Protocol):
         """Copy each ``(array, offset)`` into ``host`` at its offset; return once all are there."""
 
     def to_device(self, entries: list[Entry], host: np.ndarray, clock: Clock) -> list[Any]:
-        """New arrays from ``host``, one per entry; return once all are there."""
+        """New arrays from ``host``, one per entry; return once all are there (what is left to tidy, such as
+        unpinning the buffer, may go on after)."""
 
     def release(self) -> None:
         """Give the memory the freed arrays held back to the driver (their pools' cached blocks)."""
 
     def host_available(self) -> int:
         """Bytes of host memory available for the copies."""
-
-
-class Clock:
-    """How long each step took, in seconds, by name (what the park's figures print)."""
-
-    def __init__(self) -> None:
-        self.steps: dict[str, float] = {}
-        self._at = time.perf_counter()
-
-    def lap(self, step: str) -> None:
-        now = time.perf_counter()
-        self.steps[step] = self.steps.get(step, 0.0) + now - self._at
-        self._at = now
-
-
-def _touch(host: np.ndarray) -> None:
-    """Fault every page of ``host`` in, by many threads at once (one thread alone makes about 2.5 GB/s):
-    ``ctypes.memset`` lets the GIL go while it runs."""
-    threads = max(1, min(16, os.cpu_count() or 1))
-    base, size = host.ctypes.data, host.nbytes
-    step = -(-size // threads)
-    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="gpu-magics-touch") as pool:
-        list(pool.map(lambda start: ctypes.memset(base + start, 0, min(step, size - start)), range(0, size, step)))
-
-
-def _copy_through_pinned(host: np.ndarray, pieces: list[tuple[int, int, int]], out: bool, clock: Clock) -> None:
-    """Copy ``(host offset, device pointer, bytes)`` pieces from the GPU into ``host`` (``out``) or back: the buffer
-    touched by many threads first on the way out (fresh memory), pinned in one call, the pieces copied on ``STREAMS``
-    streams, then unpinned (the driver's checkpoint then sees plain host memory). Pinning it a segment a thread while
-    the copies run was twice as slow on an H200: the pins and the page faults contend for the process's memory map."""
-    import cupy
-
-    if not pieces:
-        return
-    runtime = cupy.cuda.runtime
-    kind = runtime.memcpyDeviceToHost if out else runtime.memcpyHostToDevice
-    base = host.ctypes.data
-    if out:
-        _touch(host)
-        clock.lap("touch")
-    runtime.hostRegister(base, host.nbytes, 0)
-    clock.lap("pin")
-    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(STREAMS)]
-    try:
-        issued = 0
-        for offset, device, size in pieces:
-            for at in range(0, size, PIECE_BYTES):
-                host_at, device_at = base + offset + at, device + at
-                destination, source = (host_at, device_at) if out else (device_at, host_at)
-                part = min(PIECE_BYTES, size - at)
-                runtime.memcpyAsync(destination, source, part, kind, streams[issued % STREAMS].ptr)
-                issued += 1
-    finally:
-        for stream in streams:  # what was issued ends before its memory is unpinned
-            stream.synchronize()
-        clock.lap("copy")
-        runtime.hostUnregister(base)
-        clock.lap("unpin")
 
 
 class CupyDevice:
@@ -154,7 +95,9 @@ class CupyDevice:
         return "C" if array.flags.c_contiguous else "F" if array.flags.f_contiguous else None
 
     def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray, clock: Clock) -> None:
-        _copy_through_pinned(host, [(offset, array.data.ptr, array.nbytes) for array, offset in arrays], True, clock)
+        host_copies.copy_through_pinned(
+            host, [(offset, array.data.ptr, array.nbytes) for array, offset in arrays], True, clock
+        )
 
     def to_device(self, entries: list[Entry], host: np.ndarray, clock: Clock) -> list[Any]:
         import cupy
@@ -162,7 +105,7 @@ class CupyDevice:
         arrays = [cupy.empty(entry.shape, entry.dtype, order=entry.order) for entry in entries]
         clock.lap("allocate")
         pieces = [(e.offset, a.data.ptr, e.nbytes) for a, e in zip(arrays, entries, strict=True)]
-        _copy_through_pinned(host, pieces, False, clock)
+        host_copies.UNPINS.later(host_copies.copy_through_pinned(host, pieces, False, clock, unpin_later=True), host)
         return arrays
 
     def release(self) -> None:
@@ -191,7 +134,7 @@ class SimulatedDevice:
         return "C" if value.flags.c_contiguous else "F" if value.flags.f_contiguous else None
 
     def to_host(self, arrays: list[tuple[Any, int]], host: np.ndarray, clock: Clock) -> None:
-        _touch(host)
+        host_copies.touch(host)
         clock.lap("touch")
         for array, offset in arrays:
             host[offset : offset + array.nbytes] = np.frombuffer(array.tobytes(order="A"), np.uint8)
@@ -268,6 +211,7 @@ async def offload(gpu: Device, dask_worker: Any) -> dict[str, Any]:
 
 
 def _offload(gpu: Device, worker: Any) -> dict[str, Any]:
+    host_copies.UNPINS.wait()  # the last resume's buffer unpinned first
     began, clock = time.perf_counter(), Clock()
     if getattr(worker, PARKED_ATTRIBUTE, None) is not None:  # an earlier park's arrays never came back: first back
         _reload(gpu, worker)

@@ -163,13 +163,15 @@ def abort(running: bool) -> bool:
     return True
 
 
-def end_for_remake() -> None:
-    """End the group (aborted or not) so that it can be made again in this process."""
+def end_for_remake(*, idle: bool = False) -> None:
+    """End the group (aborted or not) so that it can be made again in this process. ``idle``: no collective can be
+    under way (a park, between cells), so an NCCL group is destroyed without an abort first (0.49 s against 0.98 s on
+    an H200)."""
     global aborted
     dist = _distributed()
     if dist is not None:
         try:
-            if str(dist.get_backend()) != "gloo" and not aborted:
+            if str(dist.get_backend()) != "gloo" and not aborted and not idle:
                 dist.distributed_c10d._abort_process_group()  # a collective still on the GPU ends with it
             if dist.is_initialized():  # an abort may have let the group go already
                 dist.destroy_process_group()

@@ -1,14 +1,16 @@
 """In a rank process, at a park (``%gpucluster park``, between cells): its torch process group ended (the next SPMD
 cell makes it again in this process, variables kept), then its torch tensors' GPU memory copied to host memory and
-freed, so that the driver's checkpoint that follows moves only what is left (the CUDA context). At the resume, once
-the driver restored the process, the data is copied back.
+freed, so that the driver's checkpoint that follows moves only what is left (the CUDA context). The group ends while
+the host buffer is made. At the resume, once the driver restored the process, the data is copied back; its buffer is
+unpinned and let go on a thread after.
 
 Each tensor keeps its identity: its storage is emptied in place (``resize_(0)``, as PyTorch's FSDP frees a
 parameter) and given its memory back at the resume, so views, modules, optimizers and every name that holds them see
-the same tensors afterwards. The copies go through one host buffer touched by many threads and pinned in one call,
-on several streams (about 20 times the driver's pace). Storages that cannot be emptied (memory another library
-lent torch) and small ones stay for the driver. Standard library and torch only; nothing where torch never used
-CUDA here.
+the same tensors afterwards. The copies go through one host buffer touched by many threads and pinned a segment at a
+time, each storage's copy starting once its memory is pinned, on several streams (about 20 times the driver's pace;
+the driver checkpoints pinned memory slowly, so none stays pinned while parked). Storages that cannot be emptied
+(memory another library lent torch) and small ones stay for the driver. Standard library and torch only; nothing
+where torch never used CUDA here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ctypes
 import gc
 import os
 import sys
+import threading
 import time
 import warnings
 from typing import Any
@@ -25,8 +28,10 @@ from typing import Any
 MIN_BYTES = 1 << 20  # smaller storages stay: the driver moves them with the context
 ALIGN = 4096
 STREAMS = 4
+SEGMENT_BYTES = 2 << 30  # pinned this much at a time, the copies of what it holds starting meanwhile
 _parked: list[tuple[Any, Any]] = []  # (storage emptied here, its bytes in host memory), until the resume
 _buffer: list[Any] = []  # the host buffer they lie in
+_unpinning: list[threading.Thread] = []  # the last resume's unpin, under way
 
 
 def park() -> dict[str, Any]:
@@ -34,9 +39,10 @@ def park() -> dict[str, Any]:
     ``{"bytes", "seconds", "group", "steps"}`` (``group``: the backend of the group ended, or ``None``)."""
     began = time.perf_counter()
     steps: dict[str, float] = {}
-    group = _end_group()
-    steps["end the group"] = time.perf_counter() - began
-    moved = _offload(steps) if _cuda_used() else 0
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpu-magics-group-end") as pool:
+        ending = pool.submit(_timed_group_end, steps, began)  # meanwhile the host buffer is made (no GPU work)
+        moved = _offload(steps, before_copies=ending.result) if _cuda_used() else 0
+        group = ending.result()
     return {"bytes": moved, "seconds": time.perf_counter() - began, "group": group, "steps": steps}
 
 
@@ -53,6 +59,12 @@ def held_bytes() -> int:
     return sum(-(-storage.nbytes() // ALIGN) * ALIGN for storage in _storages()) if _cuda_used() else 0
 
 
+def _timed_group_end(steps: dict[str, float], began: float) -> str | None:
+    group = _end_group()
+    steps["end the group"] = time.perf_counter() - began
+    return group
+
+
 def _end_group() -> str | None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -60,7 +72,7 @@ def _end_group() -> str | None:
     from gpu_magics.spmd.rank import collectives
 
     backend = str(dist.get_backend())
-    collectives.end_for_remake()
+    collectives.end_for_remake(idle=True)
     return backend
 
 
@@ -100,16 +112,52 @@ def _touch(size: int) -> Any:
     return host
 
 
-def _pinned(host: Any) -> bool:
+def _pin(host: Any, start: int, pinned: list[int]) -> bool:
+    """Pin ``host[start:start + SEGMENT_BYTES]``; whether it could (its start added to ``pinned``)."""
     import torch
 
-    return int(torch.cuda.cudart().cudaHostRegister(host.ctypes.data, host.nbytes, 0)) == 0
+    size = min(SEGMENT_BYTES, host.nbytes - start)
+    if int(torch.cuda.cudart().cudaHostRegister(host.ctypes.data + start, size, 0)) != 0:
+        return False
+    pinned.append(host.ctypes.data + start)
+    return True
 
 
-def _unpin(host: Any) -> None:
+def _unpin(pinned: list[int]) -> None:
     import torch
 
-    torch.cuda.cudart().cudaHostUnregister(host.ctypes.data)
+    while pinned:
+        torch.cuda.cudart().cudaHostUnregister(pinned.pop())
+
+
+def _copies(host: Any, pairs: list[tuple[Any, Any, int]], steps: dict[str, float]) -> list[int]:
+    """Copy each ``(destination, source, host offset)`` storage pair on ``STREAMS`` streams, each once the host
+    memory it uses is pinned (pinned a segment at a time meanwhile; where a pin fails, the copies from then on run
+    unpinned, synchronously); what is pinned, to be unpinned once they ended."""
+    import torch
+
+    pinned: list[int] = []
+    streams = [torch.cuda.Stream() for _ in range(STREAMS)]
+    pinning, began = 0.0, time.perf_counter()
+    ready, can_pin = 0, True
+    try:
+        for index, (destination, source, offset) in enumerate(pairs):
+            end = offset + max(destination.nbytes(), source.nbytes())
+            while can_pin and ready < end:
+                started = time.perf_counter()
+                can_pin = _pin(host, ready, pinned)
+                pinning += time.perf_counter() - started
+                ready = min(host.nbytes, ready + SEGMENT_BYTES) if can_pin else ready
+            with torch.cuda.stream(streams[index % STREAMS]):
+                destination.copy_(source, non_blocking=ready >= end)
+        torch.cuda.synchronize()
+    except BaseException:  # anything, an interrupt too: nothing stays pinned
+        torch.cuda.synchronize()
+        _unpin(pinned)
+        raise
+    steps["pin"] = steps.get("pin", 0.0) + pinning
+    steps["copy"] = steps.get("copy", 0.0) + time.perf_counter() - began - pinning
+    return pinned
 
 
 def _lap(steps: dict[str, float], step: str, since: float) -> float:
@@ -118,11 +166,13 @@ def _lap(steps: dict[str, float], step: str, since: float) -> float:
     return now
 
 
-def _offload(steps: dict[str, float]) -> int:
+def _offload(steps: dict[str, float], before_copies: Any = None) -> int:
     import torch
 
+    _wait_for_unpin()
     if _parked:  # an earlier park's data never came back: first back
         _reload({})
+        _wait_for_unpin()
     at = time.perf_counter()
     storages = _storages()
     if not storages:
@@ -134,52 +184,54 @@ def _offload(steps: dict[str, float]) -> int:
     at = _lap(steps, "choose", at)
     host = _touch(size)
     at = _lap(steps, "touch", at)
-    pinned = _pinned(host)
-    at = _lap(steps, "pin", at)
+    if before_copies is not None:  # the group's end, under way meanwhile
+        before_copies()
     torch.cuda.synchronize()  # the cells' work on the data ends first
-    streams = [torch.cuda.Stream() for _ in range(STREAMS)]
-    copies = []
-    try:
-        for index, (storage, offset) in enumerate(zip(storages, offsets, strict=True)):
-            into = torch.from_numpy(host[offset : offset + storage.nbytes()]).untyped_storage()
-            with torch.cuda.stream(streams[index % STREAMS]):
-                into.copy_(storage, non_blocking=pinned)
-            copies.append((storage, into))
-        torch.cuda.synchronize()
-    finally:
-        if pinned:
-            _unpin(host)
-    at = _lap(steps, "copy", at)
-    moved = sum(storage.nbytes() for storage, _ in copies)  # (before the storages are emptied)
-    for storage, _ in copies:
+    into = [
+        torch.from_numpy(host[offset : offset + storage.nbytes()]).untyped_storage()
+        for storage, offset in zip(storages, offsets, strict=True)
+    ]
+    pinned = _copies(
+        host, [(kept, storage, offset) for kept, storage, offset in zip(into, storages, offsets, strict=True)], steps
+    )
+    at = time.perf_counter()
+    _unpin(pinned)
+    at = _lap(steps, "unpin", at)
+    moved = sum(storage.nbytes() for storage in storages)  # (before the storages are emptied)
+    for storage in storages:
         storage.resize_(0)
     torch.cuda.empty_cache()
     _lap(steps, "free", at)
-    _parked.extend(copies)
+    _parked.extend(zip(storages, into, strict=True))
     _buffer.append(host)
     return moved
 
 
 def _reload(steps: dict[str, float]) -> int:
-    import torch
-
     at = time.perf_counter()
-    host = _buffer[0] if _buffer else None
-    pinned = host is not None and _pinned(host)
-    at = _lap(steps, "pin", at)
-    streams = [torch.cuda.Stream() for _ in range(STREAMS)]
-    moved = 0
-    try:
-        for index, (storage, kept) in enumerate(_parked):
-            storage.resize_(kept.nbytes())
-            with torch.cuda.stream(streams[index % STREAMS]):
-                storage.copy_(kept, non_blocking=pinned)
-            moved += kept.nbytes()
-        torch.cuda.synchronize()
-    finally:
-        if pinned:
-            _unpin(host)
-    _lap(steps, "copy", at)
+    host = _buffer[0]
+    pairs = []
+    for storage, kept in _parked:
+        storage.resize_(kept.nbytes())
+        pairs.append((storage, kept, kept.data_ptr() - host.ctypes.data))  # (each lies in the buffer)
+    _lap(steps, "allocate", at)
+    pinned = _copies(host, pairs, steps)
+    moved = sum(kept.nbytes() for _, kept in _parked)
     _parked.clear()
     _buffer.clear()
+    unpinning = threading.Thread(target=_unpin_then_let_go, args=(pinned, host), name="gpu-magics-unpin", daemon=True)
+    _unpinning.append(unpinning)
+    unpinning.start()  # the next cell need not wait for it
     return moved
+
+
+def _unpin_then_let_go(pinned: list[int], host: Any) -> None:
+    try:
+        _unpin(pinned)
+    finally:
+        del host
+
+
+def _wait_for_unpin() -> None:
+    while _unpinning:
+        _unpinning.pop().join()

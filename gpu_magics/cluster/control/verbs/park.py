@@ -13,6 +13,7 @@ without a park). The cluster's record says it is parked (the side panel, the sta
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -25,7 +26,7 @@ from gpu_magics.cluster.control.machine.table import require
 from gpu_magics.cluster.control.verbs import resume
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
-from gpu_magics.cluster.workers import kernel_park
+from gpu_magics.cluster.workers import kernel_arrays, kernel_park
 from gpu_magics.cluster.workers.checkpoint import CheckpointError
 from gpu_magics.text import said
 from gpu_magics.text.errors import ClusterError, NotOurs, RankError
@@ -71,8 +72,11 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
     held = parking.gpu_bytes(processes.values())  # (the kernel's: read with the party)
     moved, fallback = _offload(current, party)
     copied = time.perf_counter()
+    for_driver = parking.gpu_bytes([*processes.values(), *([os.getpid()] if party.kernel else [])])
     parking.gpu_monitors(current, False, kernel=bool(party.kernel))
+    checkpointing = time.perf_counter()
     failed = parking.all_at_once(parking.park_one, processes)
+    checkpointed = time.perf_counter()
     if failed:
         parked = {name: pid for name, pid in processes.items() if name not in failed}
         undone = parking.all_at_once(parking.resume_one, parked)
@@ -82,12 +86,19 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
         names = "; ".join(f"{name} (pid {processes[name]}): {why}" for name, why in failed.items())
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
         raise ClusterError(f"{PROG} park: nothing parked, every process keeps its GPU memory: {names}{left}")
+    kernel_copied = bool(party.kernel) and kernel_arrays.installed()
     kernel_kept = _park_kernel(party)  # last of the driver's work: from then on this kernel's GPU readings wait
     if kernel_kept:
         party.kernel = {}
     took = time.perf_counter() - began
-    parking.last_figures["park"] = {"copies": round(copied - began, 3), "driver": round(took - (copied - began), 3)}
+    parking.last_figures["park"] = {
+        "copies": round(copied - began, 3),
+        "driver": round(took - (copied - began), 3),
+        "driver: workers and ranks": round(checkpointed - checkpointing, 3),
+        "driver: this kernel": round(began + took - checkpointed, 3),
+    }
     parking.last_figures["park copies"] = moved.steps
+    parking.last_figures["left for the driver (MiB)"] = {str(pid): used >> 20 for pid, used in for_driver.items()}
     released = sum(held.get(pid, 0) for pid in processes.values()) + sum(party.kernel.values())
     state = Parked(dict(targets), released, time.time(), dict(party.ranks))
     owner.post(WorkersMoved(current, state))
@@ -99,12 +110,16 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
         idle += " (ClusterMagics.park_after)"
     many = len(targets) + len(party.ranks) != 1
     later = "; this kernel's comes back at the next cell" if party.kernel else kernel_kept
-    copiers = "workers and the ranks" if party.ranks else "workers"
+    copiers = _and(["the workers"] + ["the ranks"] * bool(party.ranks) + ["this kernel"] * kernel_copied)
     return (
         f"{PROG}: parked {party.words()} of {current.name!r}{idle}: {format_bytes(state.released)} of GPU memory back "
-        f"to the server in {format_seconds(took)}{moved.words(f'of it copied to host memory by the {copiers}')}"
+        f"to the server in {format_seconds(took)}{moved.words(f'of it copied to host memory by {copiers}')}"
         f"{fallback}; the next cell that sends it work resumes {'them' if many else 'it'}{later}"
     )
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _park_kernel(party: parking.Members) -> str:

@@ -1,7 +1,9 @@
 """``%gpucluster park`` on real GPUs: a cluster of one worker per GPU holding about 4 GiB of persisted CuPy data each
 gives its GPUs back (NVML lists none of its worker processes), and the next ``.compute()`` resumes the workers with
-their data; then parks and resumes again (a repeated park). Prints the figures (GiB a GPU, park and resume seconds,
-each step's, the same cell before the park and after the resume) as a ``PARK FIGURES`` line."""
+their data; then parks and resumes again (a repeated park). This process is the kernel: where it holds GPU memory it
+is parked too, and comes back as IPython's ``pre_execute`` would bring it (``kernel_park.before_execute``). Prints
+the figures (GiB a GPU, park and resume seconds, each step's, the same cell before the park and after the resume) as
+a ``PARK FIGURES`` line."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from gpu_magics.cluster.control import kernel_cluster, parking, queries
+from gpu_magics.cluster.workers import kernel_park
 from gpu_magics.cluster.workers.kernel_context import process_memory
 from gpu_magics.magics.gpucluster import ClusterMagics
 from tests.gpu.test_cluster_gpu import gpucluster
@@ -50,6 +53,7 @@ def test_a_parked_cluster_gives_its_gpus_back_and_work_resumes_it_with_its_data(
 
     began = time.perf_counter()
     with capture_output() as captured:
+        kernel_park.before_execute()  # what IPython's pre_execute does in a kernel: this process's own GPU state back
         after = float(x.sum().compute())
     first_after = time.perf_counter() - began
     # the line is HTML with its text beside it (gpu_magics.text.said), shown where the resume happened
@@ -68,6 +72,7 @@ def test_a_parked_cluster_gives_its_gpus_back_and_work_resumes_it_with_its_data(
     assert f"parked {workers} worker" in again and all(not process_memory(pid) for pid in pids.values())
     began = time.perf_counter()
     with capture_output():
+        kernel_park.before_execute()
         assert float(x.sum().compute()) == pytest.approx(before, rel=1e-12)
     resume_again_s = time.perf_counter() - began
     figures = {

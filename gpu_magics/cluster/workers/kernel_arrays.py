@@ -210,6 +210,7 @@ class _Owner:
 
 
 _memory: ParkableMemory | None = None
+why_not = "the extension is not loaded"  # why the allocator is not installed, in words
 _parked: tuple[np.ndarray, list[tuple[_Block, int]]] | None = None  # the host buffer, each block and its offset
 
 
@@ -219,26 +220,32 @@ def installed() -> bool:
 
 def install() -> bool:
     """Make CuPy's default pool take its large blocks here (CuPy imported, its pool empty, real GPUs, not turned
-    off); whether it does."""
-    global _memory
+    off); whether it does (where not, ``why_not`` says why)."""
+    global _memory, why_not
     cupy = sys.modules.get("cupy")
-    if _memory is not None or cupy is None or os.environ.get(OFF_ENV, "1") == "0":
-        return _memory is not None
+    if _memory is not None:
+        return True
+    if cupy is None or os.environ.get(OFF_ENV, "1") == "0":
+        why_not = "CuPy is not imported" if cupy is None else f"${OFF_ENV} is 0"
+        return False
     from gpu_magics.monitor.sources import source_from_env
 
     if source_from_env().kind == "fake":
+        why_not = "the GPUs are simulated"
         return False
     pool = cupy.get_default_memory_pool()
     if pool.total_bytes():  # arrays allocated already: the pool stays (the driver parks its memory)
+        why_not = "CuPy had allocated arrays before the extension was loaded"
         return False
     try:
         memory = ParkableMemory()
-    except OSError:  # no driver library: nothing to park
+    except OSError as error:  # no driver library: nothing to park
+        why_not = f"no CUDA driver ({error})"
         return False
     parkable_pool = cupy.cuda.MemoryPool(memory.malloc)
     cupy._default_memory_pool = parkable_pool  # type: ignore[attr-defined]  # what cupy.get_default_memory_pool() answers (telemetry reads it)
     cupy.cuda.set_allocator(parkable_pool.malloc)
-    _memory = memory
+    _memory, why_not = memory, ""
     return True
 
 

@@ -6,6 +6,7 @@ never where ``$GPU_MAGICS_PARKABLE_ARRAYS=0``. CuPy is stood in by a package tha
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from gpu_magics.cluster.workers import kernel_arrays
 
-STAND_IN = '''
+STAND_IN = """
 imported_before_install = True
 
 
@@ -45,7 +46,7 @@ _default_memory_pool = MemoryPool()
 
 def get_default_memory_pool():
     return _default_memory_pool
-'''
+"""
 
 
 class FakeMemory:
@@ -78,6 +79,8 @@ def test_cupys_import_installs_the_parkable_pool_after_its_own_import(stand_in: 
     kernel_arrays.install_on_import()
     kernel_arrays.install_on_import()  # a second load watches once
     assert finders() == 1 and not kernel_arrays.installed()
+    assert importlib.util.find_spec("cupy") is not None  # only looking for CuPy (as the package does) installs nothing
+    assert not kernel_arrays.installed() and "cupy" not in sys.modules
     cupy = importlib.import_module("cupy")
     assert kernel_arrays.installed()
     pool = cupy.get_default_memory_pool()

@@ -126,3 +126,32 @@ def test_a_pin_or_a_copy_that_fails_leaves_nothing_pinned(runtime: FakeRuntime) 
     with pytest.raises(RuntimeError, match="IllegalAddress"):
         offload.copy_through_pinned(host, piece, False, offload.Clock(), unpin_later=True)
     assert runtime.pinned == {} and runtime.unpinned == [host.ctypes.data]  # a failed resume unpins at once
+
+
+def test_an_offload_keeps_no_array_alive_and_the_resume_puts_equal_ones_back() -> None:
+    """Every array a worker offloads is freed by the time its pool gives its memory back (a reference left behind is
+    memory the pool keeps and the driver then moves slowly: seen on an H200, the loop's name held the last chunk),
+    and the resume puts arrays equal to them back."""
+    import types
+    import weakref
+
+    from gpu_magics.cluster.workers import offload as worker_offload
+
+    class Releasing(worker_offload.SimulatedDevice):
+        alive_at_release: list[str] | None = None
+
+        def release(self) -> None:
+            self.alive_at_release = [key for key, ref in alive.items() if ref() is not None]
+
+    arrays = {f"x-{i}": np.full(1000 + i, i, dtype=np.float64) for i in range(4)}
+    alive = {key: weakref.ref(array) for key, array in arrays.items()}
+    worker = types.SimpleNamespace(data=dict(arrays))
+    expected = {key: array.copy() for key, array in arrays.items()}
+    del arrays
+    gpu = Releasing()
+    moved = worker_offload._offload(gpu, worker)
+    assert moved["bytes"] == sum(array.nbytes for array in expected.values())
+    assert gpu.alive_at_release == []
+    assert all(isinstance(value, worker_offload.Parked) for value in worker.data.values())
+    worker_offload._reload(gpu, worker)
+    assert all(np.array_equal(worker.data[key], array) for key, array in expected.items())

@@ -310,8 +310,7 @@ class _InstallOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name != "cupy" or self.used:
             return None
-        self.used = True  # one import only
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)  # (asked also by who only looks for CuPy)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None  # found some other way: the other finders answer, and nothing is installed
         loader: Any = spec.loader
@@ -319,6 +318,7 @@ class _InstallOnImport(importlib.abc.MetaPathFinder):
 
         def exec_then_install(module: types.ModuleType) -> None:
             exec_module(module)
+            self.used = True  # the import happened: from now on CuPy is found as ever
             install()
 
         loader.exec_module = exec_then_install

@@ -218,14 +218,15 @@ def _offload(gpu: Device, worker: Any) -> dict[str, Any]:
     data = worker.data
     chosen = _chosen(data, gpu)
     entries, offset = [], 0
-    for key, value, order in chosen:
-        entries.append(Entry(key, offset, value.nbytes, tuple(value.shape), value.dtype.str, order))
-        offset += -(-value.nbytes // ALIGN) * ALIGN
+    for key, array, order in chosen:
+        entries.append(Entry(key, offset, array.nbytes, tuple(array.shape), array.dtype.str, order))
+        offset += -(-array.nbytes // ALIGN) * ALIGN
+    array = None  # (the loop's name held the last one past the release: its pool kept it for the driver to move)
     if not entries:
         return {"bytes": 0, "seconds": time.perf_counter() - began, "steps": {}}
     host = np.empty(offset, np.uint8)
     clock.lap("choose")
-    gpu.to_host([(value, entry.offset) for (_, value, _), entry in zip(chosen, entries, strict=True)], host, clock)
+    gpu.to_host([(moved, entry.offset) for (_, moved, _), entry in zip(chosen, entries, strict=True)], host, clock)
     chosen.clear()  # no reference left here: the arrays go once the data lets them go
     for entry in entries:
         data[entry.key] = Parked(str(entry.key), entry.nbytes)

@@ -108,6 +108,7 @@ def test_a_gateway_cluster_starts_with_the_gateways_options_runs_a_cell_scales_a
         "--gateway --workers 2 --gateway-option worker_cores=2 --gateway-option worker_memory=1.5 "
         """--gateway-option spot=yes --gateway-option 'environment={"A": "1"}' --name gw""",
     )
+    queries.require_client().wait_for_workers(2, timeout=120)  # the start returns as the scheduler answers
     info = answers.status()
     assert info.kind == "gateway" and len(info.workers) == 2
     assert all(worker.threads == 2 for worker in info.workers)  # the option reached the gateway's workers

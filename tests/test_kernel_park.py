@@ -66,3 +66,25 @@ def test_a_park_the_driver_refuses_leaves_the_kernel_running_and_reading(
         kernel_park.park({"GPU-a": GIB})
     assert kernel_park.parked() is None and not reads_paused.paused()
     assert stand_in.state(os.getpid()) == "running"  # locked only, then unlocked
+
+
+def test_parked_together_a_refused_worker_is_named_and_the_kernel_with_the_rest_is_parked(
+    stand_in: checkpoint.StandInCheckpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(checkpoint.FAIL_ENV, "checkpoint:1002")
+    refused, own = kernel_park.park_together({"GPU-a": GIB}, {"w1": 1001, "w2": 1002, "rank-0": 1003})
+    assert refused == {"w2": "the driver refused to checkpoint it (asked by $GPU_MAGICS_CHECKPOINT_FAIL)"}
+    assert own is None and kernel_park.parked() is not None and reads_paused.paused()
+    assert [stand_in.state(pid) for pid in (os.getpid(), 1001, 1002, 1003)] == [
+        "checkpointed", "checkpointed", "running", "checkpointed"
+    ]  # fmt: skip
+
+
+def test_parked_together_a_refused_kernel_runs_on_and_the_others_are_parked(
+    stand_in: checkpoint.StandInCheckpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(checkpoint.FAIL_ENV, f"lock:{os.getpid()}")
+    refused, own = kernel_park.park_together({"GPU-a": GIB}, {"w1": 1001})
+    assert refused == {} and own == "the driver refused to lock it (asked by $GPU_MAGICS_CHECKPOINT_FAIL)"
+    assert kernel_park.parked() is None and not reads_paused.paused()  # its readings go on: it was never parked
+    assert stand_in.state(os.getpid()) == "running" and stand_in.state(1001) == "checkpointed"

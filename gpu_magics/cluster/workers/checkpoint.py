@@ -191,15 +191,39 @@ def resume_process(calls: ProcessCheckpoint, pid: int) -> None:
         calls.unlock(pid)
 
 
+def park_all(calls: ProcessCheckpoint, pids: list[int]) -> dict[int, str]:
+    """Lock and checkpoint every process at once; the reason for each that was refused (it runs on, unlocked)."""
+    import concurrent.futures
+
+    failed: dict[int, str] = {}
+    if not pids:
+        return failed
+    with concurrent.futures.ThreadPoolExecutor(len(pids), thread_name_prefix="gpu-magics-park") as pool:
+        futures = {pool.submit(park_process, calls, pid): pid for pid in pids}
+        for future in concurrent.futures.as_completed(futures):
+            error = future.exception()
+            if isinstance(error, CheckpointError):
+                failed[futures[future]] = str(error)
+            elif error is not None:
+                failed[futures[future]] = f"the driver call failed: {error}"
+    return failed
+
+
 def main(argv: list[str]) -> int:
     """``python -m gpu_magics.cluster.workers.checkpoint park|resume PID [BYTES UUID...]``: the driver's steps on a
     process that cannot make them itself (the kernel parks its own context through this helper). ``resume`` first
     checks that each GPU named has ``BYTES`` free (NVML), as a restore that finds too little memory can fail the
-    process for good. Exit status 0, or 1 with the reason on standard error."""
+    process for good. Exit status 0, or 1 with the reason on standard error. ``park-all PID...`` parks them all at
+    once (the kernel with its workers and ranks, making no driver call itself meanwhile) and prints, as one JSON line,
+    the reason for each pid refused."""
+    import json
     import sys
 
     verb, pid = argv[0], int(argv[1])
     calls = CudaCheckpoint()
+    if verb == "park-all":
+        print(json.dumps({str(refused): why for refused, why in park_all(calls, [int(a) for a in argv[1:]]).items()}))
+        return 0
     try:
         if verb == "park":
             park_process(calls, pid)

@@ -68,27 +68,67 @@ def held() -> dict[str, int]:
 
 
 def park(by_gpu: dict[str, int]) -> None:
-    """Checkpoint this kernel's GPU state (``by_gpu``: what NVML lists it holding; its arrays were copied out
+    """Checkpoint this kernel's GPU state alone (``by_gpu``: what NVML lists it holding; its arrays were copied out
     already). A ``CheckpointError`` says why the driver refused; the kernel then runs on as it was, its arrays
     back."""
+    _, refused = park_together(by_gpu, {})
+    if refused is not None:
+        raise checkpoint.CheckpointError(refused)
+
+
+def park_together(by_gpu: dict[str, int], others: dict[str, int]) -> tuple[dict[str, str], str | None]:
+    """Checkpoint this kernel's GPU state and the ``others`` (name -> pid: its workers and ranks) at once, the
+    driver's steps all made by the helper (this kernel makes no driver call while it may be locked): the reasons of
+    the others refused, by name, and this kernel's own (``None``: parked; refused, it runs on as it was, its arrays
+    back)."""
     global _parked
     with _lock:
         if _parked is not None:
-            return
-        reads_paused.pause(READS_WAIT_S)  # no NVML read of this process may wait in the driver while it is parked
+            return {}, None
+        reads_paused.pause(READS_WAIT_S)
+        pids = [os.getpid(), *others.values()]
         try:
-            _steps("park")
-        except BaseException:  # anything, an interrupt too: the kernel runs on, and so must its GPU readings
+            driver = checkpoint.driver()
+            if isinstance(driver, checkpoint.StandInCheckpoint):
+                refused = checkpoint.park_all(driver, pids)
+            else:
+                refused = _helper_park_all(pids)
+        except BaseException:  # an interrupt, a helper that failed: as if the kernel was refused (it runs on)
             reads_paused.unpause()
-            try:
-                kernel_arrays.reload()
-            except kernel_arrays.DriverError as error:  # the GPU taken meanwhile: they stay in host memory
-                dropped("copying this kernel's arrays back after a refused park", error, level=logging.WARNING)
+            _arrays_back()
             raise
-        _parked = KernelParked(dict(by_gpu), time.time())
-        if not _exit_hook:  # registered at the first park: it runs before the handlers registered earlier
-            atexit.register(_resume_at_exit)
-            _exit_hook.append(True)
+        own = refused.pop(os.getpid(), None)
+        if own is not None:
+            reads_paused.unpause()
+            _arrays_back()
+        else:
+            _parked = KernelParked(dict(by_gpu), time.time())
+            _exit_resume_registered()
+        by_pid = {pid: name for name, pid in others.items()}
+        return {by_pid[pid]: why for pid, why in refused.items() if pid in by_pid}, own
+
+
+def _arrays_back() -> None:
+    try:
+        kernel_arrays.reload()
+    except kernel_arrays.DriverError as error:  # the GPU taken meanwhile: they stay in host memory
+        dropped("copying this kernel's arrays back after a refused park", error, level=logging.WARNING)
+
+
+def _exit_resume_registered() -> None:
+    if not _exit_hook:  # registered at the first park: it runs before the handlers registered earlier
+        atexit.register(_resume_at_exit)
+        _exit_hook.append(True)
+
+
+def _helper_park_all(pids: list[int]) -> dict[int, str]:
+    import json
+
+    said = _helper("park-all", [str(pid) for pid in pids])
+    try:
+        return {int(pid): str(why) for pid, why in json.loads(said.strip().splitlines()[-1]).items()}
+    except (ValueError, IndexError, AttributeError) as error:
+        raise checkpoint.CheckpointError(f"the helper process said what it did unclearly ({error})") from None
 
 
 def resume() -> str | None:
@@ -121,7 +161,7 @@ def restore() -> KernelParked | None:
         if state is None:
             return None
         began = time.perf_counter()
-        _steps("resume", state)  # (once resumed, again a no-op)
+        _resume_steps(state)  # (once resumed, again a no-op)
         reads_paused.unpause()
         try:
             moved = kernel_arrays.reload()
@@ -156,20 +196,18 @@ def take_failure() -> str | None:
     return _failed if _parked is not None else None
 
 
-def _steps(verb: str, state: KernelParked | None = None) -> None:
+def _resume_steps(state: KernelParked) -> None:
     driver = checkpoint.driver()
     pid = os.getpid()
     if isinstance(driver, checkpoint.StandInCheckpoint):  # simulated GPUs: the stand-in's steps, here
-        (checkpoint.park_process if verb == "park" else checkpoint.resume_process)(driver, pid)
+        checkpoint.resume_process(driver, pid)
         return
-    args = [str(pid)]
-    if state is not None:  # each GPU must have room for what comes back there
-        args += [str(max(state.by_gpu.values(), default=0)), *state.by_gpu]
-    _helper(verb, args)
+    # each GPU must have room for what comes back there
+    _helper("resume", [str(pid), str(max(state.by_gpu.values(), default=0)), *state.by_gpu])
 
 
-def _helper(verb: str, args: list[str]) -> None:
-    """The driver's steps on this kernel, made by a process it starts."""
+def _helper(verb: str, args: list[str]) -> str:
+    """The driver's steps on this kernel, made by a process it starts; what it printed."""
     root = str(Path(checkpoint.__file__).resolve().parents[3])  # where ``gpu_magics`` is imported from
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     try:
@@ -186,6 +224,7 @@ def _helper(verb: str, args: list[str]) -> None:
     if done.returncode != 0:
         lines = (done.stderr or "").strip().splitlines()
         raise checkpoint.CheckpointError(lines[-1] if lines else f"the helper process ended with {done.returncode}")
+    return done.stdout or ""
 
 
 def _resume_at_exit() -> None:

@@ -75,9 +75,11 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
     for_driver = parking.gpu_bytes([*processes.values(), *([os.getpid()] if party.kernel else [])])
     parking.gpu_monitors(current, False, kernel=bool(party.kernel))
     checkpointing = time.perf_counter()
-    failed = parking.all_at_once(parking.park_one, processes)
+    failed, kernel_refused = _park_processes(party, processes)
     checkpointed = time.perf_counter()
     if failed:
+        if party.kernel and kernel_refused is None:  # back first: its own driver calls resume the others
+            kernel_park.restore()
         parked = {name: pid for name, pid in processes.items() if name not in failed}
         undone = parking.all_at_once(parking.resume_one, parked)
         parking.gpu_monitors(current, True, kernel=True)
@@ -87,15 +89,15 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
         left = f"; {len(undone)} could not be resumed: {', '.join(sorted(undone))}" if undone else ""
         raise ClusterError(f"{PROG} park: nothing parked, every process keeps its GPU memory: {names}{left}")
     kernel_copied = bool(party.kernel) and kernel_arrays.installed()
-    kernel_kept = _park_kernel(party)  # last of the driver's work: from then on this kernel's GPU readings wait
-    if kernel_kept:
+    kernel_kept = ""
+    if kernel_refused is not None:
+        kernel_kept = f"; this kernel keeps its own {format_bytes(sum(party.kernel.values()))} ({kernel_refused})"
         party.kernel = {}
     took = time.perf_counter() - began
     parking.last_figures["park"] = {
         "copies": round(copied - began, 3),
         "driver": round(took - (copied - began), 3),
-        "driver: workers and ranks": round(checkpointed - checkpointing, 3),
-        "driver: this kernel": round(began + took - checkpointed, 3),
+        "driver: every process at once": round(checkpointed - checkpointing, 3),
     }
     parking.last_figures["park copies"] = moved.steps
     parking.last_figures["left for the driver (MiB)"] = {str(pid): used >> 20 for pid, used in for_driver.items()}
@@ -122,16 +124,16 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _park_kernel(party: parking.Members) -> str:
-    """This kernel's own GPU memory parked, where it holds some; where the driver refused, the words that say so
-    (the rest stays parked: the kernel just keeps its own)."""
+def _park_processes(party: parking.Members, processes: dict[str, int]) -> tuple[dict[str, str], str | None]:
+    """The driver's park of every process at once: the workers and the ranks, and this kernel with them where it
+    holds GPU memory (its helper then parks them all: a parked kernel's own driver calls would wait). The reasons of
+    those refused, by name, and this kernel's own (``None``: parked, or not asked)."""
     if not party.kernel:
-        return ""
+        return parking.all_at_once(parking.park_one, processes), None
     try:
-        kernel_park.park(party.kernel)
-    except CheckpointError as error:
-        return f"; this kernel keeps its own {format_bytes(sum(party.kernel.values()))} ({error})"
-    return ""
+        return kernel_park.park_together(party.kernel, processes)
+    except CheckpointError as error:  # the helper itself failed: nothing parked (each process runs on)
+        return {name: str(error) for name in processes}, str(error)
 
 
 def _spmd_cell_running() -> bool:

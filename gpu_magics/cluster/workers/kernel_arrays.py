@@ -275,7 +275,7 @@ def offload() -> dict[str, Any]:
     for block in blocks:
         placed.append((block, size))
         size += -(-block.size // host_copies.ALIGN) * host_copies.ALIGN
-    host = np.empty(size, np.uint8)
+    host = host_copies.host_buffer(size)
     clock.lap("choose")
     host_copies.copy_through_pinned(host, [(at, block.address, block.size) for block, at in placed], True, clock)
     _memory.let_go(blocks)

@@ -224,7 +224,7 @@ def _offload(gpu: Device, worker: Any) -> dict[str, Any]:
     array = None  # (the loop's name held the last one past the release: its pool kept it for the driver to move)
     if not entries:
         return {"bytes": 0, "seconds": time.perf_counter() - began, "steps": {}}
-    host = np.empty(offset, np.uint8)
+    host = host_copies.host_buffer(offset)
     clock.lap("choose")
     gpu.to_host([(moved, entry.offset) for (_, moved, _), entry in zip(chosen, entries, strict=True)], host, clock)
     chosen.clear()  # no reference left here: the arrays go once the data lets them go

@@ -15,6 +15,8 @@
 #     breakdown: one cell split into its steps (the magic's own work, graph build, submit, scheduler, tasks, gather,
 #                summary), medians of interleaved rounds: empty %%gpurun gpu/multi-gpu -q cells, the seed on one GPU
 #                and on a one-worker %gpucluster (benchmarks/cell_breakdown.py; GPU 0)
+#     parking: %gpucluster park and its resume through a real kernel on GPU 0 (benchmarks/parking.py; PARK_GIB=8 by
+#              default): the workers alone twice, then with an NCCL rank's model and the kernel's CuPy arrays
 #     empty: the median of 50 empty cells (plain, in a session, %%gpurun -q) on multi-gpu, gpu and cpu-threads
 #     session: a plain cell after %gpurun multi-gpu / gpu against the same %%gpurun cell and plain dask (80 GB seed)
 #     four: the seed on 1, 2, 4... GPUs against %%gpurun gpu in one process, with the split of each cell
@@ -97,6 +99,7 @@ for stage in "${stages[@]}"; do
       fi ;;
     cuda-start) run cuda-start python3 benchmarks/gpu_context_start.py --processes "1,$gpus" --holder ;;
     session) run session python3 benchmarks/session_backend.py --json "$OUT/session.json" ;;
+    parking) run parking env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/parking.py --gib "${PARK_GIB:-8}" --json "$OUT/parking.json" ;;
     breakdown) run breakdown env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/cell_breakdown.py --json "$OUT/breakdown.json" ;;
     empty) run empty-cells python3 benchmarks/session_backend.py --empty-only --count 50 --json "$OUT/empty.json" ;;
     four) run four-gpus python3 benchmarks/four_gpus.py --counts "$counts" --json "$OUT/four-gpus.json" ${FOUR_ARGS:-} ;;

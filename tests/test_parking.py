@@ -9,6 +9,7 @@ driver, they say so in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -157,6 +158,34 @@ def test_a_resume_that_cannot_get_a_gpu_back_keeps_the_cluster_parked_and_the_ne
     assert one_line(shell, "resume", capsys).startswith("%gpucluster: resumed 2 workers of 't_parked' in ")
     assert kernel_cluster.phase() is Phase.IN_USE and states() == {"running"}
     assert shell.run_cell("assert int(t_x.sum().compute()) == t_total").error_in_exec is None
+
+
+def test_a_resume_where_the_gpu_has_no_room_asks_the_driver_nothing_and_the_next_try_resumes(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another process filled the GPU while parked: a restore that finds too little memory can fail the process for
+    good (seen with driver 580), so the resume compares what comes back on each GPU with what is free there first."""
+    current = kernel_cluster.in_use()
+    assert current is not None
+    one_line(shell, "park", capsys)
+    assert current.parked is not None
+    current.parked = dataclasses.replace(current.parked, comes_back={"GPU-filled": 2 << 30})
+    monkeypatch.setattr(checkpoint, "free_by_gpu", lambda source=None: {"GPU-filled": 1 << 30})
+    said = refused(shell, "resume")
+    assert "cannot take their GPUs back yet (GPU GPU-filled has 1.0 GiB free, and 2.0 GiB must come back)" in said
+    assert kernel_cluster.phase() is Phase.PARKED and states() == {"checkpointed"}  # the driver was asked nothing
+    assert "could not come back" not in said and "\n" not in said
+    monkeypatch.setattr(checkpoint, "free_by_gpu", lambda source=None: {"GPU-filled": 3 << 30})
+    assert one_line(shell, "resume", capsys).startswith("%gpucluster: resumed 2 workers of 't_parked' in ")
+    assert shell.run_cell("assert int(t_x.sum().compute()) == t_total").error_in_exec is None
+
+
+def test_a_restore_is_asked_only_with_a_margin_of_free_memory() -> None:
+    needs = {"GPU-a": 1 << 30}
+    assert checkpoint.short_of_memory(needs, {"GPU-a": 2 << 30}) is None
+    assert checkpoint.short_of_memory(needs, {"GPU-a": (1 << 30) + (1 << 20)}) is not None  # 1 MiB spare: no
+    assert checkpoint.short_of_memory(needs, {}) is None  # a GPU whose memory cannot be read is not held against it
+    assert checkpoint.short_of_memory({"GPU-a": 0}, {"GPU-a": 0}) is None
 
 
 def test_a_worker_killed_while_parked_is_said_at_the_resume_and_dask_computes_its_data_again(

@@ -253,6 +253,13 @@ def all_at_once(step: Callable[[int], None], processes: dict[str, int]) -> dict[
     return failed
 
 
+def gpu_bytes_by_gpu(pids: Iterable[int]) -> dict[int, dict[str, int]]:
+    """The GPU memory each process holds now, by pid and GPU UUID (one read of NVML's process lists)."""
+    from gpu_magics.cluster.workers.kernel_context import processes_memory
+
+    return {pid: {uuid: used or 0 for uuid, used in held.items()} for pid, held in processes_memory(pids).items()}
+
+
 def gpu_bytes(pids: Iterable[int]) -> dict[int, int]:
     """The GPU memory each process holds now, by pid (one read of NVML's process lists)."""
     from gpu_magics.cluster.workers.kernel_context import processes_memory

@@ -81,6 +81,7 @@ class Parked:
     released: int
     since: float
     ranks: dict[str, int] = field(default_factory=dict)
+    comes_back: dict[str, int] = field(default_factory=dict)  # GPU UUID -> what the driver restores there
 
     @property
     def all_processes(self) -> dict[str, int]:

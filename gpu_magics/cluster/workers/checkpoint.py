@@ -17,7 +17,10 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpu_magics.monitor.models import GpuSource
 
 DRIVER_LIBRARY = "libcuda.so.1"
 NEWEST_WITHOUT_IT = 12080  # cuDriverGetVersion's number of the last driver without the calls (CUDA 12.8: 570)
@@ -241,21 +244,41 @@ def main(argv: list[str]) -> int:
 
 
 def _short_of_memory(needed: int, uuids: list[str]) -> str | None:
-    """Where a GPU among ``uuids`` has less than ``needed`` bytes free (NVML), in words; else ``None``."""
+    """Where a GPU among ``uuids`` has less than ``needed`` bytes free (NVML, every GPU of the host), in words."""
     from gpu_magics.monitor.nvml import NvmlSource
+
+    return short_of_memory(dict.fromkeys(uuids, needed), free_by_gpu(NvmlSource(visible_devices=None)))
+
+
+RESTORE_MARGIN = 64 << 20  # a restore is asked for only where this much more than it brings back is free (and 5%)
+
+
+def short_of_memory(needs: dict[str, int], free: dict[str, int]) -> str | None:
+    """Where a GPU (by UUID) has less free than a restore brings back there, with a margin, in words; else ``None``
+    (a GPU whose free memory cannot be read is not held against it)."""
     from gpu_magics.text.units import format_bytes
 
-    source = NvmlSource(visible_devices=None)
-    try:
-        readings, _ = source.read(slow=False)
-    finally:
-        source.close()
-    for reading in readings:
-        if reading.uuid in uuids and reading.memory_total is not None and reading.memory_used is not None:
-            free = reading.memory_total - reading.memory_used
-            if free < needed:
-                return f"GPU {reading.uuid} has {format_bytes(free)} free, and {format_bytes(needed)} must come back"
+    for uuid, needed in needs.items():
+        have = free.get(uuid)
+        if have is not None and needed > 0 and have < needed * 1.05 + RESTORE_MARGIN:
+            return f"GPU {uuid} has {format_bytes(have)} free, and {format_bytes(needed)} must come back"
     return None
+
+
+def free_by_gpu(source: GpuSource | None = None) -> dict[str, int]:
+    """The free memory of each GPU, by UUID, from one read of ``source`` (default: the source the package reads)."""
+    from gpu_magics.monitor.sources import default_source
+
+    made = source if source is not None else default_source()
+    try:
+        readings, _ = made.read(slow=False)
+    finally:
+        made.close()
+    return {
+        reading.uuid: reading.memory_total - reading.memory_used
+        for reading in readings
+        if reading.memory_total is not None and reading.memory_used is not None
+    }
 
 
 if __name__ == "__main__":

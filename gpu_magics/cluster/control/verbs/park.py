@@ -72,7 +72,7 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
     held = parking.gpu_bytes(processes.values())  # (the kernel's: read with the party)
     moved, fallback = _offload(current, party)
     copied = time.perf_counter()
-    for_driver = parking.gpu_bytes([*processes.values(), *([os.getpid()] if party.kernel else [])])
+    for_driver = parking.gpu_bytes_by_gpu([*processes.values(), *([os.getpid()] if party.kernel else [])])
     parking.gpu_monitors(current, False, kernel=bool(party.kernel))
     checkpointing = time.perf_counter()
     failed, kernel_refused = _park_processes(party, processes)
@@ -100,9 +100,15 @@ def _park(current: ActiveCluster, targets: dict[str, int], idle_s: float | None)
         "driver: every process at once": round(checkpointed - checkpointing, 3),
     }
     parking.last_figures["park copies"] = moved.steps
-    parking.last_figures["left for the driver (MiB)"] = {str(pid): used >> 20 for pid, used in for_driver.items()}
+    parking.last_figures["left for the driver (MiB)"] = {
+        str(pid): sum(held.values()) >> 20 for pid, held in for_driver.items()
+    }
     released = sum(held.get(pid, 0) for pid in processes.values()) + sum(party.kernel.values())
-    state = Parked(dict(targets), released, time.time(), dict(party.ranks))
+    comes_back: dict[str, int] = {}  # what the driver must restore on each GPU (the kernel's helper checks its own)
+    for pid in processes.values():
+        for uuid, used in for_driver.get(pid, {}).items():
+            comes_back[uuid] = comes_back.get(uuid, 0) + used
+    state = Parked(dict(targets), released, time.time(), dict(party.ranks), comes_back)
     owner.post(WorkersMoved(current, state))
     parking.record(current)
     resume.watch_for_work(current)

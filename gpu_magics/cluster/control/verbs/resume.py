@@ -33,7 +33,7 @@ from gpu_magics.cluster.control.machine.events import (
 )
 from gpu_magics.cluster.options import PROG
 from gpu_magics.cluster.reading.running import ActiveCluster, Parked
-from gpu_magics.cluster.workers import kernel_park
+from gpu_magics.cluster.workers import checkpoint, kernel_park
 from gpu_magics.text.errors import ClusterError, RankError, shown_as_one_line
 from gpu_magics.text.said import say
 from gpu_magics.text.units import dropped, format_seconds, one_line
@@ -126,6 +126,12 @@ def _resume_workers(current: ActiveCluster, state: Parked) -> list[str]:
     processes = state.all_processes
     ended = [name for name, pid in processes.items() if not parking.running(pid)]
     alive = {name: pid for name, pid in processes.items() if name not in ended}
+    short = checkpoint.short_of_memory(state.comes_back, checkpoint.free_by_gpu()) if alive else None
+    if short is not None:  # a restore that finds too little memory can fail the process for good: not asked
+        raise ClusterError(
+            f"{PROG} resume: the processes of {current.name!r} cannot take their GPUs back yet ({short}); they stay "
+            f"parked, with their data: free GPU memory, then run {PROG} resume (or the cell) again"
+        )
     failed = parking.all_at_once(parking.resume_one, alive)
     if failed:
         names = "; ".join(f"{name}: {why}" for name, why in failed.items())

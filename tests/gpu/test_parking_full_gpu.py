@@ -19,7 +19,9 @@ from tests.gpu.test_cluster_gpu import gpucluster
 
 LEFT_FREE = 256 << 20  # what the filler leaves: less than a worker's CUDA context needs back
 FILLER = """import sys, cupy
-cupy.cuda.runtime.malloc(int(sys.argv[1]))
+cupy.cuda.Device(0).use()
+free, _ = cupy.cuda.runtime.memGetInfo()  # once its own context is made
+cupy.cuda.runtime.malloc(free - int(sys.argv[1]))
 print("filled", flush=True)
 sys.stdin.read()"""
 
@@ -53,8 +55,9 @@ def test_a_resume_onto_a_gpu_another_process_filled_is_refused_in_one_line_and_t
     current = kernel_cluster.in_use()
     assert current is not None and current.parked is not None and current.parked.comes_back
     uuid = next(iter(current.parked.comes_back))
+    assert free_bytes(uuid) > LEFT_FREE
     filler = subprocess.Popen(
-        [sys.executable, "-c", FILLER, str(free_bytes(uuid) - LEFT_FREE)],
+        [sys.executable, "-c", FILLER, str(LEFT_FREE)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -48,8 +49,13 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=8.0, help="GiB of persisted data on the worker")
     parser.add_argument("--kernel-gib", type=float, default=2.0, help="GiB of CuPy arrays in the kernel (GPU only)")
     parser.add_argument("--simulated", action="store_true", help="simulated GPUs: the driver's stand-in")
+    parser.add_argument(
+        "--parkable-arrays", action="store_true", help="the kernel's CuPy arrays parked by its own copies"
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
+    if args.parkable_arrays:
+        os.environ["GPU_MAGICS_PARKABLE_ARRAYS"] = "1"  # (the kernel inherits it)
     with tempfile.TemporaryDirectory() as runtime:
         kernel = Kernel(Path(runtime), "fake:1" if args.simulated else "nvml")
         try:

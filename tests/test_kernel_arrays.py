@@ -1,7 +1,7 @@
-"""The kernel's parkable CuPy memory is installed where it should be: at CuPy's import once the extension is loaded
-(its own import runs first), never twice, never with simulated GPUs, never over a pool that holds arrays already,
-never where ``$GPU_MAGICS_PARKABLE_ARRAYS=0``. CuPy is stood in by a package that records what is done to its pool
-(the allocator's driver calls themselves run in ``tests/gpu/test_parking_notebook_gpu.py``)."""
+"""The kernel's parkable CuPy memory is installed where it should be: at CuPy's import once the extension is loaded (its
+own import runs first), never twice, never with simulated GPUs, never over a pool that holds arrays already, only
+where ``$GPU_MAGICS_PARKABLE_ARRAYS=1`` asks for it. CuPy is stood in by a package that records what is done to its
+pool (the allocator's driver calls themselves run in ``tests/gpu/test_parking_notebook_gpu.py``)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
     monkeypatch.setattr(kernel_arrays, "_memory", None)
     monkeypatch.setattr(kernel_arrays, "ParkableMemory", FakeMemory)
-    monkeypatch.delenv(kernel_arrays.OFF_ENV, raising=False)
+    monkeypatch.setenv(kernel_arrays.ASK_ENV, "1")
     monkeypatch.delenv("GPU_MAGICS_SOURCE", raising=False)
     yield tmp_path
     kernel_arrays.stop_watching()
@@ -100,8 +100,10 @@ def test_an_imported_cupy_gets_it_at_once_unless_its_pool_holds_arrays(stand_in:
     assert kernel_arrays.installed() and isinstance(cupy.get_default_memory_pool().allocator.__self__, FakeMemory)
 
 
-@pytest.mark.parametrize(("name", "value"), [(kernel_arrays.OFF_ENV, "0"), ("GPU_MAGICS_SOURCE", "fake:2")])
-def test_turned_off_or_simulated_gpus_leave_cupys_pool_as_it_is(
+@pytest.mark.parametrize(
+    ("name", "value"), [(kernel_arrays.ASK_ENV, "0"), (kernel_arrays.ASK_ENV, ""), ("GPU_MAGICS_SOURCE", "fake:2")]
+)
+def test_not_asked_for_or_simulated_gpus_leave_cupys_pool_as_it_is(
     stand_in: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
 ) -> None:
     monkeypatch.setenv(name, value)

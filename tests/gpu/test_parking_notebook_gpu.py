@@ -62,8 +62,11 @@ def lines(shown: list[tuple[str, object]]) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_a_park_gives_back_what_the_workers_the_ranks_and_the_kernel_hold(tmp_path: Path) -> None:
+def test_a_park_gives_back_what_the_workers_the_ranks_and_the_kernel_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("torch")
+    monkeypatch.setenv("GPU_MAGICS_PARKABLE_ARRAYS", "1")  # the kernel's arrays parked by its own copies
     per_gpu = float(os.environ.get("PARK_GIB", "4"))
     with loaded_kernel(tmp_path, "nvml") as kernel:
         kernel.ok("%config ClusterMagics.wait_for_workers = True")

@@ -55,10 +55,10 @@ ENVIRONMENT = (
     ("GPU_MAGICS_SIMULATED_HOST_BYTES", "you", "With simulated GPUs, the bytes of host memory the park's stand-in "
      "says are available (read in the kernel; default: what the host has), so a park that host memory refuses can be "
      "tried without a GPU."),
-    ("GPU_MAGICS_PARKABLE_ARRAYS", "you", "`0` leaves CuPy's memory pool in the kernel as it is. Otherwise, once "
-     "the extension is loaded, the kernel's CuPy arrays of 8 MiB and more are allocated through CUDA's virtual "
-     "memory calls, so that a park copies them to host memory at the bus's pace and the driver checkpoints only "
-     "the CUDA context (read in the kernel)."),
+    ("GPU_MAGICS_PARKABLE_ARRAYS", "you", "`1`: once the extension is loaded, the kernel's CuPy arrays of 8 MiB "
+     "and more are allocated through CUDA's virtual memory calls, so that a park copies them to host memory at the "
+     "bus's pace and the driver checkpoints only the kernel's CUDA context (set before the kernel imports CuPy; off "
+     "by default: a first cell's new blocks cost more to make)."),
     ("GPU_MAGICS_RUNTIME_DIR", "you", "Where kernels and servers keep their discovery records (the clusters the side "
      "panel and `/metrics` list); default: Jupyter's runtime directory."),
     ("GPU_MAGICS_DEVICE_ARRAYS", "you", "The device array module a cluster's chunks are made with on the workers "

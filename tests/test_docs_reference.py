@@ -49,7 +49,7 @@ def token(option: str) -> re.Pattern[str]:
 
 def test_every_magic_the_extension_registers_has_a_section_with_its_help(written: dict[str, str]) -> None:
     found = list(magics.magics())
-    assert {magic.name for magic in found} == {"gpucluster", "gpurun", "gpugraph", "gpumonitor"}
+    assert {magic.name for magic in found} == {"gpucluster", "gpurun", "gpugraph", "gpumonitor", "gpumemory"}
     for magic in found:
         assert f"(magic-{magic.name})=" in written["magics"]
         assert magic.help.strip() and helptext.markdown(magic.help) in written["magics"]

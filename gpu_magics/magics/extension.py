@@ -19,6 +19,7 @@ MAGICS_CLASSES: tuple[str, ...] = (
     "gpu_magics.magics.gpucluster:ClusterMagics",
     "gpu_magics.magics.gpugraph:GraphMagics",
     "gpu_magics.magics.gpumonitor:MonitorMagics",
+    "gpu_magics.magics.gpumemory:MemoryMagics",
 )
 LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.background.start_logs:package_logs_to_file",  # what a catch lets go: to the kernel's log

@@ -83,4 +83,9 @@ MONITOR: dict[str, tuple[str, str]] = {
     "--stop": ("Stop the panels (each keeps its last view) and the sampler thread.", "off"),
 }
 
-BY_PROG = {"%gpucluster": CLUSTER, "%%gpurun": RUN, "%gpumonitor": MONITOR}
+MEMORY: dict[str, tuple[str, str]] = {
+    "--top": ("The names listed per GPU, biggest first (the others are counted in one line).", "{DEFAULT_TOP}"),
+    "--drop-traceback": ("Let go of the last error's frames, and of the arrays only they hold.", "off"),
+}
+
+BY_PROG = {"%gpucluster": CLUSTER, "%%gpurun": RUN, "%gpumonitor": MONITOR, "%gpumemory": MEMORY}

@@ -19,6 +19,7 @@ PARSERS = {
     "gpucluster": "gpu_magics.cluster.options:_PARSER",
     "gpurun": "gpu_magics.gpurun.options:_PARSER",
     "gpumonitor": "gpu_magics.magics.gpumonitor:_parser",
+    "gpumemory": "gpu_magics.magics.gpumemory:_parser",
 }
 
 # What an option's value is, by the name of the function that parses it (argparse's ``type``).

@@ -247,7 +247,13 @@ class RankProcess:
         began = time.perf_counter()
         sent = message.copy()
         sent["id"] = ident
-        self.commands.send(sent)
+        try:
+            self.commands.send(sent)
+        except OSError:  # its end of the pipe is closed: it ended (killed between cells) before it took the message
+            self._on_exit()
+        if self._exit_task is not None and self._exit_task.done() and not future.done():  # its end was heard already
+            self._replies.pop(ident, None)
+            future.set_result(ended_reply(self.exit_code, oom=False, before=True))
         reply = await future
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*(event.wait() for event in self._marks.values())), 2.0)

@@ -1,0 +1,256 @@
+"""``%gpumemory``: what this notebook holds on GPUs, by the names that hold it, biggest first.
+
+The report: what this kernel holds on each GPU by name (``telemetry.held_by_name``), what no name holds there (arrays
+only objects out of reach hold, what the pools cache, the CUDA context: from this kernel's own figures,
+``kernel_report``), and the data the cluster in use keeps for this kernel, by the variable that holds it (persisted
+collections and futures: their keys' sizes and workers, from the scheduler). Each row says how to give it back.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from gpu_magics.cluster.telemetry.held_by_name import Held, held_by_name, roots
+from gpu_magics.text.argparsing import MagicArgumentParser, positive_int
+from gpu_magics.text.errors import said_in_one_line
+from gpu_magics.text.units import format_bytes
+
+DEFAULT_TOP = 20
+
+
+def _parser() -> MagicArgumentParser:
+    parser = MagicArgumentParser("%gpumemory")
+    parser.add_argument("--top", type=positive_int, default=DEFAULT_TOP)
+    parser.add_argument("--drop-traceback", action="store_true")
+    return parser.described(globals())
+
+
+@magics_class
+class MemoryMagics(Magics):
+    """What holds GPU memory in this notebook."""
+
+    @line_magic
+    @said_in_one_line
+    def gpumemory(self, line: str = "") -> None:
+        """List what this notebook holds on GPUs, by the names that hold it, biggest first.
+
+        Usage::
+
+            %gpumemory                   every GPU this kernel holds memory on, and the cluster's data
+            %gpumemory --top 5           five names per GPU (default 20)
+            %gpumemory --drop-traceback  let go of the last error's frames (they hold their arrays)
+
+        For this kernel, by GPU: its variables, ``Out``'s entries and the last error's frames that hold CuPy
+        arrays, PyTorch tensors (a module's parameters and buffers, an optimizer's state), JAX arrays or anything
+        with ``__cuda_array_interface__``, one level into lists, dicts and objects; each allocation counted once,
+        for the first name that reaches it (the others are listed beside it). Then what no name holds: arrays only
+        objects out of reach hold, what CuPy's and PyTorch's pools cache, the CUDA context and libraries (NVML's
+        figure for this kernel, less the rest). For the cluster in use: the persisted collections and futures of
+        this kernel's variables, with their size and workers. Each row says how to give it back.
+        """
+        args = _parser().parse_line(line)
+        if args.drop_traceback:
+            for name in ("last_traceback", "last_value", "last_type", "last_exc"):
+                if hasattr(sys, name):
+                    setattr(sys, name, None)
+            print("%gpumemory: the last error's frames are let go (what only they held is freed)")
+            return
+        print(text(read_report(self.shell), args.top))
+
+
+DROP_TRACEBACK = "%gpumemory --drop-traceback"
+
+
+@dataclass(frozen=True)
+class Rest:
+    """What no name holds on one GPU, by kind, with how to give it back."""
+
+    what: str
+    size: int
+    how: str
+
+
+@dataclass
+class GpuPart:
+    """One GPU of this kernel: NVML's figure for it, the names' rows and the rest."""
+
+    index: int
+    name: str
+    nvml: int | None
+    rows: list[Held] = field(default_factory=list)
+    rest: list[Rest] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """Data the cluster keeps for a variable: its keys in memory on the workers."""
+
+    name: str
+    what: str
+    size: int
+    keys: int
+    workers: tuple[str, ...]
+
+
+@dataclass
+class Report:
+    gpus: list[GpuPart]
+    elsewhere: list[Held]  # names holding memory on a device this kernel's figures do not list
+    cluster: list[ClusterRow]
+    cluster_name: str | None = None
+
+
+def read_report(shell: Any) -> Report:
+    """Everything above for the kernel ``shell`` runs in (its figures read now)."""
+    from gpu_magics.cluster.control import queries
+    from gpu_magics.cluster.records import kernel_report
+
+    out = shell.user_ns.get("Out")
+    pairs = list(roots(shell.user_ns, out if isinstance(out, dict) else None, _last()))
+    rows = held_by_name(iter(pairs))
+    read = kernel_report.kernel_memory(fresh=True)
+    gpus = [GpuPart(gpu.index, gpu.name, gpu.held.total) for gpu in read]
+    by_index = {gpu.index: gpu for gpu in gpus}
+    elsewhere: list[Held] = []
+    for row in rows:
+        device = min(row.devices) if row.devices else None
+        target = by_index.get(device) if device is not None else (gpus[0] if len(gpus) == 1 else None)
+        (target.rows if target is not None else elsewhere).append(row)
+    for gpu, held in zip(gpus, read, strict=True):
+        gpu.rest = _rest(gpu, held.held)
+    current = queries.active()
+    cluster = _cluster_rows(pairs, current.client) if current is not None else []
+    return Report(gpus, elsewhere, cluster, current.name if current is not None else None)
+
+
+def _last() -> Any:
+    return getattr(sys, "last_traceback", None)
+
+
+def _rest(gpu: GpuPart, held: Any) -> list[Rest]:
+    """What no name holds on ``gpu``: CuPy arrays out of reach, CuPy's and PyTorch's caches, the context."""
+    rest = []
+    named_cupy = sum(row.size for row in gpu.rows if row.what == "CuPy array")
+    if held.arrays is not None and held.arrays > named_cupy:
+        rest.append(Rest("CuPy arrays no name reaches", held.arrays - named_cupy, "held by objects out of reach: "
+                         "closures, caches, other threads"))  # fmt: skip
+    if held.cached:
+        rest.append(Rest("cached by CuPy's pool", held.cached, "cupy.get_default_memory_pool().free_all_blocks()"))
+    torch_cached = _torch_cached(gpu.index)
+    if torch_cached:
+        rest.append(Rest("cached by PyTorch", torch_cached, "torch.cuda.empty_cache()"))
+    if gpu.nvml is not None:
+        accounted = sum(row.size for row in gpu.rows) + sum(item.size for item in rest)
+        if gpu.nvml > accounted:
+            rest.append(Rest("the CUDA context, libraries and the rest", gpu.nvml - accounted, "restart the kernel"))
+    return rest
+
+
+def _torch_cached(index: int) -> int:
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return 0
+    return max(0, int(torch.cuda.memory_reserved(index)) - int(torch.cuda.memory_allocated(index)))
+
+
+def _cluster_rows(pairs: Iterable[tuple[str, Any]], client: Any) -> list[ClusterRow]:
+    """The variables that hold persisted collections or futures of ``client``, with what their keys take."""
+    dask = sys.modules.get("dask")
+    distributed = sys.modules.get("distributed")
+    if dask is None or distributed is None:
+        return []
+    wanted: list[tuple[str, str, list[Any]]] = []
+    for name, value in pairs:
+        if isinstance(value, distributed.Future):
+            wanted.append((name, "future", [value.key]))
+        elif dask.is_dask_collection(value):
+            keys = list(_flat(value.__dask_keys__()))
+            wanted.append((name, f"{type(value).__module__.split('.')[0]}.{type(value).__name__}", keys))
+    if not wanted:
+        return []
+    every = list({key for _, _, keys in wanted for key in keys})
+    sizes = client.run_on_scheduler(_keys_in_memory, keys=every)
+    rows, seen = [], set()
+    for name, kind, keys in wanted:
+        mine = [key for key in keys if key in sizes and key not in seen]
+        seen.update(mine)
+        if mine:
+            workers = tuple(sorted({w for key in mine for w in sizes[key][1]}))
+            rows.append(ClusterRow(name, kind, sum(sizes[key][0] for key in mine), len(mine), workers))
+    return sorted(rows, key=lambda row: -row.size)
+
+
+def _flat(keys: Any) -> Iterable[Any]:
+    if isinstance(keys, list):
+        for item in keys:
+            yield from _flat(item)
+    else:
+        yield keys
+
+
+def _keys_in_memory(dask_scheduler: Any, keys: list[Any]) -> dict[Any, tuple[int, list[str]]]:
+    """On the scheduler: each key held in memory, its bytes and the workers that hold it."""
+    found = {}
+    for key in keys:
+        task = dask_scheduler.tasks.get(key)
+        if task is not None and task.state == "memory":
+            found[key] = (int(task.nbytes), [str(worker.name) for worker in task.who_has])
+    return found
+
+
+def give_back(name: str) -> str:
+    """How to let go of what ``name`` holds."""
+    if name.startswith("Out["):
+        return "%reset -f out"
+    if name.startswith("the last error's frame"):
+        return DROP_TRACEBACK
+    root = name.split("[", 1)[0].split(".", 1)[0]
+    return f"del {root}"
+
+
+def text(report: Report, top: int) -> str:
+    """The report as lines, biggest first, ``top`` names per GPU."""
+    lines = []
+    for gpu in report.gpus:
+        named = sum(row.size for row in gpu.rows)
+        nvml = f"NVML lists {format_bytes(gpu.nvml)} for this kernel" if gpu.nvml is not None else "NVML lists none"
+        lines.append(f"GPU {gpu.index} ({gpu.name}): {nvml}; its names hold {format_bytes(named)}")
+        lines.extend(_rows(gpu.rows, top))
+        for item in gpu.rest:
+            lines.append(f"  {item.what:<55} {format_bytes(item.size):>10}   {item.how}")
+    if report.elsewhere:
+        lines.append("GPU data on a device this kernel's readings do not show (or whose device is not known):")
+        lines.extend(_rows(report.elsewhere, top))
+    if report.cluster:
+        lines.append(f"On the workers of {report.cluster_name!r} (data they keep for this kernel's variables):")
+        for cluster_row in report.cluster[:top]:
+            workers = ", ".join(cluster_row.workers[:3]) + (" ..." if len(cluster_row.workers) > 3 else "")
+            lines.append(
+                f"  {cluster_row.name:<20} {cluster_row.what + f' ({cluster_row.keys} keys)':<34} "
+                f"{format_bytes(cluster_row.size):>10}   del {cluster_row.name.split('[', 1)[0]}   on {workers}"
+            )
+        if len(report.cluster) > top:
+            more = report.cluster[top:]
+            lines.append(f"  ... {len(more)} more: {format_bytes(sum(row.size for row in more))} (--top N)")
+    if not lines:
+        return "%gpumemory: this kernel holds nothing on a GPU, and no cluster keeps data for it"
+    return "\n".join(lines)
+
+
+def _rows(rows: list[Held], top: int) -> list[str]:
+    lines = [_row_line(row) for row in rows[:top]]
+    if len(rows) > top:
+        more = rows[top:]
+        lines.append(f"  ... {len(more)} more names: {format_bytes(sum(row.size for row in more))} (--top N)")
+    return lines
+
+
+def _row_line(row: Held) -> str:
+    also = f" (also {', '.join(row.also[:3])}{' ...' if len(row.also) > 3 else ''})" if row.also else ""
+    what = f"{row.what} {row.description}"
+    return f"  {row.name:<20} {what:<34} {format_bytes(row.size):>10}   {give_back(row.name)}{also}"

@@ -1,0 +1,115 @@
+"""``%gpumemory`` in a real IPython shell: the names that hold GPU memory, biggest first, each allocation counted
+once (a view or a second name is listed beside the first), found in variables, one level into containers and
+objects, in ``Out`` and in the last error's frames, each with its way to give it back; the data a cluster keeps for
+the kernel's variables (persisted collections, futures), by variable, with its workers; bad lines in one line.
+GPU arrays are stood in by objects that offer ``__cuda_array_interface__`` (what any GPU array library offers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+STAND_IN = '''
+class t_DeviceArray:
+    """A GPU array as a library offers it: its address, shape and type through the CUDA array interface."""
+
+    def __init__(self, address, shape, typestr="<f8"):
+        self.interface = {"data": (address, False), "shape": shape, "typestr": typestr, "version": 3}
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.interface
+'''
+
+
+@pytest.fixture
+def shell(loaded_shell: InteractiveShell) -> Iterator[InteractiveShell]:
+    assert loaded_shell.run_cell(STAND_IN).success
+    yield loaded_shell
+    for name in [name for name in loaded_shell.user_ns if name.startswith("t_")]:
+        del loaded_shell.user_ns[name]
+
+
+def report(shell: InteractiveShell, line: str = "") -> str:
+    with capture_output() as captured:
+        shell.run_line_magic("gpumemory", line)
+    return captured.stdout
+
+
+def rows(text: str) -> list[str]:
+    return [line.split()[0] for line in text.splitlines() if line.startswith("  ")]
+
+
+def test_names_are_listed_biggest_first_each_allocation_once_with_its_way_back(shell: InteractiveShell) -> None:
+    shell.run_cell(
+        "t_small = t_DeviceArray(0x1000, (1000,))\n"  # 8 KB
+        "t_big = t_DeviceArray(0x100000, (1000, 1000))\n"  # 8 MB
+        "t_again = t_big\n"  # a second name for the same memory
+        "t_batch = [t_DeviceArray(0x900000, (500, 500)), 3]\n"  # 2 MB in a list
+        "class t_Holder: pass\n"
+        "t_holder = t_Holder(); t_holder.weights = t_DeviceArray(0xA00000, (250, 250))\n"  # 0.5 MB on an object
+    )
+    said = report(shell)
+    assert rows(said) == ["t_big", "t_batch[0]", "t_holder.weights", "t_small"]
+    big = next(line for line in said.splitlines() if line.startswith("  t_big"))
+    assert "1000 x 1000 <f8" in big and "7.6 MiB" in big and "del t_big" in big and "(also t_again)" in big
+    assert "del t_batch" in next(line for line in said.splitlines() if "t_batch[0]" in line)
+
+
+def test_out_and_the_last_errors_frames_hold_memory_and_say_how_to_let_it_go(shell: InteractiveShell) -> None:
+    shell.run_cell("t_DeviceArray(0x2000000, (100, 100))", store_history=True)  # only Out holds it
+    shell.run_cell(
+        "def t_fails():\n    t_inside = t_DeviceArray(0x3000000, (300, 300))\n    raise ValueError('t')\nt_fails()"
+    )
+    said = report(shell)
+    out_row = next(line for line in said.splitlines() if line.startswith("  Out["))
+    assert "%reset -f out" in out_row
+    frame_row = next(line for line in said.splitlines() if "the last error's frame t_fails(): t_inside" in line)
+    assert "%gpumemory --drop-traceback" in frame_row
+    assert "let go" in report(shell, "--drop-traceback")
+    assert "t_fails()" not in report(shell)
+
+
+def test_with_no_gpu_data_it_says_so_in_one_line(shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(shell.user_ns, "Out", {})
+    monkeypatch.setattr("sys.last_traceback", None, raising=False)
+    names = [name for name in shell.user_ns if isinstance(shell.user_ns[name], shell.user_ns["t_DeviceArray"])]
+    for name in names:
+        monkeypatch.delitem(shell.user_ns, name)
+    assert report(shell).strip() == "%gpumemory: this kernel holds nothing on a GPU, and no cluster keeps data for it"
+
+
+@pytest.mark.parametrize("line", ["--top 0", "--top lots", "--top -3", "--everything"])
+def test_a_bad_line_is_one_line(shell: InteractiveShell, line: str) -> None:
+    with pytest.raises(UsageError) as raised, capture_output():
+        shell.run_line_magic("gpumemory", line)
+    message = str(raised.value)
+    assert message.startswith("%gpumemory: ") and "\n" not in message and "Traceback" not in message
+
+
+@pytest.mark.slow
+def test_the_clusters_data_is_listed_by_the_variable_that_holds_it(shell: InteractiveShell) -> None:
+    shell.magics_manager.registry["ClusterMagics"].wait_for_workers = True
+    with capture_output():
+        assert shell.run_cell("%gpucluster --cpu-workers 1 --name t_memory").error_in_exec is None
+    try:
+        setup = (
+            "import dask.array as da, gpu_magics\nfrom distributed import wait\n"
+            "t_kept = da.random.random((1000, 1000), chunks=500).persist(); wait(t_kept)\n"  # 8 MB in 4 chunks
+            "t_lazy = da.zeros((2000, 2000), chunks=500)\n"  # nothing in memory: not listed
+            "t_future = gpu_magics.client().submit(bytes, 3_000_000); wait(t_future)"
+        )
+        assert shell.run_cell(setup).error_in_exec is None
+        said = report(shell)
+        section = said.split("On the workers of 't_memory'", 1)[1]
+        assert rows(section) == ["t_kept", "t_future"]
+        kept = next(line for line in section.splitlines() if line.startswith("  t_kept"))
+        assert "dask.Array (4 keys)" in kept and "7.6 MiB" in kept and "del t_kept" in kept
+        assert "t_lazy" not in said
+    finally:
+        with capture_output():
+            shell.run_line_magic("gpucluster", "stop")

@@ -7,11 +7,14 @@ GPU arrays are stood in by objects that offer ``__cuda_array_interface__`` (what
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
+
+from tests.test_kernel_faults import loaded_kernel
 
 STAND_IN = '''
 class t_DeviceArray:
@@ -80,7 +83,11 @@ def test_with_no_gpu_data_it_says_so_in_one_line(shell: InteractiveShell, monkey
     names = [name for name in shell.user_ns if isinstance(shell.user_ns[name], shell.user_ns["t_DeviceArray"])]
     for name in names:
         monkeypatch.delitem(shell.user_ns, name)
-    assert report(shell).strip() == "%gpumemory: this kernel holds nothing on a GPU, and no cluster keeps data for it"
+    said = report(shell).strip()
+    assert (
+        said
+        == "%gpumemory: this kernel holds nothing on a GPU, nor do its SPMD ranks, and no cluster keeps data for it"
+    )
 
 
 @pytest.mark.parametrize("line", ["--top 0", "--top lots", "--top -3", "--everything"])
@@ -113,3 +120,23 @@ def test_the_clusters_data_is_listed_by_the_variable_that_holds_it(shell: Intera
     finally:
         with capture_output():
             shell.run_line_magic("gpucluster", "stop")
+
+
+@pytest.mark.slow
+def test_what_the_spmd_ranks_variables_hold_is_listed_by_rank(tmp_path: Path) -> None:
+    """Each rank is asked what its own variables hold, with the same search as the kernel's (a real kernel, CPU
+    ranks: their GPU arrays stood in by the interface)."""
+    pytest.importorskip("torch")
+    with loaded_kernel(tmp_path) as kernel:
+        kernel.ok("%gpucluster --cpu-workers 2 --name t_ranks", timeout=120)
+        kernel.ok(
+            "%%gpurun spmd -q\n" + STAND_IN.replace("t_DeviceArray", "DeviceArray")
+            + "import os\nrank = int(os.environ['RANK'])\n"
+            "weights = DeviceArray(0x100000 * (rank + 1), (1000, 1000 * (rank + 1)))\nalias = weights",
+            timeout=180,
+        )  # fmt: skip
+        said = kernel.ok("%gpumemory", timeout=120)
+        for rank, size in ((0, "7.6 MiB"), (1, "15.3 MiB")):
+            section = said.split(f"In SPMD rank {rank} ", 1)[1].split("\n", 2)[1]
+            assert section.startswith("  weights ") and size in section and "(also alias)" in section, said
+        kernel.ok("%gpucluster stop", timeout=120)

@@ -1,9 +1,10 @@
 """``%gpumemory``: what this notebook holds on GPUs, by the names that hold it, biggest first.
 
-The report: what this kernel holds on each GPU by name (``telemetry.held_by_name``), what no name holds there (arrays
-only objects out of reach hold, what the pools cache, the CUDA context: from this kernel's own figures,
-``kernel_report``), and the data the cluster in use keeps for this kernel, by the variable that holds it (persisted
-collections and futures: their keys' sizes and workers, from the scheduler). Each row says how to give it back.
+The report: what this kernel holds on each GPU by name (``spmd.rank.held_by_name``, which the ranks use too), what no
+name holds there (arrays only objects out of reach hold, what the pools cache, the CUDA context: from this kernel's own
+figures, ``kernel_report``), and what the SPMD ranks' variables hold (each rank asked the same), and the data the
+cluster in use keeps for this kernel, by the variable that holds it (persisted collections and futures: their keys'
+sizes and workers, from the scheduler). Each row says how to give it back.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gpu_magics.cluster.telemetry.held_by_name import Held, held_by_name, roots
+from gpu_magics.spmd.rank.held_by_name import Held, from_rows, held_by_name, roots
 from gpu_magics.text.argparsing import MagicArgumentParser, positive_int
 from gpu_magics.text.errors import said_in_one_line
 from gpu_magics.text.units import format_bytes
@@ -103,6 +104,7 @@ class Report:
     elsewhere: list[Held]  # names holding memory on a device this kernel's figures do not list
     cluster: list[ClusterRow]
     cluster_name: str | None = None
+    ranks: dict[int, list[Held]] = field(default_factory=dict)  # what each SPMD rank's variables hold
 
 
 def read_report(shell: Any) -> Report:
@@ -125,7 +127,9 @@ def read_report(shell: Any) -> Report:
         gpu.rest = _rest(gpu, held.held)
     current = queries.active()
     cluster = _cluster_rows(pairs, current.client) if current is not None else []
-    return Report(gpus, elsewhere, cluster, current.name if current is not None else None)
+    rank_calls = queries.rank_park()
+    ranks = {} if rank_calls is None else {index: from_rows(held) for index, held in rank_calls.held().items() if held}
+    return Report(gpus, elsewhere, cluster, current.name if current is not None else None, ranks)
 
 
 def _last() -> Any:
@@ -226,6 +230,9 @@ def text(report: Report, top: int) -> str:
     if report.elsewhere:
         lines.append("GPU data on a device this kernel's readings do not show (or whose device is not known):")
         lines.extend(_rows(report.elsewhere, top))
+    for index, held in sorted(report.ranks.items()):
+        lines.append(f"In SPMD rank {index} (its variables: del them in a %%gpurun spmd cell):")
+        lines.extend(_rows(held, top))
     if report.cluster:
         lines.append(f"On the workers of {report.cluster_name!r} (data they keep for this kernel's variables):")
         for cluster_row in report.cluster[:top]:
@@ -238,7 +245,7 @@ def text(report: Report, top: int) -> str:
             more = report.cluster[top:]
             lines.append(f"  ... {len(more)} more: {format_bytes(sum(row.size for row in more))} (--top N)")
     if not lines:
-        return "%gpumemory: this kernel holds nothing on a GPU, and no cluster keeps data for it"
+        return "%gpumemory: this kernel holds nothing on a GPU, nor do its SPMD ranks, and no cluster keeps data for it"
     return "\n".join(lines)
 
 

@@ -70,7 +70,14 @@ class ParkCommand(TypedDict):
     id: NotRequired[int]
 
 
-Command = RunCommand | InitCommand | PushCommand | PullCommand | ParkCommand
+class HeldCommand(TypedDict):
+    """What the rank's variables hold on GPUs, by name (``%gpumemory``): rows in ``held``."""
+
+    op: Literal["held"]
+    id: NotRequired[int]
+
+
+Command = RunCommand | InitCommand | PushCommand | PullCommand | ParkCommand | HeldCommand
 
 
 # -- rank -> host -> kernel: replies -----------------------------------------------------------------------------
@@ -99,6 +106,7 @@ class Reply(TypedDict):
     peak_memory: NotRequired[int | None]  # bytes: torch's peak on the rank's GPU
     collectives: NotRequired[int | None]  # torch collectives the rank entered in this message (None: unknown)
     parked: NotRequired[dict[str, Any]]  # a park's figures: bytes, seconds, the group ended, steps
+    held: NotRequired[list[dict[str, Any]]]  # ``held``: name, what, description, size, devices, also
     # the host's part
     lines: NotRequired[list[Line]]
     line_count: NotRequired[int]

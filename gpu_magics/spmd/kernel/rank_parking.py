@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, cast
 
-from gpu_magics.spmd.messages import ParkCommand
+from gpu_magics.spmd.messages import HeldCommand, ParkCommand
 from gpu_magics.text.errors import RankError
 
 TIMEOUT_S = 120.0  # a rank's copies of a large model take seconds; one that does not answer fails the park
@@ -49,6 +49,23 @@ class RankPark:
             self.made.groups.discard("torch")
             self.made.remake.append("torch")
         return answers
+
+    def held(self) -> dict[int, list[dict[str, Any]]]:
+        """What each rank's variables hold on GPUs, by rank (``%gpumemory``); a rank that does not answer is left
+        out."""
+        world = self.made.world
+        if world is None or self.busy:
+            return {}
+        futures = self.made.ask_each(list(world.ranks), cast(HeldCommand, {"op": "held"}))
+        found: dict[int, list[dict[str, Any]]] = {}
+        for index, future in futures.items():
+            try:
+                reply = next(iter(future.result(TIMEOUT_S).values()))
+            except (concurrent.futures.TimeoutError, OSError, RuntimeError):
+                continue
+            if not isinstance(reply, BaseException) and reply.get("ok"):
+                found[index] = list(reply.get("held") or [])
+        return found
 
     def reload(self, names: dict[str, int]) -> dict[str, dict[str, Any]]:
         """Each rank copies back what its park moved."""

@@ -160,6 +160,10 @@ class Repl:
                 self.put_environment_back()
                 remake = bool(message.get("remake"))
                 reply["repr"] = groups.initialize(message["kind"], float(message["timeout"]), remake)
+            elif message["op"] == "held":
+                from gpu_magics.spmd.rank.held_by_name import as_rows, held_by_name, roots
+
+                reply["held"] = as_rows(held_by_name(roots(self.namespace, None, None)))
             elif message["op"] in ("park", "unpark", "plan-park"):
                 from gpu_magics.spmd.rank import parking
 

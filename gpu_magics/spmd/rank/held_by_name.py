@@ -91,6 +91,24 @@ def held_by_name(pairs: Iterator[tuple[str, Any]]) -> list[Held]:
     return sorted(rows, key=lambda row: -row.size)
 
 
+def as_rows(rows: list[Held]) -> list[dict[str, Any]]:
+    """The rows as plain values (a rank's answer to the kernel)."""
+    return [
+        {"name": row.name, "what": row.what, "description": row.description, "size": row.size,
+         "devices": sorted(row.devices), "also": list(row.also)}
+        for row in rows
+    ]  # fmt: skip
+
+
+def from_rows(rows: list[dict[str, Any]]) -> list[Held]:
+    """``as_rows`` read back."""
+    return [
+        Held(str(row["name"]), str(row["what"]), str(row["description"]), int(row["size"]),
+             {int(device) for device in row.get("devices") or ()}, [str(name) for name in row.get("also") or ()])
+        for row in rows
+    ]  # fmt: skip
+
+
 def _parts(name: str, value: Any) -> Iterator[tuple[str, str, str, list[Piece]]]:
     """The rows ``value`` gives under ``name``: itself, or its items and attributes one level down."""
     found = _gpu_data(value)

@@ -130,7 +130,7 @@ def _resume_workers(current: ActiveCluster, state: Parked) -> list[str]:
     if short is not None:  # a restore that finds too little memory can fail the process for good: not asked
         raise ClusterError(
             f"{PROG} resume: the processes of {current.name!r} cannot take their GPUs back yet ({short}); they stay "
-            f"parked, with their data: free GPU memory, then run {PROG} resume (or the cell) again"
+            f"parked, with their data: free GPU memory, then run the cell again, or {PROG} resume"
         )
     failed = parking.all_at_once(parking.resume_one, alive)
     if failed:

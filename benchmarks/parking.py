@@ -143,22 +143,12 @@ def timed(kernel: Kernel, cell: str) -> float:
 
 def gpu_bytes(pids: list[int]) -> dict[int, int]:
     """What NVML lists each process holding (none where it cannot be read: simulated GPUs)."""
-    try:
-        import pynvml
+    from tests.gpu.test_parking_notebook_gpu import nvml_bytes
 
-        pynvml.nvmlInit()
-    except Exception:  # no NVML here: simulated GPUs
-        return {}
     try:
-        found: dict[int, int] = {}
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if process.pid in pids:
-                    found[process.pid] = found.get(process.pid, 0) + int(process.usedGpuMemory or 0)
-        return found
-    finally:
-        pynvml.nvmlShutdown()
+        return nvml_bytes(pids)
+    except Exception:  # no NVML here (simulated GPUs): nothing listed
+        return {}
 
 
 def host_bytes(pids: list[int]) -> dict[int, int]:

@@ -372,3 +372,30 @@ def test_a_single_backend_cell_runs_once(ip: InteractiveShell) -> None:
     ip.user_ns["t_runs"] = []
     run(ip, "cpu-single -q -o t_one", COLD_FIRST)
     assert len(ip.user_ns["t_runs"]) == 1 and ip.user_ns["t_one"].cold_run is None
+
+
+def test_the_line_expands_names_as_ipython_does(ip: InteractiveShell) -> None:
+    """``$name`` and ``{expression}`` in a ``%%gpurun`` line come from the notebook's names (the magic expands its
+    line itself, and only where it has one of them)."""
+    ip.user_ns.update(t_backend="cpu-single", t_threads=3)
+    result = ip.run_cell("%%gpurun $t_backend -q -o t_run\n1 + 1")
+    assert result.success and result.result == 2 and ip.user_ns["t_run"].backend == "cpu-single"
+    assert ip.run_cell("%%gpurun cpu-threads --workers {t_threads - 1} -q -o t_run\n1").success
+    assert ip.user_ns["t_run"].hardware == "2 CPU threads"
+
+
+def test_a_cell_run_again_sees_a_transformer_added_between(ip: InteractiveShell) -> None:
+    """The cell's transformed text is kept for the next run of the same cell, but an input transformer added
+    in between applies to it."""
+    cell = "%%gpurun cpu-single -q\nt_value = 1"
+    assert ip.run_cell(cell).success and ip.user_ns["t_value"] == 1
+
+    def two(lines: list[str]) -> list[str]:
+        return [line.replace("t_value = 1", "t_value = 2") for line in lines]
+
+    ip.input_transformers_post.append(two)
+    try:
+        assert ip.run_cell(cell).success and ip.user_ns["t_value"] == 2
+    finally:
+        ip.input_transformers_post.remove(two)
+    assert ip.run_cell(cell).success and ip.user_ns["t_value"] == 1

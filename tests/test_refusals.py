@@ -54,6 +54,23 @@ def test_a_refused_config_value_fails_its_cell_in_one_line(ip: InteractiveShell,
     assert "ERROR:root" not in shown.stdout + shown.stderr and "Traceback" not in shown.stdout + shown.stderr
 
 
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "if True:\n    for _ in range(1):\n        %config ClusterMagics.park_after = 'soon'\nt_after = 1",
+        "try:\n    pass\nfinally:\n    t_got = %config ClusterMagics.park_after = 'soon'\nt_after = 1",
+        "%%gpurun cpu-single -q\n%config ClusterMagics.park_after = 'soon'\nt_after = 1",
+    ],
+    ids=["in nested blocks", "assigned in a finally block", "in a %%gpurun cell"],
+)
+def test_a_refused_config_value_fails_its_cell_wherever_the_line_sits(ip: InteractiveShell, cell: str) -> None:
+    for _ in range(2):  # the second run meets what the first one kept (the %%gpurun cell's transformed text)
+        result = ip.run_cell(cell)
+        assert not result.success and type(result.error_in_exec) is UsageError, result
+        assert str(result.error_in_exec).startswith("%config ClusterMagics.park_after = 'soon': takes a duration")
+        assert "t_after" not in ip.user_ns
+
+
 def test_a_good_config_value_and_the_value_asked_for_pass(ip: InteractiveShell) -> None:
     magics = ip.magics_manager.registry["ClusterMagics"]
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import math
 import re
 import sys
 import time
@@ -19,7 +18,6 @@ from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.live import cluster_loss
 from gpu_magics.gpurun.results import CompareResult, CompareRow, RunResult
 from gpu_magics.gpurun.timing import advice, task_count
-from gpu_magics.gpurun.timing.time_split import TimeSplit
 from gpu_magics.text.errors import CellError
 from gpu_magics.text.units import dropped
 
@@ -48,7 +46,7 @@ class CellObserver(Protocol):
 
 def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
     """Transform and compile ``cell`` as IPython would; shows a syntax error and returns ``None`` on one."""
-    source = shell.transform_cell(cell)
+    source = _transformed(shell, cell)
     filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
     try:
         module = shell.compile.ast_parse(source, filename=filename)
@@ -72,27 +70,38 @@ def compile_cell(shell: InteractiveShell, cell: str) -> CompiledCell | None:
     return CompiledCell(body=body, last_expression=expression, names=names, silent=silent, bound=bound)
 
 
+_TRANSFORMED_KEPT = 64  # the last cells' transformed sources (a notebook runs the same cells again and again)
+_transformed_sources: dict[tuple[Any, ...], str] = {}
+
+
+def _transformed(shell: InteractiveShell, cell: str) -> str:
+    """``shell.transform_cell(cell)``, kept for the same text and the same input transformers: the cell's text
+    was transformed once by IPython already (as the magic's argument), and tokenizing it again is most of what a
+    small cell costs here."""
+    manager = shell.input_transformer_manager
+    key = (
+        cell,
+        id(shell),
+        tuple(map(id, manager.cleanup_transforms)),
+        tuple(map(id, manager.line_transforms)),
+        tuple(map(id, manager.token_transformers)),
+        tuple(map(id, shell.input_transformers_post)),
+    )
+    source = _transformed_sources.pop(key, None)
+    if source is None:
+        source = shell.transform_cell(cell)
+        while len(_transformed_sources) >= _TRANSFORMED_KEPT:
+            del _transformed_sources[next(iter(_transformed_sources))]
+    _transformed_sources[key] = source  # the most recent last
+    return source
+
+
 TOP_LEVEL_AWAIT = (
     "%%gpurun runs its cell synchronously, so top-level await (await, async for, async with) cannot run in it; "
     "call the blocking form instead (.compute(), client.gather(futures)), or run this cell without %%gpurun"
 )
 _ASYNC_NODES = (ast.Await, ast.AsyncFor, ast.AsyncWith)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-WARM_UP_LIMIT = 10.0  # seconds: a --compare backend whose first run is shorter runs again, timed warm
-_ran_on: set[tuple[str, int | None, tuple[int, ...]]] = set()  # the backends (and clusters) a cell has run on
-
-
-def _backend_key(plan: BackendPlan) -> tuple[str, int | None, tuple[int, ...]]:
-    return (plan.name, None if plan.client is None else id(plan.client), tuple(plan.gpu_indices))
-
-
-def first_run_on(plan: BackendPlan) -> bool:
-    """Whether a cell runs on ``plan``'s backend (and cluster) for the first time in this kernel: that run
-    pays start-up costs (imports, first CUDA use). Notes the run, so the next one is not the first."""
-    key = _backend_key(plan)
-    first = key not in _ran_on
-    _ran_on.add(key)
-    return first
 
 
 def has_top_level_await(module: ast.Module) -> bool:
@@ -128,6 +137,23 @@ def _names_from_outside(module: ast.Module) -> tuple[frozenset[str], frozenset[s
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
     return frozenset(read - bound), frozenset(bound)
+
+
+WARM_UP_LIMIT = 10.0  # seconds: a --compare backend whose first run is shorter runs again, timed warm
+_ran_on: set[tuple[str, int | None, tuple[int, ...]]] = set()  # the backends (and clusters) a cell has run on
+
+
+def _backend_key(plan: BackendPlan) -> tuple[str, int | None, tuple[int, ...]]:
+    return (plan.name, None if plan.client is None else id(plan.client), tuple(plan.gpu_indices))
+
+
+def first_run_on(plan: BackendPlan) -> bool:
+    """Whether a cell runs on ``plan``'s backend (and cluster) for the first time in this kernel: that run
+    pays start-up costs (imports, first CUDA use). Notes the run, so the next one is not the first."""
+    key = _backend_key(plan)
+    first = key not in _ran_on
+    _ran_on.add(key)
+    return first
 
 
 @dataclass
@@ -299,47 +325,9 @@ def run_on_backend(
         cold=cold,
         advice=None
         if outcome.failed or split is None
-        else advice_for(shell, cell.bound | cell.names, plan, split, cold=timed_cold),
+        else advice.advice_for(shell, cell.bound | cell.names, plan, split, cold=timed_cold),
     )
     return result, outcome
-
-
-def _kernel_shares() -> dict[str, str]:
-    """The cluster's workers whose GPU this kernel holds memory on too (for the advice); none where unknown."""
-    from gpu_magics.cluster.control import queries
-
-    reports = queries.telemetry()
-    if reports is None:
-        return {}
-    return advice.courteous(
-        "reading which GPUs this kernel shares with the workers",
-        lambda: advice.kernel_on_workers(reports.worker_gpus(), queries.kernel_held_by_uuid()),
-        {},
-    )
-
-
-def advice_for(
-    shell: InteractiveShell, names: Iterable[str], plan: BackendPlan, split: TimeSplit, *, cold: bool = False
-) -> str | None:
-    """The one line of advice for the split (``advice``) about the arrays ``names`` hold, measuring the GPU's
-    random draws only when the cell drew random chunks on a GPU; ``cold``: the backend's first run here."""
-    arrays = advice.arrays_made(shell.user_ns, sorted(names), plan.remote_chunks)
-    costs = None
-    drawn = [array for array in arrays if array.xorwow_draws]
-    if split.gpu and drawn and advice.random_chunks(split):
-        elements = math.prod(drawn[0].chunksize)
-        if plan.client is not None:
-            costs = advice.cluster_draw_seconds(plan.client, elements, plan.annotations.get("workers"))
-        elif plan.gpu_indices:
-            costs = advice.local_draw_seconds(plan.gpu_indices[0], elements)
-    shares: dict[str, str] = {}
-    if plan.client is not None and split.gpu and advice.lopsided(split) is not None:
-        shares = _kernel_shares()  # NVML's process lists: read only where one GPU did most of the work
-    return advice.courteous(
-        "advice on the cell's time",
-        lambda: advice.advise(split, arrays, costs, cold=cold, kernel_shares=shares),
-        None,
-    )
 
 
 def chunk_mismatches(shell: InteractiveShell, names: Iterable[str], plan: BackendPlan) -> list[str]:

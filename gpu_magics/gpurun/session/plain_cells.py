@@ -28,7 +28,7 @@ from gpu_magics.gpurun.backends import BackendPlan
 from gpu_magics.gpurun.graphs import kernel_tail
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session.spmd_cells import SpmdCells
-from gpu_magics.gpurun.timing import task_count
+from gpu_magics.gpurun.timing import advice, task_count
 from gpu_magics.text.errors import said_in_one_line
 from gpu_magics.text.units import dropped
 
@@ -214,7 +214,7 @@ class Session:
                 tasks=recorded.tasks,
                 failed=failed,
                 split=split,
-                advice=None if split is None else execute.advice_for(self.shell, cell.names, plan, split, cold=cold),
+                advice=None if split is None else advice.advice_for(self.shell, cell.names, plan, split, cold=cold),
             )
         )
 

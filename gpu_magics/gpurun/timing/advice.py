@@ -7,10 +7,11 @@ enough work (``chunk_advice``). Never changes the user's chunks or generator."""
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gpu_magics.arrays import chunk_advice
 from gpu_magics.arrays.philox import CALL
@@ -19,6 +20,8 @@ from gpu_magics.text.units import dropped, format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from distributed import Client
+    from IPython.core.interactiveshell import InteractiveShell
+
 
 # dask.array.random functions that draw a chunk each from a generator seeded for that chunk
 RANDOM_FUNCTIONS = frozenset(
@@ -296,3 +299,54 @@ def _draw_seconds_of(client: Client, elements: int, worker: str) -> tuple[float,
     answer = client.run(draw_seconds, elements, workers=[worker])
     xorwow, philox = next(iter(answer.values()))
     return float(xorwow), float(philox)
+
+
+class RanOn(Protocol):
+    """What the advice reads of the backend a cell ran on (a ``BackendPlan``)."""
+
+    @property
+    def client(self) -> Client | None: ...
+    @property
+    def gpu_indices(self) -> tuple[int, ...]: ...
+    @property
+    def annotations(self) -> dict[str, Any]: ...
+    @property
+    def remote_chunks(self) -> bool: ...
+
+
+def _kernel_shares() -> dict[str, str]:
+    """The cluster's workers whose GPU this kernel holds memory on too (for the advice); none where unknown."""
+    from gpu_magics.cluster.control import queries
+
+    reports = queries.telemetry()
+    if reports is None:
+        return {}
+    return courteous(
+        "reading which GPUs this kernel shares with the workers",
+        lambda: kernel_on_workers(reports.worker_gpus(), queries.kernel_held_by_uuid()),
+        {},
+    )
+
+
+def advice_for(
+    shell: InteractiveShell, names: Iterable[str], plan: RanOn, split: TimeSplit, *, cold: bool = False
+) -> str | None:
+    """The one line of advice for the split (``advice``) about the arrays ``names`` hold, measuring the GPU's
+    random draws only when the cell drew random chunks on a GPU; ``cold``: the backend's first run here."""
+    arrays = arrays_made(shell.user_ns, sorted(names), plan.remote_chunks)
+    costs = None
+    drawn = [array for array in arrays if array.xorwow_draws]
+    if split.gpu and drawn and random_chunks(split):
+        elements = math.prod(drawn[0].chunksize)
+        if plan.client is not None:
+            costs = cluster_draw_seconds(plan.client, elements, plan.annotations.get("workers"))
+        elif plan.gpu_indices:
+            costs = local_draw_seconds(plan.gpu_indices[0], elements)
+    shares: dict[str, str] = {}
+    if plan.client is not None and split.gpu and lopsided(split) is not None:
+        shares = _kernel_shares()  # NVML's process lists: read only where one GPU did most of the work
+    return courteous(
+        "advice on the cell's time",
+        lambda: advise(split, arrays, costs, cold=cold, kernel_shares=shares),
+        None,
+    )

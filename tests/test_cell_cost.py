@@ -149,6 +149,29 @@ class TestOnACluster:
             shell.run_cell_magic("gpurun", "multi-gpu -q", "x = 1")
         assert len(read) == 2
 
+    def test_a_cluster_cells_plan_does_not_read_what_this_kernel_holds(self, shell: InteractiveShell) -> None:
+        """The plan's hardware line and GPU workers come from the workers' reports alone: what this kernel holds
+        on the GPUs (NVML's process list, its pools), which ``%gpucluster status`` shows, is not read per cell."""
+        current = queries.in_use()
+        assert current is not None and current.telemetry is not None
+        asked: list[int] = []
+        original = current.telemetry.kernel_held
+
+        def counted() -> Any:
+            asked.append(1)
+            return original() if original is not None else {}
+
+        current.telemetry.kernel_held = counted
+        try:
+            for _ in range(3):
+                with capture_output():
+                    shell.run_cell_magic("gpurun", "multi-gpu -q -o r", "x = 1")
+            assert "2 CPU workers" in shell.user_ns["r"].hardware and asked == []
+            current.telemetry.others(current.telemetry.members())  # where it is asked for, it is read
+            assert asked == [1]
+        finally:
+            current.telemetry.kernel_held = original
+
     def test_the_scheduler_is_read_in_place_only_where_it_runs_here(self, shell: InteractiveShell) -> None:
         client = queries.require_client()
         assert queries.local_scheduler(client) is queries.active().cluster.scheduler  # type: ignore[union-attr]

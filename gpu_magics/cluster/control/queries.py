@@ -147,7 +147,7 @@ def split_workers_by_gpu() -> tuple[set[str], set[str]]:
     declared = current.manager.declared_workers
     if declared is not None:  # as the manager asked for them: GPU or CPU workers, whatever the host has
         return (set(workers), set()) if declared == "gpu" else (set(), set(workers))
-    reported = current.telemetry.worker_gpus() if current.telemetry is not None else {}
+    reported = current.telemetry.worker_gpus_alone() if current.telemetry is not None else {}
     with_gpu = set()
     for address, info in workers.items():
         name = str(info.get("name", address))
@@ -197,7 +197,7 @@ def describe_hardware() -> str:
         workers = inspection.scheduler_workers(current.client)
     except (OSError, RuntimeError):  # the scheduler's comm failed or timed out; the client's loop is gone
         workers = {}
-    reported = current.telemetry.worker_gpus() if current.telemetry is not None else None
+    reported = current.telemetry.worker_gpus_alone() if current.telemetry is not None else None
     return inspection.hardware(
         current.manager.declared_workers, current.devices, workers, reported, current.manager.hardware_note
     )

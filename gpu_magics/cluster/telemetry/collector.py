@@ -268,6 +268,14 @@ class ClusterTelemetry:
             return found
         return self._worker_gpus_at(now)
 
+    def worker_gpus_alone(self) -> dict[str, tuple[str, tuple[WorkerGpu, ...]]]:
+        """``worker_gpus`` without what other processes hold on the GPUs: what a cell's plan reads (its hardware
+        line, which workers have a GPU), without reading this kernel's own memory from NVML at every cell."""
+        return {
+            member.report.worker: (member.host_label, tuple(worker_gpu(gpu, None) for gpu in member.gpus))
+            for member in self.members()
+        }
+
     def _worker_gpus_at(self, now: float) -> dict[str, tuple[str, tuple[WorkerGpu, ...]]]:
         members = self.members(now)
         others = self.others(members)

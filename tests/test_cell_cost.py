@@ -17,7 +17,7 @@ from IPython.utils.capture import capture_output
 from gpu_magics.cluster.control import queries
 from gpu_magics.cluster.reading import inspection
 from gpu_magics.gpurun import backends
-from gpu_magics.gpurun.live.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor, _Later, later
+from gpu_magics.gpurun.live.cell_monitor import QUIET_SAMPLING_AFTER_S, CellMonitor, later
 from gpu_magics.monitor.sampler import Sampler
 from gpu_magics.monitor.sources import make_source
 from tests.test_gpurun import NO_GPU, inventory
@@ -64,35 +64,6 @@ def test_a_short_quiet_cell_starts_no_sampler_and_a_long_one_is_sampled(ip: Inte
     watched = CellMonitor(ip, show_live=False, sampler=sampler)  # not lazy (-o keeps its figures): from the start
     watched.start(plan)
     assert watched.stop().samples >= 1 and started == [True, True]
-
-
-class CountedCondition(threading.Condition):
-    """A condition that counts the timer thread's waits (each one a sleep between wakes)."""
-
-    waits = 0
-
-    def wait(self, timeout: float | None = None) -> bool:
-        type(self).waits += 1
-        return super().wait(timeout)
-
-
-def test_the_timer_wakes_for_a_sooner_call_and_not_for_each_quick_cell() -> None:
-    timer = _Later()
-    timer._changed = CountedCondition()
-    ran: list[str] = []
-    soon = threading.Event()
-    timer.call(3600, lambda: ran.append("late"))  # the thread sleeps until this one is due
-    timer.call(0.05, soon.set)  # due sooner: wakes it
-    assert soon.wait(120) and ran == []
-    cancelled = timer.call(0.05, lambda: ran.append("cancelled"))
-    timer.cancel(cancelled)
-    before = CountedCondition.waits
-    for _ in range(50):  # quick cells: each asks for a call in a while and cancels it as it ends
-        timer.cancel(timer.call(QUIET_SAMPLING_AFTER_S, lambda: ran.append("quick")))
-    done = threading.Event()
-    timer.call(0.1, done.set)
-    assert done.wait(120) and ran == []  # nothing cancelled ran, nor the one due in an hour
-    assert CountedCondition.waits - before < 25, CountedCondition.waits - before  # not a wake per cell
 
 
 @pytest.fixture(scope="module")

@@ -116,24 +116,6 @@ def test_the_kernel_reports_its_memory_three_ways_after_a_cell(ip: InteractiveSh
     assert listed.pid == os.getpid() and listed.gpus[0]["cached_memory"] == 10 * GIB
 
 
-def test_a_run_of_quick_cells_shares_one_refresh_of_the_record(
-    ip: InteractiveShell, shared: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A Run All of quick cells does not read NVML after each cell: the asks that come while a refresh waits are
-    answered by it, and a settle has the waiting refresh done at once, with the figures after the last cell."""
-    ip.run_cell("t_x = 1")
-    assert kernel_report.settle()
-    reads: list[float] = []
-    read = kernel_report.refresh
-    monkeypatch.setattr(kernel_report, "refresh", lambda **kwargs: (reads.append(1), read(**kwargs))[1])
-    monkeypatch.setattr(kernel_report, "GATHER_S", 60.0)  # no cell waits for it: only settle ends the gathering
-    for number in range(20):
-        ip.run_cell(f"t_x = {number}")
-    assert len(reads) <= 1  # at most one refresh began before the gathering (the first cell's)
-    [report] = kernel_records(shared)  # settles: the refresh after the last cell, at once
-    assert 1 <= len(reads) <= 2 and report["pid"] == os.getpid()
-
-
 def test_gpucluster_free_gives_the_kernel_s_cache_back(ip: InteractiveShell, shared: Path) -> None:
     ip.run_cell("t_x = 1")
     assert kernel_report.settle()  # the refresh after the cell has read (and so made) the stand-in's pool

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 from traitlets import Bool, CaselessStrEnum, Float, Int
 
 from gpu_magics.cluster.background import ahead
@@ -18,7 +18,6 @@ from gpu_magics.gpurun.options import CHOICES, COMPARE_ALL, RunOptions, parse_ru
 from gpu_magics.gpurun.results import RunResult
 from gpu_magics.gpurun.session import placement, plain_cells, spmd_cells
 from gpu_magics.magics.free_gpus import FreeGpuSettings, choose_free
-from gpu_magics.text.argparsing import as_line_magic, expand_variables
 from gpu_magics.text.errors import GpuMagicsError, LineError, said_in_one_line
 from gpu_magics.text.units import format_seconds
 
@@ -86,7 +85,6 @@ class GpuMagics(Magics, FreeGpuSettings):
         return self.shell
 
     @line_cell_magic
-    @no_var_expand  # expanded here, and only where the line has $ or {: IPython's copies the namespace every cell
     @said_in_one_line
     def gpurun(self, line: str, cell: str | None = None) -> Any:
         """Run the cell on a backend, time it, and show a one-line summary.
@@ -168,7 +166,6 @@ class GpuMagics(Magics, FreeGpuSettings):
         ``%config ClusterMagics.plain_cells_on_cluster = True`` runs plain cells on the cluster after every
         ``%gpucluster``.
         """
-        line = expand_variables(line, self._shell.user_ns)
         ahead.wait_for_imports()  # it needs them (said once if the wait passes a second)
         if cell is None:
             return self._session_line(line)
@@ -220,7 +217,7 @@ class GpuMagics(Magics, FreeGpuSettings):
             if options.output or options.compare:
                 raise LineError("%gpurun spmd: -o and --compare are for one %%gpurun cell")
         except GpuMagicsError as error:
-            raise type(error)(as_line_magic(str(error))) from None
+            raise type(error)(_as_line_magic(str(error))) from None
         from gpu_magics.spmd.kernel import ranks
 
         if options.reset:
@@ -261,7 +258,7 @@ class GpuMagics(Magics, FreeGpuSettings):
             options = self._choose_free_device(options)
             plans, _ = self._plans(options, prog="%gpurun")
         except GpuMagicsError as error:
-            raise type(error)(as_line_magic(str(error))) from None
+            raise type(error)(_as_line_magic(str(error))) from None
         print(self._use_session(plans[0]))
 
     def use_session(self, backend: str) -> str:
@@ -414,3 +411,10 @@ class GpuMagics(Magics, FreeGpuSettings):
         if ranks is not None:
             ranks.end_all()
         device_pools.shutdown_pools()
+
+
+def _as_line_magic(message: str) -> str:
+    """A ``%%gpurun`` error said of the line magic."""
+    if message.startswith("%%gpurun"):
+        return message[1:]
+    return message if message.startswith("%gpurun") else f"%gpurun: {message}"

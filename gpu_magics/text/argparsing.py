@@ -1,13 +1,11 @@
 """Turning a magic's line into arguments: shlex + argparse, every failure a one-line ``LineError``; and the value
 types the magics' options take (numbers, durations, sizes, GPU choices, addresses, names), pure: no I/O; and the
-most threads one pool may run on this host (``check_threads``: the same bound for every magic's thread counts); a
-line's ``$name`` expanded, and a cell magic's error said of its line magic."""
+most threads one pool may run on this host (``check_threads``: the same bound for every magic's thread counts)."""
 
 from __future__ import annotations
 
 import argparse
 import builtins
-import functools
 import keyword
 import os
 import re
@@ -121,10 +119,8 @@ THREADS_PER_CORE = 8  # the most threads one pool of tasks runs per CPU core of 
 FEWEST_MOST_THREADS = 32  # ... but never fewer than this (a small host still runs a GPU's feeding threads)
 
 
-@functools.cache
 def most_threads() -> int:
-    """The most threads one pool of tasks (a threaded scheduler's, a worker's) may run on this host (read once:
-    every cell's line is checked against it)."""
+    """The most threads one pool of tasks (a threaded scheduler's, a worker's) may run on this host."""
     return max(FEWEST_MOST_THREADS, THREADS_PER_CORE * (os.cpu_count() or 1))
 
 
@@ -376,23 +372,3 @@ def gateway_cluster_name(text: str) -> str:
             f"invalid gateway cluster name {text!r}: give a name that %gpucluster --gateway --list shows"
         )
     return text
-
-
-def expand_variables(line: str, names: Mapping[str, object]) -> str:
-    """``$name`` and ``{expression}`` in a magic's line, from the notebook's ``names``, as IPython expands them; a
-    line without ``$`` or ``{`` as it is (IPython's own expansion copies the whole namespace first, every cell)."""
-    if "$" not in line and "{" not in line:
-        return line
-    from IPython.utils.text import DollarFormatter
-
-    try:
-        return DollarFormatter().vformat(line, args=[], kwargs=names)
-    except Exception:  # as IPython does: a line that does not expand stays as it was
-        return line
-
-
-def as_line_magic(message: str) -> str:
-    """A ``%%gpurun`` error said of the line magic."""
-    if message.startswith("%%gpurun"):
-        return message[1:]
-    return message if message.startswith("%gpurun") else f"%gpurun: {message}"

@@ -1,10 +1,10 @@
 """In the kernel: what this kernel holds on its GPUs (arrays, its pool's cache, its CUDA context), told to the side
 panel through its own record (``record.KernelRecord``), and given back on ``%gpucluster free``.
 
-The record is written after cells that changed the figures (an IPython ``post_run_cell`` hook that ``%load_ext``
-installs; a run of quick cells shares one refresh in ``GATHER_S``). The reading, NVML's process list for every GPU
-among it, about a millisecond on 4 GPUs, is done by a thread of its own, so the cell's prompt does not wait for it.
-The record is removed when the kernel holds nothing, unloads the extension or exits. Reading never starts CUDA:
+The record is written after each cell that changed the figures (an IPython ``post_run_cell`` hook that ``%load_ext``
+installs; the reading, NVML's process list for every GPU among it, about a millisecond on 4 GPUs, is done by a
+thread of its own, so the cell's prompt does not wait for it) and removed when the kernel holds nothing, unloads
+the extension or exits. Reading never starts CUDA:
 pools are read only where this process already has a context (``telemetry.pools``), and NVML's figure for this
 process needs no context at all.
 """
@@ -28,7 +28,6 @@ from gpu_magics.monitor.models import GpuProcess
 from gpu_magics.text.units import dropped
 
 REUSE_S = 0.5  # figures read less than this long ago are reused (a cell end and a record refresh together)
-GATHER_S = 0.25  # after a cell, asks within this long share one refresh of the record
 
 
 @dataclass(frozen=True)
@@ -176,26 +175,19 @@ def _remove_written() -> None:
 
 
 class _AfterCells:
-    """The thread that refreshes the record after cells. Each cell asks (``ask``); the thread waits
-    ``GATHER_S`` for the asks that follow (a Run All's quick cells), then reads and writes once for all of them:
-    a cell's own cost is a counter, not a thread woken to read NVML while the next cell runs. ``settle`` has the
-    waiting refresh done at once."""
+    """The thread that refreshes the record after cells: each cell asks (``ask``), the thread reads and writes
+    once per ask or fewer (asks that come while it works are answered by its next refresh)."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._asked = 0
         self._done = 0
-        self._due = False  # an ask the thread has been woken for and not yet read
-        self._hurry = False  # a settle waits: no gathering
         self._thread: threading.Thread | None = None
         self.stopped = False
 
     def ask(self) -> None:
         with self._changed:
             self._asked += 1
-            if self._due and self._thread is not None and self._thread.is_alive():
-                return  # the refresh on its way reads after this cell too
-            self._due = True
             self._changed.notify_all()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="gpu-magics-kernel-record", daemon=True)
@@ -205,8 +197,6 @@ class _AfterCells:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._asked > self._done)
-                self._changed.wait_for(lambda: self._hurry, GATHER_S)
-                self._due = self._hurry = False
                 asked = self._asked
             if not self.stopped:
                 refresh(fresh=True)
@@ -218,9 +208,6 @@ class _AfterCells:
         """Wait until every refresh asked so far is done; whether it was in time."""
         with self._changed:
             asked = self._asked
-            if self._done < asked:
-                self._hurry = True
-                self._changed.notify_all()
             return self._changed.wait_for(lambda: self._done >= asked, timeout)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 import html
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -197,46 +196,28 @@ def _cluster_gpus(plan: BackendPlan) -> tuple[Sampler | None, tuple[int, ...]]:
 
 
 class _Later:
-    """One daemon thread that calls functions when they are due (a thread per cell would cost its start). A call
-    wakes the thread only when it is due before the time the thread sleeps until: a run of quick cells, each
-    asking for a call it cancels at its end, wakes it about once per delay, not once per cell."""
+    """One daemon thread that calls functions when they are due (a thread per cell would cost its start)."""
 
     def __init__(self) -> None:
         self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._changed = threading.Condition()
         self._count = 0
         self._thread: threading.Thread | None = None
-        self._sleeps_until: float | None = None  # while the thread waits: until when (inf: until woken)
 
-    def call(self, delay: float, function: Callable[[], None]) -> int:
-        """Call ``function`` in ``delay`` seconds; the number to ``cancel`` it with."""
+    def call(self, delay: float, function: Callable[[], None]) -> None:
         with self._changed:
             self._count += 1
-            when = time.monotonic() + delay
-            heapq.heappush(self._due, (when, self._count, function))
+            heapq.heappush(self._due, (time.monotonic() + delay, self._count, function))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="gpu-magics-later", daemon=True)
                 self._thread.start()
-            elif self._sleeps_until is not None and when < self._sleeps_until:
-                self._changed.notify()
-            return self._count
-
-    def cancel(self, number: int) -> None:
-        """The call ``number`` will not be made (nothing where it was made already). The thread is not woken: if
-        the call was the next due, it wakes then, finds nothing due and sleeps on."""
-        with self._changed:
-            kept = [due for due in self._due if due[1] != number]
-            if len(kept) != len(self._due):
-                heapq.heapify(kept)
-                self._due = kept
+            self._changed.notify()
 
     def _run(self) -> None:
         while True:
             with self._changed:
                 while not self._due or self._due[0][0] > time.monotonic():
-                    self._sleeps_until = self._due[0][0] if self._due else math.inf
-                    self._changed.wait(self._sleeps_until - time.monotonic() if self._due else None)
-                self._sleeps_until = None
+                    self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
                 _, _, function = heapq.heappop(self._due)
             try:
                 function()
@@ -274,7 +255,6 @@ class CellMonitor:
         self._lock = threading.Lock()
         self._sampling = False  # whether this cell's run is sampled (a quiet cell: once it ran a while)
         self._stopped = False
-        self._sampling_call: int | None = None  # the later call that begins a quiet cell's sampling
 
     def start(self, plan: BackendPlan) -> None:
         feed, self._gpu_indices = _cluster_gpus(plan)
@@ -285,7 +265,7 @@ class CellMonitor:
         if not self.lazy or self.show_live or sampler.running:
             self._begin_sampling()
         else:  # a quiet cell costs nothing to watch until it has run a while
-            self._sampling_call = later.call(QUIET_SAMPLING_AFTER_S, self._begin_sampling)
+            later.call(QUIET_SAMPLING_AFTER_S, self._begin_sampling)
         from gpu_magics.display.live import LivePanel, can_show_widgets
         from gpu_magics.gpurun.live.progress import Progress
 
@@ -313,9 +293,6 @@ class CellMonitor:
         assert sampler is not None and plan is not None, "stop() before start()"
         with self._lock:
             self._stopped = True  # a call still due finds it stopped
-        if self._sampling_call is not None:  # a quiet cell that ended before it was sampled: nothing left to do
-            later.cancel(self._sampling_call)
-            self._sampling_call = None
         end = time.time()
         snapshots: list[Snapshot] = []
         if self._sampling:

@@ -22,6 +22,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpu_magics import gpus
+from gpu_magics.cluster.background import ahead
 from gpu_magics.cluster.records import kernel_report
 from gpu_magics.cluster.records import record as records
 from gpu_magics.cluster.telemetry import pools
@@ -116,10 +117,46 @@ def test_the_kernel_reports_its_memory_three_ways_after_a_cell(ip: InteractiveSh
     assert listed.pid == os.getpid() and listed.gpus[0]["cached_memory"] == 10 * GIB
 
 
+class StandIn:
+    """A GPU array as any library offers one (``__cuda_array_interface__``), on no real device."""
+
+    def __init__(self, size: int, address: int) -> None:
+        self.interface = {"shape": (size // 4,), "typestr": "<f4", "data": (address, False), "version": 3}
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, object]:
+        return self.interface
+
+
+def test_the_kernel_s_record_names_what_holds_its_memory(ip: InteractiveShell, shared: Path) -> None:
+    """For the side panel's notebook row: the biggest names on the kernel's GPU, each with how to give it back;
+    a view of the same memory is not counted again, and a name gone is gone from the next record."""
+    ip.user_ns.update(t_weights=StandIn(GIB // 2, 0x7000_0000_0000), t_small=StandIn(2**20, 0x7100_0000_0000))
+    ip.user_ns["t_same"] = ip.user_ns["t_weights"]
+    try:
+        ip.run_cell("t_x = 1")
+        [report] = kernel_records(shared)
+        [gpu] = report["gpus"]  # type: ignore[misc]
+        names = gpu["top_names"]
+        assert [(row["name"], row["bytes"], row["give_back"]) for row in names] == [
+            ("t_weights", GIB // 2, "del t_weights"),
+            ("t_small", 2**20, "del t_small"),
+        ]
+        assert names[0]["what"] == "StandIn 134217728 <f4"
+        del ip.user_ns["t_weights"], ip.user_ns["t_same"]
+        ip.run_cell("t_x = 2")
+        [report] = kernel_records(shared)
+        assert [row["name"] for row in report["gpus"][0]["top_names"]] == ["t_small"]  # type: ignore[index]
+    finally:
+        for name in ("t_weights", "t_same", "t_small"):
+            ip.user_ns.pop(name, None)
+
+
 def test_gpucluster_free_gives_the_kernel_s_cache_back(ip: InteractiveShell, shared: Path) -> None:
     ip.run_cell("t_x = 1")
     assert kernel_report.settle()  # the refresh after the cell has read (and so made) the stand-in's pool
     before = FakeSource(spec=SHARED, tick_seconds=None).read(slow=False)[0][1].memory_used
+    ahead.wait_for_imports()  # those %load_ext began (else the magic's line says it waits for them first)
     with capture_output() as captured:
         ip.run_line_magic("gpucluster", "free")
     assert captured.stdout.strip() == "%gpucluster free: this kernel gave back 10.0 GiB"

@@ -29,6 +29,7 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:register",
     "gpu_magics.text.said:install",  # a line said from a thread goes to the cell at hand, or the next one
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
+    "gpu_magics.magics.gpumemory:install_panel_names",  # ... and by which names, for the side panel
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
     "gpu_magics.gpurun.live.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
     "gpu_magics.magics.cell_gate:install",  # a start that failed in the background stops the next cell
@@ -37,6 +38,7 @@ LOAD_HOOKS: tuple[str, ...] = (
 UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.display.formatters:unregister",
     "gpu_magics.text.said:uninstall",
+    "gpu_magics.magics.gpumemory:uninstall_panel_names",
     "gpu_magics.cluster.records.kernel_report:uninstall",
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
     "gpu_magics.gpurun.live.interrupt_view:uninstall",

@@ -22,6 +22,7 @@ from gpu_magics.text.errors import said_in_one_line
 from gpu_magics.text.units import format_bytes
 
 DEFAULT_TOP = 20
+PANEL_NAMES = 5  # the names the side panel's notebook row lists under each GPU (%gpumemory lists them all)
 
 
 def _parser() -> MagicArgumentParser:
@@ -130,6 +131,36 @@ def read_report(shell: Any) -> Report:
     rank_calls = queries.rank_park()
     ranks = {} if rank_calls is None else {index: from_rows(held) for index, held in rank_calls.held().items() if held}
     return Report(gpus, elsewhere, cluster, current.name if current is not None else None, ranks)
+
+
+def panel_names(shell: Any, indices: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """What the side panel's notebook row lists under each GPU where this kernel holds memory (by the kernel's
+    device ``indices``): its biggest names (name, what, bytes, how to give it back), at most ``PANEL_NAMES``. Read
+    in the record's thread, from a copy of the namespace; a name whose device is not known goes to the kernel's one
+    GPU, where it has one."""
+    out = shell.user_ns.get("Out")
+    rows = held_by_name(roots(dict(shell.user_ns), dict(out) if isinstance(out, dict) else None, _last()))
+    found: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        device = min(row.devices) if row.devices else (indices[0] if len(indices) == 1 else None)
+        if device is None or device not in indices or len(found.setdefault(device, [])) >= PANEL_NAMES:
+            continue
+        what = f"{row.what} {row.description}"
+        found[device].append({"name": row.name, "what": what, "bytes": row.size, "give_back": give_back(row.name)})
+    return found
+
+
+def install_panel_names(shell: Any) -> None:
+    """The kernel's record lists the names that hold its GPU memory, for the side panel (``%load_ext``)."""
+    from gpu_magics.cluster.records import kernel_report
+
+    kernel_report.names_by_gpu = lambda indices: panel_names(shell, indices)
+
+
+def uninstall_panel_names(shell: Any) -> None:
+    from gpu_magics.cluster.records import kernel_report
+
+    kernel_report.names_by_gpu = None
 
 
 def _last() -> Any:

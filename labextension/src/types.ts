@@ -271,6 +271,19 @@ export interface IHolder {
   user: string | null;
   /** Whether that account is the server's; null where the process cannot be seen (gone, another container). */
   yours: boolean | null;
+  /** A kernel's biggest names on this GPU, from its own record (`%gpumemory` lists them all); empty elsewhere. */
+  top_names: ITopName[];
+}
+
+/** One name that holds a kernel's GPU memory, as `%gpumemory` lists it. */
+export interface ITopName {
+  /** The variable (or `Out[3]`, or the last error's frame). */
+  name: string;
+  /** What it holds: "CuPy array 4096 x 4096 float64", "PyTorch module 4 tensors". */
+  what: string;
+  bytes: number;
+  /** What gives it back: "del x", "%reset -f out". */
+  give_back: string;
 }
 
 export interface IProcessesReply {

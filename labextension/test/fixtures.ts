@@ -218,6 +218,7 @@ export function holder(overrides: Partial<IHolder> = {}): IHolder {
     server: null,
     user: null,
     yours: null,
+    top_names: [],
     ...overrides
   };
 }

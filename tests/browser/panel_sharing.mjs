@@ -1,7 +1,7 @@
 // The side panel on a shared GPU server, as a user sees it at the default sidebar width, light and dark: the GPU
 // another user's job keeps busy is marked, and the memory list says whose that job's process is; the notebook's
-// kernel and its cluster's worker say what they hold (arrays, cached, context); the cluster says when its idle
-// timeout closes it; Free cached runs in the kernel and the cache goes.
+// kernel and its cluster's worker say what they hold (arrays, cached, context), the kernel by which names too; the
+// cluster says when its idle timeout closes it; Free cached runs in the kernel and the cache goes.
 // Usage: node panel_sharing.mjs BASE_URL TOKEN NOTEBOOK (a notebook that starts cluster $CLUSTER_NAME).
 // Screenshots go to $ARTIFACTS as sharing-*.png.
 import fs from 'node:fs';
@@ -183,6 +183,22 @@ async function checkMemory(page) {
   const button = block.locator('button');
   check((await button.textContent()) === 'Free cached', 'no Free cached for the notebook');
   step(`memory by notebook: ${holders.map(h => h.text).join(' | ')}; ${texts.join(' | ')}`);
+  // the names that hold the kernel's memory (its own record says them), folded under its line; opened here
+  const names = block.locator('details.jp-GpuMagics-names').first();
+  await names.waitFor({ timeout: 60000 });
+  const summary = await names.locator('summary').textContent();
+  check(summary === 'held by embeddings', `the names' fold says "${summary}"`);
+  if (!(await names.evaluate(fold => fold.open))) {
+    await names.locator('summary').click();
+  }
+  const rows = await linesOf(names, '.jp-GpuMagics-name');
+  checkOneLine(rows, 'the name line');
+  check(rows.length === 1 && rows[0].text === 'embeddings512 MiB', `the names are ${rows.map(r => r.text)}`);
+  check(
+    rows[0].title === 'embeddings: DeviceArray 134217728 <f4; del embeddings gives it back',
+    `the name's tooltip says "${rows[0].title}"`
+  );
+  step(`the kernel's names: ${summary}: ${rows.map(r => r.text).join(' | ')}`);
   // the other user's job: its pid once, and on its GPU's line whose it is (not its pid again), on one line
   const others = page.locator('.jp-GpuMagics-owner[data-owner="pid 4242"]');
   await others.waitFor({ timeout: 60000 });

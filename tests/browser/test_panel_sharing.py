@@ -1,7 +1,8 @@
 """The side panel on a shared GPU server, end to end, at the default sidebar width, light and dark: a GPU busy with
 another user's job is marked; the notebook's kernel and its cluster's worker say what they hold three ways (arrays,
-cached, context); "Free cached" runs in the kernel and gives the cache back; the cluster shows the time left before
-its idle timeout closes it and that the notebook's plain cells run on it.
+cached, context), and the notebook's row folds the names that hold its kernel's memory; "Free cached" runs in the
+kernel and gives the cache back; the cluster shows the time left before its idle timeout closes it and that the
+notebook's plain cells run on it.
 Screenshots: test-artifacts/browser/sharing-*.png."""
 
 from __future__ import annotations
@@ -23,6 +24,20 @@ ARTIFACTS = REPO / "test-artifacts" / "browser"
 SHARED = REPO / "tests" / "data" / "shared_gpus.json"
 NOTEBOOK = "train.ipynb"
 CLUSTER = "shared"
+
+
+STAND_IN = """class DeviceArray:
+    \"\"\"A GPU array as libraries offer one (the CUDA array interface), standing in for a CuPy array.\"\"\"
+
+    def __init__(self, count):
+        self.interface = {"data": (0x7F00_0000_0000, False), "shape": (count,), "typestr": "<f4", "version": 3}
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.interface
+
+
+embeddings = DeviceArray(2**27)"""
 
 
 def two_shared_gpus() -> dict[str, object]:
@@ -52,6 +67,7 @@ def test_panel_on_a_shared_server(shared_lab: Lab) -> None:
         cells=[
             nbformat.v4.new_code_cell("%load_ext gpu_magics\n%config ClusterMagics.telemetry_interval = 0.5"),
             nbformat.v4.new_code_cell(f"%gpucluster --cpu-workers 1 --name {CLUSTER} --idle-timeout 30m"),
+            nbformat.v4.new_code_cell(STAND_IN),  # a GPU array (of the simulated GPU) that the memory list names
             nbformat.v4.new_code_cell("%gpurun multi-gpu"),  # plain cells on the cluster: its card says so
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},

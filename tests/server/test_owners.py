@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_magics.cluster.records.record import ClusterRecord
+from gpu_magics.cluster.records.record import ClusterRecord, KernelRecord
 from gpu_magics.monitor.models import GpuProcess, GpuReading, HostReading, Snapshot
 from gpu_magics.server.ownership.owners import map_owners, with_self_reports
 
@@ -113,3 +113,26 @@ def test_self_reports_join_nvml_rows_on_this_host_and_add_the_others() -> None:
         "gpu-node-1 · GPU 3",
     )
     assert (far.kernel_id, far.path, far.role, far.worker) == ("k1", "a.ipynb", "worker", "w-far")
+
+
+def test_a_kernel_s_own_record_brings_its_names_to_its_row_and_bad_ones_are_left_out() -> None:
+    snapshot = _snapshot(_gpu(0, 100))
+    holders = map_owners(snapshot, kernel_pids={100: "k1"}, records=[], paths={"k1": "a.ipynb"}, ancestry=ancestry)
+    names = [
+        {"name": "x", "what": "CuPy array 10 float64", "bytes": 80, "give_back": "del x"},
+        {"name": 3, "bytes": 1},  # not a name
+        {"name": "y", "bytes": -1},  # not a size
+        {"name": "Out[2]", "bytes": 8},  # what and how missing: said as empty
+    ]
+    gpu = {"index": 0, "uuid": "GPU-0", "process_memory": 120, "array_memory": 88, "top_names": names}
+    kernel = KernelRecord(gpus=(gpu,), pid=100, kernel_id="k1")
+    [row] = with_self_reports(holders, [], {"k1": "a.ipynb"}, snapshot, [kernel])
+    assert row.role == "kernel" and row.source == "nvml+self-report"
+    assert row.top_names == (
+        {"name": "x", "what": "CuPy array 10 float64", "bytes": 80, "give_back": "del x"},
+        {"name": "Out[2]", "what": "", "bytes": 8, "give_back": ""},
+    )
+    assert row.to_json()["top_names"][0]["name"] == "x"
+    far = KernelRecord(gpus=({**gpu, "uuid": "GPU-far", "top_names": "lots"},), pid=101, kernel_id="k1")
+    rows = with_self_reports(holders, [], {"k1": "a.ipynb"}, snapshot, [far])
+    assert [row.top_names for row in rows if row.pid == 101] == [()]  # a malformed list: no names

@@ -16,6 +16,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,9 @@ class KernelGpu:
             "context_memory": self.held.context,
         }
 
+
+names_by_gpu: Callable[[list[int]], dict[int, list[dict[str, Any]]]] | None = None
+"""The names that hold this kernel's memory on each GPU (by device index), for the record (``%gpumemory`` sets it)."""
 
 _lock = threading.Lock()
 _refreshing = threading.Lock()  # the record's writer: one refresh at a time
@@ -143,7 +147,12 @@ def refresh(*, fresh: bool = False) -> None:
 def _refresh(fresh: bool) -> None:
     global _written, _started_at, _atexit
     try:
-        found = [gpu.to_json() for gpu in kernel_memory(fresh=fresh)]
+        read = kernel_memory(fresh=fresh)
+        found = [gpu.to_json() for gpu in read]
+        names = _names([gpu.index for gpu in read])
+        for gpu, data in zip(read, found, strict=True):
+            if names.get(gpu.index):
+                data["top_names"] = names[gpu.index]
         if _written is not None and _written[1] == found:
             return
         if not found:
@@ -165,6 +174,18 @@ def remove() -> None:
     settle(2.0)
     with _refreshing:
         _remove_written()
+
+
+def _names(indices: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """``names_by_gpu`` for ``indices``; none where it is not set or fails (the record goes on without them)."""
+    reader = names_by_gpu
+    if reader is None or not indices:
+        return {}
+    try:
+        return reader(indices)
+    except Exception as error:  # an object that cannot be looked at: the figures stand
+        dropped("reading which names hold the kernel's GPU memory", error, once=True)
+        return {}
 
 
 def _remove_written() -> None:

@@ -45,6 +45,7 @@ class GpuHolder:
     server: str | None = None  # the URL of the Jupyter server running its kernel, where another one does
     user: str | None = None  # the account a process no kernel of the user's holds runs as, where it can be seen
     yours: bool | None = None  # whether that account is this server's (None: the process cannot be seen)
+    top_names: tuple[dict[str, Any], ...] = ()  # a kernel's biggest names on this GPU, from its own record
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,6 +134,7 @@ def with_self_reports(
         role = "worker" if member is not None and member.get("role") != "kernel" else "kernel"
         worker = str(member.get("name")) if member is not None and role == "worker" else None
         arrays, cached, context = (_bytes(gpu.get(key)) for key in ("array_memory", "cached_memory", "context_memory"))
+        names = top_names(gpu.get("top_names")) if member is None else ()
         here = local.get(uuid)
         found = by_key.get((uuid, pid))
         if found is not None:
@@ -150,6 +152,7 @@ def with_self_reports(
                 array_memory=arrays,
                 cached_memory=cached,
                 context_memory=context,
+                top_names=names or before.top_names,
             )
             return
         by_key[(uuid, pid)] = len(joined)
@@ -170,6 +173,7 @@ def with_self_reports(
                 array_memory=arrays,
                 cached_memory=cached,
                 context_memory=context,
+                top_names=names,
             )
         )
 
@@ -181,6 +185,25 @@ def with_self_reports(
             for gpu in member.get("gpus") or ():
                 add(gpu, int(member.get("pid") or 0), record.kernel_id, record.name, member)
     return joined
+
+
+MOST_NAMES = 5  # a kernel's names listed per GPU (its record says at most as many)
+
+
+def top_names(value: Any) -> tuple[dict[str, Any], ...]:
+    """A kernel record's names on one GPU (types.ts ITopName), the malformed ones left out."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        {
+            "name": item["name"],
+            "what": str(item.get("what") or ""),
+            "bytes": item["bytes"],
+            "give_back": str(item.get("give_back") or ""),
+        }
+        for item in value[:MOST_NAMES]
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and _bytes(item.get("bytes")) is not None
+    )
 
 
 def _bytes(value: Any) -> int | None:

@@ -7,7 +7,7 @@
 import { el } from '../dom';
 import { formatBytes } from '../../format';
 import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal, splitText } from '../../model/panelModel';
-import type { IHolder } from '../../types';
+import type { IHolder, ITopName } from '../../types';
 import { button, splitView } from '../controls';
 import { ElsewhereHoldersFold } from './elsewhere';
 
@@ -35,6 +35,7 @@ export class MemoryView {
   private _busy = new Set<string>(); // owners freeing now
   private _errors = new Map<string, string>();
   private _elsewhere = new ElsewhereHoldersFold();
+  private _namesOpen = new Set<string>(); // the holders whose names the user opened (each render draws them again)
 
   /** `changed` is called when an action starts or ends: the owner renders the list again. */
   constructor(
@@ -98,7 +99,10 @@ export class MemoryView {
         el('span', { class: 'jp-GpuMagics-ownerName', title: ownerTitle(owner) }, owner.owner),
         el('span', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes))
       ),
-      ...owner.holders.flatMap(holder => holderLines(holder, owner.holders.length > 1))
+      ...owner.holders.flatMap(holder => [
+        ...holderLines(holder, owner.holders.length > 1),
+        ...this._names(holder)
+      ])
     );
     if (this._actions && owner.canFree && owner.cached !== null) {
       const busy = this._busy.has(owner.owner);
@@ -125,6 +129,44 @@ export class MemoryView {
       view.append(el('div', { class: 'jp-GpuMagics-error' }, error));
     }
     return view;
+  }
+
+  /** A kernel's biggest names on the holder's GPU, folded; open where the user opened it. */
+  private _names(holder: IHolder): HTMLElement[] {
+    const names = holder.top_names ?? [];
+    if (names.length === 0) {
+      return [];
+    }
+    const key = `${holder.pid}:${holder.gpu_uuid}`;
+    const fold = el(
+      'details',
+      { class: 'jp-GpuMagics-names', 'data-names': key },
+      el(
+        'summary',
+        {
+          class: 'jp-GpuMagics-namesSummary',
+          title: 'The names that hold this memory, biggest first (%gpumemory in the notebook lists them all)'
+        },
+        namesSummary(names)
+      ),
+      ...names.map(name =>
+        el(
+          'div',
+          { class: 'jp-GpuMagics-name', title: `${name.name}: ${name.what}; ${name.give_back} gives it back` },
+          el('span', { class: 'jp-GpuMagics-nameText' }, name.name),
+          el('span', { class: 'jp-GpuMagics-num' }, formatBytes(name.bytes))
+        )
+      )
+    );
+    fold.open = this._namesOpen.has(key);
+    fold.addEventListener('toggle', () => {
+      if (fold.open) {
+        this._namesOpen.add(key);
+      } else {
+        this._namesOpen.delete(key);
+      }
+    });
+    return [fold];
   }
 
   private async _free(owner: IOwnerTotal): Promise<void> {
@@ -173,6 +215,13 @@ function holderLines(holder: IHolder, withBytes: boolean): HTMLElement[] {
     lines.push(view);
   }
   return lines;
+}
+
+/** `held by x`, `held by x and 2 more names`. */
+export function namesSummary(names: readonly ITopName[]): string {
+  const [first, ...rest] = names;
+  const more = rest.length ? ` and ${rest.length} more name${rest.length > 1 ? 's' : ''}` : '';
+  return first ? `held by ${first.name}${more}` : '';
 }
 
 /** The owner's tooltip: its name, and the account its process runs as where that is another user's. */

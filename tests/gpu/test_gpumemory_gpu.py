@@ -3,14 +3,23 @@ what no name holds; the names' bytes and the rest add up to NVML's figure for th
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def record_paths() -> list[Path]:
+    """The kernel records in the runtime dir the test shell writes to."""
+    from gpu_magics.cluster.records import record
+
+    return sorted(record.runtime_dir().glob("gpu-magics-kernel-*.json"))
 
 
 def parse_bytes(text: str) -> float:
@@ -42,5 +51,12 @@ def test_the_kernels_gpu_memory_by_name_adds_up_to_nvmls_figure(loaded_shell: In
     listed = sum(parse_bytes(size) for size in re.findall(r"\s([\d.]+ (?:B|KiB|MiB|GiB))\s", said.split("\n", 1)[1]))
     assert abs(listed - nvml) <= 0.05 * nvml, (listed, nvml, said)
     print(f"GPUMEMORY FIGURES nvml={nvml} listed={listed} pid={os.getpid()}")
+    from gpu_magics.cluster.records import kernel_report
+
+    assert kernel_report.settle()  # the kernel's record, for the side panel, names the same biggest first
+    [record] = [path for path in record_paths() if json.loads(path.read_text())["pid"] == os.getpid()]
+    [gpu] = json.loads(record.read_text())["gpus"]
+    names = [(row["name"], row["give_back"]) for row in gpu["top_names"]]
+    assert names[:2] == [("t_x", "del t_x"), ("t_model", "del t_model")], names
     for name in ("t_x", "t_view", "t_model"):
         del loaded_shell.user_ns[name]

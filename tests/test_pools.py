@@ -152,6 +152,18 @@ def test_the_kernel_s_record_names_what_holds_its_memory(ip: InteractiveShell, s
             ip.user_ns.pop(name, None)
 
 
+def test_the_record_s_search_looks_at_a_container_s_first_items_only(ip: InteractiveShell, shared: Path) -> None:
+    """It runs after every cell, holding the GIL: a long list is looked at as far as ``PANEL_ITEMS`` only (the
+    biggest arrays at its end are %gpumemory's to find)."""
+    from gpu_magics.magics.gpumemory import PANEL_ITEMS
+
+    ip.user_ns["t_batch"] = [StandIn((index + 1) * 2**20, 0x7200_0000_0000 + index * 2**30) for index in range(60)]
+    ip.run_cell("t_x = 1")
+    [report] = kernel_records(shared)
+    names = [row["name"] for row in report["gpus"][0]["top_names"]]  # type: ignore[index]
+    assert names == [f"t_batch[{index}]" for index in range(PANEL_ITEMS - 1, PANEL_ITEMS - 6, -1)]
+
+
 def test_gpucluster_free_gives_the_kernel_s_cache_back(ip: InteractiveShell, shared: Path) -> None:
     ip.run_cell("t_x = 1")
     assert kernel_report.settle()  # the refresh after the cell has read (and so made) the stand-in's pool

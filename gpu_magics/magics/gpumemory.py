@@ -23,6 +23,7 @@ from gpu_magics.text.units import format_bytes
 
 DEFAULT_TOP = 20
 PANEL_NAMES = 5  # the names the side panel's notebook row lists under each GPU (%gpumemory lists them all)
+PANEL_ITEMS = 50  # a container's items the record's search looks at after each cell (%gpumemory's looks at more)
 
 
 def _parser() -> MagicArgumentParser:
@@ -136,10 +137,12 @@ def read_report(shell: Any) -> Report:
 def panel_names(shell: Any, indices: list[int]) -> dict[int, list[dict[str, Any]]]:
     """What the side panel's notebook row lists under each GPU where this kernel holds memory (by the kernel's
     device ``indices``): its biggest names (name, what, bytes, how to give it back), at most ``PANEL_NAMES``. Read
-    in the record's thread, from a copy of the namespace; a name whose device is not known goes to the kernel's one
-    GPU, where it has one."""
+    in the record's thread after each cell, from a copy of the namespace, looking at ``PANEL_ITEMS`` of a
+    container's items (the thread holds the GIL while it looks); a name whose device is not known goes to the
+    kernel's one GPU, where it has one."""
     out = shell.user_ns.get("Out")
-    rows = held_by_name(roots(dict(shell.user_ns), dict(out) if isinstance(out, dict) else None, _last()))
+    pairs = roots(dict(shell.user_ns), dict(out) if isinstance(out, dict) else None, _last())
+    rows = held_by_name(pairs, most_items=PANEL_ITEMS)
     found: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         device = min(row.devices) if row.devices else (indices[0] if len(indices) == 1 else None)

@@ -68,13 +68,13 @@ def _ipython_name(name: str) -> bool:
     return name.startswith("_")
 
 
-def held_by_name(pairs: Iterator[tuple[str, Any]]) -> list[Held]:
+def held_by_name(pairs: Iterator[tuple[str, Any]], most_items: int = MOST_ITEMS) -> list[Held]:
     """Every name that holds GPU memory no earlier name holds, biggest first; names reaching only memory held
-    already are listed as ``also`` on the row that holds it."""
+    already are listed as ``also`` on the row that holds it. ``most_items``: a container's items looked at."""
     owner: dict[tuple[str, int], Held] = {}
     rows: list[Held] = []
     for name, value in pairs:
-        for row_name, what, description, pieces in _parts(name, value):
+        for row_name, what, description, pieces in _parts(name, value, most_items):
             row = Held(row_name, what, description)
             for piece in pieces:
                 first = owner.get(piece.key)
@@ -109,25 +109,25 @@ def from_rows(rows: list[dict[str, Any]]) -> list[Held]:
     ]  # fmt: skip
 
 
-def _parts(name: str, value: Any) -> Iterator[tuple[str, str, str, list[Piece]]]:
+def _parts(name: str, value: Any, most_items: int) -> Iterator[tuple[str, str, str, list[Piece]]]:
     """The rows ``value`` gives under ``name``: itself, or its items and attributes one level down."""
     found = _gpu_data(value)
     if found is not None:
         yield (name, *found)
         return
-    for suffix, item in _children(value):
+    for suffix, item in _children(value, most_items):
         inner = _gpu_data(item)
         if inner is not None:
             yield (f"{name}{suffix}", *inner)
 
 
-def _children(value: Any) -> Iterator[tuple[str, Any]]:
+def _children(value: Any, most_items: int) -> Iterator[tuple[str, Any]]:
     if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value[:MOST_ITEMS]):
+        for index, item in enumerate(value[:most_items]):
             yield f"[{index}]", item
     elif isinstance(value, dict):
         for index, (key, item) in enumerate(value.items()):
-            if index >= MOST_ITEMS:
+            if index >= most_items:
                 break
             if isinstance(key, (str, int)):
                 yield f"[{key!r}]", item
@@ -135,7 +135,7 @@ def _children(value: Any) -> Iterator[tuple[str, Any]]:
         attributes = getattr(value, "__dict__", None)
         if isinstance(attributes, dict):
             for index, (key, item) in enumerate(attributes.items()):
-                if index >= MOST_ITEMS:
+                if index >= most_items:
                     break
                 if isinstance(key, str) and not key.startswith("__"):
                     yield f".{key}", item

@@ -301,7 +301,10 @@ def test_readings_serialize_to_json() -> None:
     gpus, _ = source_for()[0].read(slow=True)
     data = json.loads(json.dumps([g.to_json() for g in gpus]))
     assert data[0]["uuid"] == UUID0
-    assert data[0]["processes"] == [{"pid": 99, "used_memory": None}, {"pid": 1234, "used_memory": 2**30}]
+    assert data[0]["processes"] == [  # NVML had no utilization sample of either: measured, and 0
+        {"pid": 99, "used_memory": None, "sm_util": 0.0},
+        {"pid": 1234, "used_memory": 2**30, "sm_util": 0.0},
+    ]
     assert data[-1]["processes"] is None
     assert set(data[0]) == {f for f in GpuReading.__dataclass_fields__}
 
@@ -350,3 +353,25 @@ def test_process_lists_read_apart_agree_with_a_full_read() -> None:
     apart, full = process_lists(FakeSource(spec)), process_lists(OnlyRead(FakeSource(spec)))
     assert apart == full
     assert any(processes for processes in apart.values())  # the demo lists processes: the comparison says something
+
+
+def test_each_process_s_share_of_the_gpu_s_time_where_nvml_measures_it_and_none_where_it_cannot() -> None:
+    """Read with the process list: NVML's samples since the last read, by pid; a process without a sample ran
+    nothing (0); a GPU that cannot say (a vGPU, a MIG slice) gives every process ``None``, never 0."""
+    spec = {
+        "gpus": [
+            {"name": "H200", "processes": [{"pid": 10, "used_memory": 1, "sm_util": [80, 60]},
+                                           {"pid": 11, "used_memory": 1}]},
+            {"name": "H200", "processes": [{"pid": 12, "used_memory": 1, "sm_util": 50}],
+             "process_util": "!NotSupported"},
+            {"name": "A100", "mig": [{"name": "A100 MIG 3g.20gb", "processes": [{"pid": 13, "used_memory": 1}]}]},
+        ]
+    }  # fmt: skip
+    source = FakeSource(spec, tick_seconds=None)
+    gpus, _ = source.read(slow=True)
+    shares = {p.pid: p.sm_util for g in gpus for p in g.processes or ()}
+    assert shares == {10: 80.0, 11: 0.0, 12: None, 13: None}
+    source.nvml.advance()  # the next samples
+    gpus, _ = source.read(slow=True)
+    assert [p.sm_util for p in gpus[0].processes or ()] == [60.0, 0.0]
+    assert [p.to_json() for p in gpus[1].processes or ()] == [{"pid": 12, "used_memory": 1, "sm_util": None}]

@@ -117,6 +117,7 @@ class FakeNvml:
     NVMLError = NVMLError
     NVML_SUCCESS = 0
     NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_ERROR_NOT_FOUND = 6
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
     NVML_PCIE_UTIL_TX_BYTES = 0
@@ -322,6 +323,21 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")
         return self._process_list(handle, "processes")
+
+    def nvmlDeviceGetProcessUtilization(self, handle: _Handle, last_seen: int) -> list[SimpleNamespace]:
+        """A sample now of each process whose spec gives ``sm_util``; NotFound where none does (nobody ran); a MIG
+        slice, or a GPU whose ``process_util`` spec is ``"!NotSupported"`` (a vGPU), refuses."""
+        self._enter("nvmlDeviceGetProcessUtilization")
+        refusal = "!NotSupported" if handle.mig is not None else self._entry(handle)[0].get("process_util")
+        if isinstance(refusal, str) and refusal.startswith("!"):
+            raise ERRORS[refusal[1:]]()
+        stamp, tick = max(int(self._seconds() * 1e6), last_seen + 1), self.tick
+        busy = [(p["pid"], _optional(p.get("sm_util"), tick)) for p in self._value(handle, "processes", tick)]
+        samples = [SimpleNamespace(pid=os.getpid() if pid == "self" else int(pid), timeStamp=stamp, smUtil=util)
+                   for pid, util in busy if util is not None]  # fmt: skip
+        if not samples:
+            raise ERRORS["NotFound"]()
+        return samples
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetGraphicsRunningProcesses")

@@ -18,9 +18,10 @@ class GpuProcess:
 
     pid: int
     used_memory: int | None  # bytes
+    sm_util: float | None = None  # percent of the GPU's time its kernels ran, lately (None: not measured)
 
     def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "used_memory": self.used_memory}
+        return {"pid": self.pid, "used_memory": self.used_memory, "sm_util": self.sm_util}
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpu_magics.monitor import reads_paused
+from gpu_magics.monitor.deltas import CounterRates, ProcessTime
 from gpu_magics.monitor.models import GpuProcess, GpuReading
 
 __all__ = ["FROM_ENV", "NvmlSource", "select_visible"]
@@ -137,7 +138,6 @@ class NvmlSource:
         self._binding = binding
         self._visible_spec = visible_devices
         self._lock = threading.Lock()
-        self._nvlink_lock = threading.Lock()
         self._state = _State.UNINITIALIZED
         self._pid: int | None = None
         self._nv: Any = None
@@ -145,8 +145,8 @@ class NvmlSource:
         self._reason: str | None = None
         self._devices: tuple[_Device, ...] = ()
         self._legacy_temperature: set[str] = set()
-        # device uuid -> (timestamp s, rx KiB, tx KiB, rx bytes/s, tx bytes/s)
-        self._nvlink: dict[str, tuple[float, int, int, float | None, float | None]] = {}
+        self._nvlink = CounterRates(KIB)  # NVLink's cumulative KiB counters as bytes/s
+        self._process_time = ProcessTime()
 
     def read(self, *, slow: bool) -> tuple[tuple[GpuReading, ...], str | None]:
         try:
@@ -288,7 +288,7 @@ class NvmlSource:
             pcie_rx = _scaled(self._call("nvmlDeviceGetPcieThroughput", handle, rx_counter), KIB)
             pcie_tx = _scaled(self._call("nvmlDeviceGetPcieThroughput", handle, tx_counter), KIB)
             nvlink_rx, nvlink_tx = self._nvlink_rates(device)
-            processes = self._processes(handle)
+            processes = self._processes(handle, device.uuid)
         return GpuReading(
             index=index,
             nvml_index=device.nvml_index,
@@ -319,7 +319,7 @@ class NvmlSource:
             self._legacy_temperature.add(device.uuid)  # older driver or binding: use the older call
         return _scaled(self._call("nvmlDeviceGetTemperature", device.handle, sensor), 1)
 
-    def _processes(self, handle: Any) -> tuple[GpuProcess, ...] | None:
+    def _processes(self, handle: Any, uuid: str = "") -> tuple[GpuProcess, ...] | None:
         found: dict[int, GpuProcess] = {}
         answered = False
         for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
@@ -331,7 +331,12 @@ class NvmlSource:
                 pid = int(item.pid)
                 if found.get(pid) is None or found[pid].used_memory is None:
                     found[pid] = GpuProcess(pid, _int(getattr(item, "usedGpuMemory", None)))
-        return tuple(found[pid] for pid in sorted(found)) if answered else None
+        if not answered:
+            return None
+        busy = self._process_time.read(self._nv, handle, uuid, self._fatal)
+        if busy is not None:  # measured: a process without a sample ran nothing lately
+            found = {pid: replace(process, sm_util=busy.get(pid, 0.0)) for pid, process in found.items()}
+        return tuple(found[pid] for pid in sorted(found))
 
     def _nvlink_rates(self, device: _Device) -> tuple[float | None, float | None]:
         """NVLink bytes/s over all links, from NVML's cumulative KiB counters (None on the first read)."""
@@ -348,16 +353,7 @@ class NvmlSource:
         if not links or rx is None or tx is None:
             return None, None
         stamp = values[1].timestamp / 1e6 if values[1].timestamp else time.time()
-        with self._nvlink_lock:
-            previous = self._nvlink.get(device.uuid)
-            if previous is not None and stamp <= previous[0]:
-                return previous[3], previous[4]  # no new counter value yet
-            rates: tuple[float | None, float | None] = (None, None)
-            if previous is not None and rx >= previous[1] and tx >= previous[2]:
-                elapsed = stamp - previous[0]
-                rates = ((rx - previous[1]) * KIB / elapsed, (tx - previous[2]) * KIB / elapsed)
-            self._nvlink[device.uuid] = (stamp, int(rx), int(tx), *rates)
-            return rates
+        return self._nvlink.rates(device.uuid, stamp, int(rx), int(tx))
 
 
 def _init_reason(nv: Any, exc: Exception) -> str:

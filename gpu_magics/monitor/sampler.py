@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gpu_magics.monitor.host import HostProbe
+from gpu_magics.monitor.deltas import HostProbe
 from gpu_magics.monitor.models import GpuReading, GpuSource, Snapshot
 from gpu_magics.monitor.sources import default_source
 from gpu_magics.text.units import dropped

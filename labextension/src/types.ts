@@ -3,6 +3,8 @@
 export interface IGpuProcess {
   pid: number;
   used_memory: number | null;
+  /** Percent of the GPU's time its kernels ran lately, from NVML's samples; null where NVML cannot say. */
+  sm_util: number | null;
 }
 
 export interface IGpuReading {
@@ -273,6 +275,8 @@ export interface IHolder {
   yours: boolean | null;
   /** A kernel's biggest names on this GPU, from its own record (`%gpumemory` lists them all); empty elsewhere. */
   top_names: ITopName[];
+  /** Percent of the GPU's time the process's kernels ran lately (NVML's samples); null: not measured. */
+  sm_util: number | null;
 }
 
 /** One name that holds a kernel's GPU memory, as `%gpumemory` lists it. */

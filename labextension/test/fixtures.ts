@@ -219,6 +219,7 @@ export function holder(overrides: Partial<IHolder> = {}): IHolder {
     user: null,
     yours: null,
     top_names: [],
+    sm_util: null,
     ...overrides
   };
 }

@@ -102,6 +102,21 @@ async function checkCards(page) {
     .evaluateAll(cards => cards.map(card => card.getBoundingClientRect().height));
   check(Math.abs(heights[0] - heights[1]) < 0.5, `the marked card is not as tall as the other: ${heights}`);
   step(`GPU 0 marked "${text}" (${title})`);
+  // who used each GPU lately, by notebook (NVML's per-process samples): the other user's job, and the notebook idle
+  await page.waitForFunction(
+    () => document.querySelector('.jp-GpuMagics-card[data-gpu="0"] .jp-GpuMagics-gpuTime')?.textContent.includes('96%'),
+    null,
+    { timeout: 30000 }
+  );
+  const times = await page
+    .locator('.jp-GpuMagics-card .jp-GpuMagics-gpuTime')
+    .evaluateAll(nodes => nodes.map(n => ({ text: n.textContent, cut: n.scrollWidth > n.clientWidth + 1 })));
+  check(
+    JSON.stringify(times.map(t => t.text)) === JSON.stringify(['Time: others 96%', 'Time: no process ran lately']),
+    `the cards' time lines say ${JSON.stringify(times)}`
+  );
+  check(times.every(t => !t.cut), `a card's time line is cut: ${JSON.stringify(times)}`);
+  step(`time by notebook: ${times.map(t => t.text).join(' | ')}`);
 }
 
 async function checkCluster(page) {

@@ -45,6 +45,8 @@ def two_shared_gpus() -> dict[str, object]:
     spec = json.loads(SHARED.read_text())
     busy, mine = spec["gpus"][0], spec["gpus"][1]
     busy["pools"] = {"worker": mine["pools"].pop("worker")}
+    busy["processes"] = [{**process, "sm_util": 96} for process in busy["processes"]]  # the job NVML samples busy
+    mine["gpu_util"] = 0  # the notebook's GPU sits idle: no process ran there lately
     return {"gpus": [busy, mine]}
 
 

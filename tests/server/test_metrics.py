@@ -132,6 +132,21 @@ def test_a_kernel_s_bytes_by_part_and_gone_once_the_server_no_longer_runs_it() -
     assert {labels["kernel_id"] for labels, _ in after["gpu_magics_kernel_gpu_memory_bytes"]} == {"k2"}
 
 
+def test_a_kernel_s_share_of_a_gpu_s_time_adds_up_its_processes_and_is_absent_where_not_measured() -> None:
+    shot = snapshot(reading(0, IDLE), reading(1, BUSY, gpu_util=90.0))
+    held = [holding("k1", BUSY, GIB, sm_util=60.0), holding("k1", BUSY, GIB, "workers", sm_util=25.0),
+            holding("k2", BUSY, GIB, sm_util=3.0), holding("k1", IDLE, GIB, sm_util=None),  # not measured there
+            holding(None, BUSY, GIB, "children", sm_util=9.0),  # no kernel's
+            holding("k3", "GPU-remote-1", GIB, "workers", host="node-2", sm_util=50.0)]  # fmt: skip
+    frame = build_frame(inputs(shot, *held, managed=frozenset({"k1", "k2", "k3"}), paths={"k1": "train.ipynb"}),
+                        notebook_label=True)  # fmt: skip
+    time = samples(frame)["gpu_magics_kernel_gpu_time_ratio"]
+    assert sorted((s["kernel_id"], s["UUID"], s.get("notebook"), round(v, 3)) for s, v in time) == [
+        ("k1", BUSY, "train.ipynb", 0.85),
+        ("k2", BUSY, "", 0.03),
+    ]
+
+
 def test_memory_held_on_idle_gpus_counts_from_the_first_idle_refresh() -> None:
     idle = IdleHold()
     first = build_frame(inputs(snapshot(reading(0, IDLE), at=1000.0), holding("k1", IDLE, GIB)), idle)

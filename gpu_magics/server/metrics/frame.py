@@ -56,6 +56,9 @@ HELP = {
     "gpu_magics_gpu_power_watts": "GPU power draw.",
     "gpu_magics_kernel_gpu_memory_bytes": "GPU memory held for a Jupyter kernel, by part: the kernel itself, its "
     "cluster's workers, its SPMD ranks, other processes it started.",
+    "gpu_magics_kernel_gpu_time_ratio": "Share of a GPU's time a Jupyter kernel's processes (the kernel, its "
+    "cluster's workers, its SPMD ranks) ran lately, from NVML's per-process samples (0 to 1); absent where NVML "
+    "cannot say (a MIG slice, a vGPU).",
     "gpu_magics_kernel_idle_hold_seconds": "Seconds a kernel's GPU memory has been held on GPUs that sat idle "
     "(0 while they are busy).",
     "gpu_magics_leftover_gpu_memory_bytes": "GPU memory held by processes a Jupyter kernel started that outlived it.",
@@ -85,6 +88,7 @@ def build(
     series: dict[str, list[Series]] = {name: [] for name in HELP}
     _gpus(series, local.values(), inputs.remote, place)
     held = _kernel_memory(series, inputs, local, place, notebook_label)
+    _kernel_time(series, inputs, local, place, notebook_label)
     since = _idle_hold(series, held, inputs, idle, idle_utilization, place, notebook_label)
     _clusters(series, inputs, place)
     _leftovers(series, inputs, local, place)
@@ -169,6 +173,29 @@ def _kernel_memory(
                   *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
         series["gpu_magics_kernel_gpu_memory_bytes"].append(Series(labels, float(used), kernel_id=kernel))
     return held
+
+
+def _kernel_time(
+    series: dict[str, list[Series]],
+    inputs: Inputs,
+    local: Mapping[str, GpuReading],
+    place: Place,
+    notebook_label: bool,
+) -> None:
+    """Each kernel's share of each of this host's GPUs' time, where NVML measured its processes."""
+    shares: dict[tuple[str, str], float] = {}
+    for holding in inputs.holdings:
+        holder = holding.holder
+        if holder.kernel_id is None or holder.role == "other" or holder.host is not None or holder.sm_util is None:
+            continue
+        if holder.gpu_uuid not in local or not is_uuid(holder.gpu_uuid):
+            continue
+        key = (clean(holder.kernel_id), holder.gpu_uuid)
+        shares[key] = shares.get(key, 0.0) + holder.sm_util
+    for (kernel, uuid), percent in sorted(shares.items()):
+        labels = (("kernel_id", kernel), *device(uuid, local), ("Hostname", place.hostname),
+                  *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
+        series["gpu_magics_kernel_gpu_time_ratio"].append(Series(labels, min(1.0, percent / 100), kernel_id=kernel))
 
 
 def _notebook(inputs: Inputs, kernel: str, wanted: bool) -> Labels:

@@ -31,6 +31,7 @@ SERIES = (
         ("kernel_id", "UUID", "Hostname", "part"),
         ("mig_uuid", "notebook", *POD),
     ),
+    Labelled("gpu_magics_kernel_gpu_time_ratio", "gauge", ("kernel_id", "UUID", "Hostname"), ("notebook", *POD)),
     Labelled("gpu_magics_kernel_idle_hold_seconds", "gauge", ("kernel_id",), ("notebook", *POD)),
     Labelled("gpu_magics_leftover_gpu_memory_bytes", "gauge", ("kernel_id", "UUID", "Hostname"), ("mig_uuid", *POD)),
     Labelled("gpu_magics_leftover_processes", "gauge", ("kernel_id", "UUID", "Hostname"), ("mig_uuid", *POD)),

@@ -46,6 +46,7 @@ class GpuHolder:
     user: str | None = None  # the account a process no kernel of the user's holds runs as, where it can be seen
     yours: bool | None = None  # whether that account is this server's (None: the process cannot be seen)
     top_names: tuple[dict[str, Any], ...] = ()  # a kernel's biggest names on this GPU, from its own record
+    sm_util: float | None = None  # percent of the GPU's time its kernels ran lately, from NVML (None: not measured)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +104,7 @@ def map_owners(
                     cluster=cluster,
                     role=role,
                     gpu_label=reading.label,
+                    sm_util=process.sm_util,
                 )
             )
     return holders

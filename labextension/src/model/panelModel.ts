@@ -67,6 +67,30 @@ export interface IOwnerTotal {
   canFree: boolean;
 }
 
+/** A GPU's time by notebook: each owner's share (percent), largest first; `measured` false where NVML cannot say. */
+export interface IGpuTime {
+  measured: boolean;
+  shares: { owner: string; percent: number }[];
+}
+
+/**
+ * The time of the GPU the `holders` are on, by owner: the notebook (its kernel, workers and ranks added up), or
+ * "others" for processes that are not the user's notebooks'. Not measured where NVML gave no process a figure.
+ */
+export function gpuTime(holders: readonly IHolder[]): IGpuTime {
+  const measured = holders.filter(holder => holder.sm_util !== null && holder.sm_util !== undefined);
+  if (holders.length && !measured.length) {
+    return { measured: false, shares: [] };
+  }
+  const totals = new Map<string, number>();
+  for (const holder of measured) {
+    const owner = holder.role === 'other' ? 'others' : ownerLabel(holder);
+    totals.set(owner, (totals.get(owner) ?? 0) + (holder.sm_util ?? 0));
+  }
+  const shares = Array.from(totals, ([owner, percent]) => ({ owner, percent: Math.min(100, percent) }));
+  return { measured: true, shares: shares.sort((a, b) => b.percent - a.percent || a.owner.localeCompare(b.owner)) };
+}
+
 /** How a GPU memory holder is named in the panel: its notebook, else its kernel, else its process ("pid 4000"). */
 export function ownerLabel(holder: IHolder): string {
   if (holder.path) {
@@ -468,6 +492,11 @@ export class GpuPanelModel {
   /** What others (not the user's notebooks) hold on this server's GPU `index`, or `null`. */
   othersOn(index: number): IGpuOtherUse | null {
     return this._others.get(index) ?? null;
+  }
+
+  /** Who used this server's GPU `index` lately, from NVML's per-process samples; `null` until processes are read. */
+  gpuTimeOn(index: number): IGpuTime | null {
+    return this._holdersRead ? gpuTime(this._holders.filter(holder => holder.gpu === index && !holder.host)) : null;
   }
 
   /** GPU memory held per notebook (or kernel, or process), largest first: "who holds what". */

@@ -11,7 +11,7 @@ import {
   memoryPercent
 } from '../../format';
 import { othersText } from '../../model/panelModel';
-import type { IGpuView } from '../../model/panelModel';
+import type { IGpuTime, IGpuView } from '../../model/panelModel';
 import type { IGpuOtherUse, IGpuReading } from '../../types';
 import { barFill } from '../controls';
 
@@ -27,6 +27,8 @@ export interface ICardsState {
   readonly gpus: IGpuView[];
   /** What others (not the user's notebooks) hold on this server's GPU `index`, or `null`. */
   othersOn?(index: number): IGpuOtherUse | null;
+  /** Who used this server's GPU `index` lately, or `null` until its processes are read. */
+  gpuTimeOn?(index: number): IGpuTime | null;
 }
 
 export class GpuCardsView {
@@ -38,7 +40,11 @@ export class GpuCardsView {
       return;
     }
     this.node.replaceChildren(
-      ...state.gpus.map(view => gpuCard(view, view.reading.host ? null : state.othersOn?.(view.reading.index) ?? null))
+      ...state.gpus.map(view =>
+        view.reading.host
+          ? gpuCard(view)
+          : gpuCard(view, state.othersOn?.(view.reading.index) ?? null, state.gpuTimeOn?.(view.reading.index) ?? null)
+      )
     );
   }
 }
@@ -47,7 +53,7 @@ export class GpuCardsView {
  * One GPU's card; a GPU that cannot be read shows its error instead of metrics. `others`: what processes that are
  * not the user's notebooks hold on it, marked in the title (its height stays, whether marked or not).
  */
-export function gpuCard(view: IGpuView, others: IGpuOtherUse | null = null): HTMLElement {
+export function gpuCard(view: IGpuView, others: IGpuOtherUse | null = null, time: IGpuTime | null = null): HTMLElement {
   const r = view.reading;
   const card = el(
     'div',
@@ -83,9 +89,35 @@ export function gpuCard(view: IGpuView, others: IGpuOtherUse | null = null): HTM
       )
     ),
     memoryBar(r.memory_used, r.memory_total, others),
+    ...(time ? [gpuTimeLine(r.index, time)] : []),
     chart(view)
   );
   return card;
+}
+
+/**
+ * "Time: train.ipynb 85% · others 12%": who used the GPU lately (NVML's per-process samples, a notebook's kernel,
+ * workers and ranks added up); "Time by notebook: not measured" where NVML cannot say (a MIG slice, a vGPU, or a
+ * container whose processes it cannot map), never 0.
+ */
+export function gpuTimeLine(index: number, time: IGpuTime): HTMLElement {
+  const shares = time.shares.filter(share => share.percent >= 0.5);
+  const listed = shares.map(share => `${share.owner} ${Math.round(share.percent)}%`);
+  const text = !time.measured
+    ? 'Time by notebook: not measured'
+    : listed.length
+      ? `Time: ${listed.join(' \u00b7 ')}`
+      : 'Time: no process ran lately';
+  const title = !time.measured
+    ? `NVML gives no per-process samples of GPU ${index} here (a MIG slice, a vGPU, or a container whose ` +
+      'processes it cannot map): whose work keeps it busy is not measured'
+    : `Share of GPU ${index}\u2019s time each notebook\u2019s processes (kernel, workers, ranks) ran lately, ` +
+      `from NVML\u2019s samples${listed.length ? `: ${listed.join(', ')}` : ''}`;
+  return el(
+    'div',
+    { class: 'jp-GpuMagics-gpuTime', 'data-measured': String(time.measured), title },
+    text
+  );
 }
 
 /** "others · 40 GiB": this GPU is busy with work that is not the user's notebooks'; the tooltip says whose. */

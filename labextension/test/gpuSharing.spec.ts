@@ -1,7 +1,8 @@
 /** @jest-environment jsdom */
 import './jsdomShim';
 
-import { GpuPanelModel } from '../src/model/panelModel';
+import { GpuPanelModel, gpuTime } from '../src/model/panelModel';
+import { gpuTimeLine } from '../src/views/sections/gpuCards';
 import { MemoryView, namesSummary } from '../src/views/sections/memory';
 import { holder } from './fixtures';
 
@@ -49,5 +50,52 @@ describe('the names that hold a kernel\u2019s memory', () => {
   it('are not shown where the record has none', () => {
     expect(viewWith([]).view.node.querySelector('.jp-GpuMagics-names')).toBeNull();
     expect(namesSummary(NAMES.slice(0, 1))).toBe('held by embeddings');
+  });
+});
+
+describe('a GPU\u2019s time by notebook', () => {
+  const mine = (pid: number, util: number | null, path = 'train.ipynb') =>
+    holder({ pid, gpu: 0, path, role: pid === 9 ? 'other' : 'kernel', sm_util: util });
+
+  it('adds up each notebook\u2019s processes and names the rest others, busiest first', () => {
+    const time = gpuTime([mine(1, 60), mine(2, 25), mine(3, 2, 'b.ipynb'), mine(9, 12)]);
+    expect(time).toEqual({
+      measured: true,
+      shares: [
+        { owner: 'train.ipynb', percent: 85 },
+        { owner: 'others', percent: 12 },
+        { owner: 'b.ipynb', percent: 2 }
+      ]
+    });
+    const line = gpuTimeLine(0, time);
+    expect(line.textContent).toBe('Time: train.ipynb 85% \u00b7 others 12% \u00b7 b.ipynb 2%');
+    expect(line.dataset.measured).toBe('true');
+  });
+
+  it('says not measured where NVML gives no process a figure, never 0', () => {
+    const time = gpuTime([mine(1, null), mine(9, null)]);
+    expect(time.measured).toBe(false);
+    const line = gpuTimeLine(1, time);
+    expect(line.textContent).toBe('Time by notebook: not measured');
+    expect(line.title).toContain('a MIG slice, a vGPU');
+  });
+
+  it('says when nobody ran lately', () => {
+    expect(gpuTimeLine(0, gpuTime([mine(1, 0)])).textContent).toBe('Time: no process ran lately');
+    expect(gpuTimeLine(0, gpuTime([])).textContent).toBe('Time: no process ran lately');
+  });
+
+  it('is on the card of this server\u2019s GPU once its processes are read', () => {
+    const model = new GpuPanelModel();
+    expect(model.gpuTimeOn(0)).toBeNull();
+    model.setHolders({
+      time: 1,
+      status: null,
+      processes: [mine(1, 40)],
+      unreadable_gpus: [],
+      others: [],
+      reporting_kernels: []
+    });
+    expect(model.gpuTimeOn(0)?.shares).toEqual([{ owner: 'train.ipynb', percent: 40 }]);
   });
 });

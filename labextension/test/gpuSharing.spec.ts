@@ -80,6 +80,12 @@ describe('a GPU\u2019s time by notebook', () => {
     expect(line.title).toContain('a MIG slice, a vGPU');
   });
 
+  it('says not measured where a process of the user\u2019s is not under its pid in NVML\u2019s list (a container)', () => {
+    const mapped = mine(9, 80);
+    const unmapped = holder({ pid: 1, gpu: 0, path: 'train.ipynb', source: 'self-report', sm_util: null });
+    expect(gpuTime([mapped, unmapped])).toEqual({ measured: false, shares: [] });
+  });
+
   it('says when nobody ran lately', () => {
     expect(gpuTimeLine(0, gpuTime([mine(1, 0)])).textContent).toBe('Time: no process ran lately');
     expect(gpuTimeLine(0, gpuTime([])).textContent).toBe('Time: no process ran lately');

@@ -75,11 +75,15 @@ export interface IGpuTime {
 
 /**
  * The time of the GPU the `holders` are on, by owner: the notebook (its kernel, workers and ranks added up), or
- * "others" for processes that are not the user's notebooks'. Not measured where NVML gave no process a figure.
+ * "others" for processes that are not the user's notebooks'. Not measured where NVML gave no process a figure, or
+ * where a process of the user's is known only from its own report (NVML's pids are not this server's).
  */
 export function gpuTime(holders: readonly IHolder[]): IGpuTime {
   const measured = holders.filter(holder => holder.sm_util !== null && holder.sm_util !== undefined);
-  if (holders.length && !measured.length) {
+  // a process of the user's that NVML does not list under its pid (a container: NVML gives the host's pids) would
+  // have its time counted as someone else's: not measured, rather than wrong
+  const unmapped = holders.some(holder => holder.source === 'self-report');
+  if ((holders.length && !measured.length) || unmapped) {
     return { measured: false, shares: [] };
   }
   const totals = new Map<string, number>();

@@ -375,3 +375,16 @@ def test_each_process_s_share_of_the_gpu_s_time_where_nvml_measures_it_and_none_
     gpus, _ = source.read(slow=True)
     assert [p.sm_util for p in gpus[0].processes or ()] == [60.0, 0.0]
     assert [p.to_json() for p in gpus[1].processes or ()] == [{"pid": 12, "used_memory": 1, "sm_util": None}]
+
+
+def test_a_process_s_own_report_reads_the_process_list_without_the_time_samples() -> None:
+    """``read_processes`` (a kernel's or worker's report of its own memory, often) asks NVML for the process list
+    only; the samples are the slow read's, per GPU, each from where that GPU's last read ended."""
+    spec = {"gpus": [{"name": "H200", "processes": [{"pid": 10, "used_memory": 1, "sm_util": 40}]}] * 2}
+    source = FakeSource(spec, tick_seconds=None)
+    listed = source.read_processes()
+    assert [p.sm_util for processes in listed.values() for p in processes or ()] == [None, None]
+    assert source.nvml.calls["nvmlDeviceGetProcessUtilization"] == 0
+    gpus, _ = source.read(slow=True)
+    assert [p.sm_util for g in gpus for p in g.processes or ()] == [40.0, 40.0]
+    assert source.nvml.calls["nvmlDeviceGetProcessUtilization"] == 2

@@ -104,6 +104,23 @@ _ASYNC_NODES = (ast.Await, ast.AsyncFor, ast.AsyncWith)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
+WARM_UP_LIMIT = 10.0  # seconds: a --compare backend whose first run is shorter runs again, timed warm
+_ran_on: set[tuple[str, int | None, tuple[int, ...]]] = set()  # the backends (and clusters) a cell has run on
+
+
+def _backend_key(plan: BackendPlan) -> tuple[str, int | None, tuple[int, ...]]:
+    return (plan.name, None if plan.client is None else id(plan.client), tuple(plan.gpu_indices))
+
+
+def first_run_on(plan: BackendPlan) -> bool:
+    """Whether a cell runs on ``plan``'s backend (and cluster) for the first time in this kernel: that run
+    pays start-up costs (imports, first CUDA use). Notes the run, so the next one is not the first."""
+    key = _backend_key(plan)
+    first = key not in _ran_on
+    _ran_on.add(key)
+    return first
+
+
 def has_top_level_await(module: ast.Module) -> bool:
     """Whether the cell awaits outside any function (IPython would run such a cell as a coroutine)."""
     pending: list[ast.AST] = list(module.body)
@@ -137,23 +154,6 @@ def _names_from_outside(module: ast.Module) -> tuple[frozenset[str], frozenset[s
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
     return frozenset(read - bound), frozenset(bound)
-
-
-WARM_UP_LIMIT = 10.0  # seconds: a --compare backend whose first run is shorter runs again, timed warm
-_ran_on: set[tuple[str, int | None, tuple[int, ...]]] = set()  # the backends (and clusters) a cell has run on
-
-
-def _backend_key(plan: BackendPlan) -> tuple[str, int | None, tuple[int, ...]]:
-    return (plan.name, None if plan.client is None else id(plan.client), tuple(plan.gpu_indices))
-
-
-def first_run_on(plan: BackendPlan) -> bool:
-    """Whether a cell runs on ``plan``'s backend (and cluster) for the first time in this kernel: that run
-    pays start-up costs (imports, first CUDA use). Notes the run, so the next one is not the first."""
-    key = _backend_key(plan)
-    first = key not in _ran_on
-    _ran_on.add(key)
-    return first
 
 
 @dataclass

@@ -122,8 +122,8 @@ def read_report(shell: Any) -> Report:
     by_index = {gpu.index: gpu for gpu in gpus}
     elsewhere: list[Held] = []
     for row in rows:
-        device = min(row.devices) if row.devices else None
-        target = by_index.get(device) if device is not None else (gpus[0] if len(gpus) == 1 else None)
+        device = device_of(row, list(by_index))
+        target = by_index.get(device) if device is not None else None
         (target.rows if target is not None else elsewhere).append(row)
     for gpu, held in zip(gpus, read, strict=True):
         gpu.rest = _rest(gpu, held.held)
@@ -145,12 +145,20 @@ def panel_names(shell: Any, indices: list[int]) -> dict[int, list[dict[str, Any]
     rows = held_by_name(pairs, most_items=PANEL_ITEMS)
     found: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
-        device = min(row.devices) if row.devices else (indices[0] if len(indices) == 1 else None)
+        device = device_of(row, indices)
         if device is None or device not in indices or len(found.setdefault(device, [])) >= PANEL_NAMES:
             continue
         what = f"{row.what} {row.description}"
         found[device].append({"name": row.name, "what": what, "bytes": row.size, "give_back": give_back(row.name)})
     return found
+
+
+def device_of(row: Held, indices: list[int]) -> int | None:
+    """The GPU a row's memory is on (by the kernel's device index): its device, or where its device is not known
+    (an array through the CUDA array interface), the one GPU the kernel holds memory on, if it is one."""
+    if row.devices:
+        return min(row.devices)
+    return indices[0] if len(indices) == 1 else None
 
 
 def install_panel_names(shell: Any) -> None:

@@ -6,7 +6,7 @@ them. ``to_json()`` is the shape the server sends (``labextension/src/types.ts``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 __all__ = ["GpuProcess", "GpuReading", "GpuSource", "HostReading", "Snapshot", "process_lists"]
@@ -110,10 +110,14 @@ class GpuSource(Protocol):
 def process_lists(source: GpuSource) -> dict[str, tuple[GpuProcess, ...] | None]:
     """Device UUID -> the processes on it and the memory each holds (``None`` where the source cannot say): through
     the source's own ``read_processes`` where it has one (NVML's lists alone), else from a full slow read (which
-    also waits on each GPU's PCIe counters, about 20 ms a GPU)."""
+    also waits on each GPU's PCIe counters, about 20 ms a GPU; its shares of GPU time are left out, as the lists
+    alone have none)."""
     reader = getattr(source, "read_processes", None)
     if reader is not None:
         found: dict[str, tuple[GpuProcess, ...] | None] = reader()
         return found
     readings, _ = source.read(slow=True)
-    return {reading.uuid: reading.processes for reading in readings}
+    return {
+        reading.uuid: None if reading.processes is None else tuple(replace(p, sm_util=None) for p in reading.processes)
+        for reading in readings
+    }

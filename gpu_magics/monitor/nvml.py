@@ -319,7 +319,8 @@ class NvmlSource:
             self._legacy_temperature.add(device.uuid)  # older driver or binding: use the older call
         return _scaled(self._call("nvmlDeviceGetTemperature", device.handle, sensor), 1)
 
-    def _processes(self, handle: Any, uuid: str = "") -> tuple[GpuProcess, ...] | None:
+    def _processes(self, handle: Any, uuid: str | None = None) -> tuple[GpuProcess, ...] | None:
+        """The processes on a device; with its ``uuid`` (the slow read), each one's share of its time too."""
         found: dict[int, GpuProcess] = {}
         answered = False
         for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
@@ -333,7 +334,7 @@ class NvmlSource:
                     found[pid] = GpuProcess(pid, _int(getattr(item, "usedGpuMemory", None)))
         if not answered:
             return None
-        busy = self._process_time.read(self._nv, handle, uuid, self._fatal)
+        busy = None if uuid is None else self._process_time.read(self._nv, handle, uuid, self._fatal)
         if busy is not None:  # measured: a process without a sample ran nothing lately
             found = {pid: replace(process, sm_util=busy.get(pid, 0.0)) for pid, process in found.items()}
         return tuple(found[pid] for pid in sorted(found))

@@ -7,13 +7,13 @@ cluster without an idle clock. Durations are kept as the time they count from, s
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_magics.cluster.info import started_here
 from gpu_magics.monitor.models import GpuReading
-from gpu_magics.server.metrics.gather import Inputs
+from gpu_magics.server.metrics.gather import Holding, Inputs
 from gpu_magics.server.metrics.holds import Hold, holds
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Labels, Place, clean, device, gpu_index, is_uuid
@@ -143,6 +143,14 @@ def _add(series: dict[str, list[Series]], name: str, labels: Labels, value: floa
 Held = dict[str, dict[tuple[str, str | None], int]]  # kernel -> (GPU UUID, host or None) -> bytes
 
 
+def _kernels_holdings(inputs: Inputs) -> Iterator[tuple[str, Holding]]:
+    """(the kernel's cleaned id, the holding) for each holding of a kernel's process on a GPU with a UUID."""
+    for holding in inputs.holdings:
+        holder = holding.holder
+        if holder.kernel_id is not None and holder.role != "other" and is_uuid(holder.gpu_uuid):
+            yield clean(holder.kernel_id), holding
+
+
 def _kernel_memory(
     series: dict[str, list[Series]],
     inputs: Inputs,
@@ -152,14 +160,11 @@ def _kernel_memory(
 ) -> Held:
     by_part: dict[tuple[str, str, str | None, str], int] = {}
     held: Held = {}
-    for holding in inputs.holdings:
+    for kernel, holding in _kernels_holdings(inputs):
         holder = holding.holder
         used = holder.used_memory
-        if holder.kernel_id is None or holder.role == "other" or not isinstance(used, int) or used <= 0:
+        if not isinstance(used, int) or used <= 0:
             continue
-        if not is_uuid(holder.gpu_uuid):
-            continue
-        kernel = clean(holder.kernel_id)
         gpus = held.setdefault(kernel, {})
         key = (holder.gpu_uuid, holder.host)
         if key not in gpus and len(gpus) >= MAX_GPUS_PER_KERNEL:
@@ -184,14 +189,10 @@ def _kernel_time(
 ) -> None:
     """Each kernel's share of each of this host's GPUs' time, where NVML measured its processes."""
     shares: dict[tuple[str, str], float] = {}
-    for holding in inputs.holdings:
+    for kernel, holding in _kernels_holdings(inputs):
         holder = holding.holder
-        if holder.kernel_id is None or holder.role == "other" or holder.host is not None or holder.sm_util is None:
-            continue
-        if holder.gpu_uuid not in local or not is_uuid(holder.gpu_uuid):
-            continue
-        key = (clean(holder.kernel_id), holder.gpu_uuid)
-        shares[key] = shares.get(key, 0.0) + holder.sm_util
+        if holder.host is None and holder.gpu_uuid in local and holder.sm_util is not None:
+            shares[(kernel, holder.gpu_uuid)] = shares.get((kernel, holder.gpu_uuid), 0.0) + holder.sm_util
     for (kernel, uuid), percent in sorted(shares.items()):
         labels = (("kernel_id", kernel), *device(uuid, local), ("Hostname", place.hostname),
                   *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip

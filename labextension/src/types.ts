@@ -277,6 +277,13 @@ export interface IHolder {
   top_names: ITopName[];
   /** Percent of the GPU's time the process's kernels ran lately (NVML's samples); null: not measured. */
   sm_util: number | null;
+  /**
+   * Bytes: the GPU memory cap of the notebook that owns the process, on its GPU (the same on every row of that
+   * notebook and GPU: its kernel, its cluster's workers, its children); null where no cap applies.
+   */
+  memory_cap: number | null;
+  /** Who set memory_cap: 'server' (c.GpuMagicsServer.memory_cap), 'notebook' (`%gpumemory --cap`); null: none. */
+  memory_cap_by: 'server' | 'notebook' | null;
 }
 
 /** One name that holds a kernel's GPU memory, as `%gpumemory` lists it. */

@@ -220,6 +220,8 @@ export function holder(overrides: Partial<IHolder> = {}): IHolder {
     yours: null,
     top_names: [],
     sm_util: null,
+    memory_cap: null,
+    memory_cap_by: null,
     ...overrides
   };
 }

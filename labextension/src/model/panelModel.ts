@@ -65,6 +65,64 @@ export interface IOwnerTotal {
   cached: number | null;
   /** Its kernel runs on this server and reports its own memory: "Free cached" can run there. */
   canFree: boolean;
+  /** Where a memory cap applies to it: one entry per GPU, ordered like the GPUs; [] when none does. */
+  caps: IOwnerCap[];
+}
+
+/** What a notebook holds on one GPU against its memory cap there. */
+export interface IOwnerCap {
+  /** "GPU 0", "127.0.0.2 \u00b7 GPU 1", as every view names it. */
+  gpuLabel: string;
+  gpuUuid: string;
+  /** Bytes its processes on the GPU hold (its kernel, its cluster's workers, its children), added up. */
+  used: number;
+  /** Bytes: the cap. */
+  cap: number;
+  /** Who set it: the server's admin, or the notebook itself (`%gpumemory --cap`). */
+  by: 'server' | 'notebook';
+}
+
+/** Where a holder's GPU is: its uuid, else its host and number (the same GPU on every row of it). */
+function gpuKey(holder: IHolder): string {
+  return holder.gpu_uuid || `${holder.host ?? ''}#${holder.gpu}`;
+}
+
+/** Orders GPUs as the panel lists them: this host's first, then by host, then by number. */
+function compareGpus(a: IHolder, b: IHolder): number {
+  return (a.host ?? '').localeCompare(b.host ?? '') || a.gpu - b.gpu;
+}
+
+/**
+ * One notebook's memory against its cap, per GPU where any of its `holders` has a cap: what they hold there added
+ * up, ordered like the GPUs. `holders` are one owner's; a GPU with no cap gets no entry.
+ */
+export function ownerCaps(holders: readonly IHolder[]): IOwnerCap[] {
+  const capped = new Map<string, { first: IHolder; cap: IOwnerCap }>();
+  for (const holder of holders) {
+    if (holder.memory_cap === null || holder.memory_cap === undefined) {
+      continue;
+    }
+    const key = gpuKey(holder);
+    if (!capped.has(key)) {
+      const cap: IOwnerCap = {
+        gpuLabel: holderGpuLabel(holder),
+        gpuUuid: holder.gpu_uuid,
+        used: 0,
+        cap: holder.memory_cap,
+        by: holder.memory_cap_by ?? 'server'
+      };
+      capped.set(key, { first: holder, cap });
+    }
+  }
+  for (const holder of holders) {
+    const entry = capped.get(gpuKey(holder));
+    if (entry) {
+      entry.cap.used += holder.used_memory ?? 0;
+    }
+  }
+  return Array.from(capped.values())
+    .sort((a, b) => compareGpus(a.first, b.first))
+    .map(entry => entry.cap);
 }
 
 /** A GPU's time by notebook: each owner's share (percent), largest first; `measured` false where NVML cannot say. */
@@ -514,7 +572,8 @@ export class GpuPanelModel {
         bytes: 0,
         holders: [],
         cached: null,
-        canFree: false
+        canFree: false,
+        caps: []
       };
       entry.bytes += holder.used_memory ?? 0;
       entry.holders.push(holder);
@@ -523,6 +582,9 @@ export class GpuPanelModel {
       }
       entry.canFree = entry.kernelId !== null && this._reporting.has(entry.kernelId);
       totals.set(owner, entry);
+    }
+    for (const entry of totals.values()) {
+      entry.caps = ownerCaps(entry.holders);
     }
     return Array.from(totals.values()).sort((a, b) => b.bytes - a.bytes);
   }

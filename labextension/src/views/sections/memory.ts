@@ -6,9 +6,16 @@
  */
 import { el } from '../dom';
 import { formatBytes } from '../../format';
-import { holderGpuLabel, holderRole, holderSourceTag, IOwnerTotal, splitText } from '../../model/panelModel';
+import {
+  holderGpuLabel,
+  holderRole,
+  holderSourceTag,
+  IOwnerCap,
+  IOwnerTotal,
+  splitText
+} from '../../model/panelModel';
 import type { IHolder, ITopName } from '../../types';
-import { button, splitView } from '../controls';
+import { barFill, button, splitView } from '../controls';
 import { ElsewhereHoldersFold } from './elsewhere';
 
 export interface IMemoryActions {
@@ -99,6 +106,7 @@ export class MemoryView {
         el('span', { class: 'jp-GpuMagics-ownerName', title: ownerTitle(owner) }, owner.owner),
         el('span', { class: 'jp-GpuMagics-num' }, formatBytes(owner.bytes))
       ),
+      ...owner.caps.map(capLine),
       ...owner.holders.flatMap(holder => [
         ...holderLines(holder, owner.holders.length > 1),
         ...this._names(holder)
@@ -215,6 +223,66 @@ function holderLines(holder: IHolder, withBytes: boolean): HTMLElement[] {
     lines.push(view);
   }
   return lines;
+}
+
+/** How full a GPU is against its cap: `over` above it, `near` from 90% of it, else `under`. */
+export type CapLevel = 'under' | 'near' | 'over';
+
+export function capLevel(used: number, cap: number): CapLevel {
+  if (used > cap) {
+    return 'over';
+  }
+  return used >= 0.9 * cap ? 'near' : 'under';
+}
+
+/** A cap as the user wrote it: "8 GiB" (not "8.0 GiB"), "7.5 GiB". */
+export function capBytes(cap: number): string {
+  return formatBytes(cap).replace(/\.0 /, ' ');
+}
+
+/** What binds and what does not, the same whoever set the cap. */
+const CAP_BINDS =
+  'The cap binds what CuPy, PyTorch, JAX and RMM allocate; memory taken outside them is counted here but not stopped.';
+
+/** The cap line's tooltip: who set the cap, how to change it, and what it binds. */
+export function capTitle(cap: Pick<IOwnerCap, 'cap' | 'by'>): string {
+  const size = capBytes(cap.cap);
+  const who =
+    cap.by === 'notebook'
+      ? `This notebook capped itself at ${size} a GPU (%gpumemory --cap); %gpumemory --cap off lifts it to the ` +
+        'server\u2019s cap, if any.'
+      : `The server caps each notebook at ${size} a GPU (c.GpuMagicsServer.memory_cap).`;
+  return `${who} ${CAP_BINDS}`;
+}
+
+/** " · 6.1 GiB of its 8 GiB cap", or " · 9.2 GiB: over its 8 GiB cap": the figures after the GPU's name. */
+function capFigures(cap: IOwnerCap, level: CapLevel): string {
+  const used = formatBytes(cap.used);
+  const size = capBytes(cap.cap);
+  return level === 'over' ? ` \u00b7 ${used}: over its ${size} cap` : ` \u00b7 ${used} of its ${size} cap`;
+}
+
+/** A notebook's memory on one GPU against its cap: "GPU 0 · 6.1 GiB of its 8 GiB cap" over a thin meter. */
+export function capLine(cap: IOwnerCap): HTMLElement {
+  const level = capLevel(cap.used, cap.cap);
+  return el(
+    'div',
+    {
+      class: 'jp-GpuMagics-cap',
+      'data-cap': cap.gpuLabel,
+      'data-level': level,
+      'data-over': String(level === 'over'),
+      'data-by': cap.by,
+      title: capTitle(cap)
+    },
+    el(
+      'div',
+      { class: 'jp-GpuMagics-capText' },
+      el('span', { class: 'jp-GpuMagics-capGpu' }, cap.gpuLabel),
+      el('span', { class: 'jp-GpuMagics-capFigures' }, capFigures(cap, level))
+    ),
+    el('div', { class: 'jp-GpuMagics-bar jp-GpuMagics-capMeter' }, barFill(cap.cap > 0 ? (100 * cap.used) / cap.cap : 100))
+  );
 }
 
 /** `held by x`, `held by x and 2 more names`. */

@@ -421,10 +421,10 @@ def test_the_cluster_engine_never_imports_the_displays() -> None:
 def test_the_spmd_rooms_keep_to_their_process() -> None:
     """The rank process imports nothing of dask, distributed, IPython or the kernel's side (except ``shards``,
     which fetches a rank's chunks from its worker with distributed's own RPC, imported only when a cell calls it),
-    and of the rest of the package only the messages the three rooms share; the worker's side nothing of the
-    kernel's."""
+    and of the rest of the package only the messages the three rooms share and the allocators' limits that keep a
+    rank within its share of the notebook's memory cap; the worker's side nothing of the kernel's."""
     graph = import_graph(MODULES)
-    shared = {"gpu_magics.spmd.messages"}
+    shared = {"gpu_magics.spmd.messages", "gpu_magics.arrays.caps", "gpu_magics.arrays.caps.allocators"}
     for name, found in graph.items():
         if within(name, "gpu_magics.spmd.rank"):
             outside = {m for m in found if within(m, "gpu_magics") and not within(m, "gpu_magics.spmd.rank")}

@@ -30,6 +30,7 @@ LOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.text.said:install",  # a line said from a thread goes to the cell at hand, or the next one
     "gpu_magics.cluster.records.kernel_report:install",  # after each cell: what the kernel holds on its GPUs
     "gpu_magics.magics.gpumemory:install_panel_names",  # ... and by which names, for the side panel
+    "gpu_magics.magics.gpumemory:install_cap",  # the kernel within its share of the notebook's memory cap
     "gpu_magics.gpurun.session.plain_cells:install",  # the array display says where an array is computed
     "gpu_magics.gpurun.live.interrupt_view:install",  # an interrupt shows the user's lines, not dask's
     "gpu_magics.magics.cell_gate:install",  # a start that failed in the background stops the next cell
@@ -42,6 +43,7 @@ UNLOAD_HOOKS: tuple[str, ...] = (
     "gpu_magics.cluster.records.kernel_report:uninstall",
     "gpu_magics.gpurun.session.plain_cells:uninstall",  # plain cells back on dask's own settings
     "gpu_magics.gpurun.live.interrupt_view:uninstall",
+    "gpu_magics.magics.gpumemory:uninstall_cap",  # after the interrupt view, which wrapped what this wrapped
     "gpu_magics.magics.cell_gate:uninstall",
     "gpu_magics.magics.config_gate:uninstall",
     "gpu_magics.cluster.background.kept_interrupts:uninstall",

@@ -16,9 +16,11 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from gpu_magics.arrays.caps import notebook, over_cap
+from gpu_magics.arrays.caps.cap import CapError
 from gpu_magics.spmd.rank.held_by_name import Held, from_rows, held_by_name, roots
 from gpu_magics.text.argparsing import MagicArgumentParser, positive_int
-from gpu_magics.text.errors import said_in_one_line
+from gpu_magics.text.errors import LineError, said_in_one_line
 from gpu_magics.text.units import format_bytes
 
 DEFAULT_TOP = 20
@@ -30,6 +32,7 @@ def _parser() -> MagicArgumentParser:
     parser = MagicArgumentParser("%gpumemory")
     parser.add_argument("--top", type=positive_int, default=DEFAULT_TOP)
     parser.add_argument("--drop-traceback", action="store_true")
+    parser.add_argument("--cap", metavar="SIZE")
     return parser.described(globals())
 
 
@@ -47,6 +50,7 @@ class MemoryMagics(Magics):
             %gpumemory                   every GPU this kernel holds memory on, and the cluster's data
             %gpumemory --top 5           five names per GPU (default 20)
             %gpumemory --drop-traceback  let go of the last error's frames (they hold their arrays)
+            %gpumemory --cap 8GiB        cap this notebook's memory on each GPU (or 25%; off lifts it)
 
         For this kernel, by GPU: its variables, ``Out``'s entries and the last error's frames that hold CuPy
         arrays, PyTorch tensors (a module's parameters and buffers, an optimizer's state), JAX arrays or anything
@@ -55,15 +59,48 @@ class MemoryMagics(Magics):
         objects out of reach hold, what CuPy's and PyTorch's pools cache, the CUDA context and libraries (NVML's
         figure for this kernel, less the rest). For the cluster in use: the persisted collections and futures of
         this kernel's variables, with their size and workers. Each row says how to give it back.
+
+        ``--cap`` caps what this notebook holds on each GPU, at most the server's cap
+        (``c.GpuMagicsServer.memory_cap``): the kernel, its cluster's workers and its SPMD ranks share it equally,
+        each through its allocators' own limits (CuPy's pool, PyTorch's fraction, JAX's fraction, RMM's pool on the
+        workers). A cell that would pass it fails with one line. Memory taken outside those allocators is not
+        stopped.
         """
         args = _parser().parse_line(line)
+        if args.cap is not None:
+            print(_set_cap(args.cap))
+            return
         if args.drop_traceback:
             for name in ("last_traceback", "last_value", "last_type", "last_exc"):
                 if hasattr(sys, name):
                     setattr(sys, name, None)
             print("%gpumemory: the last error's frames are let go (what only they held is freed)")
             return
-        print(text(read_report(self.shell), args.top))
+        capped = notebook.describe()
+        print(("%gpumemory: " + capped + "\n" if capped else "") + text(read_report(self.shell), args.top))
+
+
+def _set_cap(wanted: str) -> str:
+    """The user's own cap, and the line that says what binds now."""
+    try:
+        notebook.set_user_cap(wanted)
+    except CapError as error:
+        raise LineError(f"%gpumemory --cap: {error}") from None
+    capped = notebook.describe()
+    if capped is None:
+        return "%gpumemory: no memory cap binds this notebook"
+    return f"%gpumemory: {capped}"
+
+
+def install_cap(shell: Any) -> None:
+    """The kernel keeps within its share of the notebook's memory cap, and a cell the cap stops says so in one line
+    with the names that hold the memory (``%load_ext``)."""
+    notebook.apply()
+    over_cap.install(shell, lambda indices: panel_names(shell, indices))
+
+
+def uninstall_cap(shell: Any) -> None:
+    over_cap.uninstall(shell)  # the limits stay: unloading the extension does not lift the server's cap
 
 
 DROP_TRACEBACK = "%gpumemory --drop-traceback"

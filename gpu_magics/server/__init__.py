@@ -9,6 +9,7 @@ kernels start, to find those that outlive their kernel on the GPUs (``server.lef
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 __all__ = ["_load_jupyter_server_extension"]
@@ -18,6 +19,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     """Create the shared monitor service and register the handlers with ``serverapp``'s web application."""
     from tornado.ioloop import IOLoop
 
+    from gpu_magics.arrays.caps.cap import SERVER_CAP_ENV
     from gpu_magics.server.config import GpuMagicsServer
     from gpu_magics.server.handlers import SERVICE_KEY
     from gpu_magics.server.leftovers.handlers import WATCH_KEY
@@ -27,6 +29,11 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from gpu_magics.server.service import MonitorService
 
     config = GpuMagicsServer(parent=serverapp)
+    given = config.memory_cap
+    if given:  # the kernels this server starts inherit its environment: each one limits itself to it
+        os.environ[SERVER_CAP_ENV] = given
+    else:
+        os.environ.pop(SERVER_CAP_ENV, None)
     service = MonitorService(config)
     serverapp.web_app.settings[SERVICE_KEY] = service
     watch = LeftoverWatch(service, serverapp.kernel_manager)

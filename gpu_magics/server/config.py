@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
-from traitlets import Bool, Enum, Float, Int, TraitError, default, validate
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
+from gpu_magics.arrays.caps.cap import SERVER_CAP_ENV, CapError, MemoryCap, parse_cap
 from gpu_magics.monitor.sampler import MIN_INTERVAL
 from gpu_magics.monitor.sources import DEFAULT_FAKE_GPUS, MAX_FAKE_GPUS, source_from_env
 
@@ -85,6 +87,32 @@ class GpuMagicsServer(Configurable):
         "workers give their GPUs back, their data kept, and the notebook's next cell that sends the cluster work "
         "resumes them (%gpucluster park). A cluster that cannot be parked is treated as without it.",
     ).tag(config=True)
+
+    memory_cap = Unicode(
+        "",
+        help="The most GPU memory each notebook may hold on each GPU, all its processes there together (its kernel, "
+        "its cluster's workers, its SPMD ranks, each an equal share): a size ('20GiB', '40GB') or a share of each "
+        "GPU's memory ('25%'); empty (the default) for none. Set where each process starts, through its allocators' "
+        "own limits (CuPy's pool, PyTorch's and JAX's fractions, RMM's pool): memory taken outside them is not "
+        "stopped. A user may lower it for a notebook (%gpumemory --cap), never raise it. Given to the kernels this "
+        "server starts from now on ($GPU_MAGICS_MEMORY_CAP).",
+    ).tag(config=True)
+
+    @validate("memory_cap")
+    def _check_memory_cap(self, proposal: dict[str, Any]) -> str:
+        try:
+            cap = parse_cap(str(proposal["value"]))
+        except CapError as error:
+            raise TraitError(f"GpuMagicsServer.{error}") from None
+        return "" if cap is None else cap.spec()
+
+    def cap(self) -> MemoryCap | None:
+        """The server's memory cap, ``None`` where it has none."""
+        return parse_cap(self.memory_cap)
+
+    @default("memory_cap")
+    def _default_memory_cap(self) -> str:
+        return os.environ.get(SERVER_CAP_ENV, "")
 
     @default("source")
     def _default_source(self) -> str:

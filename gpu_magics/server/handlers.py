@@ -26,6 +26,7 @@ from gpu_magics.server.ownership.kernels import (
     ours,
     running_kernel_ids,
 )
+from gpu_magics.server.ownership.memory_caps import with_caps
 from gpu_magics.server.ownership.owners import map_owners, others_on_gpus, with_self_reports
 from gpu_magics.server.ownership.whereabouts import places_of, with_users, with_whereabouts
 from gpu_magics.server.service import MonitorService
@@ -184,6 +185,7 @@ class ProcessesHandler(GpuMagicsHandler):
             None, partial(map_owners, snapshot, kernel_pids=pids, records=records, paths=paths)
         )
         holders = with_self_reports(holders, records, paths, snapshot, kernels)
+        holders = with_caps(holders, self.service.config.cap(), snapshot, kernels)
         unreadable = [] if snapshot is None else [g.index for g in snapshot.gpus if g.processes is None]
         running = running_kernel_ids(self.kernel_manager)
         ours_or_others = [h for h in holders if h.role == "other" or h.kernel_id in running]

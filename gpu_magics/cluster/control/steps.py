@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.error import UsageError
 
+from gpu_magics.arrays.caps import notebook
 from gpu_magics.cluster.background.starting import StartCancelled, Starting
 from gpu_magics.cluster.control import owner
 from gpu_magics.cluster.managers.base import ClusterManager
@@ -40,7 +41,7 @@ def start(manager: ClusterManager, options: ClusterOptions, starting: Starting) 
         clients.append(manager.start(options, starting))
         quiet_abandoned_gathers(getattr(clients[0].loop, "asyncio_loop", None))
         starting.check()
-    return ActiveCluster(
+    started = ActiveCluster(
         name=options.cluster_name,
         kind=options.kind,
         options=options,
@@ -49,6 +50,9 @@ def start(manager: ClusterManager, options: ClusterOptions, starting: Starting) 
         cluster=manager._local_cluster,
         gpu_ids=getattr(manager, "gpu_ids", ()),
     )
+    if started.gpu_ids:  # the kernel's share of a memory cap shrinks: its workers take theirs
+        notebook.workers_joined(started.gpu_ids, started.client)
+    return started
 
 
 def undone_on_failure(started: ActiveCluster) -> contextlib.AbstractContextManager[None]:
@@ -214,6 +218,8 @@ def release(current: ActiveCluster) -> None:
     and close its client; its manager is left to the caller. Off the owner: it waits for threads and the network."""
     for service in current.services():  # an attached cluster's telemetry plugin stays: other kernels listen too
         service.stop()
+    if current.gpu_ids:
+        notebook.workers_left()
     owner.change(functools.partial(forget_record, current))
     try:
         current.client.close(timeout=5)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_magics import gpus
+from gpu_magics.arrays.caps import notebook
 from gpu_magics.cluster.records import record
 from gpu_magics.cluster.telemetry import pools
 from gpu_magics.cluster.telemetry.pools import Freed, ProcessMemory
@@ -153,6 +154,7 @@ def _refresh(fresh: bool) -> None:
         for gpu, data in zip(read, found, strict=True):
             if names.get(gpu.index):
                 data["top_names"] = names[gpu.index]
+            data.update(notebook.record_fields(gpu.uuid))
         if _written is not None and _written[1] == found:
             return
         if not found:

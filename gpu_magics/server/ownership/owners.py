@@ -47,6 +47,8 @@ class GpuHolder:
     yours: bool | None = None  # whether that account is this server's (None: the process cannot be seen)
     top_names: tuple[dict[str, Any], ...] = ()  # a kernel's biggest names on this GPU, from its own record
     sm_util: float | None = None  # percent of the GPU's time its kernels ran lately, from NVML (None: not measured)
+    memory_cap: int | None = None  # bytes: its notebook's cap on this GPU (``memory_caps``), None where none binds
+    memory_cap_by: str | None = None  # "server" (the admin's) or "notebook" (the user's own, lower one)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from gpu_magics.arrays.caps import allocators, notebook
 from gpu_magics.cluster.control import queries
 from gpu_magics.spmd.kernel.rank_calls import RankCalls
 from gpu_magics.spmd.kernel.rank_parking import RankPark
@@ -170,8 +171,11 @@ class Ranks(RankCalls):
 
             leaving.watch(self.client, self.owner)
             self._watched = True
+        notebook.ranks_joined(rank.member.gpu_uuid or "" for rank in made.ranks if rank.gpu)
         futures = {
-            rank.rank: self.call(host.start, self.owner, self.topic, made.env(rank), workers=[rank.member.address])
+            rank.rank: self.call(
+                host.start, self.owner, self.topic, capped_env(made, rank), workers=[rank.member.address]
+            )
             for rank in made.ranks
         }
         failed = []
@@ -201,6 +205,7 @@ class Ranks(RankCalls):
         """End every rank process of this kernel (their variables and groups go with them)."""
         made, self.world = self.world, None
         self.groups = set()
+        notebook.ranks_left()
         self.regroup, self.remake, self._why_new = [], [], None
         with self._lock:
             self._lost, self.pids = {}, {}
@@ -283,6 +288,27 @@ class Ranks(RankCalls):
 
 _by_client: dict[str, Ranks] = {}
 _listening: list[Callable[[], None]] = []
+
+
+def capped_env(made: World, rank: Rank) -> dict[str, str]:
+    """``rank``'s environment, with its share of the notebook's memory cap where one binds on its GPU (a lower JAX
+    fraction the user chose stays)."""
+    env = made.env(rank)
+    found = notebook.rank_share(rank.member.gpu_uuid or "") if rank.gpu else None
+    if found is None:
+        return env
+    added = allocators.share_env(*found)
+    chosen = env.get(allocators.JAX_ENV)
+    if chosen is not None and _below(chosen, added[allocators.JAX_ENV]):
+        added.pop(allocators.JAX_ENV)
+    return {**env, **added}
+
+
+def _below(chosen: str, share: str) -> bool:
+    try:
+        return float(chosen) <= float(share)
+    except ValueError:
+        return False
 
 
 def _cluster_changed(cluster: Any) -> None:

@@ -351,6 +351,10 @@ def _mark(ident: Any) -> None:
 
 
 def main(argv: list[str]) -> None:
+    from gpu_magics.arrays.caps import allocators
+
+    # its share of the notebook's memory cap, on every GPU it sees (CuPy's and JAX's came in its environment)
+    allocators.limit_from_env(len([gpu for gpu in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu]))
     repl = Repl(Connection(int(argv[1])), Connection(int(argv[2])))
     signal.signal(signal.SIGINT, repl.on_interrupt)
     threading.Thread(target=repl.control_forever, name="gpu-magics-rank-control", daemon=True).start()

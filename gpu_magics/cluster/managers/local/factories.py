@@ -24,12 +24,14 @@ from gpu_magics.cluster.options import PROG, ClusterOptions, Kind
 from gpu_magics.cluster.workers import forkserver
 from gpu_magics.text import hints
 from gpu_magics.text.errors import LineError
+from gpu_magics.text.units import format_bytes
 
 if TYPE_CHECKING:
     from distributed import LocalCluster
 
 # A worker that cannot start within this many seconds, or loses its scheduler for this long, closes itself.
 DEATH_TIMEOUT = 30.0
+SPILL_AT = 0.8  # of a worker's share of a memory cap: dask-cuda spills its data to host memory from there
 MIN_WORKER_MEMORY = 256 * 2**20  # what a CPU worker process needs to start and do a little work
 
 
@@ -85,6 +87,28 @@ def worker_plugins(gpu: bool) -> tuple[Any, ...]:
     from gpu_magics.cluster.workers.warmup import WarmUp
 
     return (WarmUp(gpu),)
+
+
+def capped(options: ClusterOptions, gpu_ids: tuple[str, ...], extra: dict[str, Any]) -> tuple[Any, ...]:
+    """Where the notebook's memory cap binds: the plugin that limits each worker to its share, RMM's pool at most
+    that share, and dask-cuda's spilling before it (where the user chose no limit); ``extra`` gets the arguments.
+    An RMM pool asked above the share is one line."""
+    from gpu_magics.arrays.caps import notebook
+    from gpu_magics.arrays.caps.worker_plugin import MemoryCapPlugin
+
+    found = {gpu_id: share for gpu_id in gpu_ids if (share := notebook.worker_share([gpu_id])) is not None}
+    if not found:
+        return ()
+    least, total = min(found.values())
+    asked = options.local.rmm_pool_size
+    if asked is not None and (asked if isinstance(asked, int) else int(asked * total)) > least:
+        raise LineError(
+            f"{PROG} --rmm-pool-size: each worker's share of this notebook's memory cap is {format_bytes(least)}; "
+            f"give at most that (%gpumemory says the cap)"
+        )
+    extra["rmm_maximum_pool_size"] = least
+    extra.setdefault("device_memory_limit", int(least * SPILL_AT))
+    return (MemoryCapPlugin(found),)
 
 
 def _common_kwargs(options: ClusterOptions, gpu: bool) -> dict[str, Any]:
@@ -168,7 +192,7 @@ def gpu_cluster_factory(options: ClusterOptions, gpu_ids: tuple[str, ...]) -> Ca
         extra["device_memory_limit"] = options.local.device_memory_limit
     if options.local.rmm_pool_size is not None:
         extra["rmm_pool_size"] = options.local.rmm_pool_size
-    plugins = worker_plugins(gpu=True)
+    plugins = worker_plugins(gpu=True) + capped(options, gpu_ids, extra)
 
     class WarmingCUDACluster(LocalCUDACluster):
         """dask-cuda's cluster, with the warm-up plugin next to dask-cuda's own in each worker's spec, made with its

@@ -86,6 +86,11 @@ MONITOR: dict[str, tuple[str, str]] = {
 MEMORY: dict[str, tuple[str, str]] = {
     "--top": ("The names listed per GPU, biggest first (the others are counted in one line).", "{DEFAULT_TOP}"),
     "--drop-traceback": ("Let go of the last error's frames, and of the arrays only they hold.", "off"),
+    "--cap": (
+        "Cap this notebook's memory on each GPU (a size like 8GiB, a share like 25%, or off): at most the "
+        "server's cap; the kernel, its cluster's worker and its SPMD rank there share it equally.",
+        "the server's cap",
+    ),
 }
 
 BY_PROG = {"%gpucluster": CLUSTER, "%%gpurun": RUN, "%gpumonitor": MONITOR, "%gpumemory": MEMORY}

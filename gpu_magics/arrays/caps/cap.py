@@ -13,6 +13,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from gpu_magics.text.units import format_bytes
+
 SERVER_CAP_ENV = "GPU_MAGICS_MEMORY_CAP"  # the server's cap, in the environment of the kernels it starts
 SHARE_ENV = "GPU_MAGICS_MEMORY_SHARE"  # a worker's or rank's share of the cap, in bytes, where it starts
 OFF = ("", "off", "none")
@@ -113,7 +115,4 @@ def share(cap_bytes: int, processes: int) -> int:
 
 
 def _size_text(size: int) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
-        if size >= scale:
-            return f"{size / scale:.3g} {unit}"
-    return f"{size} B"
+    return format_bytes(size)

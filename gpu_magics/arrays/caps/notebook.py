@@ -50,8 +50,8 @@ def set_user_cap(text: str) -> MemoryCap | None:
         if over:
             index, memory = over[0]
             raise CapError(
-                f"memory cap {text.strip()!r} is above the server's ({server.text}, {format_bytes(server.on(memory))} "
-                f"on GPU {index}): a notebook may only lower it"
+                f"memory cap {text.strip()!r} is above the server's cap ({format_bytes(server.on(memory))} on GPU "
+                f"{index}): a notebook may only lower it"
             )
     with _lock:
         _user = wanted
@@ -177,7 +177,7 @@ def describe() -> str | None:
     if not found:
         return None
     whole, cap = next(iter(found.values()))[1:]
-    who = "the server's" if cap.by == "server" else "yours (%gpumemory --cap off lifts it)"
+    who = "the server's" if cap.by == "server" else "yours; %gpumemory --cap off lifts it"
     parts = []
     for device in gpus.inventory().devices():
         if device.uuid in found:
@@ -193,7 +193,8 @@ def describe() -> str | None:
                 else "all to the kernel"
             )
             parts.append(f"GPU {device.index}: {each}")
-    return f"cap {format_bytes(whole)} a GPU ({cap.text}, {who}); {'; '.join(parts)}"
+    of = f"{cap.text} of its memory, " if cap.share is not None else ""
+    return f"cap {format_bytes(whole)} a GPU ({of}{who}); {'; '.join(parts)}"
 
 
 def record_fields(uuid: str) -> dict[str, Any]:

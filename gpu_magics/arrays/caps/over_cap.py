@@ -25,11 +25,12 @@ _NAMES_SHOWN = 3
 _CUPY = re.compile(
     r"allocating (?P<asked>[\d,]+) bytes \(allocated so far: (?P<held>[\d,]+) bytes, limit set to: (?P<limit>[\d,]+)"
 )
+_TORCH_SIZE = r"[\d.]+ (?:[KMGT]iB|bytes)"  # PyTorch's format_size
 _TORCH_GPU = re.compile(r"GPU (?P<gpu>\d+) has a total capacity")
-_TORCH_ASKED = re.compile(r"Tried to allocate (?P<asked>[\d.]+ [KMGT]?i?B)")
-_TORCH_HELD = re.compile(r"this process has (?P<held>[\d.]+ [KMGT]?i?B) memory in use")
-_TORCH_LIMIT = re.compile(r"(?P<limit>[\d.]+ [KMGT]?i?B) allowed")
-_SCALE = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_TORCH_ASKED = re.compile(rf"Tried to allocate (?P<asked>{_TORCH_SIZE})")
+_TORCH_HELD = re.compile(rf"this process has (?P<held>{_TORCH_SIZE}) memory in use")
+_TORCH_LIMIT = re.compile(rf"(?P<limit>{_TORCH_SIZE}) allowed")
+_SCALE = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 @dataclass(frozen=True)

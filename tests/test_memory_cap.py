@@ -338,6 +338,9 @@ def test_a_gpu_clusters_workers_start_within_their_share(capped: list[gpus.GpuDe
     plugins = capped_start(ClusterOptions(), ("0", "1"), extra)
     assert [type(p) for p in plugins] == [MemoryCapPlugin]
     assert plugins[0].by_gpu == {"0": (8 * GIB, capped[0].memory_total), "1": (8 * GIB, capped[1].memory_total)}
+    assert extra == {"device_memory_limit": int(8 * GIB * 0.8)}  # spilled before the share
+    extra = {}
+    capped_start(ClusterOptions(local=LocalOptions(rmm_pool_size=GIB)), ("0",), extra)
     assert extra == {"rmm_maximum_pool_size": 8 * GIB, "device_memory_limit": int(8 * GIB * 0.8)}
     too_big = ClusterOptions(local=LocalOptions(rmm_pool_size=10 * GIB))
     with pytest.raises(

@@ -1,7 +1,9 @@
 // The side panel on a shared GPU server, as a user sees it at the default sidebar width, light and dark: the GPU
 // another user's job keeps busy is marked, and the memory list says whose that job's process is; the notebook's
 // kernel and its cluster's worker say what they hold (arrays, cached, context), the kernel by which names too; the
-// cluster says when its idle timeout closes it; Free cached runs in the kernel and the cache goes.
+// cluster says when its idle timeout closes it; Free cached runs in the kernel and the cache goes. The server caps each
+// notebook at $CAP a GPU: the notebook's block says, per GPU, what it holds of the cap (over it, then under it once
+// the cache is freed), and near its own lower cap once the notebook sets one (%gpumemory --cap $NOTEBOOK_CAP).
 // Usage: node panel_sharing.mjs BASE_URL TOKEN NOTEBOOK (a notebook that starts cluster $CLUSTER_NAME).
 // Screenshots go to $ARTIFACTS as sharing-*.png.
 import fs from 'node:fs';
@@ -11,6 +13,11 @@ import { launch, steadyScreenshot } from './chromium.mjs';
 const [base, token, notebook] = process.argv.slice(2);
 const artifacts = process.env.ARTIFACTS || 'test-artifacts';
 const CLUSTER = process.env.CLUSTER_NAME || 'shared';
+const CAP = process.env.CAP || '8 GiB';
+const NOTEBOOK_CAP = process.env.NOTEBOOK_CAP || '2.7GiB';
+const BINDS =
+  'The cap binds what CuPy, PyTorch, JAX and RMM allocate; memory taken outside them is counted here but not stopped.';
+const SERVER_CAP_TITLE = `The server caps each notebook at ${CAP} a GPU (c.GpuMagicsServer.memory_cap). ${BINDS}`;
 fs.mkdirSync(artifacts, { recursive: true });
 
 const step = message => console.log(`[sharing] ${message}`);
@@ -222,6 +229,87 @@ async function checkMemory(page) {
   const line = theirs.map(h => h.text).join(' | ');
   check(line.startsWith('GPU 0 \u00b7 another user\u2019s process'), `the other user's process says "${line}"`);
   step(`the other user's job: ${line}`);
+  // the server's cap: the worker's 8.5 GiB on GPU 0 and the kernel's 11.5 GiB on GPU 1 are over it
+  await checkCaps(
+    page,
+    [`GPU 0 \u00b7 8.5 GiB: over its ${CAP} cap`, `GPU 1 \u00b7 11.5 GiB: over its ${CAP} cap`],
+    ['over', 'over'],
+    [SERVER_CAP_TITLE, SERVER_CAP_TITLE]
+  );
+}
+
+/** The notebook's cap lines: their text, state, tooltip, and whether any is cut, wraps or leaves its block. */
+async function capLines(page) {
+  return owner(page)
+    .locator('.jp-GpuMagics-cap')
+    .evaluateAll(nodes =>
+      nodes.map(node => {
+        const box = node.getBoundingClientRect();
+        const block = node.closest('.jp-GpuMagics-owner').getBoundingClientRect();
+        const meter = node.querySelector('.jp-GpuMagics-capMeter').getBoundingClientRect();
+        const text = node.querySelector('.jp-GpuMagics-capText');
+        return {
+          text: node.textContent,
+          level: node.dataset.level,
+          over: node.dataset.over,
+          by: node.dataset.by,
+          title: node.title,
+          fill: node.querySelector('.jp-GpuMagics-barFill').style.width,
+          fillColour: getComputedStyle(node.querySelector('.jp-GpuMagics-barFill')).backgroundColor,
+          height: text.getBoundingClientRect().height,
+          cut: [text, ...text.children].some(part => part.scrollWidth > part.clientWidth + 1),
+          inside: box.right <= block.right + 0.5 && meter.right <= block.right + 0.5 && meter.height > 0
+        };
+      })
+    );
+}
+
+/**
+ * Waits until the notebook's cap lines say `expected` (their texts, in the GPUs' order), then checks each: its
+ * state (`levels`), its tooltip (`titles`), one line, not cut, inside the block; no other owner has one.
+ */
+async function checkCaps(page, expected, levels, titles) {
+  await page
+    .waitForFunction(
+      ([name, want]) => {
+        const lines = document.querySelectorAll(`.jp-GpuMagics-owner[data-owner="${name}"] .jp-GpuMagics-cap`);
+        return JSON.stringify(Array.from(lines, line => line.textContent)) === want;
+      },
+      [notebook, JSON.stringify(expected)],
+      { timeout: 60000 }
+    )
+    .catch(async () => {
+      throw new Error(`the cap lines say ${JSON.stringify((await capLines(page)).map(l => l.text))}, not ${expected}`);
+    });
+  const lines = await capLines(page);
+  lines.forEach((line, index) => {
+    check(line.level === levels[index], `"${line.text}" is ${line.level}, not ${levels[index]}`);
+    check(line.over === String(levels[index] === 'over'), `"${line.text}" has data-over=${line.over}`);
+    check(line.title === titles[index], `"${line.text}"'s tooltip says "${line.title}"`);
+    check(line.height <= 16, `"${line.text}" wraps (${line.height} px tall)`);
+    check(!line.cut, `"${line.text}" is cut off at the default width`);
+    check(line.inside, `"${line.text}" or its meter sticks out of the notebook's block`);
+  });
+  const colours = new Set(lines.map(line => `${line.level}:${line.fillColour}`));
+  check(new Set(lines.map(line => line.level)).size === new Set(lines.map(l => l.fillColour)).size,
+    `the meters' colours do not follow their states: ${[...colours]}`);
+  const elsewhere = await page.locator('.jp-GpuMagics-owner:not([data-owner="' + notebook + '"]) .jp-GpuMagics-cap').count();
+  check(elsewhere === 0, `${elsewhere} cap lines in blocks of other owners`);
+  step(`caps: ${lines.map(line => `${line.text} [${line.level}, ${line.by}, ${line.fill}]`).join(' | ')}`);
+  return lines;
+}
+
+/** Runs `source` in a new cell at the end of the notebook; resolves when it ran (its output's text). */
+async function runNewCell(page, source) {
+  return page.evaluate(async text => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    const model = panel.content.model.sharedModel;
+    model.insertCells(model.cells.length, [{ cell_type: 'code', source: text }]);
+    panel.content.activeCellIndex = model.cells.length - 1;
+    await window.jupyterapp.commands.execute('notebook:run-cell');
+    const cell = panel.content.widgets[panel.content.widgets.length - 1];
+    return cell.node.querySelector('.jp-OutputArea')?.textContent ?? '';
+  }, source);
 }
 
 async function setTheme(page, theme) {
@@ -269,7 +357,35 @@ async function freeCached(page) {
   );
   check((await owner(page).locator('.jp-GpuMagics-error').count()) === 0, 'the notebook says Free cached failed');
   step("Free cached on the notebook: its kernel gave its 10.0 GiB back");
+  await checkCaps(
+    page,
+    [`GPU 0 \u00b7 2.5 GiB of its ${CAP} cap`, `GPU 1 \u00b7 1.5 GiB of its ${CAP} cap`],
+    ['under', 'under'],
+    [SERVER_CAP_TITLE, SERVER_CAP_TITLE]
+  );
   await steadyScreenshot(page.locator('#gpu-magics-panel'), { path: path.join(artifacts, 'sharing-freed-dark.png') });
+}
+
+/** The notebook lowers its own cap: the worker's 2.5 GiB on GPU 0 is near it, the kernel's 1.5 GiB is not. */
+async function notebookCap(page) {
+  const said = await runNewCell(page, `%gpumemory --cap ${NOTEBOOK_CAP}`);
+  step(`%gpumemory --cap ${NOTEBOOK_CAP}: ${said.trim()}`);
+  const size = NOTEBOOK_CAP.replace(/([0-9.]+)\s*/, '$1 ');
+  const title =
+    `This notebook capped itself at ${size} a GPU (%gpumemory --cap); %gpumemory --cap off lifts it to the ` +
+    `server\u2019s cap, if any. ${BINDS}`;
+  await checkCaps(
+    page,
+    [`GPU 0 \u00b7 2.5 GiB of its ${size} cap`, `GPU 1 \u00b7 1.5 GiB of its ${size} cap`],
+    ['near', 'under'],
+    [title, title]
+  );
+  for (const theme of ['dark', 'light']) {
+    await setTheme(page, theme);
+    await steadyScreenshot(page.locator('.jp-GpuMagics-holders'), {
+      path: path.join(artifacts, `sharing-capped-${theme}.png`)
+    });
+  }
 }
 
 async function main() {
@@ -294,6 +410,7 @@ async function main() {
       await shots(page, theme);
     }
     await freeCached(page);
+    await notebookCap(page);
     check(errors.length === 0, `errors in the page:\n${errors.join('\n')}`);
     step('passed');
   } catch (error) {

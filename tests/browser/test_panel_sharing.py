@@ -24,6 +24,7 @@ ARTIFACTS = REPO / "test-artifacts" / "browser"
 SHARED = REPO / "tests" / "data" / "shared_gpus.json"
 NOTEBOOK = "train.ipynb"
 CLUSTER = "shared"
+CAP = "8GiB"
 
 
 STAND_IN = """class DeviceArray:
@@ -57,6 +58,7 @@ def shared_lab(tmp_path: Path, requirements: None) -> Iterator[Lab]:
     server = Lab(tmp_path)
     server.env["GPU_MAGICS_SOURCE"] = f"fake:{spec}"
     server.env["GPU_MAGICS_FAKE_STATE"] = str(tmp_path / "fake-state.json")  # kernel, workers and server share it
+    server.extra_args.append(f"--GpuMagicsServer.memory_cap={CAP}")  # the admin's cap on each notebook, each GPU
     try:
         server.start()
         yield server
@@ -77,7 +79,7 @@ def test_panel_on_a_shared_server(shared_lab: Lab) -> None:
     nbformat.write(notebook, shared_lab.root / NOTEBOOK)
     result = subprocess.run(
         ["node", str(HERE / "panel_sharing.mjs"), shared_lab.url, shared_lab.token, NOTEBOOK],
-        env={**os.environ, "ARTIFACTS": str(ARTIFACTS), "CLUSTER_NAME": CLUSTER},
+        env={**os.environ, "ARTIFACTS": str(ARTIFACTS), "CLUSTER_NAME": CLUSTER, "CAP": "8 GiB"},
         capture_output=True,
         text=True,
         timeout=540,
@@ -89,3 +91,5 @@ def test_panel_on_a_shared_server(shared_lab: Lab) -> None:
         for shot in ("cards", "cluster", "memory", "panel"):
             assert (ARTIFACTS / f"sharing-{shot}-{theme}.png").is_file()
     assert (ARTIFACTS / "sharing-freed-dark.png").is_file()
+    for theme in ("light", "dark"):
+        assert (ARTIFACTS / f"sharing-capped-{theme}.png").is_file()

@@ -90,9 +90,9 @@ def worker_plugins(gpu: bool) -> tuple[Any, ...]:
 
 
 def capped(options: ClusterOptions, gpu_ids: tuple[str, ...], extra: dict[str, Any]) -> tuple[Any, ...]:
-    """Where the notebook's memory cap binds: the plugin that limits each worker to its share, RMM's pool at most
-    that share, and dask-cuda's spilling before it (where the user chose no limit); ``extra`` gets the arguments.
-    An RMM pool asked above the share is one line."""
+    """Where the notebook's memory cap binds: the plugin that limits each worker to its share, RMM's pool (where one
+    is asked) at most that share, and dask-cuda's spilling before it (where the user chose no limit); ``extra`` gets
+    the arguments. An RMM pool asked above the share is one line."""
     from gpu_magics.arrays.caps import notebook
     from gpu_magics.arrays.caps.worker_plugin import MemoryCapPlugin
 
@@ -106,7 +106,8 @@ def capped(options: ClusterOptions, gpu_ids: tuple[str, ...], extra: dict[str, A
             f"{PROG} --rmm-pool-size: each worker's share of this notebook's memory cap is {format_bytes(least)}; "
             f"give at most that (%gpumemory says the cap)"
         )
-    extra["rmm_maximum_pool_size"] = least
+    if asked is not None:  # dask-cuda takes a most only with a pool asked
+        extra["rmm_maximum_pool_size"] = least
     extra.setdefault("device_memory_limit", int(least * SPILL_AT))
     return (MemoryCapPlugin(found),)
 

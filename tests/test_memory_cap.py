@@ -328,6 +328,23 @@ def test_the_workers_plugin_limits_each_worker_to_its_share(capped: list[gpus.Gp
         client.register_plugin(MemoryCapPlugin({"3": (5 * GIB, 80 * GIB)}), name=MemoryCapPlugin.name)
         assert list(client.run(limits_there).values()) == [({}, None)]  # not its GPU: left alone
 
+        def stopped_on_the_worker() -> None:
+            class OutOfMemoryError(MemoryError):  # CuPy's words, raised on the worker
+                pass
+
+            raise OutOfMemoryError(
+                f"Out of memory allocating {GIB:,} bytes (allocated so far: {16 * GIB:,} bytes, limit set to: "
+                f"{16 * GIB:,} bytes)."
+            )
+
+        with pytest.raises(MemoryError) as raised:
+            client.submit(stopped_on_the_worker, pure=False).result()
+        line = over_cap.line_for(raised.value)
+        assert line is not None and line.startswith(
+            "GPU 0: a worker of this notebook would pass the notebook's memory cap of 16.0 GiB (the server's): it "
+            "asked for 1.0 GiB more, holds 16.0 GiB; %gpumemory lists what holds it"
+        ), line
+
 
 def test_a_gpu_clusters_workers_start_within_their_share(capped: list[gpus.GpuDevice]) -> None:
     from gpu_magics.arrays.caps.worker_plugin import MemoryCapPlugin

@@ -100,14 +100,17 @@ def test_the_workers_and_ranks_take_their_shares(tmp_path: Path, monkeypatch: py
         figures["with_a_worker"] = {"kernel": kernel_limit, "worker": worker_limits}
         assert kernel_limit == 6 * GIB and worker_limits == [6 * GIB], figures
 
-        reply, text = kernel.run(
-            f"%%gpurun multi-gpu -q\nimport dask.array as da, cupy\n"
-            f"da.ones({7 * GIB}, chunks={7 * GIB}, dtype='u1').map_blocks(cupy.asarray).sum().compute()",
+        reply, text = kernel.run(  # a task past the worker's share: its error comes back to the cell
+            f"def past_the_share():\n    import cupy\n    return int(cupy.ones({7 * GIB}, dtype='u1').sum())\n"
+            "client.submit(past_the_share, pure=False).result()",
             timeout=300,
         )
         line = error_line(reply, text)
         figures["worker_line"] = line
-        assert "would pass the notebook's memory cap of 12.0 GiB (the server's) (its share: 6.0 GiB" in line, line
+        assert (
+            "GPU 0: a worker of this notebook would pass the notebook's memory cap of 12.0 GiB (the server's) "
+            "(its share: 6.0 GiB" in line
+        ), line
 
         said = kernel.ok(
             "%%gpurun spmd -q\nimport torch\nfrom gpu_magics.arrays.caps import allocators\n"

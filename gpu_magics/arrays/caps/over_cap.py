@@ -93,10 +93,12 @@ def line_for(error: BaseException, names: Names | None = None) -> str | None:
 
 
 def _remote(error: BaseException) -> bool:
-    """Whether ``error`` was raised on a Dask worker and brought back (its traceback runs through the worker)."""
+    """Whether ``error`` was raised on a Dask worker and brought back: distributed's client raises it again with the
+    worker's frames (its traceback runs through the client, or the worker)."""
     walk = error.__traceback__
     while walk is not None:
-        if walk.tb_frame.f_code.co_filename.replace("\\", "/").endswith("distributed/worker.py"):
+        name = walk.tb_frame.f_code.co_filename.replace("\\", "/")
+        if name.endswith(("distributed/client.py", "distributed/worker.py")):
             return True
         walk = walk.tb_next
     return False

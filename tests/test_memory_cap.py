@@ -112,7 +112,6 @@ def test_the_kernel_worker_and_rank_share_the_cap_equally(capped: list[gpus.GpuD
     notebook.ranks_left()
     notebook.workers_left()
     assert notebook.shares()[first.uuid][0] == 16 * GIB
-    assert notebook.record_fields(first.uuid) == {"memory_cap": 16 * GIB, "memory_cap_by": "server"}
 
 
 def test_a_user_may_lower_the_servers_cap_never_raise_it(capped: list[gpus.GpuDevice]) -> None:
@@ -120,7 +119,7 @@ def test_a_user_may_lower_the_servers_cap_never_raise_it(capped: list[gpus.GpuDe
         notebook.set_user_cap("32GiB")
     assert notebook.user_cap() is None
     notebook.set_user_cap("4GiB")
-    assert notebook.record_fields(capped[0].uuid) == {"memory_cap": 4 * GIB, "memory_cap_by": "notebook"}
+    assert notebook.user_cap() == MemoryCap(size=4 * GIB, by="notebook")
     assert allocators.limits() == {0: 4 * GIB, 1: 4 * GIB}
     assert os.environ[allocators.CUPY_ENV] == str(4 * GIB)  # CuPy's pools, made later, read it
     assert float(os.environ[allocators.JAX_ENV]) == pytest.approx(4 * GIB / capped[0].memory_total, abs=1e-4)
@@ -131,7 +130,7 @@ def test_a_user_may_lower_the_servers_cap_never_raise_it(capped: list[gpus.GpuDe
 def test_without_a_cap_nothing_is_limited(capped: list[gpus.GpuDevice], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(SERVER_CAP_ENV)
     notebook.apply()
-    assert notebook.shares() == {} and notebook.describe() is None and notebook.record_fields(capped[0].uuid) == {}
+    assert notebook.shares() == {} and notebook.describe() is None
     assert allocators.limits() == {} and allocators.CUPY_ENV not in os.environ
     assert notebook.worker_share([capped[0].cuda_id]) is None
 
@@ -408,3 +407,20 @@ def test_a_real_kernel_keeps_to_the_servers_cap_and_says_the_one_line(
         ]
         assert "Traceback" not in text
         assert kernel.ok("print(1 + 1)").strip() == "2"  # the kernel goes on
+
+
+def test_the_kernels_record_says_its_own_cap_even_holding_nothing(
+    capped: list[gpus.GpuDevice], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server reads the notebook's own cap from the kernel's record, for every row of the notebook (its workers'
+    too): the record is written for the cap alone, and goes when the cap is lifted and nothing is held."""
+    from gpu_magics.cluster.records import kernel_report, record
+
+    monkeypatch.setenv(record.RUNTIME_DIR_ENV, str(tmp_path))
+    notebook.set_user_cap("4GiB")
+    kernel_report.refresh(fresh=True)
+    [written] = record.list_kernel_records(clean=False)
+    assert written.memory_cap == str(4 * GIB) and written.gpus == ()
+    notebook.set_user_cap("off")
+    kernel_report.refresh(fresh=True)
+    assert record.list_kernel_records(clean=False) == []

@@ -379,9 +379,8 @@ async function freeCached(page) {
 }
 
 /**
- * The notebook lowers its own cap: the kernel's 1.5 GiB on GPU 1 is near it. Only GPU 1's line is checked: the
- * kernel's record says the notebook's cap for the GPUs the kernel itself holds memory on, and the server gives the
- * worker's row on GPU 0 the server's cap (the notebook's binds there too); check both once the server says it.
+ * The notebook lowers its own cap: the kernel's 1.5 GiB on GPU 1 is near it, and its worker's 2.5 GiB on GPU 0 is
+ * over it (the kernel's record says the notebook's cap, the server gives it to every row of the notebook).
  */
 async function notebookCap(page) {
   const said = await runNewCell(page, `%gpumemory --cap ${NOTEBOOK_CAP}`);
@@ -390,7 +389,12 @@ async function notebookCap(page) {
   const title =
     `This notebook capped itself at ${size} a GPU (%gpumemory --cap); %gpumemory --cap off lifts it to the ` +
     `server\u2019s cap, if any. ${BINDS}`;
-  await checkCaps(page, [`GPU 1 \u00b7 1.5 GiB of its ${size} cap`], ['near'], [title], ['GPU 1']);
+  await checkCaps(
+    page,
+    [`GPU 0 \u00b7 2.5 GiB: over its ${size} cap`, `GPU 1 \u00b7 1.5 GiB of its ${size} cap`],
+    ['over', 'near'],
+    [title, title]
+  );
   for (const theme of ['dark', 'light']) {
     await setTheme(page, theme);
     await steadyScreenshot(page.locator('.jp-GpuMagics-holders'), {

@@ -5,44 +5,60 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from traitlets import TraitError
 
 from gpu_magics.arrays.caps.cap import SERVER_CAP_ENV, MemoryCap
 from gpu_magics.cluster.records.record import ClusterRecord, KernelRecord
+from gpu_magics.monitor.models import GpuReading
 from gpu_magics.server.config import GpuMagicsServer
 from gpu_magics.server.ownership.memory_caps import with_caps
 from gpu_magics.server.ownership.owners import map_owners, with_self_reports
 from tests.server.test_owners import _gpu, _snapshot, ancestry
 
+GIB = 2**30
+
+
+def big(gpu: GpuReading) -> GpuReading:
+    return replace(gpu, memory_total=100 * GIB)
+
 
 def test_a_notebooks_rows_carry_the_lower_of_the_servers_cap_and_its_own() -> None:
-    snapshot = _snapshot(_gpu(0, 100, 300), _gpu(1, 400, 900))  # each GPU: 100 bytes
+    snapshot = _snapshot(big(_gpu(0, 100, 300)), big(_gpu(1, 400, 900, 200)))
     record = ClusterRecord(name="gpu", scheduler_address="tcp://x:1", dashboard_url=None, kind="gpu", workers=1,
                            pid=100, kernel_id="k1", started_at=0.0)  # fmt: skip
-    holders = map_owners(snapshot, kernel_pids={100: "k1", 400: "k2"}, records=[record], paths={}, ancestry=ancestry)
-    own = {"index": 0, "uuid": "GPU-0", "process_memory": 100, "memory_cap": 20, "memory_cap_by": "notebook"}
-    kernels = [KernelRecord(gpus=(own,), pid=100, kernel_id="k1")]
+    pids = {100: "k1", 400: "k2"}
+    holders = map_owners(snapshot, kernel_pids=pids, records=[record], paths={}, ancestry=ancestry)
+    kernels = [KernelRecord(gpus=(), pid=100, kernel_id="k1", memory_cap=str(20 * GIB))]  # holds nothing itself
     holders = with_self_reports(holders, [record], {}, snapshot, kernels)
-    rows = {h.pid: h for h in with_caps(holders, MemoryCap(share=0.5), snapshot, kernels)}
-    assert (rows[100].memory_cap, rows[100].memory_cap_by) == (20, "notebook")  # its own, lower
-    assert (rows[300].memory_cap, rows[300].memory_cap_by) == (20, "notebook")  # its child, on the same GPU
-    assert (rows[400].memory_cap, rows[400].memory_cap_by) == (50, "server")  # another notebook: the server's
-    assert (rows[900].memory_cap, rows[900].memory_cap_by) == (None, None)  # nobody's notebook
-    assert rows[100].to_json()["memory_cap"] == 20
-    rows = {h.pid: h for h in with_caps(holders, None, snapshot, kernels)}
-    assert rows[100].memory_cap == 20 and rows[400].memory_cap is None
+    rows = {(h.pid, h.gpu): h for h in with_caps(holders, MemoryCap(share=0.5), snapshot, kernels)}
+    assert (rows[100, 0].memory_cap, rows[100, 0].memory_cap_by) == (20 * GIB, "notebook")  # its own, lower
+    assert (rows[300, 0].memory_cap, rows[300, 0].memory_cap_by) == (20 * GIB, "notebook")  # its child
+    assert (rows[200, 1].memory_cap, rows[200, 1].memory_cap_by) == (20 * GIB, "notebook")  # its child, on another GPU
+    assert (rows[400, 1].memory_cap, rows[400, 1].memory_cap_by) == (
+        50 * GIB,
+        "server",
+    )  # another notebook: the server's
+    assert (rows[900, 1].memory_cap, rows[900, 1].memory_cap_by) == (None, None)  # nobody's notebook
+    assert rows[100, 0].to_json()["memory_cap"] == 20 * GIB
+    rows = {(h.pid, h.gpu): h for h in with_caps(holders, None, snapshot, kernels)}
+    assert rows[100, 0].memory_cap == 20 * GIB and rows[400, 1].memory_cap is None
+    higher = [KernelRecord(gpus=(), pid=100, kernel_id="k1", memory_cap="80%")]
+    rows = {(h.pid, h.gpu): h for h in with_caps(holders, MemoryCap(share=0.5), snapshot, higher)}
+    assert (rows[100, 0].memory_cap, rows[100, 0].memory_cap_by) == (50 * GIB, "server")  # the server's binds
 
 
 def test_a_kernels_malformed_cap_is_left_out() -> None:
-    snapshot = _snapshot(_gpu(0, 100))
+    snapshot = _snapshot(big(_gpu(0, 100)))
     holders = map_owners(snapshot, kernel_pids={100: "k1"}, records=[], paths={}, ancestry=ancestry)
-    for bad in ({"memory_cap": "lots", "memory_cap_by": "server"}, {"memory_cap": -5, "memory_cap_by": "notebook"},
-                {"memory_cap": 10, "memory_cap_by": "me"}):  # fmt: skip
-        kernels = [KernelRecord(gpus=({"index": 0, "uuid": "GPU-0", **bad},), pid=100, kernel_id="k1")]
+    for bad in ("lots", "-5", "150%"):
+        kernels = [KernelRecord(gpus=(), pid=100, kernel_id="k1", memory_cap=bad)]
         [row] = with_caps(holders, None, snapshot, kernels)
         assert row.memory_cap is None
+    record = KernelRecord(gpus=(), pid=100, kernel_id="k1", memory_cap="25%").to_json()
+    assert KernelRecord.from_json(record).memory_cap == "25%"
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,11 @@ ENVIRONMENT = (
      "panel and `/metrics` list); default: Jupyter's runtime directory."),
     ("GPU_MAGICS_DEVICE_ARRAYS", "you", "The device array module a cluster's chunks are made with on the workers "
      "(default `cupy`)."),
+    ("GPU_MAGICS_MEMORY_CAP", "gpu-magics", "In a kernel the server started: the server's memory cap per notebook "
+     "and GPU (`GpuMagicsServer.memory_cap`), which the kernel keeps to; set by an admin where kernels start without "
+     "the server."),
+    ("GPU_MAGICS_MEMORY_SHARE", "gpu-magics", "In an SPMD rank: its share of the notebook's memory cap, "
+     "`BYTES/GPU_BYTES`, set as its allocators' limits when it starts."),
     ("GPU_MAGICS_FAKE_STATE", "gpu-magics", "A simulated GPU's memory file, shared by a `fake` source's processes."),
     ("GPU_MAGICS_WORKER_LOG", "gpu-magics", "Where the workers' launcher sends its standard error."),
     ("GPU_MAGICS_SPMD_DEVICE", "gpu-magics", "In a rank process: `gpu` or `cpu`, what the rank computes on."),

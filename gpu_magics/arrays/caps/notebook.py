@@ -195,11 +195,3 @@ def describe() -> str | None:
             parts.append(f"GPU {device.index}: {each}")
     of = f"{cap.text} of its memory, " if cap.share is not None else ""
     return f"cap {format_bytes(whole)} a GPU ({of}{who}); {'; '.join(parts)}"
-
-
-def record_fields(uuid: str) -> dict[str, Any]:
-    """What the kernel's record says of the cap on one GPU (types.ts IKernelGpu), empty where none binds."""
-    found = shares().get(uuid)
-    if found is None:
-        return {}
-    return {"memory_cap": found[1], "memory_cap_by": found[2].by}

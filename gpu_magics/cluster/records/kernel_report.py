@@ -154,15 +154,18 @@ def _refresh(fresh: bool) -> None:
         for gpu, data in zip(read, found, strict=True):
             if names.get(gpu.index):
                 data["top_names"] = names[gpu.index]
-            data.update(notebook.record_fields(gpu.uuid))
-        if _written is not None and _written[1] == found:
+        cap = notebook.user_cap()
+        said = [*found, {"memory_cap": cap.spec()}] if cap is not None else found
+        if _written is not None and _written[1] == said:
             return
-        if not found:
+        if not said:  # a kernel that holds nothing and keeps to no cap of its own: nothing to say
             _remove_written()
             return
         _started_at = _started_at or time.time()
-        mine = record.KernelRecord(gpus=tuple(found), started_at=_started_at, **record.here())
-        _written = (record.write_record(mine, durable=False), found)
+        mine = record.KernelRecord(
+            gpus=tuple(found), started_at=_started_at, memory_cap=None if cap is None else cap.spec(), **record.here()
+        )
+        _written = (record.write_record(mine, durable=False), said)
         if not _atexit:
             atexit.register(remove)
             _atexit = True

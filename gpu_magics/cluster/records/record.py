@@ -229,6 +229,7 @@ class KernelRecord:
     started_at: float = field(default_factory=_now)  # when the kernel first wrote one (its pid's age)
     connection_file: str | None = None
     host: str | None = None
+    memory_cap: str | None = None  # the notebook's own cap on each GPU (``%gpumemory --cap``: "8589934592", "25%")
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -248,6 +249,7 @@ class KernelRecord:
             started_at=float(data["started_at"]),
             connection_file=connection_file,
             host=_text(data.get("host")),
+            memory_cap=_text(data.get("memory_cap")),
         )
 
     @property

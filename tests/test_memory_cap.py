@@ -424,3 +424,33 @@ def test_the_kernels_record_says_its_own_cap_even_holding_nothing(
     notebook.set_user_cap("off")
     kernel_report.refresh(fresh=True)
     assert record.list_kernel_records(clean=False) == []
+
+
+def test_a_ranks_error_that_its_share_stopped_is_one_line(capped: list[gpus.GpuDevice]) -> None:
+    notebook.workers_joined([capped[0].cuda_id], client=None)
+    notebook.ranks_joined([capped[0].uuid])
+    share = notebook.shares()[capped[0].uuid][0]
+    message = str(OutOfMemoryError(GIB, share, share))
+    assert over_cap.rank_line("OutOfMemoryError", message, 0, capped[0].uuid) == (
+        "GPU 0: rank 0 would pass the notebook's memory cap of 16.0 GiB (the server's) (its share: 5.3 GiB, the cap "
+        "split 3 ways): it asked for 1.0 GiB more, holds 5.3 GiB; %gpumemory lists what holds it"
+    )
+    assert over_cap.rank_line("ValueError", message, 0, capped[0].uuid) is None
+    assert over_cap.rank_line("OutOfMemoryError", str(OutOfMemoryError(GIB, share)), 0, capped[0].uuid) is None
+
+
+def test_jaxs_out_of_memory_is_read_where_this_process_set_its_fraction(capped: list[gpus.GpuDevice]) -> None:
+    jax_error = RuntimeError(f"RESOURCE_EXHAUSTED: Out of memory while trying to allocate {5 * GIB} bytes.")
+    assert over_cap.stopped_by_limit(jax_error) is None  # no fraction set here yet
+    notebook.apply()
+    stopped = over_cap.stopped_by_limit(jax_error)
+    assert stopped is not None and stopped.asked == 5 * GIB
+    assert stopped.limit == pytest.approx(16 * GIB, rel=0.001)
+    xla = RuntimeError(
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 5.00GiB with allocator GPU_0_bfc on device 0."
+    )
+    assert over_cap.stopped_by_limit(xla) == stopped
+    line = over_cap.line_for(jax_error)
+    assert line is not None and line.startswith(
+        "GPU 0: this kernel would pass the notebook's memory cap of 16.0 GiB (the server's): it asked for 5.0 GiB more"
+    )

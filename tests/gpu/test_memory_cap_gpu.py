@@ -126,9 +126,33 @@ def test_the_workers_and_ranks_take_their_shares(tmp_path: Path, monkeypatch: py
         kernel_limit, worker_limits = json.loads(kernel.ok(read, timeout=120).strip().splitlines()[-1])
         figures["with_a_rank"] = {"kernel": kernel_limit, "worker": worker_limits}
         assert kernel_limit == 4 * GIB and worker_limits == [4 * GIB], figures
+
+        reply, text = kernel.run(  # a rank's allocation past its share fails the cell with the one line
+            "%%gpurun spmd -q\nmore = torch.empty(2 * 2**30, dtype=torch.uint8, device='cuda')", timeout=300
+        )
+        assert reply["status"] == "error", text
+        shown = text + "\n".join(map(str, reply.get("traceback") or []))
+        said = next((line for line in shown.splitlines() if "would pass" in line), shown)
+        figures["rank_line"] = said
+        assert (
+            "GPU 0: rank 0 would pass the notebook's memory cap of 12.0 GiB (the server's) (its share: 4.0 GiB, "
+            "the cap split 3 ways): it asked for 2.0 GiB more" in said
+        ), shown
         kernel.ok("%gpucluster stop", timeout=120)
         figures["after_stop_kernel"] = json.loads(
             kernel.ok("print(__import__('json').dumps(allocators.limits().get(0)))").strip()
         )
         assert figures["after_stop_kernel"] == 12 * GIB, figures
     print("MEMORY CAP FIGURES " + json.dumps(figures, default=str))
+
+
+def test_jax_stops_past_the_kernels_share_with_the_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("jax")
+    monkeypatch.setenv(SERVER_CAP_ENV, "4GiB")
+    with loaded_kernel(tmp_path, "nvml") as kernel:
+        kernel.ok(f"import jax.numpy as jnp\na = jnp.ones({GIB}, dtype=jnp.uint8)\na.block_until_ready()", 180)
+        reply, text = kernel.run(f"b = jnp.ones({5 * GIB}, dtype=jnp.uint8)\nb.block_until_ready()", timeout=120)
+        line = error_line(reply, text)
+        print("MEMORY CAP FIGURES " + json.dumps({"jax_line": line}))
+        assert "GPU 0: this kernel would pass the notebook's memory cap of 4.0 GiB (the server's)" in line, line
+        assert kernel.ok("print(int(a[-1]))").strip() == "1"

@@ -58,6 +58,14 @@ def limits() -> dict[int, int]:
     return dict(_limits)
 
 
+def jax_limit() -> int:
+    """The bytes JAX may take here on its first GPU by the fraction this process set (0: it set none)."""
+    if not _jax_set or os.environ.get(JAX_ENV) != _jax_set[0] or not _totals:
+        return 0
+    ordinal = min(_totals)
+    return int(float(_jax_set[0]) * _totals[ordinal])
+
+
 def share_env(share: int, total: int) -> dict[str, str]:
     """The environment that gives a process started now its ``share`` of a GPU of ``total`` bytes, for every GPU
     it sees (``limit_from_env`` reads it back there)."""

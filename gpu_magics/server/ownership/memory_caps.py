@@ -18,14 +18,18 @@ def with_caps(
 ) -> list[GpuHolder]:
     """``holders`` with ``memory_cap`` and ``memory_cap_by`` on every row a notebook's kernel owns (its own, its
     workers', its children's) on a GPU of this server's where a cap binds; a kernel's malformed cap is left out."""
-    totals = {g.uuid: g.memory_total for g in snapshot.gpus if g.uuid and g.memory_total} if snapshot else {}
+    totals: dict[str, int] = {}
+    for gpu in snapshot.gpus if snapshot is not None else ():
+        if gpu.uuid and gpu.memory_total:
+            totals[gpu.uuid] = gpu.memory_total
     own = {kernel.kernel_id: cap for kernel in kernels if kernel.kernel_id and (cap := _own(kernel)) is not None}
     capped = []
     for holder in holders:
         total = totals.get(holder.gpu_uuid)
-        binding = None
-        if holder.kernel_id is not None and holder.role != "other" and total is not None:
-            binding = lower(server_cap, own.get(holder.kernel_id), total)
+        if holder.kernel_id is None or holder.role == "other" or total is None:
+            capped.append(holder)
+            continue
+        binding = lower(server_cap, own.get(holder.kernel_id), total)
         if binding is None:
             capped.append(holder)
         else:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpu_magics.arrays.caps import over_cap
 from gpu_magics.spmd.kernel.ranks import STOP_GRACE_S, Ranks
 from gpu_magics.spmd.kernel.view import stalls
 from gpu_magics.spmd.kernel.view.output import LineMerger, rank_list
@@ -354,8 +355,11 @@ class CellRun:
             else:
                 said = {first.rank}
                 lines.append(f"rank {first.rank} ({first.label}) failed first:")
+                kind, text = str(failure.get("type")), str(failure.get("message"))
+                gpu = next((r.member.gpu_uuid for r in self.world.ranks if r.rank == first.rank), None)
+                capped = over_cap.rank_line(kind, text, first.rank, gpu)  # its share of the cap stopped it
                 lines.append(
-                    str(failure.get("traceback") or f"{failure.get('type')}: {failure.get('message')}").rstrip()
+                    f"{kind}: {capped}" if capped else str(failure.get("traceback") or f"{kind}: {text}").rstrip()
                 )
                 name, message = str(failure.get("type", "RankFailure")), f"rank {first.rank}: {failure.get('message')}"
         else:

@@ -9,6 +9,7 @@ sizes and workers, from the scheduler). Each row says how to give it back.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -93,14 +94,33 @@ def _set_cap(wanted: str) -> str:
 
 
 def install_cap(shell: Any) -> None:
-    """The kernel keeps within its share of the notebook's memory cap, and a cell the cap stops says so in one line
-    with the names that hold the memory (``%load_ext``)."""
-    notebook.apply()
+    """The kernel keeps within its share of the notebook's memory cap, from before its next cell runs (reading the
+    GPUs' memory is a cell's work, not the load's), and a cell the cap stops says so in one line with the names
+    that hold the memory (``%load_ext``)."""
     over_cap.install(shell, lambda indices: panel_names(shell, indices))
+    events = getattr(shell, "events", None)
+    if notebook.server_cap() is not None and events is not None:
+        events.register("pre_run_cell", _limit_before_the_cell)
+
+
+def _limit_before_the_cell(info: Any = None) -> None:
+    """Once, before the first cell after ``%load_ext``: the kernel's allocators take its share."""
+    notebook.apply()
+    _unregister(_limit_before_the_cell)
+
+
+def _unregister(callback: Any) -> None:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        with contextlib.suppress(ValueError):
+            shell.events.unregister("pre_run_cell", callback)
 
 
 def uninstall_cap(shell: Any) -> None:
     over_cap.uninstall(shell)  # the limits stay: unloading the extension does not lift the server's cap
+    _unregister(_limit_before_the_cell)
 
 
 DROP_TRACEBACK = "%gpumemory --drop-traceback"

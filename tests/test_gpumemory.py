@@ -140,3 +140,55 @@ def test_what_the_spmd_ranks_variables_hold_is_listed_by_rank(tmp_path: Path) ->
             section = said.split(f"In SPMD rank {rank} ", 1)[1].split("\n", 2)[1]
             assert section.startswith("  weights ") and size in section and "(also alias)" in section, said
         kernel.ok("%gpucluster stop", timeout=120)
+
+
+def test_a_ranks_and_a_workers_memory_beyond_their_names_adds_up_to_what_they_hold() -> None:
+    """The rest of a rank's or worker's memory, by kind, from its own figures: the names and the rest add up to
+    NVML's figure for the process."""
+    from gpu_magics.cluster.info import WorkerGpu
+    from gpu_magics.magics.gpumemory import Report, _workers, text
+    from gpu_magics.spmd.rank.held_by_name import Held, rank_rest
+
+    mib = 1 << 20
+    pools = {"torch_allocated": 300 * mib, "torch_reserved": 400 * mib, "cupy_used": 0, "cupy_held": 64 * mib}
+    rest = rank_rest(256 * mib, pools, 1024 * mib)
+    assert [(item.what, item.size // mib) for item in rest] == [
+        ("arrays no name reaches", 44),
+        ("cached by PyTorch", 100),
+        ("cached by CuPy's pool", 64),
+        ("the CUDA context, libraries and the rest", 560),
+    ]
+    assert 256 * mib + sum(item.size for item in rest) == 1024 * mib
+    assert rank_rest(0, {}, None) == []  # a CPU rank: nothing
+
+    class Telemetry:
+        def worker_gpus_alone(self) -> dict[str, tuple[str, tuple[WorkerGpu, ...]]]:
+            gpu = WorkerGpu("GPU 0", "H200", "GPU-0", process_memory=900 * mib, array_memory=600 * mib,
+                            cached_memory=100 * mib, context_memory=200 * mib)  # fmt: skip
+            idle = WorkerGpu("GPU 1", "H200", "GPU-1")
+            return {"tcp://127.0.0.1:1": ("here", (gpu,)), "tcp://127.0.0.1:2": ("here", (idle,))}
+
+    [(worker, held, data, worker_rest)] = _workers(Telemetry(), {"tcp://127.0.0.1:1": 512 * mib})
+    assert (worker, held, data) == ("tcp://127.0.0.1:1 (GPU 0)", 900 * mib, 512 * mib)
+    assert [(item.what, item.size // mib) for item in worker_rest] == [
+        ("arrays no name reaches", 88),
+        ("cached by its pool", 100),
+        ("the CUDA context, libraries and the rest", 200),
+    ]
+    said = text(
+        Report(
+            [],
+            [],
+            [],
+            "c",
+            {0: [Held("model", "PyTorch module", "2 tensors", 256 * mib)]},
+            {0: (1024 * mib, rest)},
+            [(worker, held, data, worker_rest)],
+        ),
+        top=5,
+    )
+    assert (
+        "In SPMD rank 0 (its variables: del them in a %%gpurun spmd cell; NVML lists 1.0 GiB for its process):" in said
+    )
+    assert "Worker tcp://127.0.0.1:1 (GPU 0) holds 900 MiB (NVML), of it the data above 512 MiB:" in said
+    assert [line.split()[0] for line in said.splitlines()[1:6]] == ["model", "arrays", "cached", "cached", "the"]

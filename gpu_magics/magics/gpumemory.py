@@ -9,7 +9,6 @@ sizes and workers, from the scheduler). Each row says how to give it back.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from gpu_magics.arrays.caps import notebook, over_cap
 from gpu_magics.arrays.caps.cap import CapError
-from gpu_magics.spmd.rank.held_by_name import Held, from_rows, held_by_name, roots
+from gpu_magics.spmd.rank.held_by_name import Held, Rest, from_rows, held_by_name, rank_rest, rest_of, roots
 from gpu_magics.text.argparsing import MagicArgumentParser, positive_int
 from gpu_magics.text.errors import LineError, said_in_one_line
 from gpu_magics.text.units import format_bytes
@@ -94,45 +93,18 @@ def _set_cap(wanted: str) -> str:
 
 
 def install_cap(shell: Any) -> None:
-    """The kernel keeps within its share of the notebook's memory cap, from before its next cell runs (reading the
-    GPUs' memory is a cell's work, not the load's), and a cell the cap stops says so in one line with the names
-    that hold the memory (``%load_ext``)."""
+    """The kernel keeps within its share of the notebook's memory cap, and a cell the cap stops says so in one line
+    with the names that hold the memory (``%load_ext``)."""
     over_cap.install(shell, lambda indices: panel_names(shell, indices))
-    events = getattr(shell, "events", None)
-    if notebook.server_cap() is not None and events is not None:
-        events.register("pre_run_cell", _limit_before_the_cell)
-
-
-def _limit_before_the_cell(info: Any = None) -> None:
-    """Once, before the first cell after ``%load_ext``: the kernel's allocators take its share."""
-    notebook.apply()
-    _unregister(_limit_before_the_cell)
-
-
-def _unregister(callback: Any) -> None:
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    if shell is not None:
-        with contextlib.suppress(ValueError):
-            shell.events.unregister("pre_run_cell", callback)
+    notebook.apply_before_the_next_cell(shell)
 
 
 def uninstall_cap(shell: Any) -> None:
     over_cap.uninstall(shell)  # the limits stay: unloading the extension does not lift the server's cap
-    _unregister(_limit_before_the_cell)
+    notebook.apply_before_the_next_cell(shell, undo=True)
 
 
 DROP_TRACEBACK = "%gpumemory --drop-traceback"
-
-
-@dataclass(frozen=True)
-class Rest:
-    """What no name holds on one GPU, by kind, with how to give it back."""
-
-    what: str
-    size: int
-    how: str
 
 
 @dataclass
@@ -164,6 +136,8 @@ class Report:
     cluster: list[ClusterRow]
     cluster_name: str | None = None
     ranks: dict[int, list[Held]] = field(default_factory=dict)  # what each SPMD rank's variables hold
+    rank_rest: dict[int, tuple[int | None, list[Rest]]] = field(default_factory=dict)  # NVML's figure, the rest
+    workers: list[tuple[str, int | None, int, list[Rest]]] = field(default_factory=list)  # name, NVML, data, rest
 
 
 def read_report(shell: Any) -> Report:
@@ -185,10 +159,39 @@ def read_report(shell: Any) -> Report:
     for gpu, held in zip(gpus, read, strict=True):
         gpu.rest = _rest(gpu, held.held)
     current = queries.active()
-    cluster = _cluster_rows(pairs, current.client) if current is not None else []
+    data_on: dict[str, int] = {}  # worker address -> the data of the kernel's variables there
+    cluster = _cluster_rows(pairs, current.client, data_on) if current is not None else []
     rank_calls = queries.rank_park()
-    ranks = {} if rank_calls is None else {index: from_rows(held) for index, held in rank_calls.held().items() if held}
-    return Report(gpus, elsewhere, cluster, current.name if current is not None else None, ranks)
+    asked = {} if rank_calls is None else rank_calls.held()
+    processes = kernel_report.nvml_processes() if asked else {}
+    ranks, rest = {}, {}
+    for index, (held, pools, pid) in asked.items():
+        nvml = _nvml_of(processes, pid)
+        unnamed = rank_rest(sum(row.size for row in from_rows(held)), pools, nvml)
+        if held or unnamed:  # a CPU rank, or one that holds nothing on a GPU, is left out
+            ranks[index], rest[index] = from_rows(held), (nvml, unnamed)
+    name = current.name if current is not None else None
+    return Report(gpus, elsewhere, cluster, name, ranks, rest, _workers(queries.telemetry(), data_on))
+
+
+def _nvml_of(processes: dict[str, Any], pid: int | None) -> int | None:
+    """What NVML lists for ``pid`` on every GPU together (``None``: it lists none, as where its pids are not ours)."""
+    found = [p.used_memory for listed in processes.values() for p in listed or () if p.pid == pid and pid is not None]
+    return sum(size or 0 for size in found) if found else None
+
+
+def _workers(telemetry: Any, data_on: dict[str, int]) -> list[tuple[str, int | None, int, list[Rest]]]:
+    """Each GPU worker's memory, as it reports it, beyond the data of the kernel's variables it keeps."""
+    found = []
+    for address, (label, gpus) in sorted((telemetry.worker_gpus_alone() if telemetry else {}).items()):
+        for gpu in gpus:
+            if gpu.process_memory:
+                data = data_on.get(address, 0)
+                cached = [Rest("cached by its pool", gpu.cached_memory or 0, "%gpucluster free workers")]
+                rest = rest_of(data, gpu.process_memory, gpu.array_memory, cached, unnamed_how="results no variable "
+                               "holds, tasks' data", context_how="restart the cluster")  # fmt: skip
+                found.append((f"{address} ({gpu.label or label})", gpu.process_memory, data, rest))
+    return found
 
 
 def panel_names(shell: Any, indices: list[int]) -> dict[int, list[dict[str, Any]]]:
@@ -237,16 +240,14 @@ def _last() -> Any:
 
 def _rest(gpu: GpuPart, held: Any) -> list[Rest]:
     """What no name holds on ``gpu``: CuPy arrays out of reach, CuPy's and PyTorch's caches, the context."""
-    rest = []
     named_cupy = sum(row.size for row in gpu.rows if row.what == "CuPy array")
-    if held.arrays is not None and held.arrays > named_cupy:
-        rest.append(Rest("CuPy arrays no name reaches", held.arrays - named_cupy, "held by objects out of reach: "
-                         "closures, caches, other threads"))  # fmt: skip
-    if held.cached:
-        rest.append(Rest("cached by CuPy's pool", held.cached, "cupy.get_default_memory_pool().free_all_blocks()"))
-    torch_cached = _torch_cached(gpu.index)
-    if torch_cached:
-        rest.append(Rest("cached by PyTorch", torch_cached, "torch.cuda.empty_cache()"))
+    cached = [
+        Rest("cached by CuPy's pool", held.cached or 0, "cupy.get_default_memory_pool().free_all_blocks()"),
+        Rest("cached by PyTorch", _torch_cached(gpu.index), "torch.cuda.empty_cache()"),
+    ]
+    rest = rest_of(named_cupy, None, held.arrays, cached, unnamed_what="CuPy arrays no name reaches",
+                   unnamed_how="held by objects out of reach: closures, caches, other threads",
+                   context_how="restart the kernel")  # fmt: skip
     if gpu.nvml is not None:
         accounted = sum(row.size for row in gpu.rows) + sum(item.size for item in rest)
         if gpu.nvml > accounted:
@@ -261,8 +262,9 @@ def _torch_cached(index: int) -> int:
     return max(0, int(torch.cuda.memory_reserved(index)) - int(torch.cuda.memory_allocated(index)))
 
 
-def _cluster_rows(pairs: Iterable[tuple[str, Any]], client: Any) -> list[ClusterRow]:
-    """The variables that hold persisted collections or futures of ``client``, with what their keys take."""
+def _cluster_rows(pairs: Iterable[tuple[str, Any]], client: Any, data_on: dict[str, int]) -> list[ClusterRow]:
+    """The variables that hold persisted collections or futures of ``client``, with what their keys take;
+    ``data_on`` gets what they keep on each worker (by address)."""
     dask = sys.modules.get("dask")
     distributed = sys.modules.get("distributed")
     if dask is None or distributed is None:
@@ -285,6 +287,9 @@ def _cluster_rows(pairs: Iterable[tuple[str, Any]], client: Any) -> list[Cluster
         if mine:
             workers = tuple(sorted({w for key in mine for w in sizes[key][1]}))
             rows.append(ClusterRow(name, kind, sum(sizes[key][0] for key in mine), len(mine), workers))
+            for key in mine:
+                for address in sizes[key][2]:
+                    data_on[address] = data_on.get(address, 0) + sizes[key][0]
     return sorted(rows, key=lambda row: -row.size)
 
 
@@ -296,13 +301,14 @@ def _flat(keys: Any) -> Iterable[Any]:
         yield keys
 
 
-def _keys_in_memory(dask_scheduler: Any, keys: list[Any]) -> dict[Any, tuple[int, list[str]]]:
-    """On the scheduler: each key held in memory, its bytes and the workers that hold it."""
+def _keys_in_memory(dask_scheduler: Any, keys: list[Any]) -> dict[Any, tuple[int, list[str], list[str]]]:
+    """On the scheduler: each key held in memory, its bytes and the workers that hold it (names, addresses)."""
     found = {}
     for key in keys:
         task = dask_scheduler.tasks.get(key)
         if task is not None and task.state == "memory":
-            found[key] = (int(task.nbytes), [str(worker.name) for worker in task.who_has])
+            holders = list(task.who_has)
+            found[key] = (int(task.nbytes), [str(w.name) for w in holders], [str(w.address) for w in holders])
     return found
 
 
@@ -330,8 +336,11 @@ def text(report: Report, top: int) -> str:
         lines.append("GPU data on a device this kernel's readings do not show (or whose device is not known):")
         lines.extend(_rows(report.elsewhere, top))
     for index, held in sorted(report.ranks.items()):
-        lines.append(f"In SPMD rank {index} (its variables: del them in a %%gpurun spmd cell):")
+        rank_nvml, unnamed = report.rank_rest.get(index, (None, []))
+        listed = f"; NVML lists {format_bytes(rank_nvml)} for its process" if rank_nvml is not None else ""
+        lines.append(f"In SPMD rank {index} (its variables: del them in a %%gpurun spmd cell{listed}):")
         lines.extend(_rows(held, top))
+        lines.extend(f"  {item.what:<55} {format_bytes(item.size):>10}   {item.how}" for item in unnamed)
     if report.cluster:
         lines.append(f"On the workers of {report.cluster_name!r} (data they keep for this kernel's variables):")
         for cluster_row in report.cluster[:top]:
@@ -343,6 +352,10 @@ def text(report: Report, top: int) -> str:
         if len(report.cluster) > top:
             more = report.cluster[top:]
             lines.append(f"  ... {len(more)} more: {format_bytes(sum(row.size for row in more))} (--top N)")
+    for worker, held_there, data, worker_rest in report.workers:
+        said = f"holds {format_bytes(held_there)} (NVML), of it the data above {format_bytes(data)}"
+        lines.append(f"Worker {worker} {said}:")
+        lines.extend(f"  {item.what:<55} {format_bytes(item.size):>10}   {item.how}" for item in worker_rest)
     if not lines:
         return "%gpumemory: this kernel holds nothing on a GPU, nor do its SPMD ranks, and no cluster keeps data for it"
     return "\n".join(lines)

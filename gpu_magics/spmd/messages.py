@@ -71,7 +71,7 @@ class ParkCommand(TypedDict):
 
 
 class HeldCommand(TypedDict):
-    """What the rank's variables hold on GPUs, by name (``%gpumemory``): rows in ``held``."""
+    """What the rank's variables hold on GPUs, by name (``%gpumemory``): rows in ``held``, its pools in ``pools``."""
 
     op: Literal["held"]
     id: NotRequired[int]
@@ -107,6 +107,7 @@ class Reply(TypedDict):
     collectives: NotRequired[int | None]  # torch collectives the rank entered in this message (None: unknown)
     parked: NotRequired[dict[str, Any]]  # a park's figures: bytes, seconds, the group ended, steps
     held: NotRequired[list[dict[str, Any]]]  # ``held``: name, what, description, size, devices, also
+    pools: NotRequired[dict[str, int]]  # ``held``: its pools' figures (``held_by_name.pool_figures``)
     # the host's part
     lines: NotRequired[list[Line]]
     line_count: NotRequired[int]

@@ -7,6 +7,7 @@ when ranks come or go), the ranks from their environment.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterable
@@ -91,6 +92,28 @@ def apply() -> None:
             allocators.limit_this_process(limits, totals)
     except (RuntimeError, ValueError, OSError) as error:  # the cell goes on; the cap is said where it is read
         dropped("limiting the kernel's GPU memory", error, once=True)
+
+
+def apply_before_the_next_cell(shell: Any, *, undo: bool = False) -> None:
+    """Where the server set a cap: the kernel takes its share before its next cell runs, once (``%load_ext``:
+    reading the GPUs' memory is a cell's work, not the load's); ``undo`` forgets it."""
+    events = getattr(shell, "events", None)
+    if events is None:
+        return
+    with contextlib.suppress(ValueError):
+        events.unregister("pre_run_cell", _before_the_cell)
+    if not undo and server_cap() is not None:
+        events.register("pre_run_cell", _before_the_cell)
+
+
+def _before_the_cell(info: Any = None) -> None:
+    apply()
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        with contextlib.suppress(ValueError):
+            shell.events.unregister("pre_run_cell", _before_the_cell)
 
 
 def worker_share(gpu_ids: Iterable[str]) -> tuple[int, int] | None:

@@ -90,7 +90,7 @@ def _read() -> list[KernelGpu]:
     held = {device.index: pools.pool_on(device.index, device.uuid, "kernel") for device in devices}
     if not any(held.values()) and not _has_context(len(devices)):
         return []
-    processes = _nvml_processes()
+    processes = nvml_processes()
     found = []
     for device in devices:
         pool = held[device.index]
@@ -113,7 +113,7 @@ def _has_context(count: int) -> bool:
     return any(has_cuda_context(ordinal) for ordinal in range(count))
 
 
-def _nvml_processes() -> dict[str, tuple[GpuProcess, ...] | None]:
+def nvml_processes() -> dict[str, tuple[GpuProcess, ...] | None]:
     from gpu_magics.monitor.models import process_lists
     from gpu_magics.monitor.sampler import get_sampler
 

@@ -50,21 +50,22 @@ class RankPark:
             self.made.remake.append("torch")
         return answers
 
-    def held(self) -> dict[int, list[dict[str, Any]]]:
-        """What each rank's variables hold on GPUs, by rank (``%gpumemory``); a rank that does not answer is left
-        out."""
+    def held(self) -> dict[int, tuple[list[dict[str, Any]], dict[str, int], int | None]]:
+        """What each rank's variables hold on GPUs, by rank (``%gpumemory``), with its pools' figures and its
+        process's pid; a rank that does not answer is left out."""
         world = self.made.world
         if world is None or self.busy:
             return {}
         futures = self.made.ask_each(list(world.ranks), cast(HeldCommand, {"op": "held"}))
-        found: dict[int, list[dict[str, Any]]] = {}
+        found: dict[int, tuple[list[dict[str, Any]], dict[str, int], int | None]] = {}
         for index, future in futures.items():
             try:
                 reply = next(iter(future.result(TIMEOUT_S).values()))
             except (concurrent.futures.TimeoutError, OSError, RuntimeError):
                 continue
             if not isinstance(reply, BaseException) and reply.get("ok"):
-                found[index] = list(reply.get("held") or [])
+                pools = {str(k): int(v) for k, v in (reply.get("pools") or {}).items()}
+                found[index] = (list(reply.get("held") or []), pools, self.made.pids.get(index))
         return found
 
     def reload(self, names: dict[str, int]) -> dict[str, dict[str, Any]]:

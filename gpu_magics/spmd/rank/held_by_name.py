@@ -216,3 +216,66 @@ def _interface_data(value: Any) -> tuple[str, str, list[Piece]] | None:
 
 def _shape(shape: tuple[int, ...], dtype: object) -> str:
     return f"{' x '.join(str(side) for side in shape) or 'scalar'} {dtype}"
+
+
+def pool_figures() -> dict[str, int]:
+    """This process's pools on its current GPU (a rank's, for ``%gpumemory``): PyTorch's allocated and reserved
+    bytes, CuPy's pool's used and held bytes, where the library is in use."""
+    found: dict[str, int] = {}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        found["torch_allocated"] = int(torch.cuda.memory_allocated())
+        found["torch_reserved"] = int(torch.cuda.memory_reserved())
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        pool = cupy.get_default_memory_pool()
+        found["cupy_used"], found["cupy_held"] = int(pool.used_bytes()), int(pool.total_bytes())
+    return found
+
+
+@dataclass(frozen=True)
+class Rest:
+    """What no name holds in one process on one GPU, by kind, with how to give it back."""
+
+    what: str
+    size: int
+    how: str
+
+
+def rest_of(
+    named: int,
+    nvml: int | None,
+    in_use: int | None,
+    cached: list[Rest],
+    *,
+    unnamed_how: str,
+    context_how: str,
+    unnamed_what: str = "arrays no name reaches",
+) -> list[Rest]:
+    """What a process holds on a GPU beyond its names' ``named`` bytes: arrays in use (``in_use``, its pools'
+    figure) that no name reaches, what its pools cache, and the rest of NVML's figure (its CUDA context and
+    libraries), so that the names and these add up to NVML's figure."""
+    rest = []
+    if in_use is not None and in_use > named:
+        rest.append(Rest(unnamed_what, in_use - named, unnamed_how))
+    rest.extend(item for item in cached if item.size > 0)
+    if nvml is not None:
+        accounted = named + sum(item.size for item in rest)
+        if nvml > accounted:
+            rest.append(Rest("the CUDA context, libraries and the rest", nvml - accounted, context_how))
+    return rest
+
+
+def rank_rest(named: int, pools: dict[str, int], nvml: int | None) -> list[Rest]:
+    """``rest_of`` for an SPMD rank, from its pools' figures (``pool_figures``)."""
+    in_use = pools.get("torch_allocated", 0) + pools.get("cupy_used", 0) if pools else None
+    where = "in a %%gpurun spmd cell"
+    cached = [
+        Rest("cached by PyTorch", pools.get("torch_reserved", 0) - pools.get("torch_allocated", 0),
+             f"torch.cuda.empty_cache() {where}"),
+        Rest("cached by CuPy's pool", pools.get("cupy_held", 0) - pools.get("cupy_used", 0),
+             f"cupy.get_default_memory_pool().free_all_blocks() {where}"),
+    ]  # fmt: skip
+    return rest_of(
+        named, nvml, in_use, cached, unnamed_how="held by objects out of reach", context_how="ends with the rank"
+    )

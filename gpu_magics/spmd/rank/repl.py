@@ -161,9 +161,10 @@ class Repl:
                 remake = bool(message.get("remake"))
                 reply["repr"] = groups.initialize(message["kind"], float(message["timeout"]), remake)
             elif message["op"] == "held":
-                from gpu_magics.spmd.rank.held_by_name import as_rows, held_by_name, roots
+                from gpu_magics.spmd.rank.held_by_name import as_rows, held_by_name, pool_figures, roots
 
                 reply["held"] = as_rows(held_by_name(roots(self.namespace, None, None)))
+                reply["pools"] = pool_figures()
             elif message["op"] in ("park", "unpark", "plan-park"):
                 from gpu_magics.spmd.rank import parking
 

@@ -18,6 +18,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -28,6 +29,7 @@ from gpu_magics.text.units import dropped
 CUPY_ENV = "CUPY_GPU_MEMORY_LIMIT"
 JAX_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 
+_lock = threading.RLock()
 _limits: dict[int, int] = {}  # this process's CUDA ordinal -> bytes
 _totals: dict[int, int] = {}  # this process's CUDA ordinal -> the GPU's memory
 _jax_set: list[str] = []  # the JAX fraction set here (empty: the user's, or none), taken back when the cap lifts
@@ -35,7 +37,13 @@ _jax_set: list[str] = []  # the JAX fraction set here (empty: the user's, or non
 
 def limit_this_process(limits: Mapping[int, int], totals: Mapping[int, int]) -> None:
     """Limit this process's allocators to ``limits`` (bytes by CUDA ordinal; an empty mapping lifts them), on GPUs
-    of ``totals`` bytes. Never raises: a library that refuses keeps its own limit."""
+    of ``totals`` bytes. Never raises: a library that refuses keeps its own limit. One change at a time (the
+    kernel's cell thread and its cluster's start may both ask)."""
+    with _lock:
+        _limit(limits, totals)
+
+
+def _limit(limits: Mapping[int, int], totals: Mapping[int, int]) -> None:
     _limits.clear()
     _limits.update(limits)
     _totals.update(totals)

@@ -175,8 +175,8 @@ def ranks_left() -> None:
 def _rebalance() -> None:
     apply()
     client = _client
-    if client is None or not _workers or not shares():
-        return
+    if client is None or not _workers or getattr(client, "status", "running") != "running" or not shares():
+        return  # no workers of the kernel's own, or their client is closing: they go with it
     from gpu_magics.arrays.caps.worker_plugin import MemoryCapPlugin
 
     found = shares()

@@ -261,7 +261,8 @@ def produced_labels() -> dict[str, list[set[str]]]:
     leftover = Leftover(pid=4242, started=1.0, name="python", kernel_id="k0", gpu=0, gpu_uuid=IDLE, gpu_label="GPU 0",
                         used_memory=GIB)  # fmt: skip
     shot = snapshot(reading(0, IDLE), reading(1, MIG, mig_parent=PARENT, gpu_util=None, power=None))
-    data = inputs(shot, holding("k1", IDLE, GIB, sm_util=40.0), holding("k1", MIG, GIB, part="workers"),
+    data = inputs(shot, holding("k1", IDLE, GIB, sm_util=40.0, memory_cap=GIB, memory_cap_by="server"),
+                  holding("k1", MIG, GIB, part="workers", memory_cap=GIB, memory_cap_by="notebook"),
                   holding("k2", IDLE, GIB, part="children"), records=(cluster,),
                   remote=(remote,), paths={"k1": "work/train.ipynb"}, leftovers=(leftover,),
                   managed=frozenset({"k1", "k2"}))  # fmt: skip

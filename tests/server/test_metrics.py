@@ -147,6 +147,21 @@ def test_a_kernel_s_share_of_a_gpu_s_time_adds_up_its_processes_and_is_absent_wh
     ]
 
 
+def test_a_notebooks_cap_is_a_series_per_kernel_and_gpu_where_one_binds() -> None:
+    shot = snapshot(reading(0, IDLE), reading(1, BUSY))
+    held = [holding("k1", BUSY, GIB, memory_cap=8 * GIB, memory_cap_by="notebook"),
+            holding("k1", BUSY, GIB, "workers", memory_cap=8 * GIB, memory_cap_by="notebook"),
+            holding("k2", IDLE, GIB, memory_cap=20 * GIB, memory_cap_by="server"),
+            holding("k3", IDLE, GIB),  # no cap binds
+            holding("k4", "GPU-remote-1", GIB, "workers", host="node-2", memory_cap=GIB)]  # fmt: skip
+    frame = build_frame(inputs(shot, *held, managed=frozenset({"k1", "k2", "k3", "k4"})))
+    caps = samples(frame)["gpu_magics_kernel_gpu_memory_cap_bytes"]
+    assert sorted((s["kernel_id"], s["UUID"], s["by"], v) for s, v in caps) == [
+        ("k1", BUSY, "notebook", 8 * GIB),
+        ("k2", IDLE, "server", 20 * GIB),
+    ]
+
+
 def test_memory_held_on_idle_gpus_counts_from_the_first_idle_refresh() -> None:
     idle = IdleHold()
     first = build_frame(inputs(snapshot(reading(0, IDLE), at=1000.0), holding("k1", IDLE, GIB)), idle)

@@ -51,7 +51,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "GPU_MAGICS_RUNTIME_DIR": str(directory / "gpu-magics-runtime"),
         fake_pools.STATE_ENV: str(directory / "fake-state.json"),
     }
-    server = JupyterServer(directory, env, "--GpuMagicsServer.interval=0.25", "--GpuMagicsServer.metrics_interval=0.5")
+    server = JupyterServer(
+        directory,
+        env,
+        "--GpuMagicsServer.interval=0.25",
+        "--GpuMagicsServer.metrics_interval=0.5",
+        "--GpuMagicsServer.memory_cap=64MiB",  # the kernels hold more: the page's query for notebooks near their cap
+    )
     uuids = [gpu["uuid"] for gpu in spec["gpus"]]
     dcgm = DcgmStandin(
         [(index, gpu["uuid"], gpu["name"], gpu["memory_used"] // MIB) for index, gpu in enumerate(spec["gpus"])],

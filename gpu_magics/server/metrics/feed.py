@@ -111,7 +111,7 @@ class MetricsFeed:
             pids = kernel_pids(self._kernel_manager)
             managed = frozenset(running_kernel_ids(self._kernel_manager))
             paths = await kernel_paths(self._session_manager)
-            read = partial(gather, snapshot, history, pids, paths, managed, self._leftovers)
+            read = partial(gather, snapshot, history, pids, paths, managed, self._leftovers, self.config.cap())
             self.frame = await loop.run_in_executor(None, self._build, read)
             self._last_refresh = self.frame.time
             self._failed = False

@@ -59,6 +59,9 @@ HELP = {
     "gpu_magics_kernel_gpu_time_ratio": "Share of a GPU's time a Jupyter kernel's processes (the kernel, its "
     "cluster's workers, its SPMD ranks) ran lately, from NVML's per-process samples (0 to 1); absent where NVML "
     "cannot say (a MIG slice, a vGPU).",
+    "gpu_magics_kernel_gpu_memory_cap_bytes": "The most GPU memory a Jupyter kernel's notebook may hold on a GPU, all "
+    "its processes there together: the lower of the server's cap (GpuMagicsServer.memory_cap) and the notebook's own "
+    "(%gpumemory --cap, label by); absent where none binds.",
     "gpu_magics_kernel_idle_hold_seconds": "Seconds a kernel's GPU memory has been held on GPUs that sat idle "
     "(0 while they are busy).",
     "gpu_magics_leftover_gpu_memory_bytes": "GPU memory held by processes a Jupyter kernel started that outlived it.",
@@ -89,6 +92,7 @@ def build(
     _gpus(series, local.values(), inputs.remote, place)
     held = _kernel_memory(series, inputs, local, place, notebook_label)
     _kernel_time(series, inputs, local, place, notebook_label)
+    _kernel_cap(series, inputs, local, place, notebook_label)
     since = _idle_hold(series, held, inputs, idle, idle_utilization, place, notebook_label)
     _clusters(series, inputs, place)
     _leftovers(series, inputs, local, place)
@@ -178,6 +182,25 @@ def _kernel_memory(
                   *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
         series["gpu_magics_kernel_gpu_memory_bytes"].append(Series(labels, float(used), kernel_id=kernel))
     return held
+
+
+def _kernel_cap(
+    series: dict[str, list[Series]],
+    inputs: Inputs,
+    local: Mapping[str, GpuReading],
+    place: Place,
+    notebook_label: bool,
+) -> None:
+    """Each kernel's notebook's cap on each of this host's GPUs where its processes hold memory."""
+    caps: dict[tuple[str, str], tuple[int, str]] = {}
+    for kernel, holding in _kernels_holdings(inputs):
+        holder = holding.holder
+        if holder.host is None and holder.gpu_uuid in local and holder.memory_cap is not None:
+            caps[(kernel, holder.gpu_uuid)] = (holder.memory_cap, holder.memory_cap_by or "server")
+    for (kernel, uuid), (cap, by) in sorted(caps.items()):
+        labels = (("kernel_id", kernel), *device(uuid, local), ("Hostname", place.hostname), ("by", by),
+                  *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
+        series["gpu_magics_kernel_gpu_memory_cap_bytes"].append(Series(labels, float(cap), kernel_id=kernel))
 
 
 def _kernel_time(

@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_magics.arrays.caps.cap import MemoryCap
 from gpu_magics.cluster.records.record import ClusterRecord, list_kernel_records, list_records
 from gpu_magics.monitor.models import GpuReading, Snapshot
 from gpu_magics.server.leftovers.registry import Leftover
 from gpu_magics.server.ownership.kernels import ours
+from gpu_magics.server.ownership.memory_caps import with_caps
 from gpu_magics.server.ownership.owners import GpuHolder, map_owners, psutil_ancestry, with_self_reports
 
 _log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ def gather(
     paths: Mapping[str, str],
     managed: frozenset[str],
     leftovers: Callable[[Snapshot | None], list[Leftover]] | None = None,
+    server_cap: MemoryCap | None = None,
 ) -> Inputs:
     """Read the records and the processes' ancestry (files and ``/proc``: call off the event loop)."""
     now = time.time()
@@ -79,6 +82,7 @@ def gather(
             holders = with_self_reports(holders, [], paths, snapshot, [kernel])
         except (ValueError, TypeError, KeyError, AttributeError) as error:  # gpus not as a kernel writes them
             _log.debug("gpu_magics metrics: kernel record %s left out: %r", kernel.filename, error)
+    holders = with_caps(holders, server_cap, snapshot, kernels)  # each notebook's cap on its rows
     workers = _worker_pids(usable)
     ranks = _RankFinder()
     holdings = tuple(Holding(holder, _part(holder, workers, ancestry, ranks)) for holder in holders)

@@ -32,6 +32,12 @@ SERIES = (
         ("mig_uuid", "notebook", *POD),
     ),
     Labelled("gpu_magics_kernel_gpu_time_ratio", "gauge", ("kernel_id", "UUID", "Hostname"), ("notebook", *POD)),
+    Labelled(
+        "gpu_magics_kernel_gpu_memory_cap_bytes",
+        "gauge",
+        ("kernel_id", "UUID", "Hostname", "by"),
+        ("mig_uuid", "notebook", *POD),
+    ),
     Labelled("gpu_magics_kernel_idle_hold_seconds", "gauge", ("kernel_id",), ("notebook", *POD)),
     Labelled("gpu_magics_leftover_gpu_memory_bytes", "gauge", ("kernel_id", "UUID", "Hostname"), ("mig_uuid", *POD)),
     Labelled("gpu_magics_leftover_processes", "gauge", ("kernel_id", "UUID", "Hostname"), ("mig_uuid", *POD)),
@@ -59,6 +65,7 @@ LABELS = {
     "started_here": "`true` where the kernel started the cluster, `false` where it attached to or adopted one",
     "action": "what the idle reclaim did: `freed_cache`, `stopped_cluster`, `parked_cluster`, `kept_cluster` or "
     "`failed`",
+    "by": "who set the cap that binds: `server` (`GpuMagicsServer.memory_cap`) or `notebook` (`%gpumemory --cap`)",
     "pod": "the server's pod, in Kubernetes",
     "namespace": "the server's namespace, in Kubernetes",
 }

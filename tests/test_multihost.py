@@ -99,8 +99,9 @@ def test_every_gpu_of_both_hosts_is_found_by_asking_the_workers(ip: InteractiveS
     def held() -> dict[str, int | None]:  # processes are read every few seconds (the slow fields)
         return {gpu.label: gpu.process_memory for worker in answers.status().workers for gpu in worker.gpus}
 
-    wait_for(lambda: held()[f"{HOST_A} · GPU 0"], what="the worker's own memory")
-    assert held()[f"{HOST_A} · GPU 0"] == 3 * 2**30  # the spec's process "self": the worker itself
+    # the spec's process "self": the worker itself (on a busy machine a worker's report can be late, and its GPUs
+    # then leave the status until the next one: wait for the figure, not a moment)
+    wait_for(lambda: held().get(f"{HOST_A} · GPU 0") == 3 * 2**30, what="the worker's own memory")
     with capture_output() as shown:
         ip.run_line_magic("gpucluster", "status")
     text = "".join(output.data.get("text/plain", "") for output in shown.outputs)

@@ -189,7 +189,7 @@ def _workers(telemetry: Any, data_on: dict[str, int]) -> list[tuple[str, int | N
                 data = data_on.get(address, 0)
                 cached = [Rest("cached by its pool", gpu.cached_memory or 0, "%gpucluster free workers")]
                 rest = rest_of(data, gpu.process_memory, gpu.array_memory, cached, unnamed_how="results no variable "
-                               "holds, tasks' data", context_how="restart the cluster")  # fmt: skip
+                               "holds, tasks' data", context_how="%gpucluster stop")  # fmt: skip
                 found.append((f"{address} ({gpu.label or label})", gpu.process_memory, data, rest))
     return found
 

@@ -454,3 +454,24 @@ def test_jaxs_out_of_memory_is_read_where_this_process_set_its_fraction(capped: 
     assert line is not None and line.startswith(
         "GPU 0: this kernel would pass the notebook's memory cap of 16.0 GiB (the server's): it asked for 5.0 GiB more"
     )
+
+
+def test_a_cap_on_a_kernel_without_gpus_says_nothing_here_is_limited(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPU_MAGICS_SOURCE", "fake:0")
+    monkeypatch.delenv(SERVER_CAP_ENV, raising=False)
+    previous = gpus.set_inventory(None)
+    try:
+        with capture_output() as captured:
+            ip.run_line_magic("gpumemory", "--cap 4GiB")
+        assert captured.stdout.strip() == (
+            "%gpumemory: cap 4.0 GiB a GPU (yours); no GPU is visible here, so nothing in this kernel is limited"
+        )
+        with capture_output() as captured:
+            ip.run_line_magic("gpumemory", "--cap off")
+        assert captured.stdout.strip() == "%gpumemory: no memory cap binds this notebook"
+    finally:
+        notebook._user = None
+        allocators.limit_this_process({}, {})
+        gpus.set_inventory(previous)

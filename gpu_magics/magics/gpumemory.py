@@ -87,9 +87,12 @@ def _set_cap(wanted: str) -> str:
     except CapError as error:
         raise LineError(f"%gpumemory --cap: {error}") from None
     capped = notebook.describe()
-    if capped is None:
+    if capped is not None:
+        return f"%gpumemory: {capped}"
+    mine = notebook.user_cap()
+    if mine is None:
         return "%gpumemory: no memory cap binds this notebook"
-    return f"%gpumemory: {capped}"
+    return f"%gpumemory: cap {mine.text} a GPU (yours); no GPU is visible here, so nothing in this kernel is limited"
 
 
 def install_cap(shell: Any) -> None:
@@ -245,14 +248,10 @@ def _rest(gpu: GpuPart, held: Any) -> list[Rest]:
         Rest("cached by CuPy's pool", held.cached or 0, "cupy.get_default_memory_pool().free_all_blocks()"),
         Rest("cached by PyTorch", _torch_cached(gpu.index), "torch.cuda.empty_cache()"),
     ]
-    rest = rest_of(named_cupy, None, held.arrays, cached, unnamed_what="CuPy arrays no name reaches",
+    return rest_of(named_cupy, gpu.nvml, held.arrays, cached, unnamed_what="CuPy arrays no name reaches",
                    unnamed_how="held by objects out of reach: closures, caches, other threads",
-                   context_how="restart the kernel")  # fmt: skip
-    if gpu.nvml is not None:
-        accounted = sum(row.size for row in gpu.rows) + sum(item.size for item in rest)
-        if gpu.nvml > accounted:
-            rest.append(Rest("the CUDA context, libraries and the rest", gpu.nvml - accounted, "restart the kernel"))
-    return rest
+                   context_how="restart the kernel",
+                   named_elsewhere=sum(row.size for row in gpu.rows) - named_cupy)  # fmt: skip
 
 
 def _torch_cached(index: int) -> int:

@@ -119,22 +119,23 @@ def _before_the_cell(info: Any = None) -> None:
 def worker_share(gpu_ids: Iterable[str]) -> tuple[int, int] | None:
     """A new worker's (share, GPU memory) on the GPUs ``gpu_ids`` (``CUDA_VISIBLE_DEVICES`` entries: its own GPU
     first) once it joins the kernel there; ``None`` where no cap binds."""
-    return _joining(gpu_ids, _workers, lambda: _ranks)
+    return _joining(next(iter(gpu_ids), ""), beside=_ranks)
 
 
 def rank_share(gpu_id: str) -> tuple[int, int] | None:
     """A new rank's (share, GPU memory) on its GPU, once it joins the kernel and the worker there."""
-    return _joining([gpu_id], _ranks, lambda: _workers)
+    return _joining(gpu_id, beside=_workers)
 
 
-def _joining(gpu_ids: Iterable[str], joined: set[str], others: Any) -> tuple[int, int] | None:
-    device = _device(next(iter(gpu_ids), ""))
+def _joining(gpu_id: str, beside: set[str]) -> tuple[int, int] | None:
+    """(share, GPU memory) of a process joining the kernel on ``gpu_id``, beside the helpers of ``beside``."""
+    device = _device(gpu_id)
     if device is None or not device.memory_total:
         return None
     cap = cap_for(device.memory_total)
     if cap is None:
         return None
-    count = 1 + 1 + (device.uuid in others())  # the kernel, this process, the other helper there
+    count = 2 + (device.uuid in beside)  # the kernel, this process, the other helper there
     return share(cap.on(device.memory_total), count), device.memory_total
 
 
@@ -175,11 +176,13 @@ def ranks_left() -> None:
 def _rebalance() -> None:
     apply()
     client = _client
-    if client is None or not _workers or getattr(client, "status", "running") != "running" or not shares():
+    if client is None or not _workers or getattr(client, "status", "running") != "running":
         return  # no workers of the kernel's own, or their client is closing: they go with it
+    found = shares()
+    if not found:
+        return
     from gpu_magics.arrays.caps.worker_plugin import MemoryCapPlugin
 
-    found = shares()
     by_gpu = {d.cuda_id: found[d.uuid][:2] for d in gpus.inventory().devices() if d.uuid in found}
     try:
         client.register_plugin(MemoryCapPlugin(by_gpu), name=MemoryCapPlugin.name)

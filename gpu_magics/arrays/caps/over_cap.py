@@ -17,6 +17,7 @@ from typing import Any
 
 from gpu_magics import gpus
 from gpu_magics.arrays.caps import allocators, notebook
+from gpu_magics.arrays.caps.cap import MemoryCap
 from gpu_magics.text.units import format_bytes
 
 Names = Callable[[list[int]], dict[int, list[dict[str, Any]]]]  # device indices -> the biggest names there
@@ -83,7 +84,7 @@ def line_for(error: BaseException, names: Names | None = None) -> str | None:
     if device is None:
         return None
     rows = _names(names, device.index) if kernel else []
-    return _line(stopped, device, "this kernel" if kernel else "a worker of this notebook", rows)
+    return _line(stopped, device, found[device.uuid], "this kernel" if kernel else "a worker of this notebook", rows)
 
 
 def rank_line(kind: str, message: str, rank: int, gpu_uuid: str | None) -> str | None:
@@ -94,16 +95,19 @@ def rank_line(kind: str, message: str, rank: int, gpu_uuid: str | None) -> str |
         return None
     devices = [d for d in gpus.inventory().devices() if d.uuid in found]
     device = next((d for d in devices if d.uuid == gpu_uuid), None) or _near(devices, found, stopped.limit)
-    return None if device is None else _line(stopped, device, f"rank {rank}", [])
+    return None if device is None else _line(stopped, device, found[device.uuid], f"rank {rank}", [])
 
 
-def _near(devices: list[gpus.GpuDevice], found: dict[str, Any], limit: int) -> gpus.GpuDevice | None:
+def _near(
+    devices: list[gpus.GpuDevice], found: dict[str, tuple[int, int, MemoryCap]], limit: int
+) -> gpus.GpuDevice | None:
     """The first GPU where a process's share is ``limit`` (within 1%)."""
     return next((d for d in devices if abs(found[d.uuid][0] - limit) <= max(2**20, limit // 100)), None)
 
 
-def _line(stopped: Stopped, device: gpus.GpuDevice, process: str, rows: list[dict[str, Any]]) -> str:
-    each, whole, cap = notebook.shares()[device.uuid]
+def _line(stopped: Stopped, device: gpus.GpuDevice, shares: Any, process: str, rows: list[dict[str, Any]]) -> str:
+    """The line, from ``shares``: (each process's share, the cap in bytes, the cap) on ``device``."""
+    each, whole, cap = shares
     who = "the server's" if cap.by == "server" else "this notebook's own"
     held = f", holds {format_bytes(stopped.held)}" if stopped.held is not None else ""
     count = notebook.processes_on(device.uuid)

@@ -64,7 +64,7 @@ names_by_gpu: Callable[[list[int]], dict[int, list[dict[str, Any]]]] | None = No
 _lock = threading.Lock()
 _refreshing = threading.Lock()  # the record's writer: one refresh at a time
 _last: tuple[float, list[KernelGpu]] | None = None
-_written: tuple[Path, list[dict[str, Any]]] | None = None
+_written: tuple[Path, list[dict[str, Any]], str | None] | None = None  # the record, its GPUs, its cap
 _started_at: float | None = None
 _atexit = False
 
@@ -155,17 +155,15 @@ def _refresh(fresh: bool) -> None:
             if names.get(gpu.index):
                 data["top_names"] = names[gpu.index]
         cap = notebook.user_cap()
-        said = [*found, {"memory_cap": cap.spec()}] if cap is not None else found
-        if _written is not None and _written[1] == said:
+        spec = None if cap is None else cap.spec()
+        if _written is not None and (_written[1], _written[2]) == (found, spec):
             return
-        if not said:  # a kernel that holds nothing and keeps to no cap of its own: nothing to say
+        if not found and spec is None:  # a kernel that holds nothing and keeps to no cap of its own: nothing to say
             _remove_written()
             return
         _started_at = _started_at or time.time()
-        mine = record.KernelRecord(
-            gpus=tuple(found), started_at=_started_at, memory_cap=None if cap is None else cap.spec(), **record.here()
-        )
-        _written = (record.write_record(mine, durable=False), said)
+        mine = record.KernelRecord(gpus=tuple(found), started_at=_started_at, memory_cap=spec, **record.here())
+        _written = (record.write_record(mine, durable=False), found, spec)
         if not _atexit:
             atexit.register(remove)
             _atexit = True

@@ -17,6 +17,7 @@ from gpu_magics.server.metrics.gather import Holding, Inputs
 from gpu_magics.server.metrics.holds import Hold, holds
 from gpu_magics.server.metrics.idle import IdleHold
 from gpu_magics.server.metrics.labels import Labels, Place, clean, device, gpu_index, is_uuid
+from gpu_magics.server.ownership.owners import GpuHolder
 
 MAX_GPUS_PER_KERNEL = 256  # series of one kernel's memory kept per refresh (a hostile record cannot flood /metrics)
 PARTS = ("kernel", "workers", "ranks", "children")
@@ -193,13 +194,11 @@ def _kernel_cap(
 ) -> None:
     """Each kernel's notebook's cap on each of this host's GPUs where its processes hold memory."""
     caps: dict[tuple[str, str], tuple[int, str]] = {}
-    for kernel, holding in _kernels_holdings(inputs):
-        holder = holding.holder
-        if holder.host is None and holder.gpu_uuid in local and holder.memory_cap is not None:
+    for kernel, holder in _on_this_host(inputs, local):
+        if holder.memory_cap is not None:
             caps[(kernel, holder.gpu_uuid)] = (holder.memory_cap, holder.memory_cap_by or "server")
     for (kernel, uuid), (cap, by) in sorted(caps.items()):
-        labels = (("kernel_id", kernel), *device(uuid, local), ("Hostname", place.hostname), ("by", by),
-                  *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
+        labels = _here(kernel, uuid, inputs, local, place, notebook_label, ("by", by))
         series["gpu_magics_kernel_gpu_memory_cap_bytes"].append(Series(labels, float(cap), kernel_id=kernel))
 
 
@@ -212,14 +211,33 @@ def _kernel_time(
 ) -> None:
     """Each kernel's share of each of this host's GPUs' time, where NVML measured its processes."""
     shares: dict[tuple[str, str], float] = {}
-    for kernel, holding in _kernels_holdings(inputs):
-        holder = holding.holder
-        if holder.host is None and holder.gpu_uuid in local and holder.sm_util is not None:
+    for kernel, holder in _on_this_host(inputs, local):
+        if holder.sm_util is not None:
             shares[(kernel, holder.gpu_uuid)] = shares.get((kernel, holder.gpu_uuid), 0.0) + holder.sm_util
     for (kernel, uuid), percent in sorted(shares.items()):
-        labels = (("kernel_id", kernel), *device(uuid, local), ("Hostname", place.hostname),
-                  *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
+        labels = _here(kernel, uuid, inputs, local, place, notebook_label)
         series["gpu_magics_kernel_gpu_time_ratio"].append(Series(labels, min(1.0, percent / 100), kernel_id=kernel))
+
+
+def _on_this_host(inputs: Inputs, local: Mapping[str, GpuReading]) -> Iterator[tuple[str, GpuHolder]]:
+    """(the kernel's cleaned id, the holder) for each holding of a kernel's process on one of this host's GPUs."""
+    for kernel, holding in _kernels_holdings(inputs):
+        if holding.holder.host is None and holding.holder.gpu_uuid in local:
+            yield kernel, holding.holder
+
+
+def _here(
+    kernel: str,
+    uuid: str,
+    inputs: Inputs,
+    local: Mapping[str, GpuReading],
+    place: Place,
+    notebook_label: bool,
+    *more: tuple[str, str],
+) -> tuple[tuple[str, str], ...]:
+    """The labels of a kernel's series on one of this host's GPUs, ``more`` after the host."""
+    return (("kernel_id", kernel), *device(uuid, local), ("Hostname", place.hostname), *more,
+            *_notebook(inputs, kernel, notebook_label), *place.pod)  # fmt: skip
 
 
 def _notebook(inputs: Inputs, kernel: str, wanted: bool) -> Labels:

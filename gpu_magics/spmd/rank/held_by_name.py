@@ -251,16 +251,18 @@ def rest_of(
     unnamed_how: str,
     context_how: str,
     unnamed_what: str = "arrays no name reaches",
+    named_elsewhere: int = 0,
 ) -> list[Rest]:
     """What a process holds on a GPU beyond its names' ``named`` bytes: arrays in use (``in_use``, its pools'
     figure) that no name reaches, what its pools cache, and the rest of NVML's figure (its CUDA context and
-    libraries), so that the names and these add up to NVML's figure."""
+    libraries), so that the names and these add up to NVML's figure. ``named_elsewhere``: names' bytes outside
+    ``in_use``'s pools (the kernel's PyTorch tensors beside CuPy's figure)."""
     rest = []
     if in_use is not None and in_use > named:
         rest.append(Rest(unnamed_what, in_use - named, unnamed_how))
     rest.extend(item for item in cached if item.size > 0)
     if nvml is not None:
-        accounted = named + sum(item.size for item in rest)
+        accounted = named + named_elsewhere + sum(item.size for item in rest)
         if nvml > accounted:
             rest.append(Rest("the CUDA context, libraries and the rest", nvml - accounted, context_how))
     return rest
